@@ -1,0 +1,1 @@
+#include "gguf/gguf_reader.h"

@@ -1,0 +1,1 @@
+#include "tensor/quant_codec.h"

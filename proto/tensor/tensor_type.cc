@@ -1,0 +1,1 @@
+#include "tensor/tensor_type.h"
