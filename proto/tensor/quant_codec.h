@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "tensor/quant_blocks.h"
 #include "tensor/tensor_type.h"
 
 namespace moetier {
@@ -18,7 +19,19 @@ void DequantizeRow(TensorType type, const void* src, float* dst, int64_t n_elems
 // Encodes `n_elems` floats into `dst`, which must hold
 // TensorRowBytes(type, n_elems) bytes. Uses the scale (and min) search each
 // format is designed for, as llama-quantize does without an importance matrix.
-// Preconditions as for DequantizeRow; inputs must be finite.
+// Preconditions as for DequantizeRow; inputs must be finite, and the block
+// scales must fit a half (|x| up to about 8e6 for Q8_0, 5e5 for Q4_0, larger
+// for the K types), as in ggml. Deterministic: equal inputs give equal bytes.
 void QuantizeRow(TensorType type, const float* src, void* dst, int64_t n_elems);
+
+// Q8_K activation quantizer for dot products against K-quant weights (ggml's
+// rule): per 256 elements, d = v / -127 where v is the element of largest
+// magnitude, qs = round-to-nearest-even(x / d) capped at 127, and bsums the
+// sums of 16 consecutive qs. An all-zero block gets d = 0 and qs = 0.
+// Precondition: n_elems is a multiple of 256; inputs finite.
+void QuantizeRowQ8K(const float* src, BlockQ8K* dst, int64_t n_elems);
+
+// y = d * qs. Precondition: n_elems is a multiple of 256.
+void DequantizeRowQ8K(const BlockQ8K* src, float* dst, int64_t n_elems);
 
 }  // namespace moetier

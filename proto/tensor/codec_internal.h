@@ -1,0 +1,41 @@
+// Shared by the codec translation units only; not part of the public API.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "tensor/quant_blocks.h"
+
+namespace moetier::codec_internal {
+
+[[noreturn]] void CheckFailed(const char* file, int line, const char* condition);
+
+#define MOETIER_CODEC_CHECK(condition)                                         \
+  do {                                                                         \
+    if (!(condition)) ::moetier::codec_internal::CheckFailed(__FILE__, __LINE__, #condition); \
+  } while (false)
+
+// Round half to even, like ggml's nearest_int, clamped to [lo, hi] before the
+// conversion so that huge or non-finite products cannot overflow an int.
+inline int RoundClamp(float v, int lo, int hi) {
+  const float r = std::nearbyint(v);
+  if (!(r >= static_cast<float>(lo))) return lo;  // also catches NaN
+  if (r > static_cast<float>(hi)) return hi;
+  return static_cast<int>(r);
+}
+
+// Per-type row codecs over n_blocks whole blocks. Blocks are copied in and out
+// with memcpy, so rows need no particular alignment.
+void DequantizeQ8_0(const void* src, float* dst, int64_t n_blocks);
+void DequantizeQ4_0(const void* src, float* dst, int64_t n_blocks);
+void DequantizeQ4_K(const void* src, float* dst, int64_t n_blocks);
+void DequantizeQ5_K(const void* src, float* dst, int64_t n_blocks);
+void DequantizeQ6_K(const void* src, float* dst, int64_t n_blocks);
+
+void QuantizeQ8_0(const float* src, void* dst, int64_t n_blocks);
+void QuantizeQ4_0(const float* src, void* dst, int64_t n_blocks);
+void QuantizeQ4_K(const float* src, void* dst, int64_t n_blocks);
+void QuantizeQ5_K(const float* src, void* dst, int64_t n_blocks);
+void QuantizeQ6_K(const float* src, void* dst, int64_t n_blocks);
+
+}  // namespace moetier::codec_internal

@@ -1,0 +1,119 @@
+// ggml quantization blocks (SPEC.md §2.2) as plain structs, for kernels that
+// read or write blocks in place. Sizes and field offsets equal ggml's (checked
+// below), so an array of blocks is exactly the bytes of a GGUF tensor row.
+// The layouts need no packing attribute: every field sits at its natural
+// alignment and no struct has padding. Halves are raw binary16 bits (see
+// tensor/half.h); all multi-byte fields are little-endian.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <type_traits>
+
+namespace moetier {
+
+inline constexpr int kQK8_0 = 32;          // elements per Q8_0 block
+inline constexpr int kQK4_0 = 32;          // elements per Q4_0 block
+inline constexpr int kQKK = 256;           // elements per K-quant super-block
+inline constexpr int kKScaleBytes = 12;    // packed 6-bit scales+mins of Q4_K/Q5_K
+
+// Q8_0: y[e] = d * qs[e].
+struct BlockQ8_0 {
+  uint16_t d;
+  int8_t qs[kQK8_0];
+};
+
+// Q4_0: y[j] = d * ((qs[j] & 0xF) - 8), y[j+16] = d * ((qs[j] >> 4) - 8).
+struct BlockQ4_0 {
+  uint16_t d;
+  uint8_t qs[kQK4_0 / 2];
+};
+
+// Q4_K: 8 sub-blocks of 32 with 6-bit scale sc_j and min m_j (GetScaleMinK4).
+// Element e: c = e/64, l = e%32; the nibble is the low (e%64 < 32) or high
+// half of qs[32c + l]; y = d*sc_j*nib - dmin*m_j with j = e/32.
+struct BlockQ4_K {
+  uint16_t d;
+  uint16_t dmin;
+  uint8_t scales[kKScaleBytes];
+  uint8_t qs[kQKK / 2];
+};
+
+// Q5_K: Q4_K plus a fifth bit: q = nib + 16*((qh[e%32] >> (e/32)) & 1).
+struct BlockQ5_K {
+  uint16_t d;
+  uint16_t dmin;
+  uint8_t scales[kKScaleBytes];
+  uint8_t qh[kQKK / 8];
+  uint8_t qs[kQKK / 2];
+};
+
+// Q6_K: 16 sub-blocks of 16 with signed 8-bit scales. h = e/128,
+// m = (e%128)/32, l = e%32: low 4 bits from ql[64h + 32(m&1) + l] (low nibble
+// for m < 2, high nibble otherwise), high 2 bits from qh[32h + l] >> 2m;
+// y = d * scales[e/16] * (q - 32).
+struct BlockQ6_K {
+  uint8_t ql[kQKK / 2];
+  uint8_t qh[kQKK / 4];
+  int8_t scales[kQKK / 16];
+  uint16_t d;
+};
+
+// Q8_K: activation blocks for dot products against K-quants. d is a float
+// (not a half); bsums[i] is the sum of qs[16i .. 16i+15], which lets a kernel
+// apply a weight block's mins without touching the activations again.
+struct BlockQ8K {
+  float d;
+  int8_t qs[kQKK];
+  int16_t bsums[kQKK / 16];
+};
+
+// Scale and min of sub-block j (0..7) of a Q4_K or Q5_K block (ggml's
+// get_scale_min_k4). Bytes 0..3 hold scales 0..3 in their low 6 bits, bytes
+// 4..7 mins 0..3; the top 2 bits of bytes 0..7 and the nibbles of bytes 8..11
+// make up scales and mins 4..7.
+inline void GetScaleMinK4(int j, const uint8_t* scales, uint8_t* sc, uint8_t* m) {
+  if (j < 4) {
+    *sc = scales[j] & 63;
+    *m = scales[j + 4] & 63;
+  } else {
+    *sc = static_cast<uint8_t>((scales[j + 4] & 0x0F) | ((scales[j - 4] >> 6) << 4));
+    *m = static_cast<uint8_t>((scales[j + 4] >> 4) | ((scales[j] >> 6) << 4));
+  }
+}
+
+#define MOETIER_BLOCK_LAYOUT(T) \
+  static_assert(std::is_standard_layout_v<T> && std::is_trivially_copyable_v<T>, #T)
+
+MOETIER_BLOCK_LAYOUT(BlockQ8_0);
+static_assert(sizeof(BlockQ8_0) == 34 && alignof(BlockQ8_0) == 2);
+static_assert(offsetof(BlockQ8_0, d) == 0 && offsetof(BlockQ8_0, qs) == 2);
+
+MOETIER_BLOCK_LAYOUT(BlockQ4_0);
+static_assert(sizeof(BlockQ4_0) == 18 && alignof(BlockQ4_0) == 2);
+static_assert(offsetof(BlockQ4_0, d) == 0 && offsetof(BlockQ4_0, qs) == 2);
+
+MOETIER_BLOCK_LAYOUT(BlockQ4_K);
+static_assert(sizeof(BlockQ4_K) == 144 && alignof(BlockQ4_K) == 2);
+static_assert(offsetof(BlockQ4_K, d) == 0 && offsetof(BlockQ4_K, dmin) == 2);
+static_assert(offsetof(BlockQ4_K, scales) == 4 && offsetof(BlockQ4_K, qs) == 16);
+
+MOETIER_BLOCK_LAYOUT(BlockQ5_K);
+static_assert(sizeof(BlockQ5_K) == 176 && alignof(BlockQ5_K) == 2);
+static_assert(offsetof(BlockQ5_K, d) == 0 && offsetof(BlockQ5_K, dmin) == 2);
+static_assert(offsetof(BlockQ5_K, scales) == 4 && offsetof(BlockQ5_K, qh) == 16);
+static_assert(offsetof(BlockQ5_K, qs) == 48);
+
+MOETIER_BLOCK_LAYOUT(BlockQ6_K);
+static_assert(sizeof(BlockQ6_K) == 210 && alignof(BlockQ6_K) == 2);
+static_assert(offsetof(BlockQ6_K, ql) == 0 && offsetof(BlockQ6_K, qh) == 128);
+static_assert(offsetof(BlockQ6_K, scales) == 192 && offsetof(BlockQ6_K, d) == 208);
+
+MOETIER_BLOCK_LAYOUT(BlockQ8K);
+static_assert(sizeof(BlockQ8K) == 292 && alignof(BlockQ8K) == 4);
+static_assert(offsetof(BlockQ8K, d) == 0 && offsetof(BlockQ8K, qs) == 4);
+static_assert(offsetof(BlockQ8K, bsums) == 260);
+
+#undef MOETIER_BLOCK_LAYOUT
+
+}  // namespace moetier
