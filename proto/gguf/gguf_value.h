@@ -42,6 +42,7 @@ struct GgufArray {
       elements;
 
   size_t size() const;
+  bool operator==(const GgufArray&) const = default;
 };
 
 // One metadata value. `type` is the on-disk type; `data` holds it widened.
@@ -67,6 +68,9 @@ struct GgufValue {
   static GgufValue Uint32Array(std::vector<uint32_t> v);
   // Any array; `elements` must be the variant alternative `element_type` maps to.
   static GgufValue Array(GgufArray array) { return {GgufValueType::kArray, std::move(array)}; }
+
+  // Same on-disk type and same value (floats compare as doubles).
+  bool operator==(const GgufValue&) const = default;
 };
 
 struct GgufKeyValue {

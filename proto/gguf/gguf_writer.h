@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -35,8 +36,14 @@ class GgufWriter {
   // Data phase: append bytes of the tensors in declaration order, in as many
   // calls as convenient; the writer pads each tensor when it is complete.
   absl::Status AppendTensorData(std::span<const uint8_t> bytes);
+  // The same, checked: every byte must belong to tensor `name`, which must be
+  // the tensor now being filled (out-of-order or oversized data is an error).
+  absl::Status AppendTensorData(std::string_view name, std::span<const uint8_t> bytes);
 
   // Checks every tensor got exactly its size, flushes and closes.
+  // After any failure (a write error such as a full disk, or bad data) every
+  // later call returns that same error; the partial file is left for the
+  // caller to remove.
   absl::Status Finish();
 
   uint64_t bytes_written() const { return bytes_written_; }
@@ -53,6 +60,11 @@ class GgufWriter {
   };
   absl::Status Write(const void* data, size_t size);
   absl::Status WritePadding(uint64_t alignment);
+  absl::Status WriteString(std::string_view s);
+  absl::Status WriteValue(const GgufValue& value);
+  absl::Status CheckDataPhase() const;
+  absl::Status AdvancePastFullTensors();
+  absl::Status Fail(absl::Status status);
 
   std::vector<GgufKeyValue> kvs_;
   std::vector<PendingTensor> tensors_;
@@ -62,6 +74,10 @@ class GgufWriter {
   uint64_t bytes_written_ = 0;
   size_t current_tensor_ = 0;
   uint64_t current_tensor_filled_ = 0;
+  uint64_t data_start_ = 0;         // file offset of the data blob
+  uint64_t data_bytes_total_ = 0;   // sum of the tensor sizes, without padding
+  uint64_t data_bytes_done_ = 0;
+  absl::Status error_;              // sticky: the first failure ends the file
   bool opened_ = false;
   bool finished_ = false;
 };
