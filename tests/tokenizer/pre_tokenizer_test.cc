@@ -1,0 +1,166 @@
+#include "tokenizer/pre_tokenizer.h"
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace moetier {
+namespace {
+
+using ::testing::ElementsAre;
+
+std::vector<std::string> Split(std::string_view text, PreTokenizer kind = PreTokenizer::kQwen2) {
+  std::vector<std::string> out;
+  for (std::string_view piece : PreTokenize(kind, text)) out.emplace_back(piece);
+  return out;
+}
+
+TEST(Qwen2PreTokenizer, Contractions) {
+  EXPECT_THAT(Split("I'll"), ElementsAre("I", "'ll"));
+  EXPECT_THAT(Split("DON'T"), ElementsAre("DON", "'T"));
+  EXPECT_THAT(Split("don't stop"), ElementsAre("don", "'t", " stop"));
+  EXPECT_THAT(Split("we're they've I'm he'd it's"),
+              ElementsAre("we", "'re", " they", "'ve", " I", "'m", " he", "'d", " it", "'s"));
+  EXPECT_THAT(Split("WE'RE THEY'VE WE'LL"), ElementsAre("WE", "'RE", " THEY", "'VE", " WE", "'LL"));
+  // Not a contraction: the apostrophe leads the letter run instead.
+  EXPECT_THAT(Split("'hello"), ElementsAre("'hello"));
+  EXPECT_THAT(Split("'sup"), ElementsAre("'s", "up"));
+  EXPECT_THAT(Split("'l"), ElementsAre("'l"));
+  EXPECT_THAT(Split("'"), ElementsAre("'"));
+}
+
+TEST(Qwen2PreTokenizer, DigitsOneAtATime) {
+  EXPECT_THAT(Split("2026"), ElementsAre("2", "0", "2", "6"));
+  EXPECT_THAT(Split("abc123"), ElementsAre("abc", "1", "2", "3"));
+  EXPECT_THAT(Split("The year is 2026."),
+              ElementsAre("The", " year", " is", " ", "2", "0", "2", "6", "."));
+  EXPECT_THAT(Split("3.5"), ElementsAre("3", ".", "5"));
+  EXPECT_THAT(Split("x\xC2\xB2"), ElementsAre("x", "\xC2\xB2"));  // superscript two is \p{N}
+}
+
+TEST(Qwen2PreTokenizer, WhitespaceRuns) {
+  EXPECT_THAT(Split("a   b"), ElementsAre("a", "  ", " b"));
+  EXPECT_THAT(Split("a  "), ElementsAre("a", "  "));
+  EXPECT_THAT(Split("a "), ElementsAre("a", " "));
+  EXPECT_THAT(Split("  two spaces"), ElementsAre(" ", " two", " spaces"));
+  EXPECT_THAT(Split("tab\there"), ElementsAre("tab", "\there"));
+  EXPECT_THAT(Split("a \tb"), ElementsAre("a", " ", "\tb"));
+  EXPECT_THAT(Split("a\t\t"), ElementsAre("a", "\t\t"));
+  EXPECT_THAT(Split(" 1"), ElementsAre(" ", "1"));
+  EXPECT_THAT(Split("   "), ElementsAre("   "));
+  // U+3000 ideographic space is \s and, before a letter, leads the letter run.
+  EXPECT_THAT(Split("a\xE3\x80\x80"
+                    "b"),
+              ElementsAre("a",
+                          "\xE3\x80\x80"
+                          "b"));
+}
+
+TEST(Qwen2PreTokenizer, LineBreaks) {
+  EXPECT_THAT(Split("x\n"), ElementsAre("x", "\n"));
+  EXPECT_THAT(Split("a\n\nb"), ElementsAre("a", "\n\n", "b"));
+  EXPECT_THAT(Split("a \r\n  b"), ElementsAre("a", " \r\n", " ", " b"));
+  EXPECT_THAT(Split("line one\nline two\r\n"),
+              ElementsAre("line", " one", "\n", "line", " two", "\r\n"));
+  EXPECT_THAT(Split("Hello  \n"), ElementsAre("Hello", "  \n"));
+  EXPECT_THAT(Split("\n\n  \n x"), ElementsAre("\n\n  \n", " x"));
+  // A line break never leads a letter run.
+  EXPECT_THAT(Split("\nabc"), ElementsAre("\n", "abc"));
+}
+
+TEST(Qwen2PreTokenizer, Punctuation) {
+  EXPECT_THAT(Split("Hello, world!"), ElementsAre("Hello", ",", " world", "!"));
+  EXPECT_THAT(Split("wait!!! ..."), ElementsAre("wait", "!!!", " ..."));
+  EXPECT_THAT(Split("a...\n\nb"), ElementsAre("a", "...\n\n", "b"));
+  EXPECT_THAT(Split(" (hello)"), ElementsAre(" (", "hello", ")"));
+  EXPECT_THAT(Split("(hello"), ElementsAre("(hello"));
+  EXPECT_THAT(Split("x = f(a, b) + 3.5"),
+              ElementsAre("x", " =", " f", "(a", ",", " b", ")", " +", " ", "3", ".", "5"));
+  EXPECT_THAT(Split("if (a->b) {"), ElementsAre("if", " (", "a", "->", "b", ")", " {"));
+}
+
+TEST(Qwen2PreTokenizer, CjkAndEmoji) {
+  // 你好，世界: the fullwidth comma leads the following letter run.
+  EXPECT_THAT(Split("你好，世界"), ElementsAre("你好", "，世界"));
+  EXPECT_THAT(Split("emoji 🙂 ok"), ElementsAre("emoji", " 🙂", " ok"));
+  EXPECT_THAT(Split("🙂🙂"), ElementsAre("🙂🙂"));
+  EXPECT_THAT(Split("a🙂b"), ElementsAre("a", "🙂b"));
+}
+
+TEST(Qwen2PreTokenizer, CombiningMarksAreNotLetters) {
+  // "café" with a decomposed é (e + U+0301).
+  EXPECT_THAT(Split("cafe\xCC\x81 ok"), ElementsAre("cafe", "\xCC\x81", " ok"));
+  EXPECT_THAT(Split("e\xCC\x81"), ElementsAre("e", "\xCC\x81"));
+}
+
+TEST(Qwen35PreTokenizer, LetterRunsAbsorbMarks) {
+  EXPECT_THAT(Split("cafe\xCC\x81 ok", PreTokenizer::kQwen35), ElementsAre("cafe\xCC\x81", " ok"));
+  EXPECT_THAT(Split("\xCC\x81"
+                    "abc",
+                    PreTokenizer::kQwen35),
+              ElementsAre("\xCC\x81"
+                          "abc"));
+  // A mark after punctuation is letter-like, so it joins a letter run.
+  EXPECT_THAT(Split("!\xCC\x81", PreTokenizer::kQwen35), ElementsAre("!\xCC\x81"));
+  EXPECT_THAT(Split("I'll 2026", PreTokenizer::kQwen35),
+              ElementsAre("I", "'ll", " ", "2", "0", "2", "6"));
+}
+
+TEST(Qwen2PreTokenizer, InvalidUtf8IsSplitLikeAReplacementCharacter) {
+  // An invalid byte is a unit of no class, like U+FFFD in llama.cpp: it may
+  // lead a letter run or join a punctuation run, and its bytes are kept.
+  EXPECT_THAT(Split("ab\xFF"
+                    "cd"),
+              ElementsAre("ab",
+                          "\xFF"
+                          "cd"));
+  EXPECT_THAT(Split("\xFF\xFE!"), ElementsAre("\xFF\xFE!"));
+  EXPECT_THAT(Split("a \xE4\xBD"), ElementsAre("a", " \xE4\xBD"));
+  EXPECT_THAT(Split("\x80\n"), ElementsAre("\x80\n"));
+  // The valid part of a broken sequence is still decoded: 0xE4 0x41 is an
+  // invalid byte followed by 'A'.
+  EXPECT_THAT(Split("\xE4"
+                    "A1"),
+              ElementsAre("\xE4"
+                          "A",
+                          "1"));
+}
+
+TEST(PreTokenizer, PiecesConcatenateToInputForRandomBytes) {
+  std::mt19937 rng(1234);
+  for (int trial = 0; trial < 2000; ++trial) {
+    std::string text;
+    const int length = static_cast<int>(rng() % 40);
+    for (int i = 0; i < length; ++i) {
+      // Bias towards characters the scanner cares about.
+      static const char kInteresting[] = " \t\r\nab'sZ9.!\xC3\xA9\xE4\xBD\xA0\xCC\x81";
+      text.push_back(rng() % 2 ? kInteresting[rng() % (sizeof(kInteresting) - 1)]
+                               : static_cast<char>(rng() % 256));
+    }
+    for (PreTokenizer kind : {PreTokenizer::kQwen2, PreTokenizer::kQwen35}) {
+      std::string joined;
+      for (std::string_view piece : PreTokenize(kind, text)) {
+        ASSERT_FALSE(piece.empty());
+        joined.append(piece);
+      }
+      ASSERT_EQ(joined, text);
+    }
+  }
+}
+
+TEST(PreTokenizer, Names) {
+  EXPECT_EQ(*PreTokenizerFromName("qwen2"), PreTokenizer::kQwen2);
+  EXPECT_EQ(*PreTokenizerFromName("deepseek-r1-qwen"), PreTokenizer::kQwen2);
+  EXPECT_EQ(*PreTokenizerFromName("qwen35"), PreTokenizer::kQwen35);
+  const absl::StatusOr<PreTokenizer> bad = PreTokenizerFromName("llama-bpe");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()), ::testing::HasSubstr("llama-bpe"));
+  EXPECT_THAT(std::string(bad.status().message()), ::testing::HasSubstr("qwen2"));
+  EXPECT_EQ(PreTokenizerName(PreTokenizer::kQwen35), "qwen35");
+}
+
+}  // namespace
+}  // namespace moetier
