@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Installs what moetier needs to build and test on Debian 12, and nothing that
+# is already there. Safe to run any number of times.
+set -euo pipefail
+
+repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+packages=(
+  build-essential cmake ninja-build pkg-config
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libabsl-dev liburing-dev libgtest-dev libgmock-dev libbenchmark-dev
+  nodejs npm   # only for the interoperability test against an independent GGUF parser
+)
+
+missing=()
+for pkg in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$pkg")
+  fi
+done
+
+if ((${#missing[@]} > 0)); then
+  echo "setup: installing ${missing[*]}"
+  sudo_cmd=()
+  if [[ $(id -u) -ne 0 ]]; then sudo_cmd=(sudo); fi
+  "${sudo_cmd[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+else
+  echo "setup: all Debian packages present"
+fi
+
+# The independent GGUF parser used by the interop test (pinned in package.json).
+interop_dir="$repo_root/tests/interop"
+if [[ -f "$interop_dir/package.json" ]] && command -v npm >/dev/null; then
+  if [[ ! -d "$interop_dir/node_modules/@huggingface/gguf" ]]; then
+    echo "setup: installing the npm packages of tests/interop"
+    if ! (cd "$interop_dir" && npm install --no-audit --no-fund --loglevel=error); then
+      echo "setup: warning: npm install failed; the GGUF interop test will be skipped" >&2
+    fi
+  fi
+fi
+
+if [[ -x /usr/local/cuda/bin/nvcc ]]; then
+  echo "setup: CUDA toolkit found at /usr/local/cuda ($(/usr/local/cuda/bin/nvcc --version | tail -n 2 | head -n 1))"
+else
+  echo "setup: no CUDA toolkit at /usr/local/cuda; building the CPU parts only"
+fi

@@ -1,0 +1,140 @@
+// moetier-inspect: prints what a GGUF model holds — metadata, tensor counts
+// and bytes per type, expert bytes per layer — without loading any weights.
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <string>
+#include <string_view>
+#include <variant>
+
+#include "absl/strings/str_format.h"
+#include "gguf/gguf_reader.h"
+
+namespace moetier {
+namespace {
+
+constexpr std::string_view kUsage =
+    "usage: moetier-inspect [--all-keys] FILE.gguf\n"
+    "\n"
+    "Prints a summary of a GGUF model: format version, architecture and its\n"
+    "hyperparameters, tokenizer size, tensor count and bytes per tensor type,\n"
+    "and how many bytes the routed experts take. FILE may be the first shard\n"
+    "(-00001-of-N.gguf) of a split model.\n"
+    "\n"
+    "  --all-keys   also list every metadata key with its type and value\n"
+    "               (arrays are shown by type and length)\n"
+    "  --help       show this text\n";
+
+std::string FormatValue(const GgufValue& value) {
+  return std::visit(
+      [&](const auto& v) -> std::string {
+        using T = std::decay_t<decltype(v)>;
+        if constexpr (std::is_same_v<T, GgufArray>) {
+          return absl::StrFormat("[%s x %d]", GgufValueTypeName(v.element_type), v.size());
+        } else if constexpr (std::is_same_v<T, std::string>) {
+          if (v.size() > 60) return absl::StrFormat("\"%s...\" (%d bytes)", v.substr(0, 57), v.size());
+          return absl::StrFormat("\"%s\"", v);
+        } else if constexpr (std::is_same_v<T, bool>) {
+          return v ? "true" : "false";
+        } else {
+          return absl::StrFormat("%v", v);
+        }
+      },
+      value.data);
+}
+
+std::string HumanBytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int unit = 0;
+  while (bytes >= 1024.0 && unit < 4) {
+    bytes /= 1024.0;
+    ++unit;
+  }
+  return absl::StrFormat("%.2f %s", bytes, units[unit]);
+}
+
+int Run(const std::string& path, bool all_keys) {
+  auto model = GgufModel::Open(path);
+  if (!model.ok()) {
+    std::fprintf(stderr, "moetier-inspect: %s\n", std::string(model.status().message()).c_str());
+    return 1;
+  }
+  const GgufMetadata& meta = (*model)->metadata();
+  const std::string arch = meta.GetStringOr("general.architecture", "(none)");
+  std::printf("file:          %s (%zu shard%s, GGUF v%u)\n", path.c_str(), (*model)->shards().size(),
+              (*model)->shards().size() == 1 ? "" : "s", (*model)->shards().front()->version());
+  std::printf("name:          %s\n", meta.GetStringOr("general.name", "(none)").c_str());
+  std::printf("architecture:  %s\n", arch.c_str());
+  for (const char* key : {"block_count", "embedding_length", "attention.head_count",
+                          "attention.head_count_kv", "attention.key_length", "expert_count",
+                          "expert_used_count", "expert_feed_forward_length", "context_length",
+                          "rope.freq_base", "attention.layer_norm_rms_epsilon"}) {
+    const std::string full = arch + "." + key;
+    if (const GgufValue* value = meta.Find(full)) {
+      std::printf("  %-32s %s\n", key, FormatValue(*value).c_str());
+    }
+  }
+  if (auto tokens = meta.GetArray("tokenizer.ggml.tokens"); tokens.ok()) {
+    auto merges = meta.GetArray("tokenizer.ggml.merges");
+    std::printf("tokenizer:     %s/%s, %zu tokens, %zu merges\n",
+                meta.GetStringOr("tokenizer.ggml.model", "?").c_str(),
+                meta.GetStringOr("tokenizer.ggml.pre", "?").c_str(), (*tokens)->size(),
+                merges.ok() ? (*merges)->size() : size_t{0});
+  }
+
+  std::map<std::string, std::pair<size_t, uint64_t>> per_type;
+  uint64_t total_bytes = 0;
+  uint64_t expert_bytes = 0;
+  for (const GgufTensorInfo& t : (*model)->tensors()) {
+    auto& entry = per_type[std::string(TensorTypeName(t.type))];
+    ++entry.first;
+    entry.second += t.size_bytes;
+    total_bytes += t.size_bytes;
+    if (t.name.find("_exps.") != std::string::npos) expert_bytes += t.size_bytes;
+  }
+  std::printf("tensors:       %zu, %s\n", (*model)->tensors().size(), HumanBytes(double(total_bytes)).c_str());
+  for (const auto& [type, entry] : per_type) {
+    std::printf("  %-8s %6zu tensors  %s\n", type.c_str(), entry.first, HumanBytes(double(entry.second)).c_str());
+  }
+  std::printf("routed experts: %s (%.1f%% of the weights)\n", HumanBytes(double(expert_bytes)).c_str(),
+              total_bytes ? 100.0 * double(expert_bytes) / double(total_bytes) : 0.0);
+  if (all_keys) {
+    std::printf("metadata:\n");
+    for (const GgufKeyValue& kv : meta.entries()) {
+      std::printf("  %-48s %-8s %s\n", kv.key.c_str(), std::string(GgufValueTypeName(kv.value.type)).c_str(),
+                  FormatValue(kv.value).c_str());
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace moetier
+
+int main(int argc, char** argv) {
+  bool all_keys = false;
+  std::string path;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      std::fputs(moetier::kUsage.data(), stdout);
+      return 0;
+    }
+    if (arg == "--all-keys") {
+      all_keys = true;
+    } else if (arg.starts_with("-")) {
+      std::fprintf(stderr, "moetier-inspect: unknown flag '%s' (see --help)\n", argv[i]);
+      return 2;
+    } else if (path.empty()) {
+      path = argv[i];
+    } else {
+      std::fprintf(stderr, "moetier-inspect: more than one FILE given ('%s' and '%s')\n", path.c_str(), argv[i]);
+      return 2;
+    }
+  }
+  if (path.empty()) {
+    std::fputs("moetier-inspect: no FILE given (see --help)\n", stderr);
+    return 2;
+  }
+  return moetier::Run(path, all_keys);
+}
