@@ -1,0 +1,197 @@
+#include <algorithm>
+#include <cmath>
+#include <set>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "sampling/sampler.h"
+
+namespace moetier {
+namespace {
+
+Sampler Make(int n_vocab, const SamplingParams& p) {
+  absl::StatusOr<Sampler> s = Sampler::Create(n_vocab, p);
+  EXPECT_TRUE(s.ok()) << s.status();
+  return *std::move(s);
+}
+
+SamplingParams Plain(float temperature) {
+  SamplingParams p;
+  p.temperature = temperature;
+  p.top_k = 0;
+  p.top_p = 1.0f;
+  p.min_p = 0.0f;
+  p.repeat_penalty = 1.0f;
+  p.seed = 42;
+  return p;
+}
+
+// Logits whose softmax is `probs` (up to a constant).
+std::vector<float> FromProbs(const std::vector<double>& probs) {
+  std::vector<float> logits;
+  for (double p : probs) logits.push_back(static_cast<float>(std::log(p)));
+  return logits;
+}
+
+// Which ids `sampler` produces over many draws.
+std::set<int32_t> Support(Sampler& sampler, const std::vector<float>& logits, int draws = 2000) {
+  std::set<int32_t> seen;
+  for (int i = 0; i < draws; ++i) seen.insert(sampler.Sample(logits));
+  return seen;
+}
+
+TEST(SamplerTest, GreedyIsArgmax) {
+  Sampler s = Make(6, Plain(0.0f));
+  EXPECT_EQ(s.Sample(std::vector<float>{0.1f, -2.0f, 3.5f, 3.4f, -7.0f, 0.0f}), 2);
+  EXPECT_EQ(s.Sample(std::vector<float>{-5.0f, -1.0f, -3.0f, -4.0f, -2.0f, -9.0f}), 1);
+  // Ties go to the lower id.
+  EXPECT_EQ(s.Sample(std::vector<float>{1.0f, 4.0f, 2.0f, 4.0f, 0.0f, 0.0f}), 1);
+}
+
+TEST(SamplerTest, SameSeedSameTokens) {
+  std::vector<float> logits(100);
+  for (int i = 0; i < 100; ++i) logits[i] = static_cast<float>(std::sin(i * 0.7) * 3.0);
+  SamplingParams p = Plain(1.0f);
+  p.seed = 1234;
+  Sampler a = Make(100, p);
+  Sampler b = Make(100, p);
+  std::vector<int32_t> ta, tb;
+  for (int i = 0; i < 50; ++i) {
+    ta.push_back(a.Sample(logits));
+    tb.push_back(b.Sample(logits));
+  }
+  EXPECT_EQ(ta, tb);
+  // It is actually random: a flat-ish distribution gives several tokens.
+  EXPECT_GT(std::set<int32_t>(ta.begin(), ta.end()).size(), 5u);
+  // Reset replays the sequence.
+  a.Reset();
+  std::vector<int32_t> again;
+  for (int i = 0; i < 50; ++i) again.push_back(a.Sample(logits));
+  EXPECT_EQ(again, ta);
+  // Another seed gives another sequence.
+  p.seed = 99;
+  Sampler c = Make(100, p);
+  std::vector<int32_t> tc;
+  for (int i = 0; i < 50; ++i) tc.push_back(c.Sample(logits));
+  EXPECT_NE(tc, ta);
+}
+
+TEST(SamplerTest, TopKOneIsGreedy) {
+  SamplingParams p = Plain(1.5f);
+  p.top_k = 1;
+  Sampler s = Make(8, p);
+  const std::vector<float> logits = {0.5f, 0.4f, 0.45f, 0.3f, 0.49f, 0.1f, 0.2f, 0.0f};
+  for (int i = 0; i < 200; ++i) EXPECT_EQ(s.Sample(logits), 0);
+}
+
+TEST(SamplerTest, TopKKeepsTheKLargest) {
+  SamplingParams p = Plain(100.0f);  // nearly uniform over what survives
+  p.top_k = 3;
+  Sampler s = Make(8, p);
+  const std::vector<float> logits = {0.1f, 0.9f, 0.2f, 0.8f, 0.3f, 0.7f, 0.0f, 0.4f};
+  EXPECT_EQ(Support(s, logits), (std::set<int32_t>{1, 3, 5}));
+}
+
+TEST(SamplerTest, TopPKeepsTheSmallestPrefixReachingP) {
+  // Probabilities 0.5, 0.3, 0.15, 0.05.
+  const std::vector<float> logits = FromProbs({0.15, 0.5, 0.05, 0.3});
+  SamplingParams p = Plain(1.0f);
+  p.top_p = 0.75f;  // 0.5 < 0.75 <= 0.8: tokens 1 and 3
+  Sampler s = Make(4, p);
+  EXPECT_EQ(Support(s, logits), (std::set<int32_t>{1, 3}));
+  p.top_p = 0.9f;  // 0.8 < 0.9 <= 0.95: tokens 1, 3, 0
+  Sampler s2 = Make(4, p);
+  EXPECT_EQ(Support(s2, logits), (std::set<int32_t>{0, 1, 3}));
+  p.top_p = 0.4f;
+  Sampler s3 = Make(4, p);
+  EXPECT_EQ(Support(s3, logits), (std::set<int32_t>{1}));
+}
+
+TEST(SamplerTest, MinPDropsTokensBelowAFractionOfTheTop) {
+  const std::vector<float> logits = FromProbs({0.4, 0.05, 0.3, 0.15, 0.1});
+  SamplingParams p = Plain(1.0f);
+  p.min_p = 0.3f;  // threshold 0.12: tokens 0, 2, 3
+  Sampler s = Make(5, p);
+  EXPECT_EQ(Support(s, logits), (std::set<int32_t>{0, 2, 3}));
+  // With top-p as well, each cuts what it should: top-p keeps 0 and 2 (0.7),
+  // min-p alone would keep everything above 0.08.
+  p.top_p = 0.65f;
+  p.min_p = 0.2f;
+  Sampler s2 = Make(5, p);
+  EXPECT_EQ(Support(s2, logits), (std::set<int32_t>{0, 2}));
+}
+
+TEST(SamplerTest, TemperatureSharpensAndFlattens) {
+  const std::vector<float> logits = {2.0f, 1.0f, 0.0f};
+  const auto frequency_of_top = [&](float temperature) {
+    Sampler s = Make(3, Plain(temperature));
+    int top = 0;
+    for (int i = 0; i < 4000; ++i) top += s.Sample(logits) == 0;
+    return top / 4000.0;
+  };
+  const double p1 = std::exp(2.0) / (std::exp(2.0) + std::exp(1.0) + 1.0);  // 0.665
+  EXPECT_NEAR(frequency_of_top(1.0f), p1, 0.03);
+  EXPECT_GT(frequency_of_top(0.25f), 0.95);
+  EXPECT_LT(frequency_of_top(10.0f), 0.45);
+}
+
+TEST(SamplerTest, RepeatPenaltyDividesPositiveAndMultipliesNegative) {
+  SamplingParams p = Plain(0.0f);
+  p.repeat_penalty = 2.0f;
+  p.repeat_last_n = 3;
+  Sampler s = Make(4, p);
+  // Token 0 (logit 3) is penalized to 1.5, below token 1 (2).
+  s.Accept(0);
+  EXPECT_EQ(s.Sample(std::vector<float>{3.0f, 2.0f, -1.0f, -1.2f}), 1);
+  // Negative logits are multiplied: token 2 goes from -1 to -2, below token 3.
+  p.repeat_penalty = 2.0f;
+  Sampler n = Make(4, p);
+  n.Accept(2);
+  EXPECT_EQ(n.Sample(std::vector<float>{-5.0f, -5.0f, -1.0f, -1.5f}), 3);
+  // A token repeated in the window is penalized once, not once per copy:
+  // 3 / 2 = 1.5 still beats 1.4 (twice would give 0.75).
+  Sampler once = Make(4, p);
+  once.Accept(0);
+  once.Accept(0);
+  EXPECT_EQ(once.Sample(std::vector<float>{3.0f, 1.4f, 0.0f, 0.0f}), 0);
+}
+
+TEST(SamplerTest, RepeatPenaltyWindowForgetsOldTokens) {
+  SamplingParams p = Plain(0.0f);
+  p.repeat_penalty = 4.0f;
+  p.repeat_last_n = 2;
+  Sampler s = Make(4, p);
+  const std::vector<float> logits = {3.0f, 2.0f, 0.0f, 0.0f};
+  s.Accept(0);
+  EXPECT_EQ(s.Sample(logits), 1);
+  s.Accept(2);
+  s.Accept(3);  // token 0 has left the window of 2
+  EXPECT_EQ(s.Sample(logits), 0);
+  // The caller's logits are not modified.
+  EXPECT_EQ(logits[0], 3.0f);
+}
+
+TEST(SamplerTest, RejectsBadParameters) {
+  SamplingParams p = Plain(1.0f);
+  p.temperature = -1.0f;
+  EXPECT_FALSE(Sampler::Create(10, p).ok());
+  p = Plain(1.0f);
+  p.top_p = 1.5f;
+  EXPECT_FALSE(Sampler::Create(10, p).ok());
+  p = Plain(1.0f);
+  p.min_p = -0.1f;
+  EXPECT_FALSE(Sampler::Create(10, p).ok());
+  p = Plain(1.0f);
+  p.repeat_penalty = 0.0f;
+  EXPECT_FALSE(Sampler::Create(10, p).ok());
+  p = Plain(1.0f);
+  p.top_k = -3;
+  EXPECT_FALSE(Sampler::Create(10, p).ok());
+  p = Plain(1.0f);
+  p.repeat_last_n = -1;
+  EXPECT_FALSE(Sampler::Create(10, p).ok());
+  EXPECT_FALSE(Sampler::Create(0, Plain(1.0f)).ok());
+}
+
+}  // namespace
+}  // namespace moetier

@@ -1,0 +1,372 @@
+// Runs the moetier-worker binary the way outside checks do.
+#include <fcntl.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "gguf/gguf_reader.h"
+#include "gguf_edit.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "model/qwen3moe_model.h"
+#include "reference/reference_qwen3moe.h"
+#include "sampling/sampler.h"
+#include "tokenizer/tokenizer.h"
+#include "vectors.h"
+
+extern char** environ;
+
+namespace moetier {
+namespace {
+
+using ::testing::AllOf;
+using testing::EditableGguf;
+using ::testing::HasSubstr;
+using ::testing::Not;
+using testing::ReadFloats;
+using testing::ReadIds;
+using testing::TempPath;
+using testing::TestDataPath;
+
+const char kWorker[] = MOETIER_BINARY_DIR "/worker/moetier-worker";
+
+struct Result {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+};
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+Result RunWorker(const std::vector<std::string>& args) {
+  const std::string out_path = TempPath("stdout");
+  const std::string err_path = TempPath("stderr");
+  std::vector<char*> argv;
+  std::string program = kWorker;
+  argv.push_back(program.data());
+  std::vector<std::string> copies = args;
+  for (std::string& a : copies) argv.push_back(a.data());
+  argv.push_back(nullptr);
+
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                   0644);
+  posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                   0644);
+  Result r;
+  pid_t pid = 0;
+  const int rc = posix_spawn(&pid, kWorker, &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  EXPECT_EQ(rc, 0) << "cannot start " << kWorker;
+  if (rc != 0) return r;
+  int status = 0;
+  waitpid(pid, &status, 0);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = ReadFile(out_path);
+  r.err = ReadFile(err_path);
+  std::remove(out_path.c_str());
+  std::remove(err_path.c_str());
+  return r;
+}
+
+// A one-line error message: exactly one newline, at the end.
+::testing::AssertionResult IsOneLine(const std::string& text) {
+  if (!text.empty() && text.back() == '\n' && text.find('\n') == text.size() - 1) {
+    return ::testing::AssertionSuccess();
+  }
+  return ::testing::AssertionFailure() << "not one line: \"" << text << "\"";
+}
+
+const std::string& TinyModel() {
+  static const std::string path = TestDataPath("vectors/tiny-f32.gguf");
+  return path;
+}
+
+TEST(WorkerStandaloneTest, LogitsOutMatchesTheLibrary) {
+  const std::vector<int32_t> ids = ReadIds(TestDataPath("vectors/tiny-f32.ids"));
+  const std::string out = TempPath("logits.f32");
+  const Result r = RunWorker({"--standalone", "--model", TinyModel(), "--backend", "reference",
+                              "--tokens", absl::StrJoin(ids, ","), "--logits-out", out});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "");
+  const std::vector<float> file = ReadFloats(out);
+  std::remove(out.c_str());
+  ASSERT_EQ(file.size(), ids.size() * 512u);  // exactly the rows, nothing else
+
+  absl::StatusOr<std::unique_ptr<GgufModel>> gguf = GgufModel::Open(TinyModel());
+  ASSERT_TRUE(gguf.ok());
+  absl::StatusOr<Qwen3MoeModel> model = LoadQwen3Moe(**gguf);
+  ASSERT_TRUE(model.ok());
+  absl::StatusOr<std::unique_ptr<ReferenceQwen3Moe>> ref = ReferenceQwen3Moe::Create(*model, 64);
+  ASSERT_TRUE(ref.ok());
+  std::vector<float> logits(ids.size() * 512);
+  ASSERT_TRUE((*ref)->Forward(ids, 0, logits.data()).ok());
+  EXPECT_EQ(file, logits);
+}
+
+TEST(WorkerStandaloneTest, LogitsInChunksEqualOneCall) {
+  // Longer than the tool's internal chunk of 32 rows.
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 40; ++i) ids.push_back((i * 37 + 11) % 512);
+  const std::string out = TempPath("logits.f32");
+  const Result r = RunWorker({"--standalone", "--model=" + TinyModel(), "--backend=reference",
+                              "--tokens=" + absl::StrJoin(ids, ","), "--logits-out=" + out});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::vector<float> file = ReadFloats(out);
+  std::remove(out.c_str());
+
+  absl::StatusOr<std::unique_ptr<GgufModel>> gguf = GgufModel::Open(TinyModel());
+  ASSERT_TRUE(gguf.ok());
+  absl::StatusOr<Qwen3MoeModel> model = LoadQwen3Moe(**gguf);
+  ASSERT_TRUE(model.ok());
+  absl::StatusOr<std::unique_ptr<ReferenceQwen3Moe>> ref = ReferenceQwen3Moe::Create(*model, 64);
+  ASSERT_TRUE(ref.ok());
+  std::vector<float> logits(ids.size() * 512);
+  ASSERT_TRUE((*ref)->Forward(ids, 0, logits.data()).ok());
+  EXPECT_EQ(file, logits);
+}
+
+TEST(WorkerStandaloneTest, TokenizeMatchesLlamaCpp) {
+  // From tests/data/vectors/tiny-f32.tokenize.json.
+  Result r = RunWorker({"--standalone", "--model", TinyModel(), "--tokenize", "Hello, world!"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "72,101,325,44,413,33\n");
+  r = RunWorker({"--standalone", "--model", TinyModel(), "--tokenize",
+                 "<|im_start|>user\nhello<|im_end|>\n"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "510,321,258,10,257,325,511,10\n");
+}
+
+// Greedy generation through the tool equals the library's greedy tokens.
+TEST(WorkerStandaloneTest, GreedyGenerationMatchesTheLibrary) {
+  const std::string prompt = "Hello, world!";
+  const int n = 12;
+  const Result r = RunWorker({"--standalone", "--model", TinyModel(), "--backend", "reference",
+                              "--prompt", prompt, "-n", std::to_string(n), "--temp", "0"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+
+  absl::StatusOr<std::unique_ptr<GgufModel>> gguf = GgufModel::Open(TinyModel());
+  ASSERT_TRUE(gguf.ok());
+  absl::StatusOr<Qwen3MoeModel> model = LoadQwen3Moe(**gguf);
+  ASSERT_TRUE(model.ok());
+  absl::StatusOr<Tokenizer> tokenizer = Tokenizer::FromGgufMetadata((*gguf)->metadata());
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  absl::StatusOr<std::unique_ptr<ReferenceQwen3Moe>> ref = ReferenceQwen3Moe::Create(*model, 64);
+  ASSERT_TRUE(ref.ok());
+  absl::StatusOr<std::vector<int32_t>> ids = tokenizer->Encode(prompt, true, true);
+  ASSERT_TRUE(ids.ok());
+  std::vector<float> logits(512);
+  ASSERT_TRUE((*ref)->Forward(*ids, 0, LogitRows::kLast, logits.data()).ok());
+  std::vector<int32_t> generated;
+  for (int i = 0; i < n; ++i) {
+    const int32_t t =
+        static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    if (tokenizer->IsEndOfGeneration(t)) break;
+    generated.push_back(t);
+    const int32_t one[1] = {t};
+    ASSERT_TRUE(
+        (*ref)
+            ->Forward(one, static_cast<int>(ids->size() + i), LogitRows::kLast, logits.data())
+            .ok());
+  }
+  absl::StatusOr<std::string> text = tokenizer->Detokenize(generated, false);
+  ASSERT_TRUE(text.ok());
+  EXPECT_EQ(r.out, *text + "\n");
+}
+
+TEST(WorkerStandaloneTest, SameSeedSameText) {
+  const std::vector<std::string> args = {
+      "--standalone", "--model",     TinyModel(), "--backend", "reference",
+      "--prompt",     "The year is", "-n",        "16",        "--temp",
+      "1.2",          "--top-k",     "0",         "--top-p",   "1",
+      "--min-p",      "0",           "--seed",    "7"};
+  const Result a = RunWorker(args);
+  const Result b = RunWorker(args);
+  ASSERT_EQ(a.exit_code, 0) << a.err;
+  ASSERT_EQ(b.exit_code, 0) << b.err;
+  EXPECT_EQ(a.out, b.out);
+  EXPECT_FALSE(a.out.empty());
+}
+
+TEST(WorkerStandaloneTest, ChatModeRuns) {
+  const Result r = RunWorker({"--standalone", "--model", TinyModel(), "--backend", "reference",
+                              "--prompt", "hello", "--chat", "-n", "4", "--temp", "0"});
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
+TEST(WorkerStandaloneTest, HelpExplainsEveryFlag) {
+  const Result r = RunWorker({"--help"});
+  ASSERT_EQ(r.exit_code, 0);
+  for (const char* flag :
+       {"--standalone", "--model", "--tokens", "--logits-out", "--tokenize", "--prompt", "-n",
+        "--chat", "--temp", "--top-k", "--top-p", "--min-p", "--repeat-penalty", "--repeat-last-n",
+        "--seed", "--backend", "--threads", "--ctx", "--help"}) {
+    EXPECT_THAT(r.out, HasSubstr(flag));
+  }
+}
+
+TEST(WorkerStandaloneTest, WithoutStandaloneNamesTheDaemon) {
+  const Result r = RunWorker({"--model", TinyModel()});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(IsOneLine(r.err));
+  EXPECT_THAT(r.err, HasSubstr("moetierd"));
+}
+
+TEST(WorkerStandaloneTest, UsageErrorsAreOneLine) {
+  struct Case {
+    std::vector<std::string> args;
+    const char* mentions;
+  };
+  const std::vector<Case> cases = {
+      {{"--standalone", "--model", TinyModel(), "--bogus", "1"}, "--bogus"},
+      {{"--standalone", "--model", TinyModel(), "--tokenize", "x", "--ctx", "many"}, "many"},
+      {{"--standalone", "--model", TinyModel(), "--prompt", "x", "--temp", "hot"}, "--temp"},
+      {{"--standalone", "--model", TinyModel(), "--tokens", "1,x", "--logits-out", "o"}, "'x'"},
+      {{"--standalone", "--model", TinyModel(), "--tokens", "1,2"}, "--logits-out"},
+      {{"--standalone", "--model", TinyModel()}, "--prompt"},
+      {{"--standalone", "--tokenize", "x"}, "--model"},
+      {{"--standalone", "--model", TinyModel(), "--backend", "gpu", "--tokenize", "x"}, "gpu"},
+      {{"--standalone", "--model", TinyModel(), "--tokenize", "a", "--prompt", "b"}, "only one"},
+      {{"--standalone", "--model"}, "needs a value"},
+      {{"--standalone", "stray"}, "stray"},
+  };
+  for (const Case& c : cases) {
+    const Result r = RunWorker(c.args);
+    EXPECT_EQ(r.exit_code, 2) << absl::StrJoin(c.args, " ");
+    EXPECT_TRUE(IsOneLine(r.err)) << absl::StrJoin(c.args, " ");
+    EXPECT_THAT(r.err, HasSubstr(c.mentions)) << absl::StrJoin(c.args, " ");
+  }
+}
+
+TEST(WorkerStandaloneTest, RuntimeErrorsAreOneLine) {
+  const std::string missing = TempPath("no-such-model.gguf");
+  Result r = RunWorker({"--standalone", "--model", missing, "--tokenize", "x"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(IsOneLine(r.err));
+  EXPECT_THAT(r.err, HasSubstr("no-such-model.gguf"));
+
+  r = RunWorker({"--standalone", "--model", TinyModel(), "--backend", "reference", "--tokens",
+                 "1,512", "--logits-out", TempPath("never.f32")});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(IsOneLine(r.err));
+  EXPECT_THAT(r.err, HasSubstr("512"));
+
+  r = RunWorker({"--standalone", "--model", TinyModel(), "--backend", "reference", "--tokens",
+                 "1,2", "--ctx", "1", "--logits-out", TempPath("never.f32")});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(IsOneLine(r.err));
+  EXPECT_THAT(r.err, HasSubstr("context"));
+}
+
+class WorkerEditedModelTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<EditableGguf> g = EditableGguf::Read(TinyModel());
+    ASSERT_TRUE(g.ok()) << g.status();
+    gguf_ = *std::move(g);
+    path_ = TempPath("edited.gguf");
+  }
+  void TearDown() override { std::remove(path_.c_str()); }
+  EditableGguf gguf_;
+  std::string path_;
+};
+
+TEST_F(WorkerEditedModelTest, WrongArchitecture) {
+  gguf_.Set("general.architecture", GgufValue::String("mixtral"));
+  ASSERT_TRUE(gguf_.Write(path_).ok());
+  const Result r = RunWorker({"--standalone", "--model", path_, "--backend", "reference",
+                              "--tokens", "1,2", "--logits-out", TempPath("never.f32")});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(IsOneLine(r.err));
+  EXPECT_THAT(r.err, AllOf(HasSubstr("mixtral"), HasSubstr("architecture")));
+}
+
+TEST_F(WorkerEditedModelTest, UnsupportedTensorType) {
+  testing::EditableTensor* t = gguf_.Find("blk.1.ffn_up_exps.weight");
+  ASSERT_NE(t, nullptr);
+  t->type = TensorType::kQ5_1;  // 32 elements in 24 bytes, no codec
+  t->data.assign(32 * 8 * 2 * 24, 0);
+  ASSERT_TRUE(gguf_.Write(path_).ok());
+  const Result r = RunWorker({"--standalone", "--model", path_, "--tokenize", "x"});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(IsOneLine(r.err));
+  EXPECT_THAT(r.err, AllOf(HasSubstr("blk.1.ffn_up_exps.weight"), HasSubstr("Q5_1")));
+}
+
+// Generation stops at an end-of-generation token: make the token greedy
+// decoding picks first the model's eos.
+TEST_F(WorkerEditedModelTest, StopsAtEndOfGeneration) {
+  absl::StatusOr<std::unique_ptr<GgufModel>> gguf = GgufModel::Open(TinyModel());
+  ASSERT_TRUE(gguf.ok());
+  absl::StatusOr<Qwen3MoeModel> model = LoadQwen3Moe(**gguf);
+  ASSERT_TRUE(model.ok());
+  absl::StatusOr<Tokenizer> tokenizer = Tokenizer::FromGgufMetadata((*gguf)->metadata());
+  ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
+  absl::StatusOr<std::unique_ptr<ReferenceQwen3Moe>> ref = ReferenceQwen3Moe::Create(*model, 64);
+  ASSERT_TRUE(ref.ok());
+  absl::StatusOr<std::vector<int32_t>> ids = tokenizer->Encode("Hello, world!", true, true);
+  ASSERT_TRUE(ids.ok());
+  std::vector<float> logits(512);
+  ASSERT_TRUE((*ref)->Forward(*ids, 0, LogitRows::kLast, logits.data()).ok());
+  const int32_t first =
+      static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  ASSERT_FALSE(tokenizer->IsEndOfGeneration(first));
+
+  gguf_.Set("tokenizer.ggml.eos_token_id", GgufValue::Uint32(static_cast<uint32_t>(first)));
+  ASSERT_TRUE(gguf_.Write(path_).ok());
+  const Result r = RunWorker({"--standalone", "--model", path_, "--backend", "reference",
+                              "--prompt", "Hello, world!", "-n", "10", "--temp", "0"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out, "\n");
+  EXPECT_THAT(r.err, HasSubstr("generated: 0 tokens"));
+  EXPECT_THAT(r.err, HasSubstr("end of generation"));
+}
+
+#ifdef MOETIER_HAVE_CPU_ENGINE
+// The default backend is wired in and agrees with the reference.
+TEST(WorkerStandaloneTest, CpuBackendIsTheDefault) {
+  const std::vector<int32_t> ids = ReadIds(TestDataPath("vectors/tiny-f32.ids"));
+  const std::string cpu_out = TempPath("cpu.f32");
+  const std::string ref_out = TempPath("ref.f32");
+  Result r = RunWorker({"--standalone", "--model", TinyModel(), "--threads", "2", "--tokens",
+                        absl::StrJoin(ids, ","), "--logits-out", cpu_out});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  r = RunWorker({"--standalone", "--model", TinyModel(), "--backend", "reference", "--tokens",
+                 absl::StrJoin(ids, ","), "--logits-out", ref_out});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const std::vector<float> cpu = ReadFloats(cpu_out);
+  const std::vector<float> ref = ReadFloats(ref_out);
+  std::remove(cpu_out.c_str());
+  std::remove(ref_out.c_str());
+  ASSERT_EQ(cpu.size(), ids.size() * 512u);
+  ASSERT_EQ(ref.size(), cpu.size());
+  for (size_t pos = 0; pos < ids.size(); ++pos) {
+    const testing::RowError e = testing::CompareRow(&cpu[pos * 512], &ref[pos * 512], 512);
+    EXPECT_LE(e.max_abs, 1e-3 * e.range) << "position " << pos;
+  }
+}
+#else
+TEST(WorkerStandaloneTest, CpuBackendNotBuiltIsAClearError) {
+  const Result r = RunWorker({"--standalone", "--model", TinyModel(), "--tokens", "1,2",
+                              "--logits-out", TempPath("never.f32")});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(IsOneLine(r.err));
+  EXPECT_THAT(r.err, AllOf(HasSubstr("cpu"), HasSubstr("not built")));
+}
+#endif
+
+}  // namespace
+}  // namespace moetier

@@ -1,0 +1,169 @@
+#include "sampling/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+
+namespace moetier {
+namespace {
+
+#define MOETIER_SAMPLER_CHECK(cond)                                                 \
+  do {                                                                              \
+    if (!(cond)) {                                                                  \
+      std::fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
+      std::abort();                                                                 \
+    }                                                                               \
+  } while (0)
+
+constexpr int kMaxRepeatLastN = 1 << 20;
+
+}  // namespace
+
+absl::StatusOr<Sampler> Sampler::Create(int n_vocab, const SamplingParams& p) {
+  if (n_vocab < 1) {
+    return absl::InvalidArgumentError(absl::StrFormat("vocabulary size %d must be >= 1", n_vocab));
+  }
+  if (!std::isfinite(p.temperature) || p.temperature < 0.0f) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("temperature %g must be finite and >= 0 (0 is greedy)", p.temperature));
+  }
+  if (p.top_k < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("top-k %d must be >= 0 (0 disables it)", p.top_k));
+  }
+  if (!(p.top_p >= 0.0f && p.top_p <= 1.0f)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("top-p %g must be in [0, 1] (1 disables it)", p.top_p));
+  }
+  if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("min-p %g must be in [0, 1] (0 disables it)", p.min_p));
+  }
+  if (!std::isfinite(p.repeat_penalty) || p.repeat_penalty <= 0.0f) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "repeat penalty %g must be finite and > 0 (1 disables it)", p.repeat_penalty));
+  }
+  if (p.repeat_last_n < 0 || p.repeat_last_n > kMaxRepeatLastN) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("repeat-last-n %d must be in 0..%d (0 disables the penalty)",
+                        p.repeat_last_n, kMaxRepeatLastN));
+  }
+  return Sampler(n_vocab, p);
+}
+
+Sampler::Sampler(int n_vocab, const SamplingParams& params)
+    : n_vocab_(n_vocab),
+      params_(params),
+      rng_(params.seed),
+      candidates_(n_vocab),
+      probs_(n_vocab),
+      window_(params.repeat_last_n),
+      penalized_(n_vocab, 0) {}
+
+void Sampler::Reset() {
+  window_next_ = 0;
+  window_count_ = 0;
+  rng_.seed(params_.seed);
+}
+
+void Sampler::Accept(int32_t token) {
+  MOETIER_SAMPLER_CHECK(token >= 0 && token < n_vocab_);
+  if (window_.empty()) return;
+  window_[window_next_] = token;
+  window_next_ = (window_next_ + 1) % window_.size();
+  window_count_ = std::min(window_count_ + 1, window_.size());
+}
+
+double Sampler::NextUniform() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }
+
+// candidates_ is still indexed by token id here.
+void Sampler::ApplyRepeatPenalty() {
+  const float penalty = params_.repeat_penalty;
+  if (penalty == 1.0f || window_count_ == 0) return;
+  // Each distinct token is penalized once, however often it occurs.
+  for (size_t i = 0; i < window_count_; ++i) {
+    const int32_t id = window_[i];
+    if (penalized_[id]) continue;
+    penalized_[id] = 1;
+    float& logit = candidates_[id].logit;
+    logit = logit <= 0.0f ? logit * penalty : logit / penalty;
+  }
+  for (size_t i = 0; i < window_count_; ++i) penalized_[window_[i]] = 0;
+}
+
+int32_t Sampler::Sample(std::span<const float> logits) {
+  MOETIER_SAMPLER_CHECK(logits.size() == static_cast<size_t>(n_vocab_));
+  for (int32_t id = 0; id < n_vocab_; ++id) candidates_[id] = {logits[id], id};
+  ApplyRepeatPenalty();
+
+  // Higher logit first; equal logits keep the lower id first.
+  const auto before = [](const Candidate& a, const Candidate& b) {
+    return a.logit != b.logit ? a.logit > b.logit : a.id < b.id;
+  };
+  if (params_.temperature <= 0.0f) {
+    return std::min_element(candidates_.begin(), candidates_.end(), before)->id;
+  }
+
+  size_t size = candidates_.size();
+  bool sorted = false;
+  if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < size) {
+    size = params_.top_k;
+    std::partial_sort(candidates_.begin(), candidates_.begin() + size, candidates_.end(), before);
+    sorted = true;
+  }
+  if (params_.top_p < 1.0f) {
+    if (!sorted) std::sort(candidates_.begin(), candidates_.begin() + size, before);
+    sorted = true;
+    // Probabilities of the untempered logits of the surviving candidates.
+    const float max = candidates_[0].logit;
+    double sum = 0.0;
+    for (size_t i = 0; i < size; ++i) {
+      probs_[i] = std::exp(candidates_[i].logit - max);
+      sum += probs_[i];
+    }
+    double cumulative = 0.0;
+    for (size_t i = 0; i < size; ++i) {
+      cumulative += probs_[i] / sum;
+      if (cumulative >= params_.top_p) {
+        size = i + 1;
+        break;
+      }
+    }
+  }
+  if (params_.min_p > 0.0f) {
+    float max = candidates_[0].logit;
+    if (!sorted) {
+      for (size_t i = 1; i < size; ++i) max = std::max(max, candidates_[i].logit);
+    }
+    // p_i >= min_p · p_max  <=>  logit_i >= logit_max + ln(min_p).
+    const float threshold = max + std::log(params_.min_p);
+    size_t kept = 0;
+    for (size_t i = 0; i < size; ++i) {
+      if (candidates_[i].logit >= threshold) candidates_[kept++] = candidates_[i];
+    }
+    size = kept;  // the maximum itself always passes, so kept >= 1
+  }
+
+  const float inv_temp = 1.0f / params_.temperature;
+  float max = candidates_[0].logit * inv_temp;
+  for (size_t i = 1; i < size; ++i) max = std::max(max, candidates_[i].logit * inv_temp);
+  double sum = 0.0;
+  for (size_t i = 0; i < size; ++i) {
+    probs_[i] = std::exp(candidates_[i].logit * inv_temp - max);
+    sum += probs_[i];
+  }
+  const double target = NextUniform() * sum;
+  double cumulative = 0.0;
+  for (size_t i = 0; i < size; ++i) {
+    cumulative += probs_[i];
+    if (target < cumulative) return candidates_[i].id;
+  }
+  // Rounding can leave target at the very top of the range.
+  return candidates_[size - 1].id;
+}
+
+}  // namespace moetier

@@ -1,0 +1,325 @@
+#include "standalone/options.h"
+
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+
+namespace moetier {
+namespace {
+
+constexpr int kMaxThreads = 1024;
+constexpr int kMaxCtx = 1 << 24;
+constexpr size_t kMaxTokens = size_t{1} << 24;
+
+absl::Status FlagError(std::string_view flag, std::string_view what) {
+  return absl::InvalidArgumentError(absl::StrFormat("flag %s: %s", flag, what));
+}
+
+absl::StatusOr<int> ParseInt(std::string_view flag, std::string_view value, int min, int max) {
+  int v = 0;
+  if (!absl::SimpleAtoi(absl::string_view(value.data(), value.size()), &v)) {
+    return FlagError(flag, absl::StrFormat("'%s' is not an integer", value));
+  }
+  if (v < min || v > max) {
+    return FlagError(flag, absl::StrFormat("%d is outside %d..%d", v, min, max));
+  }
+  return v;
+}
+
+absl::StatusOr<float> ParseFloat(std::string_view flag, std::string_view value) {
+  float v = 0.0f;
+  if (!absl::SimpleAtof(absl::string_view(value.data(), value.size()), &v) || !std::isfinite(v)) {
+    return FlagError(flag, absl::StrFormat("'%s' is not a finite number", value));
+  }
+  return v;
+}
+
+absl::StatusOr<std::vector<int32_t>> ParseTokenList(std::string_view flag, std::string_view value) {
+  std::vector<int32_t> ids;
+  for (absl::string_view part :
+       absl::StrSplit(absl::string_view(value.data(), value.size()), ',')) {
+    part = absl::StripAsciiWhitespace(part);
+    int32_t id = 0;
+    if (!absl::SimpleAtoi(part, &id) || id < 0) {
+      return FlagError(flag, absl::StrFormat("'%s' is not a token id (expected "
+                                             "comma-separated non-negative integers)",
+                                             part));
+    }
+    if (ids.size() == kMaxTokens) {
+      return FlagError(flag, absl::StrFormat("more than %d tokens", kMaxTokens));
+    }
+    ids.push_back(id);
+  }
+  return ids;
+}
+
+struct Flag {
+  std::string_view name;  // as typed, with its dashes
+  bool takes_value;
+  std::function<absl::Status(std::string_view flag, std::string_view value)> apply;
+};
+
+// Assigns the parsed value on success.
+template <typename T>
+absl::Status Assign(absl::StatusOr<T> parsed, T& out) {
+  if (!parsed.ok()) return parsed.status();
+  out = *std::move(parsed);
+  return absl::OkStatus();
+}
+
+std::vector<Flag> MakeFlags(WorkerOptions& o) {
+  const auto set_mode = [&o](std::string_view flag, StandaloneMode mode) -> absl::Status {
+    if (o.mode != StandaloneMode::kNone) {
+      return FlagError(flag, "only one of --tokens, --tokenize and --prompt may be given");
+    }
+    o.mode = mode;
+    return absl::OkStatus();
+  };
+  const int int_max = std::numeric_limits<int>::max();
+  return {
+      {"--help", false,
+       [&o](auto, auto) {
+         o.help = true;
+         return absl::OkStatus();
+       }},
+      {"-h", false,
+       [&o](auto, auto) {
+         o.help = true;
+         return absl::OkStatus();
+       }},
+      {"--standalone", false,
+       [&o](auto, auto) {
+         o.standalone = true;
+         return absl::OkStatus();
+       }},
+      {"--model", true,
+       [&o](std::string_view f, std::string_view v) {
+         if (v.empty()) return FlagError(f, "the path is empty");
+         o.model_path = std::string(v);
+         return absl::OkStatus();
+       }},
+      {"--tokens", true,
+       [&o, set_mode](std::string_view f, std::string_view v) {
+         if (absl::Status s = set_mode(f, StandaloneMode::kLogits); !s.ok()) return s;
+         return Assign(ParseTokenList(f, v), o.tokens);
+       }},
+      {"--logits-out", true,
+       [&o](std::string_view f, std::string_view v) {
+         if (v.empty()) return FlagError(f, "the path is empty");
+         o.logits_out = std::string(v);
+         return absl::OkStatus();
+       }},
+      {"--tokenize", true,
+       [&o, set_mode](std::string_view f, std::string_view v) {
+         if (absl::Status s = set_mode(f, StandaloneMode::kTokenize); !s.ok()) return s;
+         o.text = std::string(v);
+         return absl::OkStatus();
+       }},
+      {"--prompt", true,
+       [&o, set_mode](std::string_view f, std::string_view v) {
+         if (absl::Status s = set_mode(f, StandaloneMode::kGenerate); !s.ok()) return s;
+         o.text = std::string(v);
+         return absl::OkStatus();
+       }},
+      {"--chat", false,
+       [&o](auto, auto) {
+         o.chat = true;
+         return absl::OkStatus();
+       }},
+      {"-n", true,
+       [&o, int_max](std::string_view f, std::string_view v) {
+         return Assign(ParseInt(f, v, -1, int_max), o.n_predict);
+       }},
+      {"--n-predict", true,
+       [&o, int_max](std::string_view f, std::string_view v) {
+         return Assign(ParseInt(f, v, -1, int_max), o.n_predict);
+       }},
+      {"--temp", true,
+       [&o](std::string_view f, std::string_view v) {
+         return Assign(ParseFloat(f, v), o.sampling.temperature);
+       }},
+      {"--top-k", true,
+       [&o, int_max](std::string_view f, std::string_view v) {
+         return Assign(ParseInt(f, v, 0, int_max), o.sampling.top_k);
+       }},
+      {"--top-p", true,
+       [&o](std::string_view f, std::string_view v) {
+         return Assign(ParseFloat(f, v), o.sampling.top_p);
+       }},
+      {"--min-p", true,
+       [&o](std::string_view f, std::string_view v) {
+         return Assign(ParseFloat(f, v), o.sampling.min_p);
+       }},
+      {"--repeat-penalty", true,
+       [&o](std::string_view f, std::string_view v) {
+         return Assign(ParseFloat(f, v), o.sampling.repeat_penalty);
+       }},
+      {"--repeat-last-n", true,
+       [&o](std::string_view f, std::string_view v) {
+         return Assign(ParseInt(f, v, 0, 1 << 20), o.sampling.repeat_last_n);
+       }},
+      {"--seed", true,
+       [&o](std::string_view f, std::string_view v) {
+         uint64_t seed = 0;
+         if (!absl::SimpleAtoi(absl::string_view(v.data(), v.size()), &seed)) {
+           return FlagError(f, absl::StrFormat("'%s' is not a non-negative integer", v));
+         }
+         o.sampling.seed = seed;
+         o.seed_given = true;
+         return absl::OkStatus();
+       }},
+      {"--backend", true,
+       [&o](std::string_view f, std::string_view v) {
+         if (v == "cpu") {
+           o.backend = BackendKind::kCpu;
+         } else if (v == "reference") {
+           o.backend = BackendKind::kReference;
+         } else {
+           return FlagError(f, absl::StrFormat("unknown backend '%s' (use cpu or reference)", v));
+         }
+         return absl::OkStatus();
+       }},
+      {"--threads", true,
+       [&o](std::string_view f, std::string_view v) {
+         return Assign(ParseInt(f, v, 1, kMaxThreads), o.n_threads);
+       }},
+      {"--ctx", true,
+       [&o](std::string_view f, std::string_view v) {
+         return Assign(ParseInt(f, v, 1, kMaxCtx), o.ctx);
+       }},
+  };
+}
+
+// Checks that the flags make one complete standalone command.
+absl::Status CheckStandalone(const WorkerOptions& o) {
+  if (o.model_path.empty()) return absl::InvalidArgumentError("--model FILE is required");
+  switch (o.mode) {
+    case StandaloneMode::kNone:
+      return absl::InvalidArgumentError(
+          "give one of --tokens LIST (with --logits-out FILE), --tokenize TEXT or --prompt TEXT");
+    case StandaloneMode::kLogits:
+      if (o.tokens.empty()) return absl::InvalidArgumentError("--tokens is empty");
+      if (o.logits_out.empty()) {
+        return absl::InvalidArgumentError("--tokens needs --logits-out FILE");
+      }
+      break;
+    case StandaloneMode::kTokenize:
+    case StandaloneMode::kGenerate:
+      if (!o.logits_out.empty()) {
+        return absl::InvalidArgumentError("--logits-out goes only with --tokens");
+      }
+      break;
+  }
+  if (o.chat && o.mode != StandaloneMode::kGenerate) {
+    return absl::InvalidArgumentError("--chat goes only with --prompt");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<WorkerOptions> ParseWorkerArgs(int argc, const char* const* argv) {
+  WorkerOptions options;
+  const std::vector<Flag> flags = MakeFlags(options);
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (arg.size() < 2 || arg[0] != '-') {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("unexpected argument '%s' (flags start with --; see --help)", arg));
+    }
+    std::string_view name = arg;
+    std::string_view value;
+    bool has_inline_value = false;
+    if (const size_t eq = arg.find('='); eq != std::string_view::npos) {
+      name = arg.substr(0, eq);
+      value = arg.substr(eq + 1);
+      has_inline_value = true;
+    }
+    const Flag* flag = nullptr;
+    for (const Flag& f : flags) {
+      if (f.name == name) flag = &f;
+    }
+    if (flag == nullptr) {
+      return absl::InvalidArgumentError(absl::StrFormat("unknown flag '%s' (see --help)", name));
+    }
+    if (flag->takes_value && !has_inline_value) {
+      if (i + 1 >= argc) {
+        return absl::InvalidArgumentError(absl::StrFormat("flag %s needs a value", name));
+      }
+      value = argv[++i];
+    } else if (!flag->takes_value && has_inline_value) {
+      return absl::InvalidArgumentError(absl::StrFormat("flag %s takes no value", name));
+    }
+    if (absl::Status s = flag->apply(name, value); !s.ok()) return s;
+  }
+  if (options.standalone && !options.help) {
+    if (absl::Status s = CheckStandalone(options); !s.ok()) return s;
+  }
+  return options;
+}
+
+std::string WorkerUsage() {
+  return absl::StrFormat(
+      R"(moetier-worker: runs one compute device's forward pass for moetierd.
+
+Under moetierd the daemon starts the workers itself. --standalone runs one
+engine directly on a GGUF file, for scoring, tokenizing and generating.
+
+Usage:
+  moetier-worker --standalone --model FILE --tokens 1,2,3 --logits-out OUT
+  moetier-worker --standalone --model FILE --tokenize TEXT
+  moetier-worker --standalone --model FILE --prompt TEXT [-n N] [--chat] [sampling flags]
+
+Modes (exactly one):
+  --tokens LIST        comma-separated token ids, run at positions 0..n-1
+  --logits-out FILE    with --tokens: write the logits as raw little-endian
+                       float32, one row of n_vocab values per position,
+                       row-major, nothing else in the file
+  --tokenize TEXT      print TEXT's token ids, comma-separated, on one line
+                       (special tokens such as <|im_start|> are parsed)
+  --prompt TEXT        generate a continuation of TEXT and stream it to stdout
+
+Generation:
+  -n, --n-predict N    tokens to generate (default 64; -1: until an
+                       end-of-generation token or a full context)
+  --chat               render TEXT as one user message through the model's
+                       chat template, with the assistant generation prompt
+  --temp T             temperature (default 0.8; 0: greedy)
+  --top-k K            keep the K most likely tokens (default 40; 0: off)
+  --top-p P            keep the smallest set with probability >= P
+                       (default 0.95; 1: off)
+  --min-p M            drop tokens below M x the top probability
+                       (default 0.05; 0: off)
+  --repeat-penalty R   divide positive / multiply negative logits of recently
+                       seen tokens by R (default 1: off)
+  --repeat-last-n N    how many recent tokens (prompt included) the penalty
+                       looks at (default 64; 0: off)
+  --seed S             random seed; the same seed gives the same text
+                       (default: drawn at random and printed to stderr)
+
+Engine:
+  --model FILE         the GGUF model (first shard of a split model)
+  --backend NAME       cpu (default) or reference (the plain fp32 oracle:
+                       exact but slow, and holds every weight as fp32)
+  --threads N          worker threads (default: one per hardware thread)
+  --ctx N              KV cache length in tokens (default: %d, at most the
+                       model's training context)
+
+Other:
+  --standalone         run without moetierd (required for the modes above)
+  -h, --help           this text
+
+Flags take their value as the next argument or after '='.
+Exit status: 0 success, 1 runtime error (file, model, engine), 2 usage error.
+)",
+      kDefaultCtx);
+}
+
+}  // namespace moetier

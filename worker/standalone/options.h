@@ -1,0 +1,51 @@
+// Command line of moetier-worker. The worker normally runs under moetierd;
+// --standalone lets it load a GGUF file itself to score tokens, tokenize or
+// generate text, which is how outside checks and people exercise one engine.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "sampling/sampler.h"
+
+namespace moetier {
+
+enum class StandaloneMode {
+  kNone,      // no mode flag given
+  kLogits,    // --tokens ... --logits-out FILE
+  kTokenize,  // --tokenize TEXT
+  kGenerate,  // --prompt TEXT
+};
+
+enum class BackendKind { kCpu, kReference };
+
+struct WorkerOptions {
+  bool help = false;
+  bool standalone = false;
+  std::string model_path;
+  StandaloneMode mode = StandaloneMode::kNone;
+  std::vector<int32_t> tokens;  // --tokens
+  std::string logits_out;       // --logits-out
+  std::string text;             // --tokenize or --prompt
+  bool chat = false;
+  int n_predict = 64;  // -n; -1: until end of generation or a full context
+  SamplingParams sampling;
+  bool seed_given = false;  // without --seed the seed is drawn at random
+  BackendKind backend = BackendKind::kCpu;
+  int n_threads = 0;  // 0: one per hardware thread
+  int ctx = 0;        // 0: min(kDefaultCtx, the model's training context)
+};
+
+inline constexpr int kDefaultCtx = 4096;
+
+// Parses argv. Errors are one line naming the flag and the problem. Checks
+// that the flags form one complete standalone command only when --standalone
+// is given (and --help is not).
+absl::StatusOr<WorkerOptions> ParseWorkerArgs(int argc, const char* const* argv);
+
+// The --help text.
+std::string WorkerUsage();
+
+}  // namespace moetier
