@@ -22,9 +22,12 @@ if(MOETIER_ENABLE_CUDA)
   endif()
 endif()
 
-# moetier_cuda_defaults(<target>): C++20 for nvcc (CMake 3.25 knows no CUDA20 dialect).
+# moetier_cuda_defaults(<target>): CUDA sources are C++17. CMake 3.25 knows no
+# CUDA20 dialect for nvcc, and without an explicit CUDA_STANDARD it would
+# inherit CMAKE_CXX_STANDARD (20) and refuse to generate.
 function(moetier_cuda_defaults target)
+  set_target_properties(${target} PROPERTIES
+      CUDA_STANDARD 17 CUDA_STANDARD_REQUIRED ON CUDA_RUNTIME_LIBRARY Static)
   target_compile_options(${target} PRIVATE
-      $<$<COMPILE_LANGUAGE:CUDA>:-std=c++20 --expt-relaxed-constexpr -Xcompiler=-Wall>)
-  set_target_properties(${target} PROPERTIES CUDA_RUNTIME_LIBRARY Static)
+      $<$<COMPILE_LANGUAGE:CUDA>:--expt-relaxed-constexpr -Xcompiler=-Wall>)
 endfunction()
