@@ -1,0 +1,385 @@
+#include "config/daemon_config.h"
+
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <optional>
+#include <sstream>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "google/protobuf/io/tokenizer.h"
+#include "google/protobuf/text_format.h"
+#include "store/store_layout.h"
+#include "util/byte_size.h"
+
+namespace moetier {
+namespace {
+
+using google::protobuf::FieldDescriptor;
+
+// Debian's absl::string_view is its own type, not std::string_view.
+absl::string_view Absl(std::string_view s) { return absl::string_view(s.data(), s.size()); }
+
+struct FlagDoc {
+  const char* name;
+  const char* value;
+  const char* help;
+};
+
+// One entry per DaemonConfig field, plus --config and --help.
+constexpr FlagDoc kFlags[] = {
+    {"config", "FILE", "Read a DaemonConfig in protobuf text format; flags override it."},
+    {"model_path", "PATH", "The model: a .gguf file or the first shard of a split model."},
+    {"ram_budget_bytes", "SIZE",
+     "RAM for the locked expert store (tables, dense weights, expert slots), e.g. 24GiB. "
+     "0 holds every expert; less makes RAM a cache over the model file."},
+    {"devices", "LIST", "Comma-separated devices, one worker each: cpu, cuda:0, cuda:1, ..."},
+    {"worker_executable_path", "PATH",
+     "The worker program (default: moetier-worker next to moetierd)."},
+    {"worker_socket_path", "PATH", "Unix socket on which workers join the daemon (mode 0600)."},
+    {"api_socket_path", "PATH", "Unix socket of the client API."},
+    {"io_backend", "auto|io_uring|pread",
+     "How experts are read: io_uring when the kernel allows it (auto), or plain pread."},
+    {"io_queue_depth", "N", "Reads in flight at once, 4 to 4096 (an expert takes 2 or 3)."},
+    {"direct_io", "BOOL",
+     "Read experts with O_DIRECT, straight into the store, bypassing the page cache."},
+    {"lock_memory", "BOOL", "mlock the expert store."},
+    {"allow_unlocked_memory", "BOOL",
+     "If mlock fails, run with memory the kernel may swap out instead of refusing to start."},
+    {"huge_pages", "BOOL", "Ask for transparent huge pages for the store."},
+    {"worker_handshake_timeout_ms", "MS", "Time from starting a worker to its joining."},
+    {"worker_heartbeat_timeout_ms", "MS",
+     "Heartbeat silence after which a worker counts as hung and is restarted."},
+    {"worker_restart_backoff_initial_ms", "MS",
+     "Delay before restarting a failed worker; doubles with each failure in a row."},
+    {"worker_restart_backoff_max_ms", "MS", "Longest delay between restarts."},
+    {"worker_stable_after_ms", "MS", "A worker up this long has its backoff reset."},
+    {"worker_stop_grace_ms", "MS", "At shutdown, time between SIGTERM and SIGKILL."},
+    {"worker_extra_args", "ARG",
+     "An extra argument for every worker's command line; repeat for more."},
+    {"preload_progress_interval_ms", "MS", "How often preload progress is logged."},
+    {"help", "", "Print this help and exit."},
+};
+
+class CollectErrors : public google::protobuf::io::ErrorCollector {
+ public:
+  void AddError(int line, google::protobuf::io::ColumnNumber column,
+                const std::string& message) override {
+    if (first_.empty()) first_ = absl::StrFormat("%d:%d: %s", line + 1, column + 1, message);
+  }
+  void AddWarning(int, google::protobuf::io::ColumnNumber, const std::string&) override {}
+  const std::string& first() const { return first_; }
+
+ private:
+  std::string first_;
+};
+
+absl::StatusOr<bool> ParseBool(std::string_view flag, std::string_view text) {
+  if (text == "true" || text == "1" || text == "yes") return true;
+  if (text == "false" || text == "0" || text == "no") return false;
+  return absl::InvalidArgumentError(
+      absl::StrFormat("--%s=%s: expected true or false", flag, text));
+}
+
+absl::StatusOr<uint64_t> ParseUnsigned(const FieldDescriptor& field, std::string_view text) {
+  uint64_t value = 0;
+  if (absl::EndsWith(field.name(), "_bytes")) {
+    absl::StatusOr<uint64_t> bytes = ParseByteSize(text);
+    if (!bytes.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("--%s: %s", field.name(), bytes.status().message()));
+    }
+    value = *bytes;
+  } else if (!absl::SimpleAtoi(Absl(text), &value)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--%s=%s: expected a non-negative integer", field.name(), text));
+  }
+  if (field.cpp_type() == FieldDescriptor::CPPTYPE_UINT32 && value > UINT32_MAX) {
+    return absl::OutOfRangeError(
+        absl::StrFormat("--%s=%s: larger than %d", field.name(), text, UINT32_MAX));
+  }
+  return value;
+}
+
+absl::Status ReadFile(const std::string& path, std::string* out) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::NotFoundError(absl::StrFormat("cannot read config file %s: %s", path,
+                                               std::strerror(errno)));
+  }
+  std::ostringstream buffer;
+  buffer << in.rdbuf();
+  *out = buffer.str();
+  return absl::OkStatus();
+}
+
+// Applies one flag; `replaced` tracks list fields already reset by a flag.
+absl::Status ApplyFlag(DaemonConfig& config, std::string_view name,
+                       std::optional<std::string> value,
+                       absl::flat_hash_set<const FieldDescriptor*>& replaced) {
+  const FieldDescriptor* field = DaemonConfig::descriptor()->FindFieldByName(std::string(name));
+  if (field == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("unknown flag --%s; run moetierd --help for the list", name));
+  }
+  const google::protobuf::Reflection* r = config.GetReflection();
+  if (field->cpp_type() == FieldDescriptor::CPPTYPE_BOOL) {
+    absl::StatusOr<bool> b = value.has_value() ? ParseBool(name, *value) : true;
+    if (!b.ok()) return b.status();
+    r->SetBool(&config, field, *b);
+    return absl::OkStatus();
+  }
+  if (!value.has_value()) {
+    return absl::InvalidArgumentError(absl::StrFormat("--%s needs a value", name));
+  }
+  switch (field->cpp_type()) {
+    case FieldDescriptor::CPPTYPE_UINT32:
+    case FieldDescriptor::CPPTYPE_UINT64: {
+      absl::StatusOr<uint64_t> v = ParseUnsigned(*field, *value);
+      if (!v.ok()) return v.status();
+      if (field->cpp_type() == FieldDescriptor::CPPTYPE_UINT32) {
+        r->SetUInt32(&config, field, static_cast<uint32_t>(*v));
+      } else {
+        r->SetUInt64(&config, field, *v);
+      }
+      return absl::OkStatus();
+    }
+    case FieldDescriptor::CPPTYPE_STRING:
+      if (!field->is_repeated()) {
+        r->SetString(&config, field, *value);
+        return absl::OkStatus();
+      }
+      if (replaced.insert(field).second) r->ClearField(&config, field);
+      if (name == "devices") {
+        for (absl::string_view item : absl::StrSplit(*value, ',', absl::SkipWhitespace())) {
+          r->AddString(&config, field, std::string(item));
+        }
+      } else {
+        r->AddString(&config, field, *value);
+      }
+      return absl::OkStatus();
+    default:
+      return absl::InternalError(absl::StrFormat("flag --%s has an unsupported type", name));
+  }
+}
+
+template <typename... Args>
+absl::Status Invalid(const absl::FormatSpec<Args...>& format, const Args&... args) {
+  return absl::InvalidArgumentError(absl::StrFormat(format, args...));
+}
+
+bool IsValidDevice(std::string_view device) {
+  if (device == "cpu") return true;
+  if (!absl::StartsWith(Absl(device), "cuda:")) return false;
+  std::string_view number = device.substr(5);
+  uint32_t index = 0;
+  return !number.empty() && number.size() <= 3 &&
+         number.find_first_not_of("0123456789") == std::string_view::npos &&
+         absl::SimpleAtoi(Absl(number), &index);
+}
+
+absl::Status CheckSocketPath(std::string_view name, const std::string& path) {
+  if (path.empty() || path.size() >= sizeof(sockaddr_un{}.sun_path)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%s '%s' must be 1 to %d bytes long", name, path, sizeof(sockaddr_un{}.sun_path) - 1));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<DaemonConfig> ParseDaemonConfigText(std::string_view text,
+                                                   std::string_view source) {
+  DaemonConfig config;
+  google::protobuf::TextFormat::Parser parser;
+  CollectErrors errors;
+  parser.RecordErrorsTo(&errors);
+  if (!parser.ParseFromString(std::string(text), &config)) {
+    return absl::InvalidArgumentError(absl::StrFormat("config %s:%s", source, errors.first()));
+  }
+  return config;
+}
+
+absl::Status ValidateDaemonConfig(const DaemonConfig& c) {
+  if (c.model_path().empty()) {
+    return Invalid("model_path is not set: give it in the config file or as --model_path=FILE");
+  }
+  struct stat st {};
+  if (stat(c.model_path().c_str(), &st) != 0) {
+    return Invalid("model_path %s cannot be read: %s", c.model_path(), std::strerror(errno));
+  }
+  if (!S_ISREG(st.st_mode)) return Invalid("model_path %s is not a regular file", c.model_path());
+  if (c.devices_size() == 0) {
+    return Invalid("devices is empty: list at least one of cpu, cuda:0, cuda:1, ...");
+  }
+  if (c.devices_size() > static_cast<int>(store::kMaxWorkers)) {
+    return Invalid("%d devices listed; at most %d workers are supported", c.devices_size(),
+                   store::kMaxWorkers);
+  }
+  absl::flat_hash_set<std::string> seen;
+  for (const std::string& d : c.devices()) {
+    if (!IsValidDevice(d)) {
+      return Invalid("device '%s' is not valid: use cpu or cuda:N (N = 0, 1, ...)", d);
+    }
+    if (!seen.insert(d).second) return Invalid("device '%s' is listed twice", d);
+  }
+  if (c.io_backend() != "auto" && c.io_backend() != "io_uring" && c.io_backend() != "pread") {
+    return Invalid("io_backend '%s' is not one of auto, io_uring, pread", c.io_backend());
+  }
+  if (c.io_queue_depth() < 4 || c.io_queue_depth() > 4096) {
+    return Invalid("io_queue_depth %d is outside [4, 4096]", c.io_queue_depth());
+  }
+  if (absl::Status s = CheckSocketPath("worker_socket_path", c.worker_socket_path()); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = CheckSocketPath("api_socket_path", c.api_socket_path()); !s.ok()) return s;
+  if (c.worker_socket_path() == c.api_socket_path()) {
+    return Invalid("worker_socket_path and api_socket_path are both %s; they must differ",
+                   c.worker_socket_path());
+  }
+  if (!c.worker_executable_path().empty() &&
+      access(c.worker_executable_path().c_str(), X_OK) != 0) {
+    return Invalid("worker_executable_path %s is not an executable file: %s",
+                   c.worker_executable_path(), std::strerror(errno));
+  }
+  const struct {
+    const char* name;
+    uint32_t value;
+    uint32_t min;
+  } limits[] = {
+      {"worker_handshake_timeout_ms", c.worker_handshake_timeout_ms(), 100},
+      {"worker_heartbeat_timeout_ms", c.worker_heartbeat_timeout_ms(), 100},
+      {"worker_restart_backoff_initial_ms", c.worker_restart_backoff_initial_ms(), 1},
+      {"worker_restart_backoff_max_ms", c.worker_restart_backoff_max_ms(), 1},
+      {"worker_stable_after_ms", c.worker_stable_after_ms(), 1},
+      {"worker_stop_grace_ms", c.worker_stop_grace_ms(), 1},
+      {"preload_progress_interval_ms", c.preload_progress_interval_ms(), 1},
+  };
+  for (const auto& l : limits) {
+    if (l.value < l.min) return Invalid("%s is %d; it must be at least %d", l.name, l.value, l.min);
+  }
+  if (c.worker_restart_backoff_initial_ms() > c.worker_restart_backoff_max_ms()) {
+    return Invalid("worker_restart_backoff_initial_ms (%d) is above "
+                   "worker_restart_backoff_max_ms (%d)",
+                   c.worker_restart_backoff_initial_ms(), c.worker_restart_backoff_max_ms());
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<DaemonCommandLine> ParseDaemonCommandLine(const std::vector<std::string>& args) {
+  struct Flag {
+    std::string name;
+    std::optional<std::string> value;
+  };
+  std::vector<Flag> flags;
+  for (size_t i = 1; i < args.size(); ++i) {
+    std::string_view a = args[i];
+    if (!absl::StartsWith(Absl(a), "--") || a.size() == 2) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "unexpected argument '%s'; every option is a --flag (run moetierd --help)", a));
+    }
+    a.remove_prefix(2);
+    Flag flag;
+    if (const size_t eq = a.find('='); eq != std::string_view::npos) {
+      flag.name = std::string(a.substr(0, eq));
+      flag.value = std::string(a.substr(eq + 1));
+    } else {
+      flag.name = std::string(a);
+      const FieldDescriptor* field = DaemonConfig::descriptor()->FindFieldByName(flag.name);
+      const bool takes_value =
+          flag.name == "config" ||
+          (field != nullptr && field->cpp_type() != FieldDescriptor::CPPTYPE_BOOL);
+      if (takes_value && i + 1 < args.size()) flag.value = args[++i];
+    }
+    flags.push_back(std::move(flag));
+  }
+
+  DaemonCommandLine out;
+  for (const Flag& f : flags) {
+    if (f.name == "help") {
+      out.help = true;
+      return out;
+    }
+  }
+  for (const Flag& f : flags) {
+    if (f.name != "config") continue;
+    if (!f.value.has_value() || f.value->empty()) {
+      return absl::InvalidArgumentError("--config needs a file name");
+    }
+    std::string text;
+    if (absl::Status s = ReadFile(*f.value, &text); !s.ok()) return s;
+    absl::StatusOr<DaemonConfig> parsed = ParseDaemonConfigText(text, *f.value);
+    if (!parsed.ok()) return parsed.status();
+    out.config = std::move(*parsed);
+  }
+  absl::flat_hash_set<const FieldDescriptor*> replaced;
+  for (const Flag& f : flags) {
+    if (f.name == "config") continue;
+    if (absl::Status s = ApplyFlag(out.config, f.name, f.value, replaced); !s.ok()) return s;
+  }
+  return out;
+}
+
+namespace {
+
+// Appends `text` as lines of at most 80 columns, each indented by 6.
+void AppendWrapped(std::string* out, std::string_view text) {
+  constexpr size_t kWidth = 80 - 6;
+  std::string line;
+  for (absl::string_view word : absl::StrSplit(Absl(text), ' ', absl::SkipEmpty())) {
+    if (!line.empty() && line.size() + 1 + word.size() > kWidth) {
+      absl::StrAppend(out, "      ", line, "\n");
+      line.clear();
+    }
+    if (!line.empty()) line += ' ';
+    line.append(word.data(), word.size());
+  }
+  if (!line.empty()) absl::StrAppend(out, "      ", line, "\n");
+}
+
+}  // namespace
+
+std::string DaemonUsage() {
+  std::string out =
+      "moetierd: the moetier daemon. Owns the pinned expert store of one Mixture-of-Experts\n"
+      "model and runs one moetier-worker per device.\n\n"
+      "usage: moetierd --config=FILE [--flag=value ...]\n"
+      "       moetierd --model_path=MODEL.gguf --devices=cpu [--flag=value ...]\n\n"
+      "The config file is a DaemonConfig in protobuf text format (field: value, one per\n"
+      "line); every flag below is also a config field of the same name, and a flag given\n"
+      "here overrides the file. Sizes accept units: 24GiB, 512MiB, 20GB.\n\nflags:\n";
+  const DaemonConfig defaults;
+  for (const FlagDoc& f : kFlags) {
+    std::string head = absl::StrFormat("  --%s", f.name);
+    if (f.value[0] != '\0') absl::StrAppendFormat(&head, "=%s", f.value);
+    std::string help = f.help;
+    const FieldDescriptor* field = DaemonConfig::descriptor()->FindFieldByName(f.name);
+    if (field != nullptr && !field->is_repeated()) {
+      std::string value;
+      google::protobuf::TextFormat::PrintFieldValueToString(defaults, field, -1, &value);
+      if (value != "\"\"") absl::StrAppendFormat(&help, " Default: %s.", value);
+    }
+    absl::StrAppend(&out, head, "\n");
+    AppendWrapped(&out, help);
+  }
+  out += "\nSIGTERM or SIGINT stops the workers and the daemon cleanly.\n";
+  return out;
+}
+
+std::vector<std::string> DocumentedFlagNames() {
+  std::vector<std::string> names;
+  for (const FlagDoc& f : kFlags) names.emplace_back(f.name);
+  return names;
+}
+
+}  // namespace moetier

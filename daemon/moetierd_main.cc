@@ -1,0 +1,167 @@
+// moetierd: parse the configuration, build the model manifest, create the
+// expert store (preload or cache), spawn and supervise the workers, and
+// stop cleanly on SIGTERM/SIGINT. The gRPC front door comes later.
+#include <signal.h>
+#include <unistd.h>
+
+#include <climits>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "config/daemon_config.h"
+#include "gguf/gguf_reader.h"
+#include "io/io_backend_factory.h"
+#include "log/daemon_log.h"
+#include "manifest/model_manifest.h"
+#include "store/expert_store.h"
+#include "supervisor/worker_supervisor.h"
+#include "util/byte_size.h"
+#include "util/systemd_notify.h"
+
+namespace moetier {
+namespace {
+
+constexpr int kExitConfigError = 2;
+constexpr int kExitStartupError = 1;
+
+// moetier-worker in the directory of this executable.
+std::string DefaultWorkerPath() {
+  char self[PATH_MAX] = {};
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n <= 0) return "moetier-worker";
+  std::string path(self, static_cast<size_t>(n));
+  const size_t slash = path.rfind('/');
+  return (slash == std::string::npos ? std::string(".") : path.substr(0, slash)) +
+         "/moetier-worker";
+}
+
+int Run(const DaemonConfig& config) {
+  absl::StatusOr<std::unique_ptr<GgufModel>> model = GgufModel::Open(config.model_path());
+  if (!model.ok()) {
+    LogError("cannot open the model: %s", model.status().message());
+    return kExitStartupError;
+  }
+  absl::StatusOr<ModelManifest> manifest = BuildModelManifest(**model);
+  model->reset();  // the store reads the files itself
+  if (!manifest.ok()) {
+    LogError("cannot serve %s: %s", config.model_path(), manifest.status().message());
+    return kExitStartupError;
+  }
+  const store::ModelHparams& hp = manifest->hparams;
+  LogInfo("model %s: %s, %d layers, %d experts per layer (top-%d), %d shard(s); experts %s, "
+          "dense weights %s, fingerprint %016x",
+          config.model_path(), hp.architecture, hp.n_layer, hp.n_expert, hp.n_expert_used,
+          manifest->shard_paths.size(), FormatBytes(manifest->total_expert_bytes),
+          FormatBytes(manifest->dense_bytes), manifest->fingerprint);
+
+  SupervisorOptions supervisor_options;
+  supervisor_options.worker_executable_path = config.worker_executable_path().empty()
+                                                   ? DefaultWorkerPath()
+                                                   : config.worker_executable_path();
+  supervisor_options.control_socket_path = config.worker_socket_path();
+  supervisor_options.model_path = config.model_path();
+  supervisor_options.devices.assign(config.devices().begin(), config.devices().end());
+  supervisor_options.worker_extra_args.assign(config.worker_extra_args().begin(),
+                                              config.worker_extra_args().end());
+  supervisor_options.handshake_timeout_ms = config.worker_handshake_timeout_ms();
+  supervisor_options.heartbeat_timeout_ms = config.worker_heartbeat_timeout_ms();
+  supervisor_options.restart_backoff_initial_ms = config.worker_restart_backoff_initial_ms();
+  supervisor_options.restart_backoff_max_ms = config.worker_restart_backoff_max_ms();
+  supervisor_options.stable_after_ms = config.worker_stable_after_ms();
+  supervisor_options.stop_grace_ms = config.worker_stop_grace_ms();
+  absl::StatusOr<std::unique_ptr<WorkerSupervisor>> supervisor =
+      WorkerSupervisor::Create(std::move(supervisor_options));
+  if (!supervisor.ok()) {
+    LogError("cannot supervise workers: %s", supervisor.status().message());
+    return kExitStartupError;
+  }
+
+  absl::StatusOr<IoBackendKind> kind = ParseIoBackendKind(config.io_backend());
+  if (!kind.ok()) {
+    LogError("%s", kind.status().message());
+    return kExitConfigError;
+  }
+  IoBackendOptions io_options;
+  io_options.kind = *kind;
+  io_options.queue_depth = config.io_queue_depth();
+  io_options.direct_io = config.direct_io();
+  absl::StatusOr<std::unique_ptr<IoBackend>> io = CreateIoBackend(io_options);
+  if (!io.ok()) {
+    LogError("%s", io.status().message());
+    return kExitStartupError;
+  }
+
+  ExpertStoreOptions store_options;
+  store_options.ram_budget_bytes = config.ram_budget_bytes();
+  store_options.segment.lock_memory = config.lock_memory();
+  store_options.segment.allow_unlocked_memory = config.allow_unlocked_memory();
+  store_options.segment.huge_pages = config.huge_pages();
+  store_options.progress_log_interval_ms = config.preload_progress_interval_ms();
+  absl::StatusOr<std::unique_ptr<ExpertStore>> store =
+      ExpertStore::Create(*manifest, std::move(*io), store_options);
+  if (!store.ok()) {
+    LogError("cannot create the expert store: %s", store.status().message());
+    // A budget that cannot work is a configuration error, like any other value.
+    return store.status().code() == absl::StatusCode::kInvalidArgument ? kExitConfigError
+                                                                        : kExitStartupError;
+  }
+  (*store)->Start();
+  (*supervisor)->Start(store->get());
+
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  bool ready_sent = false;
+  while (true) {
+    if (!ready_sent && (*store)->phase() == store::DaemonPhase::kReady) {
+      NotifySystemd("READY=1\nSTATUS=expert store ready");
+      LogInfo("ready");
+      ready_sent = true;
+    }
+    const timespec tick{0, 200'000'000};
+    const int signal_number = sigtimedwait(&stop_signals, nullptr, &tick);
+    if (signal_number > 0) {
+      LogInfo("received %s; stopping", signal_number == SIGTERM ? "SIGTERM" : "SIGINT");
+      break;
+    }
+  }
+  NotifySystemd("STOPPING=1");
+  (*supervisor)->Stop();
+  (*store)->Stop();
+  LogInfo("stopped");
+  return 0;
+}
+
+}  // namespace
+}  // namespace moetier
+
+int main(int argc, char** argv) {
+  // Blocked before any thread starts, so every thread inherits the mask and
+  // only the main thread's sigtimedwait sees these signals.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  const std::vector<std::string> args(argv, argv + argc);
+  absl::StatusOr<moetier::DaemonCommandLine> command_line = moetier::ParseDaemonCommandLine(args);
+  if (!command_line.ok()) {
+    std::fprintf(stderr, "moetierd: %s\nRun moetierd --help for the flags.\n",
+                 std::string(command_line.status().message()).c_str());
+    return moetier::kExitConfigError;
+  }
+  if (command_line->help) {
+    std::fputs(moetier::DaemonUsage().c_str(), stdout);
+    return 0;
+  }
+  if (absl::Status valid = moetier::ValidateDaemonConfig(command_line->config); !valid.ok()) {
+    std::fprintf(stderr, "moetierd: invalid configuration: %s\n",
+                 std::string(valid.message()).c_str());
+    return moetier::kExitConfigError;
+  }
+  return moetier::Run(command_line->config);
+}

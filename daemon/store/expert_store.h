@@ -1,0 +1,170 @@
+// The daemon side of the expert store: builds the segment (store_layout.h)
+// for a model, copies the dense weights into it, and runs the service
+// thread that owns every expert state transition:
+//
+//   kOnDisk -> kLoading -> kResident -> kEvicting -> kOnDisk
+//
+// The service thread drains the workers' request rings, reads experts with
+// the IoBackend (demand first, then prefetch hints, then the preload of a
+// fully resident store), publishes them, wakes waiters and answers on the
+// completion rings. Reads go straight into the slot (expert_placement.h)
+// while the expert is kLoading, invisible to workers; only when every read
+// of the expert succeeded is it published kResident. A failed read leaves
+// the expert on disk with its errno and the slot free for reuse.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "io/io_backend.h"
+#include "manifest/model_manifest.h"
+#include "store/expert_placement.h"
+#include "store/fixed_queue.h"
+#include "store/replacement_policy.h"
+#include "store/segment_plan.h"
+#include "store/store_layout.h"
+#include "store/store_segment.h"
+
+namespace moetier {
+
+struct ExpertStoreOptions {
+  uint64_t ram_budget_bytes = 0;  // the whole segment; 0: hold every expert
+  SegmentOptions segment;
+  int64_t progress_log_interval_ms = 2000;
+  // The cache's replacement policy; CLOCK when unset.
+  std::function<std::unique_ptr<ReplacementPolicy>(uint32_t n_slot)> make_policy;
+};
+
+class ExpertStore {
+ public:
+  // Plans and creates the segment, registers the model files with `io`,
+  // copies the dense tensors. Nothing is read into slots before Start().
+  static absl::StatusOr<std::unique_ptr<ExpertStore>> Create(const ModelManifest& manifest,
+                                                             std::unique_ptr<IoBackend> io,
+                                                             const ExpertStoreOptions& options);
+  ~ExpertStore();
+  ExpertStore(const ExpertStore&) = delete;
+  ExpertStore& operator=(const ExpertStore&) = delete;
+
+  // Starts the service thread: a fully resident store begins its preload,
+  // a cache is ready at once.
+  void Start();
+  // Marks the store stopping (waiting workers get Unavailable), finishes the
+  // reads in flight and joins the service thread. Idempotent.
+  void Stop();
+  // True once the phase is kReady; false after timeout_ms or when stopping.
+  bool WaitUntilReady(int64_t timeout_ms);
+
+  int segment_fd() const { return segment_->fd(); }
+  uint64_t segment_bytes() const { return segment_->size(); }
+  bool memory_locked() const { return segment_->locked(); }
+  store::StoreMode mode() const { return plan_.mode; }
+  uint32_t n_slot() const { return plan_.n_slot; }
+  store::DaemonPhase phase() const;
+  std::string_view io_backend_name() const { return io_->name(); }
+  const ModelManifest& manifest() const { return manifest_; }
+  // A snapshot of the shared counters.
+  store::StoreCounters counters() const;
+
+  // Worker slots (the supervisor's side). Admit clears what a previous
+  // holder of the index left (pins, rings, status), then stamps the new
+  // process in; Release drops the pins of a worker that has exited, so its
+  // slots can be evicted again. Both run on the service thread.
+  // Precondition: index < store::kMaxWorkers.
+  uint32_t AdmitWorker(uint32_t index, int32_t pid, std::string_view device);  // returns the epoch
+  void ReleaseWorker(uint32_t index);
+  uint64_t WorkerHeartbeatNs(uint32_t index) const;
+
+ private:
+  struct Load {
+    uint32_t expert = 0;  // linear index
+    uint32_t slot = 0;
+    uint32_t reads_pending = 0;
+    int error = 0;
+    bool prefetch = false;
+    ExpertPlacement placement;
+  };
+  struct ExpertBook {
+    int32_t load = -1;            // index into loads_ while kLoading
+    uint32_t waiting_workers = 0; // bit w: worker w is owed a completion
+    uint8_t queued = 0;           // kQueuedDemand | kQueuedPrefetch
+  };
+  struct WorkerBook {
+    bool admitted = false;
+    uint32_t epoch = 0;
+  };
+  class Probe;
+
+  ExpertStore() = default;
+  absl::Status FillDenseTensors();
+  void WriteHeaderAndTables();
+  void ServiceLoop();
+  void RunCommands();
+  void RunOnServiceThread(std::function<void()> command);
+  void DrainRequests();
+  void HandleRequest(uint32_t worker, const store::ExpertRequest& request);
+  bool StartLoads();  // returns true when a load waits because every slot is pinned
+  bool NextExpert(uint32_t* expert, int* source);
+  std::optional<uint32_t> AcquireSlot(uint32_t expert);
+  void BeginLoad(uint32_t expert, uint32_t slot, bool prefetch);
+  void ReapReads(int64_t timeout_ns);
+  void FinishLoad(uint32_t load_index);
+  bool TryEvictSlot(uint32_t slot);
+  void PushCompletion(uint32_t worker, uint32_t expert, int error, uint32_t slot);
+  void AnswerWaiters(uint32_t expert, int error, uint32_t slot);
+  void ReleaseWorkerNow(uint32_t index);
+  void LogPreloadProgress(bool final);
+  void SetPhase(store::DaemonPhase phase);
+  void Bump(uint64_t& counter, uint64_t by = 1);
+  store::ExpertEntry& entry(uint32_t expert) { return entries_[expert]; }
+
+  ModelManifest manifest_;
+  ExpertStoreOptions options_;
+  SegmentPlan plan_;
+  std::unique_ptr<StoreSegment> segment_;
+  std::unique_ptr<IoBackend> io_;
+  std::unique_ptr<ReplacementPolicy> policy_;
+  std::vector<uint32_t> file_index_;  // per shard, from io_->RegisterFile
+  store::SegmentHeader* header_ = nullptr;
+  store::ExpertEntry* entries_ = nullptr;
+  uint32_t n_entries_ = 0;
+  uint32_t reads_per_load_max_ = 0;
+
+  // Service-thread state.
+  std::vector<ExpertBook> books_;
+  std::vector<uint32_t> pending_sequence_;  // [worker * n_entries + expert]
+  std::vector<uint32_t> slot_owner_;        // linear expert index or kNoSlot
+  std::vector<uint64_t> slot_last_access_;  // for Referenced()
+  std::vector<uint32_t> free_slots_;
+  std::vector<Load> loads_;
+  std::vector<uint32_t> free_loads_;
+  FixedQueue demand_queue_;
+  FixedQueue prefetch_queue_;
+  uint32_t preload_cursor_ = 0;
+  bool preloading_ = false;
+  bool stalled_ = false;
+  WorkerBook workers_[store::kMaxWorkers];
+  uint64_t preload_start_ns_ = 0;
+  uint64_t last_progress_ns_ = 0;
+
+  std::thread service_;
+  std::atomic<bool> stop_{false};
+  std::atomic<bool> running_{false};
+  std::mutex command_mutex_;
+  std::condition_variable command_cv_;
+  std::vector<std::function<void()>> commands_;
+  uint64_t commands_posted_ = 0;  // guarded by command_mutex_
+  uint64_t commands_done_ = 0;    // guarded by command_mutex_
+  std::mutex ready_mutex_;
+  std::condition_variable ready_cv_;
+};
+
+}  // namespace moetier

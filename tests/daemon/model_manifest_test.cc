@@ -1,0 +1,241 @@
+// The manifest of small written models: every expert's planned reads and
+// slot placement give exactly the bytes the model was written with —
+// separate and fused gate/up tensors, single files and split sets.
+#include "manifest/model_manifest.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstring>
+#include <set>
+
+#include "gguf/gguf_reader.h"
+#include "gguf/gguf_writer.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "store/model_fingerprint.h"
+#include "test_model.h"
+
+namespace moetier {
+namespace {
+
+using daemon_test::ScratchDir;
+using daemon_test::TestModel;
+using daemon_test::TestModelOptions;
+using ::testing::HasSubstr;
+
+std::vector<uint8_t> ReadRange(const std::string& path, uint64_t offset, uint64_t size) {
+  std::vector<uint8_t> out(size);
+  const int fd = open(path.c_str(), O_RDONLY);
+  EXPECT_GE(fd, 0) << path;
+  EXPECT_EQ(pread(fd, out.data(), size, static_cast<off_t>(offset)), static_cast<ssize_t>(size));
+  close(fd);
+  return out;
+}
+
+// Reads each matrix of an expert through the manifest's plan alone.
+std::array<std::vector<uint8_t>, 3> ReadExpert(const ModelManifest& m, uint32_t layer,
+                                               uint32_t expert) {
+  const ExpertReadPlan plan = m.PlanExpertReads(layer, expert);
+  std::array<std::vector<uint8_t>, 3> out;
+  for (int i = 0; i < 3; ++i) {
+    const SliceInRead& s = plan.slices[i];
+    EXPECT_LT(s.read_index, plan.n_reads);
+    const FileRange& r = plan.reads[s.read_index];
+    EXPECT_LE(s.offset_in_read + s.size, r.size);
+    out[i] = ReadRange(m.shard_paths[r.shard], r.offset + s.offset_in_read, s.size);
+  }
+  return out;
+}
+
+void ExpectEveryExpertMatches(const TestModel& model, const ModelManifest& m) {
+  for (uint32_t l = 0; l < m.n_layer; ++l) {
+    const store::LayerDesc& d = m.layers[l].desc;
+    for (uint32_t e = 0; e < m.n_expert; ++e) {
+      const std::array<std::vector<uint8_t>, 3> got = ReadExpert(m, l, e);
+      const daemon_test::TestExpert& want = model.experts[l][e];
+      EXPECT_EQ(got[0].size(), d.gate.size_bytes);
+      ASSERT_EQ(got[0], want.gate) << "layer " << l << " expert " << e;
+      ASSERT_EQ(got[1], want.up) << "layer " << l << " expert " << e;
+      ASSERT_EQ(got[2], want.down) << "layer " << l << " expert " << e;
+    }
+  }
+}
+
+absl::StatusOr<ModelManifest> ManifestOf(const TestModel& model) {
+  absl::StatusOr<std::unique_ptr<GgufModel>> gguf = GgufModel::Open(model.path);
+  if (!gguf.ok()) return gguf.status();
+  return BuildModelManifest(**gguf);
+}
+
+TEST(ModelManifestTest, SeparateGateAndUpTensors) {
+  ScratchDir dir;
+  TestModelOptions o;
+  o.n_layer = 3;
+  absl::StatusOr<TestModel> model = daemon_test::WriteTestModel(dir.path(), "m", o);
+  ASSERT_TRUE(model.ok()) << model.status();
+  absl::StatusOr<ModelManifest> m = ManifestOf(*model);
+  ASSERT_TRUE(m.ok()) << m.status();
+
+  EXPECT_STREQ(m->hparams.architecture, "qwen3moe");
+  EXPECT_EQ(m->hparams.n_layer, 3u);
+  EXPECT_EQ(m->hparams.n_expert, 8u);
+  EXPECT_EQ(m->hparams.n_expert_used, 2u);
+  EXPECT_EQ(m->hparams.n_embd, 64u);
+  EXPECT_EQ(m->hparams.n_ff_exp, 32u);
+  EXPECT_EQ(m->hparams.n_head, 4u);
+  EXPECT_EQ(m->hparams.n_head_kv, 2u);
+  EXPECT_EQ(m->hparams.head_dim, 16u);
+  EXPECT_EQ(m->hparams.n_vocab, 96u);
+  EXPECT_EQ(m->expert_count, 24u);
+
+  // gate/up Q8_0 {64, 32}: 32 rows of 2 blocks of 34 bytes; down F16 on odd layers.
+  const store::LayerDesc& even = m->layers[0].desc;
+  const store::LayerDesc& odd = m->layers[1].desc;
+  EXPECT_EQ(even.gate.size_bytes, 32u * 68u);
+  EXPECT_EQ(even.gate.rows, 32);
+  EXPECT_EQ(even.gate.cols, 64);
+  EXPECT_EQ(even.down.rows, 64);
+  EXPECT_EQ(even.down.size_bytes, 64u * 34u);
+  EXPECT_EQ(odd.down.size_bytes, 64u * 64u);
+  EXPECT_EQ(odd.down.tensor_type, static_cast<uint32_t>(TensorType::kF16));
+  EXPECT_EQ(even.fused_gate_up, 0u);
+  for (const store::LayerDesc* d : {&even, &odd}) {
+    EXPECT_EQ(d->expert_bytes, d->gate.size_bytes + d->up.size_bytes + d->down.size_bytes);
+  }
+  EXPECT_EQ(m->max_expert_bytes, odd.expert_bytes);
+  EXPECT_EQ(m->total_expert_bytes, 8 * (2 * even.expert_bytes + odd.expert_bytes));
+  EXPECT_EQ(m->layers[0].sources.size(), 3u);
+  ExpectEveryExpertMatches(*model, *m);
+
+  // Dense: every tensor that is not an expert tensor, with its exact size.
+  std::set<std::string> names;
+  for (const DenseTensor& t : m->dense) {
+    names.insert(t.name);
+    EXPECT_EQ(t.size_bytes, model->dense.at(t.name).size()) << t.name;
+    EXPECT_EQ(ReadRange(m->shard_paths[t.shard], t.file_offset, t.size_bytes),
+              model->dense.at(t.name))
+        << t.name;
+  }
+  EXPECT_EQ(names.size(), model->dense.size());
+  for (const std::string& n : names) EXPECT_THAT(n, ::testing::Not(HasSubstr("_exps")));
+}
+
+TEST(ModelManifestTest, FusedGateUpIsSplitIntoItsHalves) {
+  ScratchDir dir;
+  TestModelOptions o;
+  o.fused_gate_up = true;
+  absl::StatusOr<TestModel> model = daemon_test::WriteTestModel(dir.path(), "fused", o);
+  ASSERT_TRUE(model.ok()) << model.status();
+  absl::StatusOr<ModelManifest> m = ManifestOf(*model);
+  ASSERT_TRUE(m.ok()) << m.status();
+  const store::LayerDesc& d = m->layers[0].desc;
+  EXPECT_EQ(d.fused_gate_up, 1u);
+  EXPECT_EQ(d.gate.rows, 32);  // half of 2 * n_ff
+  EXPECT_EQ(d.up.rows, 32);
+  EXPECT_EQ(m->layers[0].sources.size(), 2u);  // one read covers gate and up
+  EXPECT_EQ(m->hparams.n_ff_exp, 32u);
+  const ExpertReadPlan plan = m->PlanExpertReads(0, 5);
+  EXPECT_EQ(plan.n_reads, 2u);
+  EXPECT_EQ(plan.reads[0].size, 2 * d.gate.size_bytes);
+  EXPECT_EQ(plan.slices[1].read_index, 0u);
+  EXPECT_EQ(plan.slices[1].offset_in_read, d.gate.size_bytes);
+  ExpectEveryExpertMatches(*model, *m);
+}
+
+TEST(ModelManifestTest, SplitModelRangesPointIntoTheRightShards) {
+  ScratchDir dir;
+  TestModelOptions o;
+  o.n_shards = 3;
+  o.n_layer = 4;
+  absl::StatusOr<TestModel> model = daemon_test::WriteTestModel(dir.path(), "split", o);
+  ASSERT_TRUE(model.ok()) << model.status();
+  absl::StatusOr<ModelManifest> m = ManifestOf(*model);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->shard_paths.size(), 3u);
+  std::set<uint32_t> shards_used;
+  for (uint32_t l = 0; l < m->n_layer; ++l) {
+    for (const ExpertSource& s : m->layers[l].sources) shards_used.insert(s.shard);
+  }
+  EXPECT_EQ(shards_used.size(), 3u) << "the test model spreads expert tensors over every shard";
+  ExpectEveryExpertMatches(*model, *m);
+}
+
+TEST(ModelManifestTest, FingerprintIdentifiesTheModel) {
+  ScratchDir dir;
+  TestModelOptions a;
+  TestModelOptions b;
+  b.n_ff = 64;
+  absl::StatusOr<TestModel> ma = daemon_test::WriteTestModel(dir.path(), "a", a);
+  absl::StatusOr<TestModel> ma2 = daemon_test::WriteTestModel(dir.path(), "a2", a);
+  absl::StatusOr<TestModel> mb = daemon_test::WriteTestModel(dir.path(), "b", b);
+  ASSERT_TRUE(ma.ok() && ma2.ok() && mb.ok());
+  absl::StatusOr<ModelManifest> fa = ManifestOf(*ma);
+  absl::StatusOr<ModelManifest> fa2 = ManifestOf(*ma2);
+  absl::StatusOr<ModelManifest> fb = ManifestOf(*mb);
+  ASSERT_TRUE(fa.ok() && fa2.ok() && fb.ok());
+  EXPECT_EQ(fa->fingerprint, fa2->fingerprint) << "same layout, same fingerprint";
+  EXPECT_NE(fa->fingerprint, fb->fingerprint);
+  EXPECT_NE(fa->fingerprint, 0u);
+}
+
+TEST(ModelManifestTest, RefusesModelsWithoutExperts) {
+  ScratchDir dir;
+  GgufWriter w;
+  ASSERT_TRUE(w.AddKeyValue("general.architecture", GgufValue::String("qwen3")).ok());
+  ASSERT_TRUE(w.AddKeyValue("qwen3.block_count", GgufValue::Uint32(1)).ok());
+  ASSERT_TRUE(w.AddTensor("output_norm.weight", TensorType::kF32, {8}).ok());
+  ASSERT_TRUE(w.Open(dir.File("dense.gguf")).ok());
+  std::vector<uint8_t> zeros(32, 0);
+  ASSERT_TRUE(w.AppendTensorData(zeros).ok());
+  ASSERT_TRUE(w.Finish().ok());
+  absl::StatusOr<std::unique_ptr<GgufModel>> gguf = GgufModel::Open(dir.File("dense.gguf"));
+  ASSERT_TRUE(gguf.ok()) << gguf.status();
+  absl::StatusOr<ModelManifest> m = BuildModelManifest(**gguf);
+  ASSERT_FALSE(m.ok());
+  EXPECT_THAT(m.status().message(), HasSubstr("expert_count"));
+}
+
+// A model whose layer 0 lacks ffn_up_exps, or whose down tensor is misshapen.
+absl::Status WriteBrokenModel(const std::string& path, bool drop_up, bool bad_down) {
+  GgufWriter w;
+  absl::Status s = w.AddKeyValue("general.architecture", GgufValue::String("qwen3moe"));
+  if (s.ok()) s = w.AddKeyValue("qwen3moe.block_count", GgufValue::Uint32(1));
+  if (s.ok()) s = w.AddKeyValue("qwen3moe.expert_count", GgufValue::Uint32(4));
+  if (s.ok()) s = w.AddKeyValue("qwen3moe.expert_used_count", GgufValue::Uint32(2));
+  std::vector<std::pair<std::string, std::vector<int64_t>>> tensors = {
+      {"blk.0.ffn_gate_exps.weight", {32, 16, 4}},
+      {"blk.0.ffn_up_exps.weight", {32, 16, 4}},
+      {"blk.0.ffn_down_exps.weight", {16, bad_down ? 16 : 32, 4}},
+  };
+  if (drop_up) tensors.erase(tensors.begin() + 1);
+  for (const auto& [name, ne] : tensors) {
+    if (s.ok()) s = w.AddTensor(name, TensorType::kF32, ne);
+  }
+  if (s.ok()) s = w.Open(path);
+  for (const auto& [name, ne] : tensors) {
+    std::vector<uint8_t> bytes(4 * static_cast<size_t>(ne[0] * ne[1] * ne[2]), 7);
+    if (s.ok()) s = w.AppendTensorData(bytes);
+  }
+  if (s.ok()) s = w.Finish();
+  return s;
+}
+
+TEST(ModelManifestTest, RefusesIncompleteOrMisshapenExpertTensors) {
+  ScratchDir dir;
+  ASSERT_TRUE(WriteBrokenModel(dir.File("noup.gguf"), true, false).ok());
+  ASSERT_TRUE(WriteBrokenModel(dir.File("baddown.gguf"), false, true).ok());
+  absl::StatusOr<std::unique_ptr<GgufModel>> noup = GgufModel::Open(dir.File("noup.gguf"));
+  absl::StatusOr<std::unique_ptr<GgufModel>> baddown = GgufModel::Open(dir.File("baddown.gguf"));
+  ASSERT_TRUE(noup.ok() && baddown.ok());
+  absl::StatusOr<ModelManifest> a = BuildModelManifest(**noup);
+  ASSERT_FALSE(a.ok());
+  EXPECT_THAT(a.status().message(), HasSubstr("only some of its expert tensors"));
+  absl::StatusOr<ModelManifest> b = BuildModelManifest(**baddown);
+  ASSERT_FALSE(b.ok());
+  EXPECT_THAT(b.status().message(), HasSubstr("blk.0.ffn_down_exps.weight"));
+}
+
+}  // namespace
+}  // namespace moetier

@@ -1,0 +1,173 @@
+// moetierd as a program: --help, refusing a bad configuration before doing
+// anything, and a whole run — manifest, store, preload or cache, a worker
+// admitted — ended by SIGTERM with exit status 0.
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "store_test_util.h"
+#include "test_model.h"
+
+extern char** environ;
+
+namespace moetier {
+namespace {
+
+using daemon_test::ScratchDir;
+using daemon_test::TestModel;
+using daemon_test::WaitFor;
+using ::testing::HasSubstr;
+
+// Starts moetierd with `args`, stdout and stderr into `log`.
+pid_t Spawn(const std::vector<std::string>& args, const std::string& log) {
+  std::vector<std::string> all = {MOETIERD};
+  all.insert(all.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (std::string& a : all) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  pid_t pid = 0;
+  const int rc = posix_spawn(&pid, argv[0], &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  EXPECT_EQ(rc, 0) << std::strerror(rc);
+  return pid;
+}
+
+// Waits for `pid` up to timeout_ms; returns its wait status, or -1.
+int WaitExit(pid_t pid, int64_t timeout_ms) {
+  int status = 0;
+  const bool done = WaitFor([&] { return waitpid(pid, &status, WNOHANG) == pid; }, timeout_ms);
+  if (!done) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    return -1;
+  }
+  return status;
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::string FirstReport(const std::string& dir, const std::string& suffix) {
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (e.path().extension() == suffix) return ReadAll(e.path().string());
+  }
+  return "";
+}
+
+int CountFiles(const std::string& dir, const std::string& suffix) {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (e.path().extension() == suffix) ++n;
+  }
+  return n;
+}
+
+TEST(MoetierdTest, HelpListsTheFlags) {
+  ScratchDir dir;
+  const pid_t pid = Spawn({"--help"}, dir.File("log"));
+  const int status = WaitExit(pid, 10000);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 0);
+  const std::string out = ReadAll(dir.File("log"));
+  EXPECT_THAT(out, HasSubstr("--ram_budget_bytes=SIZE"));
+  EXPECT_THAT(out, HasSubstr("--io_queue_depth=N"));
+}
+
+TEST(MoetierdTest, AnInvalidConfigurationExitsWithTwoAndSaysWhy) {
+  ScratchDir dir;
+  const pid_t pid = Spawn({"--model_path=" + dir.File("none.gguf"), "--devices=cpu",
+                           "--ram_budget_bytes=12 parsecs"},
+                          dir.File("log"));
+  const int status = WaitExit(pid, 10000);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 2);
+  EXPECT_THAT(ReadAll(dir.File("log")), HasSubstr("not a byte size"));
+
+  const pid_t pid2 = Spawn({"--model_path=" + dir.File("none.gguf"), "--devices=tpu"},
+                           dir.File("log2"));
+  const int status2 = WaitExit(pid2, 10000);
+  ASSERT_TRUE(WIFEXITED(status2));
+  EXPECT_EQ(WEXITSTATUS(status2), 2);
+  EXPECT_THAT(ReadAll(dir.File("log2")), HasSubstr("model_path"));
+}
+
+class MoetierdRunTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(MoetierdRunTest, ServesAWorkerAndStopsCleanlyOnSigterm) {
+  ScratchDir dir;
+  daemon_test::TestModelOptions o;
+  o.n_layer = 2;
+  o.n_expert = 4;
+  absl::StatusOr<TestModel> model = daemon_test::WriteTestModel(dir.path(), "m", o);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const std::string reports = dir.File("reports");
+  std::filesystem::create_directory(reports);
+  std::ofstream(dir.File("moetierd.conf"))
+      << "model_path: \"" << model->path << "\"\n"
+      << "devices: \"cpu\"\n"
+      << "worker_executable_path: \"" << MOETIER_FAKE_WORKER << "\"\n"
+      << "worker_socket_path: \"" << dir.File("w.sock") << "\"\n"
+      << "api_socket_path: \"" << dir.File("api.sock") << "\"\n"
+      << "worker_extra_args: \"--fake-report-dir=" << reports << "\"\n"
+      << "allow_unlocked_memory: true\n";
+  std::vector<std::string> args = {"--config=" + dir.File("moetierd.conf")};
+  if (!GetParam().empty()) args.push_back(GetParam());
+  const pid_t pid = Spawn(args, dir.File("log"));
+  int early_status = 0;
+  bool exited_early = false;
+  const bool admitted = WaitFor(
+      [&] {
+        exited_early = exited_early || waitpid(pid, &early_status, WNOHANG) == pid;
+        return exited_early || (CountFiles(reports, ".ok") == 1 &&
+                                ReadAll(dir.File("log")).find("] ready") != std::string::npos);
+      },
+      20000);
+  ASSERT_FALSE(exited_early) << ReadAll(dir.File("log"));
+  kill(pid, SIGTERM);
+  const int status = WaitExit(pid, 10000);
+  const std::string log = ReadAll(dir.File("log"));
+  ASSERT_TRUE(admitted) << log;
+  ASSERT_TRUE(WIFEXITED(status)) << log;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << log;
+  EXPECT_THAT(log, HasSubstr("admitted"));
+  EXPECT_THAT(log, HasSubstr("ready"));
+  EXPECT_THAT(log, HasSubstr("received SIGTERM"));
+  EXPECT_THAT(log, HasSubstr("stopped"));
+  EXPECT_EQ(CountFiles(reports, ".stopped"), 1) << "the worker was stopped, not abandoned";
+  EXPECT_FALSE(std::filesystem::exists(dir.File("w.sock")));
+  if (GetParam().empty()) {
+    EXPECT_THAT(log, HasSubstr("preload finished: all 8 experts resident"));
+    EXPECT_THAT(FirstReport(reports, ".ok"), HasSubstr("experts=8 hits=8 misses=0"));
+  } else {
+    EXPECT_THAT(log, HasSubstr("RAM caches the model file"));
+    // Every expert came through the miss path, across processes.
+    EXPECT_THAT(FirstReport(reports, ".ok"), HasSubstr("experts=8 hits=0 misses=8"));
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(MoetierdModes, MoetierdRunTest,
+                         ::testing::Values("", "--ram_budget_bytes=560KiB"),
+                         [](const ::testing::TestParamInfo<std::string>& param_info) {
+                           return param_info.param.empty() ? "Preload" : "Cache";
+                         });
+
+}  // namespace
+}  // namespace moetier
