@@ -7,13 +7,13 @@
 #include <cstring>
 
 #include "absl/strings/str_format.h"
-#include "store/store_check.h"
+#include "base/check.h"
 
 namespace moetier {
 
 PreadBackend::PreadBackend(uint32_t queue_depth, FaultInjector injector, bool direct_io)
     : queue_depth_(queue_depth), injector_(std::move(injector)), direct_io_(direct_io) {
-  MOETIER_STORE_CHECK(queue_depth > 0);
+  MOETIER_CHECK(queue_depth > 0);
 }
 
 PreadBackend::~PreadBackend() {
@@ -34,10 +34,10 @@ absl::StatusOr<uint32_t> PreadBackend::RegisterFile(const std::string& path) {
 }
 
 void PreadBackend::Submit(const ReadRequest& request) {
-  MOETIER_STORE_CHECK(pending_.size() < queue_depth_);
-  MOETIER_STORE_CHECK(request.file < fds_.size());
-  MOETIER_STORE_CHECK(request.length > 0 && request.length <= kMaxReadBytes);
-  MOETIER_STORE_CHECK(request.offset % alignment() == 0 && request.length % alignment() == 0 &&
+  MOETIER_CHECK(pending_.size() < queue_depth_);
+  MOETIER_CHECK(request.file < fds_.size());
+  MOETIER_CHECK(request.length > 0 && request.length <= kMaxReadBytes);
+  MOETIER_CHECK(request.offset % alignment() == 0 && request.length % alignment() == 0 &&
                       reinterpret_cast<uintptr_t>(request.dest) % alignment() == 0);
   ReadProgress progress;
   progress.request = request;

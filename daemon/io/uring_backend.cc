@@ -8,7 +8,7 @@
 
 #include "absl/strings/str_format.h"
 #include "log/daemon_log.h"
-#include "store/store_check.h"
+#include "base/check.h"
 
 namespace moetier {
 
@@ -62,10 +62,10 @@ absl::StatusOr<uint32_t> UringBackend::RegisterFile(const std::string& path) {
 }
 
 void UringBackend::Submit(const ReadRequest& request) {
-  MOETIER_STORE_CHECK(!free_ops_.empty());
-  MOETIER_STORE_CHECK(request.file < fds_.size());
-  MOETIER_STORE_CHECK(request.length > 0 && request.length <= kMaxReadBytes);
-  MOETIER_STORE_CHECK(request.offset % alignment() == 0 && request.length % alignment() == 0 &&
+  MOETIER_CHECK(!free_ops_.empty());
+  MOETIER_CHECK(request.file < fds_.size());
+  MOETIER_CHECK(request.length > 0 && request.length <= kMaxReadBytes);
+  MOETIER_CHECK(request.offset % alignment() == 0 && request.length % alignment() == 0 &&
                       reinterpret_cast<uintptr_t>(request.dest) % alignment() == 0);
   const uint32_t op = free_ops_.back();
   free_ops_.pop_back();
@@ -84,7 +84,7 @@ void UringBackend::SubmitAttempt(uint32_t op) {
     io_uring_submit(&ring_);
     sqe = io_uring_get_sqe(&ring_);
   }
-  MOETIER_STORE_CHECK(sqe != nullptr);
+  MOETIER_CHECK(sqe != nullptr);
   io_uring_prep_read(sqe, fds_[p.request.file], p.attempt_dest(),
                      static_cast<unsigned>(p.attempt_length()), p.attempt_offset());
   io_uring_sqe_set_data64(sqe, op);
@@ -113,7 +113,7 @@ size_t UringBackend::Reap(std::span<ReadCompletion> out, int64_t timeout_ns) {
     const uint32_t op = static_cast<uint32_t>(io_uring_cqe_get_data64(cqe));
     const int res = cqe->res;
     io_uring_cqe_seen(&ring_, cqe);
-    MOETIER_STORE_CHECK(op < ops_.size());
+    MOETIER_CHECK(op < ops_.size());
     ReadProgress& p = ops_[op];
     if (res == -EINTR || res == -EAGAIN) {
       SubmitAttempt(op);

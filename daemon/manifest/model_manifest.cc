@@ -6,7 +6,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_format.h"
 #include "store/model_fingerprint.h"
-#include "store/store_check.h"
+#include "base/check.h"
 
 namespace moetier {
 namespace {
@@ -150,7 +150,7 @@ uint32_t Clamp32(uint64_t v) { return static_cast<uint32_t>(std::min<uint64_t>(v
 }  // namespace
 
 ExpertReadPlan ModelManifest::PlanExpertReads(uint32_t layer, uint32_t expert) const {
-  MOETIER_STORE_CHECK(layer < n_layer && expert < n_expert && HasExperts(layer));
+  MOETIER_CHECK(layer < n_layer && expert < n_expert && HasExperts(layer));
   const ManifestLayer& l = layers[layer];
   ExpertReadPlan plan;
   plan.n_reads = static_cast<uint32_t>(l.sources.size());

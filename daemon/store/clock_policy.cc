@@ -1,7 +1,7 @@
 #include <vector>
 
 #include "store/replacement_policy.h"
-#include "store/store_check.h"
+#include "base/check.h"
 
 namespace moetier {
 namespace {
@@ -13,7 +13,7 @@ class ClockPolicy : public ReplacementPolicy {
   std::string_view name() const override { return "clock"; }
 
   void OnFill(uint32_t slot) override {
-    MOETIER_STORE_CHECK(slot < filled_.size() && !filled_[slot]);
+    MOETIER_CHECK(slot < filled_.size() && !filled_[slot]);
     filled_[slot] = true;
   }
 

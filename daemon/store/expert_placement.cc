@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "store/store_check.h"
+#include "base/check.h"
 
 namespace moetier {
 
@@ -27,10 +27,10 @@ ExpertPlacement PlaceExpert(const ModelManifest& manifest, uint32_t layer, uint3
     const SliceInRead& slice = plan.slices[s];
     const uint64_t offset =
         p.read_slot_offset[slice.read_index] + skip[slice.read_index] + slice.offset_in_read;
-    MOETIER_STORE_CHECK(offset + slice.size <= p.span_bytes && offset <= UINT32_MAX);
+    MOETIER_CHECK(offset + slice.size <= p.span_bytes && offset <= UINT32_MAX);
     p.slice_offset[s] = static_cast<uint32_t>(offset);
   }
-  MOETIER_STORE_CHECK(p.span_bytes <= UINT32_MAX);
+  MOETIER_CHECK(p.span_bytes <= UINT32_MAX);
   return p;
 }
 

@@ -12,7 +12,7 @@
 #include "log/daemon_log.h"
 #include "store/shared_futex.h"
 #include "store/spsc_ring.h"
-#include "store/store_check.h"
+#include "base/check.h"
 #include "util/byte_size.h"
 
 namespace moetier {
@@ -45,7 +45,7 @@ class ExpertStore::Probe : public VictimProbe {
   explicit Probe(ExpertStore* store) : store_(store) {}
   bool Referenced(uint32_t slot) override {
     const uint32_t owner = store_->slot_owner_[slot];
-    MOETIER_STORE_CHECK(owner != store::kNoSlot);
+    MOETIER_CHECK(owner != store::kNoSlot);
     store::ExpertEntry& e = store_->entry(owner);
     const uint64_t access = Shared(e.hits).load(std::memory_order_relaxed) +
                             Shared(e.misses).load(std::memory_order_relaxed);
@@ -62,7 +62,7 @@ class ExpertStore::Probe : public VictimProbe {
 absl::StatusOr<std::unique_ptr<ExpertStore>> ExpertStore::Create(
     const ModelManifest& manifest, std::unique_ptr<IoBackend> io,
     const ExpertStoreOptions& options) {
-  MOETIER_STORE_CHECK(io != nullptr);
+  MOETIER_CHECK(io != nullptr);
   absl::StatusOr<SegmentPlan> plan = PlanSegment(manifest, options.ram_budget_bytes);
   if (!plan.ok()) return plan.status();
   std::unique_ptr<ExpertStore> s(new ExpertStore());
@@ -230,7 +230,7 @@ absl::Status ExpertStore::FillDenseTensors() {
 }
 
 void ExpertStore::Start() {
-  MOETIER_STORE_CHECK(!running_.load());
+  MOETIER_CHECK(!running_.load());
   if (plan_.mode == store::StoreMode::kFullyResident) {
     preloading_ = true;
     preload_start_ns_ = store::MonotonicNowNs();
@@ -323,7 +323,7 @@ void ExpertStore::RunCommands() {
 }
 
 uint32_t ExpertStore::AdmitWorker(uint32_t index, int32_t pid, std::string_view device) {
-  MOETIER_STORE_CHECK(index < store::kMaxWorkers && device.size() < store::kDeviceNameBytes);
+  MOETIER_CHECK(index < store::kMaxWorkers && device.size() < store::kDeviceNameBytes);
   uint32_t epoch = 0;
   RunOnServiceThread([&] {
     ReleaseWorkerNow(index);
@@ -347,7 +347,7 @@ uint32_t ExpertStore::AdmitWorker(uint32_t index, int32_t pid, std::string_view 
 }
 
 void ExpertStore::ReleaseWorker(uint32_t index) {
-  MOETIER_STORE_CHECK(index < store::kMaxWorkers);
+  MOETIER_CHECK(index < store::kMaxWorkers);
   RunOnServiceThread([&] { ReleaseWorkerNow(index); });
 }
 
@@ -368,7 +368,7 @@ void ExpertStore::ReleaseWorkerNow(uint32_t index) {
 }
 
 uint64_t ExpertStore::WorkerHeartbeatNs(uint32_t index) const {
-  MOETIER_STORE_CHECK(index < store::kMaxWorkers);
+  MOETIER_CHECK(index < store::kMaxWorkers);
   return Shared(store::WorkerRegionOf(segment_->base(), *header_, index)->status.heartbeat_ns)
       .load(std::memory_order_acquire);
 }
@@ -530,7 +530,7 @@ bool ExpertStore::StartLoads() {
 std::optional<uint32_t> ExpertStore::AcquireSlot(uint32_t expert) {
   if (plan_.mode == store::StoreMode::kFullyResident) {
     const uint32_t slot = plan_.home_slot[expert];
-    MOETIER_STORE_CHECK(slot != store::kNoSlot && slot_owner_[slot] == store::kNoSlot);
+    MOETIER_CHECK(slot != store::kNoSlot && slot_owner_[slot] == store::kNoSlot);
     return slot;
   }
   if (!free_slots_.empty()) {
@@ -544,9 +544,9 @@ std::optional<uint32_t> ExpertStore::AcquireSlot(uint32_t expert) {
 
 bool ExpertStore::TryEvictSlot(uint32_t slot) {
   const uint32_t x = slot_owner_[slot];
-  MOETIER_STORE_CHECK(x != store::kNoSlot);
+  MOETIER_CHECK(x != store::kNoSlot);
   store::ExpertEntry& e = entry(x);
-  MOETIER_STORE_CHECK(State(e) == StateValue(ExpertState::kResident));
+  MOETIER_CHECK(State(e) == StateValue(ExpertState::kResident));
   // seq_cst store, then seq_cst pin loads: pairs with the worker's seq_cst
   // pin increment followed by its seq_cst state load (store_layout.h).
   Shared(e.state).store(StateValue(ExpertState::kEvicting), std::memory_order_seq_cst);
@@ -566,7 +566,7 @@ bool ExpertStore::TryEvictSlot(uint32_t slot) {
 }
 
 void ExpertStore::BeginLoad(uint32_t x, uint32_t slot, bool prefetch) {
-  MOETIER_STORE_CHECK(!free_loads_.empty());
+  MOETIER_CHECK(!free_loads_.empty());
   const uint32_t li = free_loads_.back();
   free_loads_.pop_back();
   Load& load = loads_[li];
@@ -581,7 +581,7 @@ void ExpertStore::BeginLoad(uint32_t x, uint32_t slot, bool prefetch) {
   Shared(entry(x).state).store(StateValue(ExpertState::kLoading), std::memory_order_seq_cst);
   if (prefetch) Bump(header_->counters.prefetch_loads);
   const store::SlotDesc& slot_desc = plan_.slots[slot];
-  MOETIER_STORE_CHECK(slot_desc.capacity_bytes >= load.placement.span_bytes);
+  MOETIER_CHECK(slot_desc.capacity_bytes >= load.placement.span_bytes);
   // Straight into the slot: nobody reads it before it is published.
   uint8_t* dest = segment_->base() + slot_desc.offset;
   for (uint32_t i = 0; i < load.placement.n_reads; ++i) {
@@ -602,7 +602,7 @@ void ExpertStore::ReapReads(int64_t timeout_ns) {
   for (size_t k = 0; k < n; ++k) {
     const uint32_t li = static_cast<uint32_t>(done[k].user_data >> kUserDataReadBits);
     const uint32_t i = static_cast<uint32_t>(done[k].user_data & ((1u << kUserDataReadBits) - 1));
-    MOETIER_STORE_CHECK(li < loads_.size() && i < loads_[li].placement.n_reads);
+    MOETIER_CHECK(li < loads_.size() && i < loads_[li].placement.n_reads);
     Load& load = loads_[li];
     const FileRange& range = load.placement.reads[i];
     const uint64_t needed = load.placement.needed_bytes[i];
@@ -620,7 +620,7 @@ void ExpertStore::ReapReads(int64_t timeout_ns) {
                  range.offset + done[k].bytes, range.offset + needed);
       if (load.error == 0) load.error = EIO;
     }
-    MOETIER_STORE_CHECK(load.reads_pending > 0);
+    MOETIER_CHECK(load.reads_pending > 0);
     if (--load.reads_pending == 0) FinishLoad(li);
   }
   const IoStats stats = io_->stats();

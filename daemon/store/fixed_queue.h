@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "store/store_check.h"
+#include "base/check.h"
 
 namespace moetier {
 
@@ -15,16 +15,16 @@ class FixedQueue {
   bool empty() const { return size_ == 0; }
   uint32_t size() const { return size_; }
   uint32_t front() const {
-    MOETIER_STORE_CHECK(size_ > 0);
+    MOETIER_CHECK(size_ > 0);
     return items_[head_];
   }
   void push(uint32_t value) {
-    MOETIER_STORE_CHECK(size_ < items_.size());
+    MOETIER_CHECK(size_ < items_.size());
     items_[(head_ + size_) % items_.size()] = value;
     ++size_;
   }
   void pop() {
-    MOETIER_STORE_CHECK(size_ > 0);
+    MOETIER_CHECK(size_ > 0);
     head_ = static_cast<uint32_t>((head_ + 1) % items_.size());
     --size_;
   }

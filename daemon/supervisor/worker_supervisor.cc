@@ -16,7 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "log/daemon_log.h"
 #include "store/shared_futex.h"
-#include "store/store_check.h"
+#include "base/check.h"
 #include "store/worker_channel.h"
 
 extern char** environ;
@@ -116,7 +116,7 @@ absl::StatusOr<std::unique_ptr<WorkerSupervisor>> WorkerSupervisor::Create(
 WorkerSupervisor::~WorkerSupervisor() { Stop(); }
 
 void WorkerSupervisor::Start(ExpertStore* store) {
-  MOETIER_STORE_CHECK(store != nullptr && !thread_.joinable() && !stopped_);
+  MOETIER_CHECK(store != nullptr && !thread_.joinable() && !stopped_);
   store_ = store;
   thread_ = std::thread([this] { Loop(); });
 }

@@ -2,6 +2,7 @@
 // (SPEC.md §1). Internal to moetier_gguf.
 #pragma once
 
+#include "base/check.h"
 #include <bit>
 #include <cstdint>
 #include <cstdio>
@@ -17,13 +18,6 @@ static_assert(std::endian::native == std::endian::little,
               "moetier's GGUF code assumes a little-endian host");
 
 // Broken invariants (API misuse) abort with file and line.
-#define MOETIER_GGUF_CHECK(cond)                                                   \
-  do {                                                                             \
-    if (!(cond)) {                                                                 \
-      std::fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-      std::abort();                                                                \
-    }                                                                              \
-  } while (0)
 
 namespace moetier::gguf_internal {
 

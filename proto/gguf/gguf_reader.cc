@@ -149,7 +149,7 @@ absl::Status ReadScalar(Cursor& in, GgufValueType type, GgufValue* value, std::s
     case GgufValueType::kArray:
       break;
   }
-  MOETIER_GGUF_CHECK(false && "ReadScalar called with ARRAY");
+  MOETIER_CHECK(false && "ReadScalar called with ARRAY");
   return absl::OkStatus();
 }
 
@@ -257,7 +257,7 @@ absl::Status ReadArray(Cursor& in, const std::string& key, GgufValue* value) {
       break;
     }
     case GgufValueType::kArray:
-      MOETIER_GGUF_CHECK(false && "nested arrays were rejected above");
+      MOETIER_CHECK(false && "nested arrays were rejected above");
       break;
   }
   if (!s.ok()) return s;
@@ -385,7 +385,7 @@ std::optional<std::variant<int64_t, uint64_t>> ScalarInteger(const GgufValue& v)
 
 void GgufMetadata::Add(GgufKeyValue kv) {
   const bool inserted = index_.emplace(kv.key, entries_.size()).second;
-  MOETIER_GGUF_CHECK(inserted && "duplicate metadata key");
+  MOETIER_CHECK(inserted && "duplicate metadata key");
   entries_.push_back(std::move(kv));
 }
 
@@ -776,7 +776,7 @@ absl::StatusOr<std::unique_ptr<GgufModel>> GgufModel::Open(const std::string& pa
 absl::StatusOr<std::unique_ptr<GgufModel>> GgufModel::FromFiles(
     std::vector<std::unique_ptr<GgufFile>> shards) {
   if (shards.empty()) return absl::InvalidArgumentError("GgufModel: no files given");
-  for (const auto& shard : shards) MOETIER_GGUF_CHECK(shard != nullptr);
+  for (const auto& shard : shards) MOETIER_CHECK(shard != nullptr);
   const size_t n = shards.size();
   uint64_t total_tensors = 0;
   for (const auto& shard : shards) total_tensors += shard->tensors().size();
@@ -843,12 +843,12 @@ absl::StatusOr<const GgufTensorInfo*> GgufModel::GetTensor(std::string_view name
 }
 
 std::span<const uint8_t> GgufModel::TensorData(const GgufTensorInfo& tensor) const {
-  MOETIER_GGUF_CHECK(tensor.shard < shards_.size());
+  MOETIER_CHECK(tensor.shard < shards_.size());
   return shards_[tensor.shard]->bytes().subspan(tensor.file_offset, tensor.size_bytes);
 }
 
 const std::string& GgufModel::ShardPath(const GgufTensorInfo& tensor) const {
-  MOETIER_GGUF_CHECK(tensor.shard < shards_.size());
+  MOETIER_CHECK(tensor.shard < shards_.size());
   return shards_[tensor.shard]->path();
 }
 

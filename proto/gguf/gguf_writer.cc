@@ -427,7 +427,7 @@ absl::Status GgufWriter::AdvancePastFullTensors() {
     ++current_tensor_;
     current_tensor_filled_ = 0;
     // The layout computed in Open() and the bytes written must agree.
-    MOETIER_GGUF_CHECK(current_tensor_ == tensors_.size() ||
+    MOETIER_CHECK(current_tensor_ == tensors_.size() ||
                        bytes_written_ == data_start_ + tensors_[current_tensor_].offset);
   }
   return absl::OkStatus();
@@ -443,7 +443,7 @@ absl::Status GgufWriter::AppendTensorData(std::span<const uint8_t> bytes) {
         path_, bytes.size(), left, tensors_.size())));
   }
   while (!bytes.empty()) {
-    MOETIER_GGUF_CHECK(current_tensor_ < tensors_.size());
+    MOETIER_CHECK(current_tensor_ < tensors_.size());
     const PendingTensor& t = tensors_[current_tensor_];
     const size_t n = static_cast<size_t>(
         std::min<uint64_t>(bytes.size(), t.size_bytes - current_tensor_filled_));

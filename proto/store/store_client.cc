@@ -12,7 +12,7 @@
 #include "absl/strings/str_format.h"
 #include "store/shared_futex.h"
 #include "store/spsc_ring.h"
-#include "store/store_check.h"
+#include "base/check.h"
 
 namespace moetier::store {
 namespace {
@@ -126,7 +126,7 @@ void ExpertPin::Release() {
   if (pin_word_ == nullptr) return;
   // Release order: our reads of the slot happen before the daemon sees 0.
   const uint16_t before = Shared(*pin_word_).fetch_sub(1, std::memory_order_release);
-  MOETIER_STORE_CHECK(before > 0);
+  MOETIER_CHECK(before > 0);
   pin_word_ = nullptr;
 }
 
@@ -253,7 +253,7 @@ absl::Status StoreClient::ValidateTables() const {
 }
 
 const LayerDesc& StoreClient::layer(uint32_t layer) const {
-  MOETIER_STORE_CHECK(layer < header_->n_layer);
+  MOETIER_CHECK(layer < header_->n_layer);
   return LayerTableOf(base_, *header_)[layer];
 }
 
@@ -277,7 +277,7 @@ DaemonPhase StoreClient::daemon_phase() const {
 }
 
 ExpertState StoreClient::state(uint32_t layer, uint32_t expert) const {
-  MOETIER_STORE_CHECK(layer < header_->n_layer && expert < header_->n_expert);
+  MOETIER_CHECK(layer < header_->n_layer && expert < header_->n_expert);
   return static_cast<ExpertState>(Shared(entry(layer, expert).state).load());
 }
 
@@ -299,16 +299,16 @@ std::optional<ExpertPin> StoreClient::TryPin(uint32_t layer, uint32_t expert) {
   uint16_t& pin = e.pins[worker_index_];
   // seq_cst pairs with the daemon's seq_cst kEvicting store + pin load.
   const uint16_t before = Shared(pin).fetch_add(1, std::memory_order_seq_cst);
-  MOETIER_STORE_CHECK(before < kMaxPinsPerWorker);  // a leak of 65535 pins
+  MOETIER_CHECK(before < kMaxPinsPerWorker);  // a leak of 65535 pins
   if (Shared(e.state).load(std::memory_order_seq_cst) !=
       static_cast<uint32_t>(ExpertState::kResident)) {
     Shared(pin).fetch_sub(1, std::memory_order_release);
     return std::nullopt;
   }
   const uint32_t slot = Shared(e.slot).load(std::memory_order_acquire);
-  MOETIER_STORE_CHECK(slot < header_->n_slot);
+  MOETIER_CHECK(slot < header_->n_slot);
   const SlotDesc& slot_desc = SlotTableOf(base_, *header_)[slot];
-  MOETIER_STORE_CHECK(slot_desc.capacity_bytes >= e.span_bytes);  // checked at attach too
+  MOETIER_CHECK(slot_desc.capacity_bytes >= e.span_bytes);  // checked at attach too
   ExpertPin result;
   result.pin_word_ = &pin;
   result.data_ = base_ + slot_desc.offset;

@@ -5,16 +5,10 @@
 #include <cmath>
 #include <cstdint>
 
+#include "base/check.h"
 #include "tensor/quant_blocks.h"
 
 namespace moetier::codec_internal {
-
-[[noreturn]] void CheckFailed(const char* file, int line, const char* condition);
-
-#define MOETIER_CODEC_CHECK(condition)                                         \
-  do {                                                                         \
-    if (!(condition)) ::moetier::codec_internal::CheckFailed(__FILE__, __LINE__, #condition); \
-  } while (false)
 
 // Round half to even, like ggml's nearest_int, clamped to [lo, hi] before the
 // conversion so that huge or non-finite products cannot overflow an int.

@@ -10,15 +10,6 @@
 #include "tensor/half.h"
 
 namespace moetier {
-namespace codec_internal {
-
-void CheckFailed(const char* file, int line, const char* condition) {
-  std::fprintf(stderr, "%s:%d: check failed: %s\n", file, line, condition);
-  std::fflush(stderr);
-  std::abort();
-}
-
-}  // namespace codec_internal
 
 namespace ci = codec_internal;
 
@@ -26,8 +17,8 @@ namespace {
 
 int64_t CheckedBlockCount(TensorType type, int64_t n_elems) {
   const TensorTypeInfo& info = GetTensorTypeInfo(type);
-  MOETIER_CODEC_CHECK(info.has_codec);
-  MOETIER_CODEC_CHECK(n_elems >= 0 && n_elems % info.block_elems == 0);
+  MOETIER_CHECK(info.has_codec);
+  MOETIER_CHECK(n_elems >= 0 && n_elems % info.block_elems == 0);
   return n_elems / info.block_elems;
 }
 
@@ -72,7 +63,7 @@ void DequantizeRow(TensorType type, const void* src, float* dst, int64_t n_elems
     default:
       break;
   }
-  MOETIER_CODEC_CHECK(false && "has_codec type without a decoder");
+  MOETIER_CHECK(false && "has_codec type without a decoder");
 }
 
 void QuantizeRow(TensorType type, const float* src, void* dst, int64_t n_elems) {
@@ -112,11 +103,11 @@ void QuantizeRow(TensorType type, const float* src, void* dst, int64_t n_elems) 
     default:
       break;
   }
-  MOETIER_CODEC_CHECK(false && "has_codec type without an encoder");
+  MOETIER_CHECK(false && "has_codec type without an encoder");
 }
 
 void QuantizeRowQ8K(const float* src, BlockQ8K* dst, int64_t n_elems) {
-  MOETIER_CODEC_CHECK(n_elems >= 0 && n_elems % kQKK == 0);
+  MOETIER_CHECK(n_elems >= 0 && n_elems % kQKK == 0);
   const int64_t n_blocks = n_elems / kQKK;
   for (int64_t b = 0; b < n_blocks; ++b, src += kQKK) {
     BlockQ8K& out = dst[b];
@@ -150,7 +141,7 @@ void QuantizeRowQ8K(const float* src, BlockQ8K* dst, int64_t n_elems) {
 }
 
 void DequantizeRowQ8K(const BlockQ8K* src, float* dst, int64_t n_elems) {
-  MOETIER_CODEC_CHECK(n_elems >= 0 && n_elems % kQKK == 0);
+  MOETIER_CHECK(n_elems >= 0 && n_elems % kQKK == 0);
   const int64_t n_blocks = n_elems / kQKK;
   for (int64_t b = 0; b < n_blocks; ++b, dst += kQKK) {
     for (int e = 0; e < kQKK; ++e) dst[e] = src[b].d * static_cast<float>(src[b].qs[e]);

@@ -1,3 +1,4 @@
+#include "base/check.h"
 #include "synth/synth_writer.h"
 
 #include <sys/statvfs.h>
@@ -32,13 +33,6 @@ constexpr int64_t kBatchElems = 65536;
 constexpr int64_t kParallelMinElems = 2 * kBatchElems;
 constexpr uint64_t kGgufAlignment = kGgufDefaultAlignment;
 
-#define SYNTH_CHECK(cond)                                                           \
-  do {                                                                              \
-    if (!(cond)) {                                                                  \
-      std::fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-      std::abort();                                                                 \
-    }                                                                               \
-  } while (0)
 
 uint64_t AlignUp(uint64_t x, uint64_t a) { return x + (a - x % a) % a; }
 
@@ -132,7 +126,7 @@ std::vector<std::pair<size_t, size_t>> ShardRanges(const std::vector<SynthTensor
     }
     ranges.push_back({first, next - first});
   }
-  SYNTH_CHECK(next == n);
+  MOETIER_CHECK(next == n);
   return ranges;
 }
 
@@ -200,7 +194,7 @@ absl::Status WriteShard(const SynthPlan& plan, size_t shard_index, const SynthOp
   for (size_t i = 0; i < shard.tensor_count; ++i) {
     const SynthTensor& t = plan.tensors[shard.first_tensor + i];
     if (absl::Status s = writer.AddTensor(t.name, t.type, t.ne); !s.ok()) return s;
-    SYNTH_CHECK(writer.TensorSizeBytes(i) == t.size_bytes());
+    MOETIER_CHECK(writer.TensorSizeBytes(i) == t.size_bytes());
   }
   if (absl::Status s = writer.Open(shard.path); !s.ok()) return s;
 
@@ -371,7 +365,7 @@ absl::Status CheckFreeSpace(const std::string& directory, uint64_t needed_bytes,
 
 absl::Status WriteSynthModel(const SynthPlan& plan, const SynthOptions& options,
                              const SynthProgressFn& progress) {
-  SYNTH_CHECK(!plan.shards.empty());
+  MOETIER_CHECK(!plan.shards.empty());
   std::filesystem::path dir = std::filesystem::path(plan.shards[0].path).parent_path();
   if (dir.empty()) dir = ".";
   uint64_t reclaimable = 0;

@@ -1,3 +1,4 @@
+#include "base/check.h"
 #include "reference/reference_qwen3moe.h"
 
 #include <unistd.h>
@@ -14,19 +15,12 @@
 namespace moetier {
 namespace {
 
-#define MOETIER_REF_CHECK(cond)                                                     \
-  do {                                                                              \
-    if (!(cond)) {                                                                  \
-      std::fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-      std::abort();                                                                 \
-    }                                                                               \
-  } while (0)
 
 // The router's renormalization floor, as llama.cpp's build_moe_ffn clamps it.
 constexpr float kMinExpertWeightSum = 6.103515625e-5f;
 
 std::vector<float> DequantizeVector(const WeightRef& ref) {
-  MOETIER_REF_CHECK(ref.ne[1] == 1 && ref.ne[2] == 1);
+  MOETIER_CHECK(ref.ne[1] == 1 && ref.ne[2] == 1);
   std::vector<float> out(ref.ne[0]);
   DequantizeRow(ref.type, ref.data, out.data(), ref.ne[0]);
   return out;
@@ -86,7 +80,7 @@ uint64_t MatrixBytes(const WeightRef& ref) {
 }  // namespace
 
 DenseMatrix DequantizeMatrix(const WeightRef& ref, int64_t expert) {
-  MOETIER_REF_CHECK(expert >= 0 && expert < ref.ne[2]);
+  MOETIER_CHECK(expert >= 0 && expert < ref.ne[2]);
   DenseMatrix m;
   m.rows = ref.ne[1];
   m.cols = ref.ne[0];

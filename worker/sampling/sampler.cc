@@ -1,3 +1,4 @@
+#include "base/check.h"
 #include "sampling/sampler.h"
 
 #include <algorithm>
@@ -11,13 +12,6 @@
 namespace moetier {
 namespace {
 
-#define MOETIER_SAMPLER_CHECK(cond)                                                 \
-  do {                                                                              \
-    if (!(cond)) {                                                                  \
-      std::fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #cond); \
-      std::abort();                                                                 \
-    }                                                                               \
-  } while (0)
 
 constexpr int kMaxRepeatLastN = 1 << 20;
 
@@ -71,7 +65,7 @@ void Sampler::Reset() {
 }
 
 void Sampler::Accept(int32_t token) {
-  MOETIER_SAMPLER_CHECK(token >= 0 && token < n_vocab_);
+  MOETIER_CHECK(token >= 0 && token < n_vocab_);
   if (window_.empty()) return;
   window_[window_next_] = token;
   window_next_ = (window_next_ + 1) % window_.size();
@@ -96,7 +90,7 @@ void Sampler::ApplyRepeatPenalty() {
 }
 
 int32_t Sampler::Sample(std::span<const float> logits) {
-  MOETIER_SAMPLER_CHECK(logits.size() == static_cast<size_t>(n_vocab_));
+  MOETIER_CHECK(logits.size() == static_cast<size_t>(n_vocab_));
   for (int32_t id = 0; id < n_vocab_; ++id) candidates_[id] = {logits[id], id};
   ApplyRepeatPenalty();
 
