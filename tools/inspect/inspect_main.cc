@@ -8,13 +8,14 @@
 #include <variant>
 
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_cat.h"
 #include "gguf/gguf_reader.h"
 
 namespace moetier {
 namespace {
 
 constexpr std::string_view kUsage =
-    "usage: moetier-inspect [--all-keys] FILE.gguf\n"
+    "usage: moetier-inspect [--all-keys] [--tensors] FILE.gguf\n"
     "\n"
     "Prints a summary of a GGUF model: format version, architecture and its\n"
     "hyperparameters, tokenizer size, tensor count and bytes per tensor type,\n"
@@ -23,6 +24,8 @@ constexpr std::string_view kUsage =
     "\n"
     "  --all-keys   also list every metadata key with its type and value\n"
     "               (arrays are shown by type and length)\n"
+    "  --tensors    also list every tensor: name, type, dims (ne[0] first),\n"
+    "               shard file, absolute byte offset in that file and size\n"
     "  --help       show this text\n";
 
 std::string FormatValue(const GgufValue& value) {
@@ -53,7 +56,7 @@ std::string HumanBytes(double bytes) {
   return absl::StrFormat("%.2f %s", bytes, units[unit]);
 }
 
-int Run(const std::string& path, bool all_keys) {
+int Run(const std::string& path, bool all_keys, bool list_tensors) {
   auto model = GgufModel::Open(path);
   if (!model.ok()) {
     std::fprintf(stderr, "moetier-inspect: %s\n", std::string(model.status().message()).c_str());
@@ -105,6 +108,16 @@ int Run(const std::string& path, bool all_keys) {
                   FormatValue(kv.value).c_str());
     }
   }
+  if (list_tensors) {
+    std::printf("tensors (name type dims shard offset bytes):\n");
+    for (const GgufTensorInfo& t : (*model)->tensors()) {
+      std::string dims;
+      for (uint32_t d = 0; d < t.n_dims; ++d) absl::StrAppendFormat(&dims, "%s%d", d ? "x" : "", t.ne[d]);
+      std::printf("  %s %s %s %s %llu %llu\n", t.name.c_str(), std::string(TensorTypeName(t.type)).c_str(),
+                  dims.c_str(), (*model)->ShardPath(t).c_str(), static_cast<unsigned long long>(t.file_offset),
+                  static_cast<unsigned long long>(t.size_bytes));
+    }
+  }
   return 0;
 }
 
@@ -113,6 +126,7 @@ int Run(const std::string& path, bool all_keys) {
 
 int main(int argc, char** argv) {
   bool all_keys = false;
+  bool list_tensors = false;
   std::string path;
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
@@ -122,6 +136,8 @@ int main(int argc, char** argv) {
     }
     if (arg == "--all-keys") {
       all_keys = true;
+    } else if (arg == "--tensors") {
+      list_tensors = true;
     } else if (arg.starts_with("-")) {
       std::fprintf(stderr, "moetier-inspect: unknown flag '%s' (see --help)\n", argv[i]);
       return 2;
@@ -136,5 +152,5 @@ int main(int argc, char** argv) {
     std::fputs("moetier-inspect: no FILE given (see --help)\n", stderr);
     return 2;
   }
-  return moetier::Run(path, all_keys);
+  return moetier::Run(path, all_keys, list_tensors);
 }
