@@ -39,8 +39,10 @@ std::string FormatValue(const GgufValue& value) {
           return absl::StrFormat("\"%s\"", v);
         } else if constexpr (std::is_same_v<T, bool>) {
           return v ? "true" : "false";
+        } else if constexpr (std::is_same_v<T, double>) {
+          return absl::StrFormat("%g", v);
         } else {
-          return absl::StrFormat("%v", v);
+          return absl::StrFormat("%d", v);
         }
       },
       value.data);

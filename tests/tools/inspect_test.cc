@@ -1,0 +1,75 @@
+// moetier-inspect, run as a user would run it.
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <string>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace {
+
+using ::testing::HasSubstr;
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+CommandResult RunInspect(const std::string& args) {
+  const std::string command = std::string(MOETIER_BINARY_DIR) + "/tools/inspect/moetier-inspect " + args + " 2>&1";
+  CommandResult result;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return result;
+  std::array<char, 4096> buffer;
+  size_t n;
+  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) result.output.append(buffer.data(), n);
+  const int status = pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+const std::string kTinyF32 = std::string(MOETIER_TEST_DATA_DIR) + "/vectors/tiny-f32.gguf";
+
+TEST(InspectTest, SummarisesHyperparametersAndTensors) {
+  const CommandResult r = RunInspect(kTinyF32);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("architecture:  qwen3moe"));
+  // tests/data/vectors/README.md: 4 layers, hidden 64, 8 experts top-2, vocab 512.
+  EXPECT_THAT(r.output, HasSubstr("block_count                      4\n"));
+  EXPECT_THAT(r.output, HasSubstr("embedding_length                 64\n"));
+  EXPECT_THAT(r.output, HasSubstr("expert_count                     8\n"));
+  EXPECT_THAT(r.output, HasSubstr("expert_used_count                2\n"));
+  EXPECT_THAT(r.output, HasSubstr("512 tokens"));
+  EXPECT_THAT(r.output, HasSubstr("F32 "));
+}
+
+TEST(InspectTest, ListsTensorsWithOffsetsAndSizes) {
+  const CommandResult r = RunInspect("--tensors " + kTinyF32);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // 64 x 32 x 8 F32 values = 65536 bytes.
+  EXPECT_THAT(r.output, HasSubstr("blk.3.ffn_down_exps.weight F32 32x64x8 " + kTinyF32));
+  EXPECT_THAT(r.output, HasSubstr(" 65536\n"));
+}
+
+TEST(InspectTest, ListsMetadataWithTypes) {
+  const CommandResult r = RunInspect("--all-keys " + kTinyF32);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("general.architecture"));
+  EXPECT_THAT(r.output, HasSubstr("[STRING x 512]"));
+}
+
+TEST(InspectTest, RejectsBadInputWithOneLine) {
+  CommandResult r = RunInspect("--no-such-flag " + kTinyF32);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.output, HasSubstr("unknown flag '--no-such-flag'"));
+  r = RunInspect("/nonexistent/model.gguf");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.output, HasSubstr("/nonexistent/model.gguf"));
+  r = RunInspect("");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.output, HasSubstr("no FILE given"));
+}
+
+}  // namespace
