@@ -287,6 +287,32 @@ store::StoreCounters ExpertStore::counters() const {
   return out;
 }
 
+uint64_t ExpertStore::ResidentExpertBytes() const {
+  uint64_t bytes = 0;
+  for (uint32_t i = 0; i < n_entries_; ++i) {
+    const uint32_t state = Shared(entries_[i].state).load(std::memory_order_relaxed);
+    if (state == static_cast<uint32_t>(store::ExpertState::kResident)) {
+      bytes += manifest_.layers[i / manifest_.n_expert].desc.expert_bytes;
+    }
+  }
+  return bytes;
+}
+
+store::WorkerStatusPage ExpertStore::WorkerStatus(uint32_t index) const {
+  MOETIER_CHECK(index < store::kMaxWorkers);
+  store::WorkerStatusPage& page = store::WorkerRegionOf(segment_->base(), *header_, index)->status;
+  store::WorkerStatusPage out;
+  // The page is written concurrently by the worker and the service thread;
+  // copy it word by word through atomics so no read tears.
+  static_assert(sizeof(store::WorkerStatusPage) % sizeof(uint64_t) == 0);
+  const uint64_t* from = reinterpret_cast<const uint64_t*>(&page);
+  uint64_t* to = reinterpret_cast<uint64_t*>(&out);
+  for (size_t i = 0; i < sizeof(store::WorkerStatusPage) / sizeof(uint64_t); ++i) {
+    to[i] = Shared(const_cast<uint64_t&>(from[i])).load(std::memory_order_relaxed);
+  }
+  return out;
+}
+
 void ExpertStore::Bump(uint64_t& counter, uint64_t by) {
   Shared(counter).fetch_add(by, std::memory_order_relaxed);
 }

@@ -73,6 +73,12 @@ class ExpertStore {
   const ModelManifest& manifest() const { return manifest_; }
   // A snapshot of the shared counters.
   store::StoreCounters counters() const;
+  // Bytes of the experts now resident in RAM (their matrices, not the
+  // aligned spans around them). Walks the expert table; safe from any thread.
+  uint64_t ResidentExpertBytes() const;
+  // A copy of worker `index`'s status page, each field read atomically.
+  // Precondition: index < store::kMaxWorkers.
+  store::WorkerStatusPage WorkerStatus(uint32_t index) const;
 
   // Worker slots (the supervisor's side). Admit clears what a previous
   // holder of the index left (pins, rings, status), then stamps the new

@@ -2,10 +2,15 @@
 // threads always see the file's bytes, pinned slots are never evicted,
 // counters add up, prefetch hints are honoured, read errors stay per expert
 // and corrupt nothing, and the pins of a departed worker are dropped.
+#include <unistd.h>
+
 #include <atomic>
+#include <cstring>
+#include <filesystem>
 #include <random>
 #include <thread>
 
+#include "absl/strings/str_format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "io/pread_backend.h"
@@ -321,6 +326,43 @@ TEST_F(ExpertCacheTest, StoppingTheDaemonReleasesWaiters) {
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
   EXPECT_EQ(waited.code(), absl::StatusCode::kUnavailable) << waited;
   EXPECT_THAT(std::string(waited.message()), HasSubstr("shutting down"));
+}
+
+// A model file shorter than its tensor infos say. Cut before start, the
+// model is refused with the file named; cut while the daemon runs (the file
+// replaced or truncated under it), only the experts past the end fail, with
+// their name in the error, and the store keeps serving the rest.
+TEST_F(ExpertCacheTest, ATruncatedModelFileFailsOnlyTheExpertsPastItsEnd) {
+  const FileRange last_down = manifest_.PlanExpertReads(1, kExperts - 1).reads[2];
+  const off_t cut = static_cast<off_t>(last_down.offset + last_down.size / 2);
+  {
+    const std::string copy = dir_.File("short.gguf");
+    std::filesystem::copy_file(model_.path, copy);
+    ASSERT_EQ(truncate(copy.c_str(), cut), 0) << std::strerror(errno);
+    absl::StatusOr<std::unique_ptr<GgufModel>> gguf = GgufModel::Open(copy);
+    absl::Status refused = gguf.status();
+    if (gguf.ok()) refused = BuildModelManifest(**gguf).status();
+    ASSERT_FALSE(refused.ok()) << "a model shorter than its tensors was accepted";
+    EXPECT_THAT(std::string(refused.message()), HasSubstr("short.gguf"));
+  }
+
+  StartStore(3);
+  ASSERT_EQ(truncate(model_.path.c_str(), cut), 0) << std::strerror(errno);
+  store::StoreClient& client = Client(0);
+  absl::StatusOr<store::ExpertPin> failed = client.Acquire(1, kExperts - 1, kTimeoutMs);
+  ASSERT_FALSE(failed.ok());
+  EXPECT_THAT(std::string(failed.status().message()),
+              HasSubstr(absl::StrFormat("expert %d of layer 1", kExperts - 1)));
+  EXPECT_EQ(segment_->state(1, kExperts - 1), static_cast<uint32_t>(ExpertState::kOnDisk));
+  EXPECT_EQ(store_->counters().load_errors, 1u);
+  EXPECT_EQ(store_->phase(), store::DaemonPhase::kReady);
+
+  for (uint32_t e = 0; e < kExperts; ++e) {
+    absl::StatusOr<store::ExpertPin> pin = client.Acquire(0, e, kTimeoutMs);
+    ASSERT_TRUE(pin.ok()) << pin.status();
+    EXPECT_TRUE(PinHolds(*pin, Want(0, e)));
+  }
+  EXPECT_EQ(store_->counters().load_errors, 1u);
 }
 
 }  // namespace

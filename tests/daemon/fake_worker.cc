@@ -4,7 +4,9 @@
 // or miss path) and compares its bytes with the model file read on its own,
 // compares every dense tensor, reports, then heartbeats. Files in the
 // report folder steer it: crash-N (crash once), crash-always-N (crash after
-// every start), hang-N (stop heartbeating), never-connect-N (do not join).
+// every start), hang-N (stop heartbeating), never-connect-N (do not join),
+// kill-in-miss-N (request expert 1 of layer 1 on attach, then SIGKILL
+// itself while that miss is still in flight).
 #include <poll.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -20,6 +22,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <thread>
 
 #include "absl/strings/str_format.h"
 #include "gguf/gguf_reader.h"
@@ -165,6 +168,13 @@ int Run(const Flags& f) {
   if (admission->welcome.model_fingerprint != options.expected_fingerprint) {
     Report(f, absl::StrFormat("worker-%d-%d.error", f.index, getpid()), "welcome fingerprint");
     return 6;
+  }
+  if (Exists(f, "kill-in-miss")) {
+    std::filesystem::remove(f.report_dir + "/kill-in-miss-" + std::to_string(f.index));
+    store::StoreClient* c = client->get();
+    std::thread([c] { (void)c->Acquire(1, 1, 10000); }).detach();
+    usleep(200 * 1000);
+    raise(SIGKILL);
   }
   uint32_t experts = 0;
   const std::string problem = Verify(**model, **client, &experts);

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <set>
 
+#include "absl/strings/str_format.h"
 #include "gguf/gguf_reader.h"
 #include "gguf/gguf_writer.h"
 #include "gmock/gmock.h"
@@ -235,6 +236,109 @@ TEST(ModelManifestTest, RefusesIncompleteOrMisshapenExpertTensors) {
   absl::StatusOr<ModelManifest> b = BuildModelManifest(**baddown);
   ASSERT_FALSE(b.ok());
   EXPECT_THAT(b.status().message(), HasSubstr("blk.0.ffn_down_exps.weight"));
+}
+
+// The full Qwen3-30B-A3B expert shape: 48 layers x 128 experts, hidden 2048,
+// expert FFN 768, gate/up Q4_K, down Q6_K (Q4_K on odd layers, as mixed
+// quantizations do). Only the header is written; the file is extended
+// sparse to its full ~17.5 GiB, which the reader maps without touching.
+TEST(ModelManifestTest, FullQwen3MoeShapeWithoutWritingTheData) {
+  ScratchDir dir;
+  const std::string path = dir.File("qwen3-30b-a3b-shape.gguf");
+  constexpr uint32_t kLayers = 48;
+  constexpr uint32_t kExperts = 128;
+  constexpr int64_t kEmbd = 2048;
+  constexpr int64_t kFf = 768;
+  uint64_t file_bytes = 0;
+  {
+    GgufWriter w;
+    absl::Status s;
+    auto kv = [&](std::string key, GgufValue value) {
+      if (s.ok()) s = w.AddKeyValue(std::move(key), std::move(value));
+    };
+    kv("general.architecture", GgufValue::String("qwen3moe"));
+    kv("qwen3moe.block_count", GgufValue::Uint32(kLayers));
+    kv("qwen3moe.context_length", GgufValue::Uint32(40960));
+    kv("qwen3moe.embedding_length", GgufValue::Uint32(kEmbd));
+    kv("qwen3moe.feed_forward_length", GgufValue::Uint32(6144));
+    kv("qwen3moe.attention.head_count", GgufValue::Uint32(32));
+    kv("qwen3moe.attention.head_count_kv", GgufValue::Uint32(4));
+    kv("qwen3moe.attention.key_length", GgufValue::Uint32(128));
+    kv("qwen3moe.attention.value_length", GgufValue::Uint32(128));
+    kv("qwen3moe.expert_count", GgufValue::Uint32(kExperts));
+    kv("qwen3moe.expert_used_count", GgufValue::Uint32(8));
+    kv("qwen3moe.expert_feed_forward_length", GgufValue::Uint32(kFf));
+    for (uint32_t l = 0; l < kLayers && s.ok(); ++l) {
+      const std::string b = absl::StrFormat("blk.%d.", l);
+      s = w.AddTensor(b + "ffn_gate_exps.weight", TensorType::kQ4_K, {kEmbd, kFf, kExperts});
+      if (s.ok()) {
+        s = w.AddTensor(b + "ffn_up_exps.weight", TensorType::kQ4_K, {kEmbd, kFf, kExperts});
+      }
+      if (s.ok()) {
+        s = w.AddTensor(b + "ffn_down_exps.weight",
+                        l % 2 == 0 ? TensorType::kQ6_K : TensorType::kQ4_K, {kFf, kEmbd, kExperts});
+      }
+    }
+    if (s.ok()) s = w.Open(path);
+    ASSERT_TRUE(s.ok()) << s;
+    file_bytes = (w.bytes_written() + 31) / 32 * 32;
+    for (size_t i = 0; i < w.tensor_count(); ++i) file_bytes += (w.TensorSizeBytes(i) + 31) / 32 * 32;
+    // The writer is dropped without Finish: its destructor flushes the header.
+  }
+  ASSERT_EQ(truncate(path.c_str(), static_cast<off_t>(file_bytes)), 0) << strerror(errno);
+
+  absl::StatusOr<std::unique_ptr<GgufModel>> gguf = GgufModel::Open(path);
+  ASSERT_TRUE(gguf.ok()) << gguf.status();
+  absl::StatusOr<ModelManifest> m = BuildModelManifest(**gguf);
+  ASSERT_TRUE(m.ok()) << m.status();
+
+  // Q4_K: 144 bytes per 256 weights; Q6_K: 210 bytes per 256 weights.
+  constexpr uint64_t kGateBytes = kFf * (kEmbd / 256 * 144);      // 884,736
+  constexpr uint64_t kDownQ6Bytes = kEmbd * (kFf / 256 * 210);    // 1,290,240
+  constexpr uint64_t kDownQ4Bytes = kEmbd * (kFf / 256 * 144);    // 884,736
+  EXPECT_EQ(m->n_layer, kLayers);
+  EXPECT_EQ(m->n_expert, kExperts);
+  EXPECT_EQ(m->expert_count, uint64_t{kLayers} * kExperts);
+  EXPECT_EQ(m->hparams.n_embd, uint32_t{kEmbd});
+  EXPECT_EQ(m->hparams.n_ff_exp, uint32_t{kFf});
+  EXPECT_EQ(m->max_expert_bytes, 2 * kGateBytes + kDownQ6Bytes);
+  EXPECT_EQ(m->total_expert_bytes, uint64_t{kExperts} * (kLayers / 2) *
+                                       (4 * kGateBytes + kDownQ6Bytes + kDownQ4Bytes));
+  EXPECT_EQ(m->total_expert_bytes, 17'553'162'240u);
+  EXPECT_EQ(m->shard_sizes[0], file_bytes);
+
+  for (uint32_t l = 0; l < kLayers; ++l) {
+    const store::LayerDesc& d = m->layers[l].desc;
+    const uint64_t down_bytes = l % 2 == 0 ? kDownQ6Bytes : kDownQ4Bytes;
+    ASSERT_EQ(d.gate.size_bytes, kGateBytes) << "layer " << l;
+    ASSERT_EQ(d.up.size_bytes, kGateBytes) << "layer " << l;
+    ASSERT_EQ(d.down.size_bytes, down_bytes) << "layer " << l;
+    ASSERT_EQ(d.expert_bytes, 2 * kGateBytes + down_bytes) << "layer " << l;
+    const GgufTensorInfo* gate = (*gguf)->FindTensor(absl::StrFormat("blk.%d.ffn_gate_exps.weight", l));
+    const GgufTensorInfo* up = (*gguf)->FindTensor(absl::StrFormat("blk.%d.ffn_up_exps.weight", l));
+    const GgufTensorInfo* down = (*gguf)->FindTensor(absl::StrFormat("blk.%d.ffn_down_exps.weight", l));
+    ASSERT_TRUE(gate != nullptr && up != nullptr && down != nullptr);
+    // Tensors follow each other in declaration order, each padded to 32.
+    ASSERT_EQ(up->file_offset, gate->file_offset + kExperts * kGateBytes);
+    ASSERT_EQ(down->file_offset, up->file_offset + kExperts * kGateBytes);
+    for (uint32_t e : {0u, 1u, 63u, 127u}) {
+      const ExpertReadPlan plan = m->PlanExpertReads(l, e);
+      const uint64_t want_offset[3] = {gate->file_offset + e * kGateBytes,
+                                       up->file_offset + e * kGateBytes,
+                                       down->file_offset + e * down_bytes};
+      const uint64_t want_size[3] = {kGateBytes, kGateBytes, down_bytes};
+      for (int i = 0; i < 3; ++i) {
+        const SliceInRead& sl = plan.slices[i];
+        ASSERT_LT(sl.read_index, plan.n_reads);
+        const FileRange& r = plan.reads[sl.read_index];
+        EXPECT_EQ(r.offset + sl.offset_in_read, want_offset[i]) << l << "/" << e << "/" << i;
+        EXPECT_EQ(sl.size, want_size[i]) << l << "/" << e << "/" << i;
+        EXPECT_LE(r.offset + r.size, file_bytes);
+      }
+    }
+  }
+  EXPECT_TRUE(m->dense.empty()) << "an expert tensor was taken for a dense one: "
+                                << m->dense.front().name;
 }
 
 }  // namespace
