@@ -1,0 +1,326 @@
+#include "backend/cpu/cpu_kernels.h"
+
+#if defined(MOETIER_CPU_X86_KERNELS)
+#include <cpuid.h>
+#endif
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "backend/cpu/block_layouts.h"
+#include "backend/cpu/cpu_check.h"
+#include "backend/cpu/kernel_table.h"
+
+namespace moetier::cpu {
+namespace {
+
+#if defined(MOETIER_CPU_X86_KERNELS)
+// What the processor and the operating system support, from CPUID and XCR0
+// (compilers disagree on the feature names __builtin_cpu_supports knows).
+struct X86Features {
+  bool avx2 = false;    // AVX2 + FMA + F16C, with YMM state enabled
+  bool avx512 = false;  // F, BW, VL, DQ, VNNI, with ZMM and mask state enabled
+};
+
+X86Features DetectX86() {
+  X86Features f;
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx)) return f;
+  const bool osxsave = (ecx >> 27) & 1;
+  const bool fma = (ecx >> 12) & 1;
+  const bool f16c = (ecx >> 29) & 1;
+  const bool avx = (ecx >> 28) & 1;
+  if (!osxsave || !avx) return f;
+  uint32_t xcr0_lo = 0, xcr0_hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
+  const bool ymm_state = (xcr0_lo & 0x6) == 0x6;    // SSE and AVX state
+  const bool zmm_state = (xcr0_lo & 0xE6) == 0xE6;  // plus opmask, ZMM_Hi256, Hi16_ZMM
+  if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return f;
+  const bool avx2 = (ebx >> 5) & 1;
+  const bool avx512f = (ebx >> 16) & 1;
+  const bool avx512dq = (ebx >> 17) & 1;
+  const bool avx512bw = (ebx >> 30) & 1;
+  const bool avx512vl = (ebx >> 31) & 1;
+  const bool avx512vnni = (ecx >> 11) & 1;
+  f.avx2 = ymm_state && avx2 && fma && f16c;
+  f.avx512 = f.avx2 && zmm_state && avx512f && avx512dq && avx512bw && avx512vl && avx512vnni;
+  return f;
+}
+
+const X86Features& Features() {
+  static const X86Features features = DetectX86();
+  return features;
+}
+#endif
+
+bool CpuHas(SimdLevel level) {
+  switch (level) {
+    case SimdLevel::kScalar:
+      return true;
+#if defined(MOETIER_CPU_X86_KERNELS)
+    case SimdLevel::kAvx2:
+      return Features().avx2;
+    case SimdLevel::kAvx512:
+      return Features().avx512;
+#else
+    case SimdLevel::kAvx2:
+    case SimdLevel::kAvx512:
+      return false;
+#endif
+  }
+  return false;
+}
+
+const KernelTable* TableFor(SimdLevel level) {
+  switch (level) {
+#if defined(MOETIER_CPU_X86_KERNELS)
+    case SimdLevel::kAvx2:
+      return &kAvx2Kernels;
+    case SimdLevel::kAvx512:
+      return &kAvx512Kernels;
+#else
+    case SimdLevel::kAvx2:
+    case SimdLevel::kAvx512:
+#endif
+    case SimdLevel::kScalar:
+      break;
+  }
+  return &kScalarKernels;
+}
+
+std::atomic<const KernelTable*> g_table{nullptr};
+std::atomic<int> g_level{0};
+std::once_flag g_init_once;
+
+void InitFromEnvironment() {
+  SimdLevel level = BestSupportedSimdLevel();
+  if (const char* env = std::getenv("MOETIER_CPU_SIMD"); env != nullptr && env[0] != '\0') {
+    absl::StatusOr<SimdLevel> wanted = ParseSimdLevel(env);
+    if (!wanted.ok()) {
+      std::fprintf(stderr, "moetier: MOETIER_CPU_SIMD: %s; using %s\n",
+                   std::string(wanted.status().message()).c_str(),
+                   std::string(SimdLevelName(level)).c_str());
+    } else if (!CpuHas(*wanted)) {
+      std::fprintf(stderr, "moetier: MOETIER_CPU_SIMD=%s is not supported by this CPU; using %s\n",
+                   env, std::string(SimdLevelName(level)).c_str());
+    } else {
+      level = *wanted;
+    }
+  }
+  g_level.store(static_cast<int>(level), std::memory_order_relaxed);
+  g_table.store(TableFor(level), std::memory_order_release);
+}
+
+const KernelTable& Table() {
+  const KernelTable* table = g_table.load(std::memory_order_acquire);
+  if (table == nullptr) [[unlikely]] {
+    std::call_once(g_init_once, InitFromEnvironment);
+    table = g_table.load(std::memory_order_acquire);
+  }
+  return *table;
+}
+
+size_t RoundUp(size_t n, size_t align) { return (n + align - 1) / align * align; }
+
+}  // namespace
+
+std::string_view SimdLevelName(SimdLevel level) {
+  switch (level) {
+    case SimdLevel::kScalar:
+      return "scalar";
+    case SimdLevel::kAvx2:
+      return "avx2";
+    case SimdLevel::kAvx512:
+      return "avx512";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<SimdLevel> ParseSimdLevel(std::string_view name) {
+  for (SimdLevel level : {SimdLevel::kScalar, SimdLevel::kAvx2, SimdLevel::kAvx512}) {
+    if (name == SimdLevelName(level)) return level;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown SIMD level \"", std::string(name),
+                                                 "\"; expected scalar, avx2 or avx512"));
+}
+
+bool SimdLevelSupported(SimdLevel level) { return CpuHas(level); }
+
+SimdLevel BestSupportedSimdLevel() {
+  if (CpuHas(SimdLevel::kAvx512)) return SimdLevel::kAvx512;
+  if (CpuHas(SimdLevel::kAvx2)) return SimdLevel::kAvx2;
+  return SimdLevel::kScalar;
+}
+
+SimdLevel ActiveSimdLevel() {
+  Table();
+  return static_cast<SimdLevel>(g_level.load(std::memory_order_relaxed));
+}
+
+absl::Status SetSimdLevel(SimdLevel level) {
+  if (!CpuHas(level)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "this CPU does not support the ", std::string(SimdLevelName(level)), " kernels"));
+  }
+  Table();  // consume the environment first so it cannot override this later
+  g_level.store(static_cast<int>(level), std::memory_order_relaxed);
+  g_table.store(TableFor(level), std::memory_order_release);
+  return absl::OkStatus();
+}
+
+bool SupportsWeightType(TensorType type) {
+  switch (type) {
+    case TensorType::kF32:
+    case TensorType::kF16:
+    case TensorType::kBF16:
+    case TensorType::kQ8_0:
+    case TensorType::kQ4_0:
+    case TensorType::kQ4_K:
+    case TensorType::kQ5_K:
+    case TensorType::kQ6_K:
+      return true;
+    default:
+      return false;
+  }
+}
+
+ActFormat ActFormatFor(TensorType weight_type) {
+  switch (weight_type) {
+    case TensorType::kQ8_0:
+    case TensorType::kQ4_0:
+      return ActFormat::kQ8_0;
+    case TensorType::kQ4_K:
+    case TensorType::kQ5_K:
+    case TensorType::kQ6_K:
+      return ActFormat::kQ8_K;
+    default:
+      MOETIER_CPU_CHECK(SupportsWeightType(weight_type), "weight type without CPU kernels");
+      return ActFormat::kF32;
+  }
+}
+
+int64_t WeightBlockElems(TensorType weight_type) {
+  switch (ActFormatFor(weight_type)) {
+    case ActFormat::kF32:
+      return 1;
+    case ActFormat::kQ8_0:
+      return kQK8_0;
+    case ActFormat::kQ8_K:
+      return kQK_K;
+  }
+  return 1;
+}
+
+size_t ActRowBytes(TensorType weight_type, int64_t k) {
+  MOETIER_CPU_CHECK(k > 0 && k % WeightBlockElems(weight_type) == 0,
+                    "k is not a whole number of blocks");
+  const size_t n = static_cast<size_t>(k);
+  switch (ActFormatFor(weight_type)) {
+    case ActFormat::kF32:
+      return RoundUp(n * sizeof(float), kActRowAlign);
+    case ActFormat::kQ8_0:
+      return RoundUp(3 * n, kActRowAlign);  // qs, d8, nsum8
+    case ActFormat::kQ8_K:
+      return RoundUp(n + n / 8 + n / 64, kActRowAlign);  // qs, bsums, d
+  }
+  return 0;
+}
+
+void QuantizeActRows(TensorType weight_type, const float* x, int64_t x_stride, int64_t k,
+                     int64_t n_rows, void* dst) {
+  const size_t row_bytes = ActRowBytes(weight_type, k);
+  uint8_t* out = static_cast<uint8_t*>(dst);
+  const ActFormat format = ActFormatFor(weight_type);
+  const KernelTable& t = Table();
+  for (int64_t m = 0; m < n_rows; ++m) {
+    const float* xm = x + m * x_stride;
+    uint8_t* row = out + m * row_bytes;
+    switch (format) {
+      case ActFormat::kF32:
+        std::copy(xm, xm + k, reinterpret_cast<float*>(row));
+        break;
+      case ActFormat::kQ8_0:
+        t.quantize_q8_0(xm, k, row);
+        break;
+      case ActFormat::kQ8_K:
+        t.quantize_q8_k(xm, k, row);
+        break;
+    }
+  }
+}
+
+void MatMul(TensorType weight_type, int64_t k, const void* w, size_t w_row_bytes, int64_t r0,
+            int64_t r1, const void* act, size_t act_row_bytes, int64_t n_act, float* out,
+            int64_t ldo) {
+  MOETIER_CPU_CHECK(r0 >= 0 && r0 <= r1 && n_act >= 0, "bad row range");
+  MOETIER_CPU_CHECK(
+      reinterpret_cast<uintptr_t>(act) % kActRowAlign == 0 && act_row_bytes % kActRowAlign == 0,
+      "activation rows must be 64-byte aligned");
+  if (r0 == r1 || n_act == 0) return;
+  const KernelTable& t = Table();
+  GemmTileFn fn = nullptr;
+  switch (weight_type) {
+    case TensorType::kF32:
+      fn = t.gemm_f32;
+      break;
+    case TensorType::kF16:
+      fn = t.gemm_f16;
+      break;
+    case TensorType::kBF16:
+      fn = t.gemm_bf16;
+      break;
+    case TensorType::kQ8_0:
+      fn = t.gemm_q8_0;
+      break;
+    case TensorType::kQ4_0:
+      fn = t.gemm_q4_0;
+      break;
+    case TensorType::kQ4_K:
+      fn = t.gemm_q4_k;
+      break;
+    case TensorType::kQ5_K:
+      fn = t.gemm_q5_k;
+      break;
+    case TensorType::kQ6_K:
+      fn = t.gemm_q6_k;
+      break;
+    default:
+      MOETIER_CPU_CHECK(false, "weight type without CPU kernels");
+  }
+  const uint8_t* wb = static_cast<const uint8_t*>(w);
+  const uint8_t* ab = static_cast<const uint8_t*>(act);
+  if (n_act <= kMaxActTile) {
+    fn(k, wb + r0 * w_row_bytes, w_row_bytes, r1 - r0, ab, act_row_bytes, static_cast<int>(n_act),
+       out + r0, ldo);
+    return;
+  }
+  // A tile of weight rows small enough to stay in L1/L2 while every group of
+  // activation rows passes over it: the rows come from memory once.
+  constexpr size_t kRowTileBytes = 16 * 1024;
+  const int64_t row_tile =
+      std::max<int64_t>(1, static_cast<int64_t>(kRowTileBytes / std::max<size_t>(1, w_row_bytes)));
+  for (int64_t r = r0; r < r1; r += row_tile) {
+    const int64_t nr = std::min(row_tile, r1 - r);
+    for (int64_t m = 0; m < n_act; m += kMaxActTile) {
+      const int na = static_cast<int>(std::min<int64_t>(kMaxActTile, n_act - m));
+      fn(k, wb + r * w_row_bytes, w_row_bytes, nr, ab + m * act_row_bytes, act_row_bytes, na,
+         out + m * ldo + r, ldo);
+    }
+  }
+}
+
+float DotF32(const float* a, const float* b, int64_t n) { return Table().dot_f32(a, b, n); }
+void AxpyF32(float a, const float* x, float* y, int64_t n) { Table().axpy_f32(a, x, y, n); }
+void ScaleF32(float a, float* y, int64_t n) { Table().scale_f32(a, y, n); }
+float SumF32(const float* x, int64_t n) { return Table().sum_f32(x, n); }
+void AttendF32(const float* q, int n_q, const float* k, const float* v, int64_t kv_stride,
+               int64_t n_kv, int head_dim, float scale, float* scores, float* out) {
+  Table().attend_f32(q, n_q, k, v, kv_stride, n_kv, head_dim, scale, scores, out);
+}
+
+}  // namespace moetier::cpu

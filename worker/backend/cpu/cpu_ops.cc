@@ -1,0 +1,114 @@
+#include "backend/cpu/cpu_ops.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "backend/cpu/cpu_check.h"
+#include "backend/cpu/cpu_kernels.h"
+#include "tensor/quant_codec.h"
+
+namespace moetier::cpu {
+
+void RmsNorm(const float* x, const float* w, int64_t n, float eps, float* y) {
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i]) * x[i];
+  const float scale = static_cast<float>(1.0 / std::sqrt(sum / static_cast<double>(n) + eps));
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] * scale * w[i];
+}
+
+void RmsNormHeads(float* x, const float* w, int n_heads, int head_dim, float eps) {
+  for (int h = 0; h < n_heads; ++h) {
+    float* xh = x + static_cast<int64_t>(h) * head_dim;
+    RmsNorm(xh, w, head_dim, eps, xh);
+  }
+}
+
+void RopeAngles(int64_t pos, int n_rot, float freq_base, float* cos_theta, float* sin_theta) {
+  for (int i = 0; i < n_rot / 2; ++i) {
+    const double theta =
+        static_cast<double>(pos) * std::pow(static_cast<double>(freq_base), -2.0 * i / n_rot);
+    cos_theta[i] = static_cast<float>(std::cos(theta));
+    sin_theta[i] = static_cast<float>(std::sin(theta));
+  }
+}
+
+void RopeNeox(float* x, int n_heads, int head_dim, int n_rot, const float* cos_theta,
+              const float* sin_theta) {
+  const int half = n_rot / 2;
+  for (int h = 0; h < n_heads; ++h) {
+    float* xh = x + static_cast<int64_t>(h) * head_dim;
+    for (int i = 0; i < half; ++i) {
+      const float x0 = xh[i];
+      const float x1 = xh[i + half];
+      xh[i] = x0 * cos_theta[i] - x1 * sin_theta[i];
+      xh[i + half] = x0 * sin_theta[i] + x1 * cos_theta[i];
+    }
+  }
+}
+
+void SoftmaxInPlace(float* x, int64_t n) {
+  float max = -INFINITY;
+  for (int64_t i = 0; i < n; ++i) max = std::fmax(max, x[i]);
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - max);
+    sum += x[i];
+  }
+  const float inv = static_cast<float>(1.0 / sum);
+  for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+}
+
+void SiluMul(const float* gate, const float* up, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    out[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+void AttentionHeads(const float* q, const float* k_cache, const float* v_cache,
+                    int64_t kv_head_stride, int64_t kv_stride, int64_t n_kv, int n_head,
+                    int n_head_kv, int head_dim, float scale, int h_begin, int h_end, float* scores,
+                    float* out) {
+  MOETIER_CPU_CHECK(n_head_kv > 0 && n_head % n_head_kv == 0,
+                    "n_head must be a multiple of n_head_kv");
+  MOETIER_CPU_CHECK(n_kv > 0, "attention needs at least one position");
+  const int group = n_head / n_head_kv;
+  // Consecutive query heads share a KV head: hand them over together.
+  for (int h = h_begin; h < h_end;) {
+    const int g = h / group;
+    const int end = std::min(h_end, (g + 1) * group);
+    const int64_t offset = static_cast<int64_t>(h) * head_dim;
+    AttendF32(q + offset, end - h, k_cache + g * kv_head_stride, v_cache + g * kv_head_stride,
+              kv_stride, n_kv, head_dim, scale, scores, out + offset);
+    h = end;
+  }
+}
+
+void RouterTopK(const float* logits, int n_expert, int k, bool renormalize, float* probs,
+                int32_t* ids, float* weights) {
+  MOETIER_CPU_CHECK(k >= 1 && k <= n_expert, "top-k out of range");
+  for (int e = 0; e < n_expert; ++e) probs[e] = logits[e];
+  SoftmaxInPlace(probs, n_expert);
+  float sum = 0.0f;
+  for (int j = 0; j < k; ++j) {
+    int best = -1;
+    for (int e = 0; e < n_expert; ++e) {
+      bool taken = false;
+      for (int i = 0; i < j; ++i) taken = taken || ids[i] == e;
+      if (!taken && (best < 0 || probs[e] > probs[best])) best = e;
+    }
+    ids[j] = best;
+    weights[j] = probs[best];
+    sum += probs[best];
+  }
+  if (renormalize) {
+    const float denom = std::fmax(sum, 6.1035e-5f);
+    for (int j = 0; j < k; ++j) weights[j] /= denom;
+  }
+}
+
+void EmbeddingRow(TensorType type, const void* row, int64_t n, float* out) {
+  DequantizeRow(type, row, out, n);
+}
+
+}  // namespace moetier::cpu

@@ -1,0 +1,62 @@
+// Row-wise operations of a transformer forward pass on f32 data. Like the
+// matrix kernels they take raw pointers and sizes and know no model; none of
+// them allocates.
+#pragma once
+
+#include <cstdint>
+
+#include "tensor/tensor_type.h"
+
+namespace moetier::cpu {
+
+// y[i] = x[i] / sqrt(mean_j x[j]^2 + eps) * w[i] (SPEC §3.0; the sum of
+// squares is accumulated in double). x and y may be the same array.
+void RmsNorm(const float* x, const float* w, int64_t n, float eps, float* y);
+
+// RMSNorm of n_heads consecutive vectors of head_dim values, in place, all
+// with the same weight (qwen3moe's per-head QK-norm).
+void RmsNormHeads(float* x, const float* w, int n_heads, int head_dim, float eps);
+
+// cos and sin of the rotary angles at position `pos`:
+// theta_i = pos * base^(-2i / n_rot) for i in [0, n_rot / 2).
+void RopeAngles(int64_t pos, int n_rot, float freq_base, float* cos_theta, float* sin_theta);
+
+// NEOX rotary embedding in place: for each of n_heads heads (head h at
+// x + h * head_dim) rotates the pairs (x[i], x[i + n_rot/2]), i < n_rot / 2,
+// by the angles from RopeAngles. Dims from n_rot to head_dim are unchanged.
+void RopeNeox(float* x, int n_heads, int head_dim, int n_rot, const float* cos_theta,
+              const float* sin_theta);
+
+// x = softmax(x), computed in f32 with a double-precision sum.
+void SoftmaxInPlace(float* x, int64_t n);
+
+// out[i] = silu(gate[i]) * up[i], silu(z) = z / (1 + e^-z). out may alias
+// either input.
+void SiluMul(const float* gate, const float* up, int64_t n, float* out);
+
+// Causal attention of one query over cached positions [0, n_kv) for query
+// heads [h_begin, h_end): out_h = softmax(scale * q_h . k_t) . v_t, where
+// query head h reads KV head h / (n_head / n_head_kv). Head h of q and out
+// is at offset h * head_dim. In each cache, KV head g's row for position t
+// starts at g * kv_head_stride + t * kv_stride floats: {kv_head_stride,
+// kv_stride} = {head_dim, n_head_kv * head_dim} for position-major caches,
+// {max_ctx * head_dim, head_dim} for head-major ones (whose rows are
+// contiguous, which streams faster). `scores` holds min(h_end - h_begin,
+// n_head / n_head_kv) * n_kv floats of scratch.
+void AttentionHeads(const float* q, const float* k_cache, const float* v_cache,
+                    int64_t kv_head_stride, int64_t kv_stride, int64_t n_kv, int n_head,
+                    int n_head_kv, int head_dim, float scale, int h_begin, int h_end, float* scores,
+                    float* out);
+
+// MoE routing (SPEC §3.0 build_moe_ffn with softmax gating): probs =
+// softmax(logits) in `probs` (n_expert floats), the k largest in descending
+// order (ties to the lower id) into ids/weights, and, when `renormalize`, the
+// weights divided by max(sum, 6.1035e-5).
+void RouterTopK(const float* logits, int n_expert, int k, bool renormalize, float* probs,
+                int32_t* ids, float* weights);
+
+// One embedding row decoded to f32. Precondition: the type has a codec and
+// n is a multiple of its block size.
+void EmbeddingRow(TensorType type, const void* row, int64_t n, float* out);
+
+}  // namespace moetier::cpu
