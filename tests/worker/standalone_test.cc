@@ -335,7 +335,6 @@ TEST_F(WorkerEditedModelTest, StopsAtEndOfGeneration) {
   EXPECT_THAT(r.err, HasSubstr("end of generation"));
 }
 
-#ifdef MOETIER_HAVE_CPU_ENGINE
 // The default backend is wired in and agrees with the reference.
 TEST(WorkerStandaloneTest, CpuBackendIsTheDefault) {
   const std::vector<int32_t> ids = ReadIds(TestDataPath("vectors/tiny-f32.ids"));
@@ -358,15 +357,6 @@ TEST(WorkerStandaloneTest, CpuBackendIsTheDefault) {
     EXPECT_LE(e.max_abs, 1e-3 * e.range) << "position " << pos;
   }
 }
-#else
-TEST(WorkerStandaloneTest, CpuBackendNotBuiltIsAClearError) {
-  const Result r = RunWorker({"--standalone", "--model", TinyModel(), "--tokens", "1,2",
-                              "--logits-out", TempPath("never.f32")});
-  EXPECT_EQ(r.exit_code, 1);
-  EXPECT_TRUE(IsOneLine(r.err));
-  EXPECT_THAT(r.err, AllOf(HasSubstr("cpu"), HasSubstr("not built")));
-}
-#endif
 
 }  // namespace
 }  // namespace moetier
