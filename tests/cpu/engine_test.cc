@@ -237,6 +237,27 @@ TEST(CpuEngineTest, BatchSizeAndThreadCountDoNotChangeLogits) {
   }
 }
 
+TEST(CpuEngineTest, HugePageCopyGivesIdenticalLogits) {
+  std::unique_ptr<Loaded> m = Load("small-q4_k_m");
+  ASSERT_NE(m, nullptr);
+  std::unique_ptr<CpuQwen3Moe> mapped = Engine(*m);
+  ASSERT_NE(mapped, nullptr);
+  const std::vector<float> want = RunAll(*mapped, m->ids);
+  CpuEngineConfig config;
+  config.max_ctx = 64;
+  config.n_threads = 2;
+  config.copy_weights_to_huge_pages = true;
+  absl::StatusOr<std::unique_ptr<CpuQwen3Moe>> copied = CpuQwen3Moe::Create(m->model, config);
+  if (!copied.ok() && copied.status().code() == absl::StatusCode::kFailedPrecondition) {
+    GTEST_SKIP() << copied.status();  // no transparent huge pages on this kernel
+  }
+  ASSERT_TRUE(copied.ok()) << copied.status();
+  EXPECT_GE((*copied)->allocated_bytes(), mapped->allocated_bytes() + 9'000'000u);
+  EXPECT_EQ(RunAll(**copied, m->ids), want);
+  // The model's own mapping still reads correctly after its pages were released.
+  EXPECT_EQ(RunAll(*mapped, m->ids), want);
+}
+
 TEST(CpuEngineTest, LastRowOnlyAndRecomputeFromMidway) {
   std::unique_ptr<Loaded> m = Load("tiny-q8_0");
   ASSERT_NE(m, nullptr);

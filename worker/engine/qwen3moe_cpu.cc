@@ -82,6 +82,27 @@ absl::Status CheckVector(const WeightRef& ref, int64_t n) {
   return absl::OkStatus();
 }
 
+// Every tensor of the weight table, for visiting them all.
+std::vector<WeightRef*> AllRefs(Qwen3MoeWeights& w) {
+  std::vector<WeightRef*> refs = {&w.token_embd, &w.output_norm, &w.output};
+  for (Qwen3MoeLayerWeights& l : w.layers) {
+    for (WeightRef* r : {&l.attn_norm, &l.attn_q, &l.attn_k, &l.attn_v, &l.attn_output,
+                         &l.attn_q_norm, &l.attn_k_norm, &l.ffn_norm, &l.ffn_gate_inp,
+                         &l.ffn_gate_exps, &l.ffn_up_exps, &l.ffn_down_exps}) {
+      refs.push_back(r);
+    }
+  }
+  return refs;
+}
+
+// The bytes a tensor spans: ne[2] matrices of ne[1] rows (expert matrices of a
+// fused gate/up tensor interleave, so the span also covers the other half).
+cpu::ByteRange Span(const WeightRef& r) {
+  const uint64_t rows_bytes = static_cast<uint64_t>(r.ne[1]) * r.row_bytes;
+  const uint64_t bytes = static_cast<uint64_t>(r.ne[2] - 1) * r.expert_stride_bytes + rows_bytes;
+  return {r.data, r.data + bytes};
+}
+
 }  // namespace
 
 // ------------------------------------------------------------------ buffers
@@ -183,12 +204,26 @@ absl::StatusOr<std::unique_ptr<CpuQwen3Moe>> CpuQwen3Moe::Create(const Qwen3MoeM
   }
   if (!status.ok()) return status;
   std::unique_ptr<CpuQwen3Moe> engine(new CpuQwen3Moe(model, config));
+  if (config.copy_weights_to_huge_pages) {
+    if (absl::Status s = engine->CopyWeightsToHugePages(); !s.ok()) return s;
+  }
   engine->Allocate();
   return engine;
 }
 
 CpuQwen3Moe::CpuQwen3Moe(const Qwen3MoeModel& model, const CpuEngineConfig& config)
-    : model_(model), hp_(model.hparams), config_(config), pool_(config.n_threads) {}
+    : hp_(model.hparams), weights_(model.weights), config_(config), pool_(config.n_threads) {}
+
+absl::Status CpuQwen3Moe::CopyWeightsToHugePages() {
+  std::vector<WeightRef*> refs = AllRefs(weights_);
+  std::vector<cpu::ByteRange> ranges;
+  for (const WeightRef* r : refs) ranges.push_back(Span(*r));
+  absl::StatusOr<cpu::HugePageCopy> copy = cpu::HugePageCopy::Create(ranges, true);
+  if (!copy.ok()) return copy.status();
+  for (WeightRef* r : refs) r->data = copy->Translate(r->data);
+  weight_copy_ = std::move(*copy);
+  return absl::OkStatus();
+}
 
 CpuQwen3Moe::~CpuQwen3Moe() = default;
 
@@ -200,8 +235,8 @@ void CpuQwen3Moe::Allocate() {
   const size_t q_dim = static_cast<size_t>(hp_.n_head) * hp_.head_dim;
   const size_t kv_dim = static_cast<size_t>(hp_.n_head_kv) * hp_.head_dim;
 
-  output_norm_ = DecodeVector(model_.weights.output_norm);
-  for (const Qwen3MoeLayerWeights& l : model_.weights.layers) {
+  output_norm_ = DecodeVector(weights_.output_norm);
+  for (const Qwen3MoeLayerWeights& l : weights_.layers) {
     norms_.push_back({DecodeVector(l.attn_norm), DecodeVector(l.ffn_norm),
                       DecodeVector(l.attn_q_norm), DecodeVector(l.attn_k_norm)});
     k_cache_.emplace_back(static_cast<size_t>(config_.max_ctx) * kv_dim * f);
@@ -246,6 +281,7 @@ void CpuQwen3Moe::Allocate() {
 
 uint64_t CpuQwen3Moe::allocated_bytes() const {
   uint64_t bytes = 0;
+  if (weight_copy_.has_value()) bytes += weight_copy_->size();
   for (const AlignedBytes& a : k_cache_) bytes += a.size();
   for (const AlignedBytes& a : v_cache_) bytes += a.size();
   for (const AlignedBytes* a : {&x_, &xn_, &q_, &k_, &v_, &attn_out_, &sub_out_, &rope_cos_,
@@ -383,7 +419,7 @@ void CpuQwen3Moe::ForwardBatch(const int32_t* tokens, int n, int pos0, LogitRows
                                float* logits) {
   const int64_t n_embd = hp_.n_embd;
   float* x = x_.floats();
-  const WeightRef& embd = model_.weights.token_embd;
+  const WeightRef& embd = weights_.token_embd;
   for (int t = 0; t < n; ++t) {
     cpu::EmbeddingRow(embd.type, embd.row(tokens[t]), n_embd, x + t * n_embd);
   }
@@ -405,7 +441,7 @@ void CpuQwen3Moe::ForwardBatch(const int32_t* tokens, int n, int pos0, LogitRows
     cpu::RmsNorm(x + t * n_embd, output_norm_.data(), n_embd, hp_.rms_eps,
                  xn + (t - first) * n_embd);
   }
-  const WeightRef& out = model_.weights.output;
+  const WeightRef& out = weights_.output;
   ForgetInputs();
   const uint8_t* act = PrepareInput(count, out.type);
   const MatJob job = Job(out, out.data, act, count, logits);
@@ -413,7 +449,7 @@ void CpuQwen3Moe::ForwardBatch(const int32_t* tokens, int n, int pos0, LogitRows
 }
 
 void CpuQwen3Moe::Attention(int layer, int n, int pos0) {
-  const Qwen3MoeLayerWeights& lw = model_.weights.layers[layer];
+  const Qwen3MoeLayerWeights& lw = weights_.layers[layer];
   const LayerNorms& norms = norms_[layer];
   const int64_t n_embd = hp_.n_embd;
   const int64_t q_dim = static_cast<int64_t>(hp_.n_head) * hp_.head_dim;
@@ -491,7 +527,7 @@ void CpuQwen3Moe::Attention(int layer, int n, int pos0) {
 }
 
 void CpuQwen3Moe::MoeFfn(int layer, int n) {
-  const Qwen3MoeLayerWeights& lw = model_.weights.layers[layer];
+  const Qwen3MoeLayerWeights& lw = weights_.layers[layer];
   const int64_t n_embd = hp_.n_embd;
   const int64_t n_ff = hp_.n_ff_exp;
   const int n_expert = hp_.n_expert;
