@@ -52,5 +52,18 @@ TEST(CpuHugePageCopyTest, ReleasingTheSourceKeepsBothIntact) {
   for (size_t i = 0; i < source.size(); i += 4096) ASSERT_EQ(source[i], 0x5A) << i;
 }
 
+TEST(CpuHugePageCopyTest, UnionBytesCountsOverlapsOnce) {
+  std::vector<uint8_t> source(1000);
+  const uint8_t* s = source.data();
+  const std::vector<ByteRange> ranges = {{s, s + 100}, {s + 50, s + 150}, {s + 500, s + 600}};
+  EXPECT_EQ(UnionBytes(ranges), 250u);
+}
+
+TEST(CpuHugePageCopyTest, SmallWeightsAreNotWorthCopying) {
+  EXPECT_FALSE(HugePageCopyPays(64u << 20));
+  // More than any machine's available memory.
+  EXPECT_FALSE(HugePageCopyPays(size_t{1} << 62));
+}
+
 }  // namespace
 }  // namespace moetier::cpu

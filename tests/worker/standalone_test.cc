@@ -213,7 +213,7 @@ TEST(WorkerStandaloneTest, HelpExplainsEveryFlag) {
   for (const char* flag :
        {"--standalone", "--model", "--tokens", "--logits-out", "--tokenize", "--prompt", "-n",
         "--chat", "--temp", "--top-k", "--top-p", "--min-p", "--repeat-penalty", "--repeat-last-n",
-        "--seed", "--backend", "--threads", "--ctx", "--help"}) {
+        "--seed", "--backend", "--threads", "--ctx", "--huge-pages", "--help"}) {
     EXPECT_THAT(r.out, HasSubstr(flag));
   }
 }
@@ -240,6 +240,7 @@ TEST(WorkerStandaloneTest, UsageErrorsAreOneLine) {
       {{"--standalone", "--tokenize", "x"}, "--model"},
       {{"--standalone", "--model", TinyModel(), "--backend", "gpu", "--tokenize", "x"}, "gpu"},
       {{"--standalone", "--model", TinyModel(), "--tokenize", "a", "--prompt", "b"}, "only one"},
+      {{"--standalone", "--model", TinyModel(), "--huge-pages", "yes", "--tokenize", "x"}, "'yes'"},
       {{"--standalone", "--model"}, "needs a value"},
       {{"--standalone", "stray"}, "stray"},
   };
@@ -356,6 +357,28 @@ TEST(WorkerStandaloneTest, CpuBackendIsTheDefault) {
     const testing::RowError e = testing::CompareRow(&cpu[pos * 512], &ref[pos * 512], 512);
     EXPECT_LE(e.max_abs, 1e-3 * e.range) << "position " << pos;
   }
+}
+
+// Reading the weights from huge pages or from the file mapping changes
+// nothing but speed.
+TEST(WorkerStandaloneTest, HugePagesOnAndOffGiveIdenticalLogits) {
+  const std::vector<int32_t> ids = ReadIds(TestDataPath("vectors/tiny-f32.ids"));
+  std::vector<std::vector<float>> logits;
+  for (const char* mode : {"off", "on"}) {
+    const std::string out = TempPath(std::string("huge-") + mode + ".f32");
+    const Result r = RunWorker({"--standalone", "--model", TinyModel(), "--threads", "2",
+                                "--huge-pages", mode, "--tokens", absl::StrJoin(ids, ","),
+                                "--logits-out", out});
+    if (r.exit_code != 0 && std::string_view(mode) == "on" &&
+        r.err.find("transparent huge pages") != std::string::npos) {
+      GTEST_SKIP() << r.err;
+    }
+    ASSERT_EQ(r.exit_code, 0) << mode << ": " << r.err;
+    logits.push_back(ReadFloats(out));
+    std::remove(out.c_str());
+  }
+  ASSERT_EQ(logits[0].size(), ids.size() * 512u);
+  EXPECT_EQ(logits[0], logits[1]);
 }
 
 }  // namespace

@@ -44,9 +44,20 @@ class ForwardEngine {
   virtual int cached_tokens() const = 0;
 };
 
+// Where the CPU engine reads weights from.
+enum class WeightPages {
+  // Huge pages when the kernel offers transparent huge pages, the weights
+  // are large enough for TLB misses to matter and they fit in available RAM;
+  // the file mapping otherwise.
+  kAuto,
+  kHuge,    // copy into transparent huge pages; an error when that is impossible
+  kMapped,  // read the GGUF file mapping (4 KiB pages, shared with the page cache)
+};
+
 struct EngineOptions {
   int max_ctx = 4096;  // KV cache length in tokens; at most hparams.n_ctx_train
   int n_threads = 1;   // worker threads for backends that use them
+  WeightPages weight_pages = WeightPages::kAuto;  // CPU backend only
 };
 
 // The multithreaded CPU engine. Defined by the cpu engine library

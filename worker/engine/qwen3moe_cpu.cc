@@ -103,6 +103,13 @@ cpu::ByteRange Span(const WeightRef& r) {
   return {r.data, r.data + bytes};
 }
 
+std::vector<cpu::ByteRange> WeightSpans(const Qwen3MoeWeights& w) {
+  std::vector<cpu::ByteRange> spans;
+  // AllRefs only reads through the pointers it returns here.
+  for (const WeightRef* r : AllRefs(const_cast<Qwen3MoeWeights&>(w))) spans.push_back(Span(*r));
+  return spans;
+}
+
 }  // namespace
 
 // ------------------------------------------------------------------ buffers
@@ -215,12 +222,9 @@ CpuQwen3Moe::CpuQwen3Moe(const Qwen3MoeModel& model, const CpuEngineConfig& conf
     : hp_(model.hparams), weights_(model.weights), config_(config), pool_(config.n_threads) {}
 
 absl::Status CpuQwen3Moe::CopyWeightsToHugePages() {
-  std::vector<WeightRef*> refs = AllRefs(weights_);
-  std::vector<cpu::ByteRange> ranges;
-  for (const WeightRef* r : refs) ranges.push_back(Span(*r));
-  absl::StatusOr<cpu::HugePageCopy> copy = cpu::HugePageCopy::Create(ranges, true);
+  absl::StatusOr<cpu::HugePageCopy> copy = cpu::HugePageCopy::Create(WeightSpans(weights_), true);
   if (!copy.ok()) return copy.status();
-  for (WeightRef* r : refs) r->data = copy->Translate(r->data);
+  for (WeightRef* r : AllRefs(weights_)) r->data = copy->Translate(r->data);
   weight_copy_ = std::move(*copy);
   return absl::OkStatus();
 }
@@ -666,6 +670,26 @@ absl::StatusOr<std::unique_ptr<ForwardEngine>> CreateCpuEngine(const Qwen3MoeMod
   CpuEngineConfig config;
   config.max_ctx = options.max_ctx;
   config.n_threads = options.n_threads;
+  switch (options.weight_pages) {
+    case WeightPages::kHuge:
+      config.copy_weights_to_huge_pages = true;
+      break;
+    case WeightPages::kMapped:
+      break;
+    case WeightPages::kAuto:
+      config.copy_weights_to_huge_pages =
+          cpu::HugePageCopyPays(cpu::UnionBytes(WeightSpans(model.weights)));
+      if (config.copy_weights_to_huge_pages) {
+        absl::StatusOr<std::unique_ptr<ForwardEngine>> engine =
+            CreateCpuQwen3MoeEngine(model, config);
+        // Without transparent huge pages the mapping is the only choice left.
+        if (engine.ok() || engine.status().code() != absl::StatusCode::kFailedPrecondition) {
+          return engine;
+        }
+        config.copy_weights_to_huge_pages = false;
+      }
+      break;
+  }
   return CreateCpuQwen3MoeEngine(model, config);
 }
 

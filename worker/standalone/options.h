@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/forward_engine.h"
 #include "sampling/sampler.h"
 
 namespace moetier {
@@ -35,6 +36,7 @@ struct WorkerOptions {
   bool seed_given = false;  // without --seed the seed is drawn at random
   BackendKind backend = BackendKind::kCpu;
   int n_threads = 0;  // 0: one per hardware thread
+  WeightPages weight_pages = WeightPages::kAuto;  // --huge-pages
   int ctx = 0;        // 0: min(kDefaultCtx, the model's training context)
 };
 

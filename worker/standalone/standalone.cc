@@ -50,6 +50,7 @@ absl::StatusOr<std::unique_ptr<ForwardEngine>> MakeEngine(const WorkerOptions& o
           options.n_threads > 0
               ? options.n_threads
               : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+      engine_options.weight_pages = options.weight_pages;
       return CreateCpuEngine(model, engine_options);
     }
   }

@@ -6,6 +6,9 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_format.h"
@@ -21,10 +24,8 @@ constexpr size_t kCopySlice = size_t{64} << 20;
 
 uintptr_t RoundUp(uintptr_t n, uintptr_t align) { return (n + align - 1) / align * align; }
 
-}  // namespace
-
-absl::StatusOr<HugePageCopy> HugePageCopy::Create(std::span<const ByteRange> ranges,
-                                                  bool release_source) {
+// Sorted by start, overlapping and touching ranges merged.
+std::vector<ByteRange> MergeRanges(std::span<const ByteRange> ranges) {
   std::vector<ByteRange> sorted;
   for (const ByteRange& r : ranges) {
     MOETIER_CPU_CHECK(r.begin != nullptr && r.begin <= r.end, "bad byte range");
@@ -32,7 +33,6 @@ absl::StatusOr<HugePageCopy> HugePageCopy::Create(std::span<const ByteRange> ran
   }
   std::sort(sorted.begin(), sorted.end(),
             [](const ByteRange& a, const ByteRange& b) { return a.begin < b.begin; });
-  // Merge overlaps; each merged segment keeps its bytes' relative offsets.
   std::vector<ByteRange> merged;
   for (const ByteRange& r : sorted) {
     if (!merged.empty() && r.begin <= merged.back().end) {
@@ -41,6 +41,50 @@ absl::StatusOr<HugePageCopy> HugePageCopy::Create(std::span<const ByteRange> ran
       merged.push_back(r);
     }
   }
+  return merged;
+}
+
+std::string ReadSmallFile(const char* path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// MemAvailable from /proc/meminfo in bytes; 0 when unknown.
+size_t MemAvailableBytes() {
+  std::istringstream meminfo(ReadSmallFile("/proc/meminfo"));
+  std::string key;
+  size_t kib = 0;
+  std::string unit;
+  while (meminfo >> key >> kib >> unit) {
+    if (key == "MemAvailable:") return kib * 1024;
+  }
+  return 0;
+}
+
+}  // namespace
+
+size_t UnionBytes(std::span<const ByteRange> ranges) {
+  size_t bytes = 0;
+  for (const ByteRange& r : MergeRanges(ranges)) bytes += static_cast<size_t>(r.end - r.begin);
+  return bytes;
+}
+
+bool HugePageCopyPays(size_t weight_bytes) {
+  constexpr size_t kWorthIt = size_t{1} << 30;
+  constexpr size_t kSpare = size_t{2} << 30;
+  const std::string thp = ReadSmallFile("/sys/kernel/mm/transparent_hugepage/enabled");
+  // The active choice is the bracketed one: "always [madvise] never".
+  const bool thp_on = thp.find("[always]") != std::string::npos ||
+                      thp.find("[madvise]") != std::string::npos;
+  return thp_on && weight_bytes >= kWorthIt && weight_bytes + kSpare <= MemAvailableBytes();
+}
+
+absl::StatusOr<HugePageCopy> HugePageCopy::Create(std::span<const ByteRange> ranges,
+                                                  bool release_source) {
+  // Each merged segment keeps its bytes' relative offsets.
+  const std::vector<ByteRange> merged = MergeRanges(ranges);
   // Destination offsets keep each source's 64-byte alignment phase, so the
   // kernels see the same alignment as in the source.
   std::vector<size_t> offsets;

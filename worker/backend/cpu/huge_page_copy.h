@@ -23,6 +23,16 @@ struct ByteRange {
   const uint8_t* end = nullptr;  // one past the last byte
 };
 
+// Bytes covered by the union of `ranges`.
+size_t UnionBytes(std::span<const ByteRange> ranges);
+
+// Whether copying `weight_bytes` of weights into huge pages is worth it here:
+// transparent huge pages are enabled ("always" or "madvise"), the weights are
+// large enough that 4 KiB-page TLB misses cost real time (at least 1 GiB),
+// and the copy fits in the memory the kernel reports available, with room to
+// spare for everything else.
+bool HugePageCopyPays(size_t weight_bytes);
+
 class HugePageCopy {
  public:
   // Copies the union of `ranges` (which may overlap) into one buffer advised
