@@ -1,6 +1,6 @@
 // moetierd: parse the configuration, build the model manifest, create the
 // expert store (preload or cache), spawn and supervise the workers, and
-// stop cleanly on SIGTERM/SIGINT. The gRPC front door comes later.
+// serve the gRPC front door; stop cleanly on SIGTERM/SIGINT.
 #include <signal.h>
 #include <unistd.h>
 
@@ -9,13 +9,20 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_format.h"
 #include "config/daemon_config.h"
+#include "frontdoor/api_server.h"
+#include "frontdoor/moetier_service.h"
+#include "frontdoor/status_report.h"
 #include "gguf/gguf_reader.h"
 #include "io/io_backend_factory.h"
 #include "log/daemon_log.h"
 #include "manifest/model_manifest.h"
 #include "store/expert_store.h"
+#include "scheduler/request_scheduler.h"
 #include "supervisor/worker_supervisor.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
 #include "util/byte_size.h"
 #include "util/systemd_notify.h"
 
@@ -43,11 +50,21 @@ int Run(const DaemonConfig& config) {
     return kExitStartupError;
   }
   absl::StatusOr<ModelManifest> manifest = BuildModelManifest(**model);
-  model->reset();  // the store reads the files itself
   if (!manifest.ok()) {
     LogError("cannot serve %s: %s", config.model_path(), manifest.status().message());
     return kExitStartupError;
   }
+  // Without a tokenizer the API still serves token ids (Score, Generate
+  // with prompt_token_ids); text requests say why they cannot be served.
+  const absl::StatusOr<Tokenizer> tokenizer = Tokenizer::FromGgufMetadata((*model)->metadata());
+  absl::StatusOr<ChatTemplate> chat_template =
+      tokenizer.ok() ? ChatTemplate::ForTokenizer(*tokenizer) : tokenizer.status();
+  if (!tokenizer.ok()) {
+    LogWarning("text requests are unavailable for this model: %s", tokenizer.status().message());
+  } else if (!chat_template.ok()) {
+    LogWarning("Chat is unavailable for this model: %s", chat_template.status().message());
+  }
+  model->reset();  // the store reads the files itself
   const store::ModelHparams& hp = manifest->hparams;
   LogInfo("model %s: %s, %d layers, %d experts per layer (top-%d), %d shard(s); experts %s, "
           "dense weights %s, fingerprint %016x",
@@ -70,6 +87,11 @@ int Run(const DaemonConfig& config) {
   supervisor_options.restart_backoff_max_ms = config.worker_restart_backoff_max_ms();
   supervisor_options.stable_after_ms = config.worker_stable_after_ms();
   supervisor_options.stop_grace_ms = config.worker_stop_grace_ms();
+  RequestScheduler scheduler(SchedulerLimits{config.max_queued_requests(),
+                                             config.max_active_sequences()});
+  supervisor_options.on_admitted = [&scheduler](AdmittedWorker worker) {
+    scheduler.AddWorker(std::move(worker));
+  };
   absl::StatusOr<std::unique_ptr<WorkerSupervisor>> supervisor =
       WorkerSupervisor::Create(std::move(supervisor_options));
   if (!supervisor.ok()) {
@@ -109,16 +131,47 @@ int Run(const DaemonConfig& config) {
   (*store)->Start();
   (*supervisor)->Start(store->get());
 
+  StatusReporter reporter(config, store->get(), supervisor->get(), &scheduler);
+  MoetierService service(&tokenizer, std::move(chat_template),
+                         static_cast<int32_t>(manifest->hparams.n_vocab), &scheduler, &reporter,
+                         {config.devices().begin(), config.devices().end()},
+                         FrontDoorLimitsFromConfig(config));
+  ApiServerOptions api_options;
+  api_options.socket_path = config.api_socket_path();
+  api_options.socket_mode = *ParseSocketMode(config.api_socket_mode());  // validated
+  api_options.socket_group = config.api_socket_group();
+  api_options.listen_address = config.listen_address();
+  absl::StatusOr<std::unique_ptr<ApiServer>> api = ApiServer::Start(api_options, &service);
+  if (!api.ok()) {
+    LogError("cannot start the API: %s", api.status().message());
+    scheduler.Shutdown();
+    (*supervisor)->Stop();
+    (*store)->Stop();
+    return kExitStartupError;
+  }
+  LogInfo("serving the API on unix:%s%s", config.api_socket_path(),
+          config.listen_address().empty()
+              ? std::string()
+              : absl::StrFormat(" and %s (port %d)", config.listen_address(), (*api)->tcp_port()));
+
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGTERM);
   sigaddset(&stop_signals, SIGINT);
   bool ready_sent = false;
+  bool serving = false;
   while (true) {
     if (!ready_sent && (*store)->phase() == store::DaemonPhase::kReady) {
       NotifySystemd("READY=1\nSTATUS=expert store ready");
       LogInfo("ready");
       ready_sent = true;
+    }
+    // Healthy once requests can be computed: the store is ready and a
+    // worker has loaded the model.
+    const bool can_serve = ready_sent && scheduler.ReadyLimits().has_value();
+    if (can_serve != serving) {
+      (*api)->SetServing(can_serve);
+      serving = can_serve;
     }
     const timespec tick{0, 200'000'000};
     const int signal_number = sigtimedwait(&stop_signals, nullptr, &tick);
@@ -128,6 +181,8 @@ int Run(const DaemonConfig& config) {
     }
   }
   NotifySystemd("STOPPING=1");
+  (*api)->Shutdown();
+  scheduler.Shutdown();
   (*supervisor)->Stop();
   (*store)->Stop();
   LogInfo("stopped");

@@ -68,6 +68,20 @@ constexpr FlagDoc kFlags[] = {
     {"worker_extra_args", "ARG",
      "An extra argument for every worker's command line; repeat for more."},
     {"preload_progress_interval_ms", "MS", "How often preload progress is logged."},
+    {"api_socket_mode", "OCTAL", "Permissions of the API socket."},
+    {"api_socket_group", "GROUP",
+     "Group owning the API socket; its members may use the API. Empty or missing: the "
+     "daemon's own group."},
+    {"listen_address", "HOST:PORT",
+     "Also serve the API over TCP (no authentication: prefer 127.0.0.1). Empty: unix socket "
+     "only."},
+    {"max_queued_requests", "N",
+     "Requests waiting for a worker; more get RESOURCE_EXHAUSTED."},
+    {"max_active_sequences", "N", "Requests computed at once over all workers."},
+    {"max_prompt_bytes", "BYTES", "Longest prompt (UTF-8 bytes, or 4 per given token id)."},
+    {"max_new_tokens_limit", "N", "Largest max_new_tokens a request may ask for."},
+    {"default_max_new_tokens", "N", "max_new_tokens of requests that leave it unset."},
+    {"max_score_tokens", "N", "Longest token list of a Score request."},
     {"help", "", "Print this help and exit."},
 };
 
@@ -210,6 +224,23 @@ absl::StatusOr<DaemonConfig> ParseDaemonConfigText(std::string_view text,
   return config;
 }
 
+absl::StatusOr<unsigned> ParseSocketMode(std::string_view octal) {
+  unsigned mode = 0;
+  if (octal.empty() || octal.size() > 4) {
+    return absl::InvalidArgumentError(absl::StrFormat("'%s' is not an octal mode", octal));
+  }
+  for (const char c : octal) {
+    if (c < '0' || c > '7') {
+      return absl::InvalidArgumentError(absl::StrFormat("'%s' is not an octal mode", octal));
+    }
+    mode = mode * 8 + static_cast<unsigned>(c - '0');
+  }
+  if (mode > 0777) {
+    return absl::InvalidArgumentError(absl::StrFormat("'%s' has bits beyond 0777", octal));
+  }
+  return mode;
+}
+
 absl::Status ValidateDaemonConfig(const DaemonConfig& c) {
   if (c.model_path().empty()) {
     return Invalid("model_path is not set: give it in the config file or as --model_path=FILE");
@@ -264,9 +295,25 @@ absl::Status ValidateDaemonConfig(const DaemonConfig& c) {
       {"worker_stable_after_ms", c.worker_stable_after_ms(), 1},
       {"worker_stop_grace_ms", c.worker_stop_grace_ms(), 1},
       {"preload_progress_interval_ms", c.preload_progress_interval_ms(), 1},
+      {"max_queued_requests", c.max_queued_requests(), 1},
+      {"max_active_sequences", c.max_active_sequences(), 1},
+      {"max_prompt_bytes", c.max_prompt_bytes(), 1},
+      {"max_new_tokens_limit", c.max_new_tokens_limit(), 1},
+      {"default_max_new_tokens", c.default_max_new_tokens(), 1},
+      {"max_score_tokens", c.max_score_tokens(), 1},
   };
   for (const auto& l : limits) {
     if (l.value < l.min) return Invalid("%s is %d; it must be at least %d", l.name, l.value, l.min);
+  }
+  if (c.default_max_new_tokens() > c.max_new_tokens_limit()) {
+    return Invalid("default_max_new_tokens (%d) is above max_new_tokens_limit (%d)",
+                   c.default_max_new_tokens(), c.max_new_tokens_limit());
+  }
+  if (!ParseSocketMode(c.api_socket_mode()).ok()) {
+    return Invalid("api_socket_mode '%s' is not an octal mode such as 0660", c.api_socket_mode());
+  }
+  if (!c.listen_address().empty() && c.listen_address().rfind(':') == std::string::npos) {
+    return Invalid("listen_address '%s' is not HOST:PORT", c.listen_address());
   }
   if (c.worker_restart_backoff_initial_ms() > c.worker_restart_backoff_max_ms()) {
     return Invalid("worker_restart_backoff_initial_ms (%d) is above "

@@ -33,6 +33,10 @@ struct DaemonCommandLine {
 // per occurrence.
 absl::StatusOr<DaemonCommandLine> ParseDaemonCommandLine(const std::vector<std::string>& args);
 
+// api_socket_mode as permission bits ("0660" -> 0660); InvalidArgument
+// unless it is an octal number within 0777.
+absl::StatusOr<unsigned> ParseSocketMode(std::string_view octal);
+
 // The --help text: every flag, its default and its meaning.
 std::string DaemonUsage();
 

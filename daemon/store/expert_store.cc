@@ -298,6 +298,18 @@ uint64_t ExpertStore::ResidentExpertBytes() const {
   return bytes;
 }
 
+std::vector<ExpertStore::ExpertUse> ExpertStore::ExpertUses() const {
+  std::vector<ExpertUse> uses(n_entries_);
+  for (uint32_t i = 0; i < n_entries_; ++i) {
+    store::ExpertEntry& e = entries_[i];
+    uses[i].resident = Shared(e.state).load(std::memory_order_relaxed) ==
+                       static_cast<uint32_t>(store::ExpertState::kResident);
+    uses[i].acquires = Shared(e.hits).load(std::memory_order_relaxed) +
+                       Shared(e.misses).load(std::memory_order_relaxed);
+  }
+  return uses;
+}
+
 store::WorkerStatusPage ExpertStore::WorkerStatus(uint32_t index) const {
   MOETIER_CHECK(index < store::kMaxWorkers);
   store::WorkerStatusPage& page = store::WorkerRegionOf(segment_->base(), *header_, index)->status;

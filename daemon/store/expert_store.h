@@ -76,6 +76,14 @@ class ExpertStore {
   // Bytes of the experts now resident in RAM (their matrices, not the
   // aligned spans around them). Walks the expert table; safe from any thread.
   uint64_t ResidentExpertBytes() const;
+  // Per expert (linear index layer * n_expert + expert): whether it is
+  // resident in RAM, and how often workers acquired it (hits + misses), for
+  // the front door's residency map. Walks the table; safe from any thread.
+  struct ExpertUse {
+    bool resident = false;
+    uint64_t acquires = 0;
+  };
+  std::vector<ExpertUse> ExpertUses() const;
   // A copy of worker `index`'s status page, each field read atomically.
   // Precondition: index < store::kMaxWorkers.
   store::WorkerStatusPage WorkerStatus(uint32_t index) const;

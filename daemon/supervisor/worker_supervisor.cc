@@ -1,5 +1,6 @@
 #include "supervisor/worker_supervisor.h"
 
+#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
@@ -139,7 +140,9 @@ void WorkerSupervisor::Loop() {
       std::lock_guard<std::mutex> lock(mutex_);
       for (size_t i = 0; i < workers_.size(); ++i) {
         if (workers_[i].control_fd >= 0 && !workers_[i].kill_sent) {
-          fds.push_back({workers_[i].control_fd, POLLIN, 0});
+          // With a listener the data is not ours to read; watch for hang-up.
+          const short events = options_.on_admitted ? POLLRDHUP : POLLIN;
+          fds.push_back({workers_[i].control_fd, events, 0});
           owners.push_back(i);
         }
       }
@@ -152,8 +155,14 @@ void WorkerSupervisor::Loop() {
         if (fds[k].revents == 0) continue;
         Worker& w = workers_[owners[k - 1]];
         if (w.control_fd != fds[k].fd) continue;
-        // No control messages are defined yet: anything is drained; end of
-        // stream means the worker has ended its term.
+        if (options_.on_admitted) {
+          if (fds[k].revents & (POLLRDHUP | POLLHUP | POLLERR)) {
+            Kill(w, "closed its control channel");
+          }
+          continue;
+        }
+        // Nobody listens: anything is drained; end of stream means the
+        // worker has ended its term.
         uint8_t buffer[512];
         const ssize_t got = recv(w.control_fd, buffer, sizeof(buffer), MSG_DONTWAIT);
         if (got == 0 || (got < 0 && errno != EAGAIN && errno != EINTR)) {
@@ -369,6 +378,16 @@ void WorkerSupervisor::AcceptConnection() {
       ++w.info.admissions;
       LogInfo("worker %d (%s, pid %d) admitted (epoch %d)", w.info.index, w.info.device,
               cred.pid, epoch);
+      if (options_.on_admitted) {
+        const int listener_fd = fcntl(fd, F_DUPFD_CLOEXEC, 0);
+        if (listener_fd < 0) {
+          Kill(w, absl::StrFormat("could not be handed to the front door (dup: %s)",
+                                  std::strerror(errno)));
+          return;
+        }
+        options_.on_admitted(
+            AdmittedWorker{w.info.index, w.info.device, cred.pid, epoch, listener_fd});
+      }
       return;
     }
     refusal = absl::StrFormat("sending it the store failed: %s", sent.message());

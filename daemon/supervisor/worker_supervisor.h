@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -24,6 +25,18 @@
 #include "store/expert_store.h"
 
 namespace moetier {
+
+// A worker that was just admitted: its control channel now carries the
+// request protocol (proto/moetier/worker/v1/control.proto).
+struct AdmittedWorker {
+  uint32_t index = 0;
+  std::string device;
+  pid_t pid = 0;
+  uint32_t epoch = 0;
+  // A duplicate of the control channel that the callee owns and must close.
+  // It reads end-of-file when the worker's process ends.
+  int control_fd = -1;
+};
 
 struct SupervisorOptions {
   std::string worker_executable_path;
@@ -38,6 +51,11 @@ struct SupervisorOptions {
   int64_t stable_after_ms = 60000;        // up this long: the next failure starts over
   int64_t stop_grace_ms = 5000;           // SIGTERM -> SIGKILL at shutdown
   int64_t poll_interval_ms = 20;
+  // Called on the supervisor thread after each admission. When set, the
+  // supervisor no longer reads the control channel itself (the callee owns
+  // the conversation); it only watches it for hang-up. When unset, anything
+  // a worker sends is drained and discarded.
+  std::function<void(AdmittedWorker)> on_admitted;
 };
 
 enum class WorkerPhase { kWaiting, kStarting, kRunning, kStopped };

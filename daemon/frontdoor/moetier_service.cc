@@ -1,0 +1,395 @@
+#include "frontdoor/moetier_service.h"
+
+#include <chrono>
+#include <cstring>
+#include <random>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_format.h"
+
+namespace moetier {
+namespace {
+
+// How often a handler waiting on its job checks whether the call was cancelled.
+constexpr int64_t kCancelPollMs = 50;
+// After a cancel, how long the handler waits for the worker's Done before
+// leaving (the scheduler keeps tracking the job either way).
+constexpr int64_t kCancelGraceMs = 5000;
+constexpr int32_t kDefaultRepeatLastN = 64;
+
+grpc::Status Invalid(const std::string& message) {
+  return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, message);
+}
+
+v1::StopReason ToApi(control_v1::StopReason reason) {
+  switch (reason) {
+    case control_v1::STOP_END_OF_GENERATION:
+      return v1::STOP_REASON_END_OF_GENERATION;
+    case control_v1::STOP_MAX_TOKENS:
+      return v1::STOP_REASON_MAX_TOKENS;
+    case control_v1::STOP_CONTEXT_FULL:
+      return v1::STOP_REASON_CONTEXT_FULL;
+    case control_v1::STOP_CANCELLED:
+      return v1::STOP_REASON_CANCELLED;
+    case control_v1::STOP_ERROR:
+      return v1::STOP_REASON_ERROR;
+    default:
+      return v1::STOP_REASON_UNSPECIFIED;
+  }
+}
+
+control_v1::Sampling ToWorker(const v1::SamplingParams& p, uint64_t seed) {
+  control_v1::Sampling s;
+  s.set_temperature(p.temperature());
+  s.set_top_k(p.top_k());
+  s.set_top_p(p.top_p() == 0 ? 1.0f : p.top_p());
+  s.set_min_p(p.min_p());
+  s.set_repetition_penalty(p.repetition_penalty() == 0 ? 1.0f : p.repetition_penalty());
+  s.set_repeat_last_n(p.repeat_last_n() == 0 ? kDefaultRepeatLastN : p.repeat_last_n());
+  s.set_seed(seed);
+  return s;
+}
+
+grpc::Status CheckSampling(const v1::SamplingParams& p) {
+  if (!(p.temperature() >= 0)) return Invalid("sampling.temperature must be >= 0");
+  if (p.top_k() < 0) return Invalid("sampling.top_k must be >= 0");
+  if (!(p.top_p() >= 0 && p.top_p() <= 1)) return Invalid("sampling.top_p must be in [0, 1]");
+  if (!(p.min_p() >= 0 && p.min_p() <= 1)) return Invalid("sampling.min_p must be in [0, 1]");
+  if (!(p.repetition_penalty() >= 0)) return Invalid("sampling.repetition_penalty must be >= 0");
+  if (p.repeat_last_n() < 0) return Invalid("sampling.repeat_last_n must be >= 0");
+  return grpc::Status::OK;
+}
+
+}  // namespace
+
+grpc::Status ToGrpc(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()), std::string(status.message()));
+}
+
+FrontDoorLimits FrontDoorLimitsFromConfig(const DaemonConfig& config) {
+  FrontDoorLimits limits;
+  limits.max_prompt_bytes = config.max_prompt_bytes();
+  limits.max_new_tokens_limit = config.max_new_tokens_limit();
+  limits.default_max_new_tokens = config.default_max_new_tokens();
+  limits.max_score_tokens = config.max_score_tokens();
+  return limits;
+}
+
+MoetierService::MoetierService(const absl::StatusOr<Tokenizer>* tokenizer,
+                               absl::StatusOr<ChatTemplate> chat_template, int32_t n_vocab,
+                               RequestScheduler* scheduler, StatusReporter* reporter,
+                               std::vector<std::string> devices, FrontDoorLimits limits)
+    : tokenizer_(tokenizer),
+      n_vocab_(n_vocab),
+      chat_template_(std::move(chat_template)),
+      scheduler_(scheduler),
+      reporter_(reporter),
+      devices_(std::move(devices)),
+      limits_(limits) {}
+
+grpc::Status MoetierService::NeedTokenizer() const {
+  if (tokenizer_->ok()) return grpc::Status::OK;
+  return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                      absl::StrFormat("this model cannot handle text (%s); send token ids",
+                                      tokenizer_->status().message()));
+}
+
+grpc::Status MoetierService::CheckTokenIds(const google::protobuf::RepeatedField<int32_t>& ids,
+                                           const char* what) const {
+  const int32_t n_vocab = n_vocab_;
+  for (int i = 0; i < ids.size(); ++i) {
+    if (ids[i] < 0 || ids[i] >= n_vocab) {
+      return Invalid(absl::StrFormat("%s[%d] = %d is not a token id of this model (0..%d)", what,
+                                     i, ids[i], n_vocab - 1));
+    }
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status MoetierService::Generate(grpc::ServerContext* context,
+                                      const v1::GenerateRequest* request,
+                                      grpc::ServerWriter<v1::GenerateResponse>* writer) {
+  std::vector<int32_t> ids;
+  if (request->prompt_token_ids_size() > 0) {
+    if (!request->prompt().empty()) {
+      return Invalid("give either prompt or prompt_token_ids, not both");
+    }
+    const uint64_t bytes = uint64_t{4} * request->prompt_token_ids_size();
+    if (bytes > limits_.max_prompt_bytes) {
+      return Invalid(absl::StrFormat(
+          "the prompt is %d token ids (%d bytes); the limit is max_prompt_bytes=%d",
+          request->prompt_token_ids_size(), bytes, limits_.max_prompt_bytes));
+    }
+    if (grpc::Status s = CheckTokenIds(request->prompt_token_ids(), "prompt_token_ids"); !s.ok()) {
+      return s;
+    }
+    ids.assign(request->prompt_token_ids().begin(), request->prompt_token_ids().end());
+  } else {
+    if (grpc::Status s = NeedTokenizer(); !s.ok()) return s;
+    if (request->prompt().size() > limits_.max_prompt_bytes) {
+      return Invalid(absl::StrFormat("the prompt is %d bytes; the limit is max_prompt_bytes=%d",
+                                     request->prompt().size(), limits_.max_prompt_bytes));
+    }
+    absl::StatusOr<std::vector<int32_t>> encoded =
+        (*tokenizer_)->Encode(request->prompt(), request->parse_special_tokens(), true);
+    if (!encoded.ok()) return ToGrpc(encoded.status());
+    ids = std::move(*encoded);
+  }
+  return RunGeneration(context, std::move(ids), request->max_new_tokens(), request->sampling(),
+                       writer);
+}
+
+grpc::Status MoetierService::Chat(grpc::ServerContext* context, const v1::ChatRequest* request,
+                                  grpc::ServerWriter<v1::GenerateResponse>* writer) {
+  if (grpc::Status s = NeedTokenizer(); !s.ok()) return s;
+  if (!chat_template_.ok()) {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        std::string(chat_template_.status().message()));
+  }
+  if (request->messages_size() == 0) return Invalid("messages is empty");
+  uint64_t bytes = 0;
+  std::vector<ChatMessage> messages;
+  for (const v1::ChatMessage& m : request->messages()) {
+    bytes += m.content().size();
+    messages.push_back({m.role(), m.content()});
+  }
+  if (bytes > limits_.max_prompt_bytes) {
+    return Invalid(absl::StrFormat("the messages hold %d bytes; the limit is max_prompt_bytes=%d",
+                                   bytes, limits_.max_prompt_bytes));
+  }
+  ChatRenderOptions options;
+  options.add_generation_prompt = true;
+  options.enable_thinking = request->enable_thinking();
+  absl::StatusOr<std::string> prompt = chat_template_->Render(messages, options);
+  if (!prompt.ok()) return ToGrpc(prompt.status());
+  // The template's markers are special tokens, so the rendered prompt is
+  // tokenized with specials parsed (as llama.cpp's server does); marker text
+  // inside a message's content is parsed as markers too.
+  absl::StatusOr<std::vector<int32_t>> ids = (*tokenizer_)->Encode(*prompt, true, true);
+  if (!ids.ok()) return ToGrpc(ids.status());
+  return RunGeneration(context, std::move(*ids), request->max_new_tokens(), request->sampling(),
+                       writer);
+}
+
+grpc::Status MoetierService::RunGeneration(grpc::ServerContext* context,
+                                           std::vector<int32_t> prompt_ids,
+                                           int32_t max_new_tokens,
+                                           const v1::SamplingParams& sampling,
+                                           grpc::ServerWriter<v1::GenerateResponse>* writer) {
+  if (prompt_ids.empty()) return Invalid("the prompt is empty");
+  if (max_new_tokens < 0) return Invalid("max_new_tokens must be >= 0");
+  if (max_new_tokens == 0) max_new_tokens = static_cast<int32_t>(limits_.default_max_new_tokens);
+  if (static_cast<uint32_t>(max_new_tokens) > limits_.max_new_tokens_limit) {
+    return Invalid(absl::StrFormat("max_new_tokens %d is above the limit max_new_tokens_limit=%d",
+                                   max_new_tokens, limits_.max_new_tokens_limit));
+  }
+  if (grpc::Status s = CheckSampling(sampling); !s.ok()) return s;
+  if (std::optional<RequestScheduler::ModelLimits> model = scheduler_->ReadyLimits();
+      model.has_value() && static_cast<int64_t>(prompt_ids.size()) >= model->max_ctx) {
+    return Invalid(absl::StrFormat(
+        "the prompt is %d tokens; the worker's context holds %d (prompt + generated)",
+        prompt_ids.size(), model->max_ctx));
+  }
+  const uint64_t seed = sampling.has_seed() ? sampling.seed() : std::random_device{}();
+
+  control_v1::WorkerRequest request;
+  control_v1::GenerateRequest* generate = request.mutable_generate();
+  generate->mutable_prompt_token_ids()->Add(prompt_ids.begin(), prompt_ids.end());
+  generate->set_max_new_tokens(max_new_tokens);
+  *generate->mutable_sampling() = ToWorker(sampling, seed);
+  std::optional<StreamingDecoder> decoder;
+  if (tokenizer_->ok()) {
+    for (int32_t id : (*tokenizer_)->end_of_generation_ids()) generate->add_stop_token_ids(id);
+    decoder.emplace(**tokenizer_, /*render_special=*/false);
+  }
+  absl::StatusOr<std::shared_ptr<RequestJob>> job = scheduler_->Submit(std::move(request));
+  if (!job.ok()) return ToGrpc(job.status());
+
+  bool cancel_sent = false;
+  bool client_gone = false;
+  auto cancel_at = std::chrono::steady_clock::time_point::max();
+  while (true) {
+    if (!cancel_sent && (context->IsCancelled() || client_gone)) {
+      scheduler_->Cancel(*job);
+      cancel_sent = true;
+      cancel_at = std::chrono::steady_clock::now() + std::chrono::milliseconds(kCancelGraceMs);
+    }
+    if (cancel_sent && std::chrono::steady_clock::now() > cancel_at) {
+      return grpc::Status(grpc::StatusCode::CANCELLED, "the call was cancelled");
+    }
+    absl::StatusOr<std::optional<control_v1::WorkerReply>> next = (*job)->Next(kCancelPollMs);
+    if (!next.ok()) return ToGrpc(next.status());
+    if (!next->has_value()) continue;
+    const control_v1::WorkerReply& reply = **next;
+    if (reply.has_token()) {
+      if (client_gone) continue;
+      v1::GenerateResponse piece;
+      if (decoder.has_value()) {
+        if (absl::Status s = decoder->Push(reply.token().token_id(), piece.mutable_text());
+            !s.ok()) {
+          scheduler_->Cancel(*job);
+          return ToGrpc(s);
+        }
+      }
+      piece.add_token_ids(reply.token().token_id());
+      piece.set_token_latency_ms(reply.token().latency_ms());
+      if (!writer->Write(piece)) client_gone = true;
+      continue;
+    }
+    if (!reply.has_done()) continue;  // a score chunk cannot answer a generation
+    const control_v1::DoneReply& done = reply.done();
+    if (done.stop_reason() == control_v1::STOP_ERROR) {
+      return grpc::Status(static_cast<grpc::StatusCode>(done.error_code()),
+                          done.error_message());
+    }
+    if (cancel_sent || client_gone) {
+      return grpc::Status(grpc::StatusCode::CANCELLED, "the call was cancelled");
+    }
+    v1::GenerateResponse last;
+    if (decoder.has_value()) decoder->Flush(last.mutable_text());
+    v1::GenerationStats* stats = last.mutable_final_stats();
+    stats->set_prompt_tokens(done.prompt_tokens());
+    stats->set_generated_tokens(done.generated_tokens());
+    if (done.prefill_seconds() > 0) {
+      stats->set_prefill_tokens_per_s(done.prompt_tokens() / done.prefill_seconds());
+    }
+    if (done.generated_tokens() > 1 && done.decode_seconds() > 0) {
+      stats->set_decode_tokens_per_s((done.generated_tokens() - 1) / done.decode_seconds());
+    }
+    stats->set_stop_reason(ToApi(done.stop_reason()));
+    stats->set_seed(seed);
+    stats->set_worker_device((*job)->worker_device());
+    stats->set_queue_wait_ms((*job)->queue_wait_ms());
+    writer->Write(last);
+    return grpc::Status::OK;
+  }
+}
+
+grpc::Status MoetierService::Score(grpc::ServerContext* context, const v1::ScoreRequest* request,
+                                   v1::ScoreResponse* response) {
+  if (request->token_ids_size() == 0) return Invalid("token_ids is empty");
+  if (static_cast<uint32_t>(request->token_ids_size()) > limits_.max_score_tokens) {
+    return Invalid(absl::StrFormat("%d token ids; the limit is max_score_tokens=%d",
+                                   request->token_ids_size(), limits_.max_score_tokens));
+  }
+  if (grpc::Status s = CheckTokenIds(request->token_ids(), "token_ids"); !s.ok()) return s;
+  control_v1::WorkerRequest work;
+  *work.mutable_score()->mutable_token_ids() = request->token_ids();
+  absl::StatusOr<std::shared_ptr<RequestJob>> job = scheduler_->Submit(std::move(work));
+  if (!job.ok()) return ToGrpc(job.status());
+  std::string* bytes = response->mutable_logits_f32le();
+  while (true) {
+    if (context->IsCancelled()) {
+      scheduler_->Cancel(*job);
+      return grpc::Status(grpc::StatusCode::CANCELLED, "the call was cancelled");
+    }
+    absl::StatusOr<std::optional<control_v1::WorkerReply>> next = (*job)->Next(kCancelPollMs);
+    if (!next.ok()) return ToGrpc(next.status());
+    if (!next->has_value()) continue;
+    const control_v1::WorkerReply& reply = **next;
+    if (reply.has_logits()) {
+      const control_v1::LogitsChunk& chunk = reply.logits();
+      if (chunk.first_float() * sizeof(float) != bytes->size()) {
+        scheduler_->Cancel(*job);
+        return grpc::Status(grpc::StatusCode::INTERNAL,
+                            "the worker sent logits out of order");
+      }
+      response->set_n_vocab(chunk.n_vocab());
+      bytes->append(chunk.floats_f32le());
+      continue;
+    }
+    if (!reply.has_done()) continue;
+    const control_v1::DoneReply& done = reply.done();
+    if (done.stop_reason() == control_v1::STOP_ERROR) {
+      return grpc::Status(static_cast<grpc::StatusCode>(done.error_code()),
+                          done.error_message());
+    }
+    if (done.stop_reason() == control_v1::STOP_CANCELLED) {
+      return grpc::Status(grpc::StatusCode::CANCELLED, "the call was cancelled");
+    }
+    const uint64_t want =
+        uint64_t{sizeof(float)} * response->n_vocab() * request->token_ids_size();
+    if (bytes->size() != want) {
+      return grpc::Status(grpc::StatusCode::INTERNAL,
+                          absl::StrFormat("the worker sent %d bytes of logits, expected %d",
+                                          bytes->size(), want));
+    }
+    return grpc::Status::OK;
+  }
+}
+
+grpc::Status MoetierService::Tokenize(grpc::ServerContext*, const v1::TokenizeRequest* request,
+                                      v1::TokenizeResponse* response) {
+  if (grpc::Status s = NeedTokenizer(); !s.ok()) return s;
+  if (request->text().size() > limits_.max_prompt_bytes) {
+    return Invalid(absl::StrFormat("the text is %d bytes; the limit is max_prompt_bytes=%d",
+                                   request->text().size(), limits_.max_prompt_bytes));
+  }
+  absl::StatusOr<std::vector<int32_t>> ids =
+      (*tokenizer_)->Encode(request->text(), request->parse_special_tokens(), true);
+  if (!ids.ok()) return ToGrpc(ids.status());
+  response->mutable_token_ids()->Add(ids->begin(), ids->end());
+  return grpc::Status::OK;
+}
+
+grpc::Status MoetierService::Detokenize(grpc::ServerContext*,
+                                        const v1::DetokenizeRequest* request,
+                                        v1::DetokenizeResponse* response) {
+  if (grpc::Status s = NeedTokenizer(); !s.ok()) return s;
+  if (uint64_t{4} * request->token_ids_size() > limits_.max_prompt_bytes) {
+    return Invalid(absl::StrFormat("%d token ids; the limit is max_prompt_bytes=%d (4 per id)",
+                                   request->token_ids_size(), limits_.max_prompt_bytes));
+  }
+  if (grpc::Status s = CheckTokenIds(request->token_ids(), "token_ids"); !s.ok()) return s;
+  const std::vector<int32_t> ids(request->token_ids().begin(), request->token_ids().end());
+  absl::StatusOr<std::string> text =
+      (*tokenizer_)->Detokenize(ids, request->render_special_tokens());
+  if (!text.ok()) return ToGrpc(text.status());
+  response->set_text(std::move(*text));
+  return grpc::Status::OK;
+}
+
+grpc::Status MoetierService::GetStatus(grpc::ServerContext*, const v1::GetStatusRequest*,
+                                       v1::Status* response) {
+  *response = reporter_->Build();
+  return grpc::Status::OK;
+}
+
+grpc::Status MoetierService::WatchStatus(grpc::ServerContext* context,
+                                         const v1::WatchStatusRequest* request,
+                                         grpc::ServerWriter<v1::Status>* writer) {
+  const uint32_t interval_ms =
+      request->interval_ms() == 0 ? 1000
+                                  : std::max(request->interval_ms(), limits_.min_watch_interval_ms);
+  while (!context->IsCancelled()) {
+    if (!writer->Write(reporter_->Build())) break;
+    // Sleep in short steps so a cancelled watch ends promptly.
+    for (uint32_t slept = 0; slept < interval_ms && !context->IsCancelled(); slept += 20) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(std::min<uint32_t>(20, interval_ms)));
+    }
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status MoetierService::SetBudget(grpc::ServerContext*, const v1::SetBudgetRequest* request,
+                                       v1::SetBudgetResponse*) {
+  bool known = false;
+  for (const std::string& d : devices_) known = known || d == request->device();
+  if (!known) {
+    return grpc::Status(grpc::StatusCode::NOT_FOUND,
+                        absl::StrFormat("no worker runs on device '%s'", request->device()));
+  }
+  if (request->device() == "cpu") {
+    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
+                        "the cpu worker computes experts straight from the RAM store and has no "
+                        "VRAM expert cache to resize");
+  }
+  return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                      absl::StrFormat("device '%s': this build's workers have no CUDA expert "
+                                      "cache yet",
+                                      request->device()));
+}
+
+}  // namespace moetier

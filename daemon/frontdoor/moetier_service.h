@@ -1,0 +1,79 @@
+// The moetier.v1.Moetier gRPC service: validates and bounds every request,
+// tokenizes, hands the work to the scheduler and streams the worker's
+// replies back as text. Cancelling a call (or the client disconnecting)
+// cancels its job, which frees the worker's sequence.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "config/daemon_config.h"
+#include "frontdoor/status_report.h"
+#include "moetier/v1/moetier.grpc.pb.h"
+#include "scheduler/request_scheduler.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace moetier {
+
+struct FrontDoorLimits {
+  uint32_t max_prompt_bytes = 1 << 20;
+  uint32_t max_new_tokens_limit = 8192;
+  uint32_t default_max_new_tokens = 256;
+  uint32_t max_score_tokens = 4096;
+  uint32_t min_watch_interval_ms = 100;
+};
+
+FrontDoorLimits FrontDoorLimitsFromConfig(const DaemonConfig& config);
+
+class MoetierService final : public v1::Moetier::Service {
+ public:
+  // `tokenizer` and `chat_template` are the model's, or the error that says
+  // why it has none: requests that need them then fail FAILED_PRECONDITION
+  // with that message, while token-id requests still work. Pointers must
+  // outlive the service.
+  MoetierService(const absl::StatusOr<Tokenizer>* tokenizer,
+                 absl::StatusOr<ChatTemplate> chat_template, int32_t n_vocab,
+                 RequestScheduler* scheduler, StatusReporter* reporter,
+                 std::vector<std::string> devices, FrontDoorLimits limits);
+
+  grpc::Status Generate(grpc::ServerContext* context, const v1::GenerateRequest* request,
+                        grpc::ServerWriter<v1::GenerateResponse>* writer) override;
+  grpc::Status Chat(grpc::ServerContext* context, const v1::ChatRequest* request,
+                    grpc::ServerWriter<v1::GenerateResponse>* writer) override;
+  grpc::Status Score(grpc::ServerContext* context, const v1::ScoreRequest* request,
+                     v1::ScoreResponse* response) override;
+  grpc::Status Tokenize(grpc::ServerContext* context, const v1::TokenizeRequest* request,
+                        v1::TokenizeResponse* response) override;
+  grpc::Status Detokenize(grpc::ServerContext* context, const v1::DetokenizeRequest* request,
+                          v1::DetokenizeResponse* response) override;
+  grpc::Status GetStatus(grpc::ServerContext* context, const v1::GetStatusRequest* request,
+                         v1::Status* response) override;
+  grpc::Status WatchStatus(grpc::ServerContext* context, const v1::WatchStatusRequest* request,
+                           grpc::ServerWriter<v1::Status>* writer) override;
+  grpc::Status SetBudget(grpc::ServerContext* context, const v1::SetBudgetRequest* request,
+                         v1::SetBudgetResponse* response) override;
+
+ private:
+  grpc::Status RunGeneration(grpc::ServerContext* context, std::vector<int32_t> prompt_ids,
+                             int32_t max_new_tokens, const v1::SamplingParams& sampling,
+                             grpc::ServerWriter<v1::GenerateResponse>* writer);
+  grpc::Status CheckTokenIds(const google::protobuf::RepeatedField<int32_t>& ids,
+                             const char* what) const;
+
+  // OK when the model has a tokenizer; else FAILED_PRECONDITION saying why.
+  grpc::Status NeedTokenizer() const;
+
+  const absl::StatusOr<Tokenizer>* tokenizer_;
+  int32_t n_vocab_;
+  absl::StatusOr<ChatTemplate> chat_template_;
+  RequestScheduler* scheduler_;
+  StatusReporter* reporter_;
+  std::vector<std::string> devices_;
+  FrontDoorLimits limits_;
+};
+
+// absl and gRPC share the canonical status codes.
+grpc::Status ToGrpc(const absl::Status& status);
+
+}  // namespace moetier

@@ -1,0 +1,267 @@
+#include "scheduler/request_scheduler.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+#include "absl/strings/str_format.h"
+#include "control/control_channel.h"
+#include "log/daemon_log.h"
+#include "store/shared_futex.h"
+
+namespace moetier {
+namespace {
+
+// How often a reader thread looks at the stop flag while its worker is quiet.
+constexpr int64_t kReaderPollMs = 100;
+
+control_v1::WorkerReply CancelledDone(uint64_t id) {
+  control_v1::WorkerReply reply;
+  reply.set_id(id);
+  reply.mutable_done()->set_stop_reason(control_v1::STOP_CANCELLED);
+  return reply;
+}
+
+}  // namespace
+
+RequestScheduler::RequestScheduler(SchedulerLimits limits) : limits_(limits) {}
+
+RequestScheduler::~RequestScheduler() { Shutdown(); }
+
+void RequestScheduler::AddWorker(AdmittedWorker worker) {
+  std::vector<std::unique_ptr<Connection>> gone;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (shut_down_) {
+      close(worker.control_fd);
+      return;
+    }
+    // A restarted worker's predecessor has closed by now; collect the dead.
+    auto it = std::stable_partition(connections_.begin(), connections_.end(),
+                                    [](const std::unique_ptr<Connection>& c) { return !c->closed; });
+    for (auto moved = it; moved != connections_.end(); ++moved) gone.push_back(std::move(*moved));
+    connections_.erase(it, connections_.end());
+  }
+  for (std::unique_ptr<Connection>& c : gone) {
+    if (c->reader.joinable()) c->reader.join();
+  }
+  control::ConfigureControlSocket(worker.control_fd);
+  auto connection = std::make_unique<Connection>();
+  connection->info.index = worker.index;
+  connection->info.device = worker.device;
+  connection->info.pid = worker.pid;
+  connection->fd = worker.control_fd;
+  Connection* raw = connection.get();
+  std::lock_guard<std::mutex> lock(mutex_);
+  connections_.push_back(std::move(connection));
+  raw->reader = std::thread([this, raw] { ReadLoop(raw); });
+}
+
+void RequestScheduler::ReadLoop(Connection* connection) {
+  const int fd = connection->fd;
+  while (!stopping_.load()) {
+    control_v1::WorkerReply reply;
+    const absl::Status got = control::ReceiveControlMessage(fd, &reply, kReaderPollMs);
+    if (got.code() == absl::StatusCode::kDeadlineExceeded) continue;
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!got.ok()) {
+      OnClosed(*connection, got);
+      return;
+    }
+    OnReply(*connection, std::move(reply));
+  }
+}
+
+void RequestScheduler::OnReply(Connection& c, control_v1::WorkerReply reply) {
+  if (reply.has_ready()) {
+    c.info.ready = true;
+    c.info.n_vocab = reply.ready().n_vocab();
+    c.info.max_ctx = reply.ready().max_ctx();
+    c.info.backend = reply.ready().backend();
+    LogInfo("worker %d (%s, pid %d) is ready: %s backend, %d threads, context %d tokens",
+            c.info.index, c.info.device, c.info.pid, c.info.backend, reply.ready().threads(),
+            c.info.max_ctx);
+    worker_ready_.notify_all();
+    Dispatch();
+    return;
+  }
+  if (c.current == nullptr || reply.id() != c.current->id()) {
+    // A reply to a request this scheduler no longer tracks: the worker is
+    // out of step with us, and nothing it says can be trusted.
+    LogWarning("worker %d (%s) replied to request %d, which is not running there; ignored",
+               c.info.index, c.info.device, reply.id());
+    return;
+  }
+  const bool done = reply.has_done();
+  if (done) {
+    const control_v1::DoneReply& d = reply.done();
+    if (d.stop_reason() == control_v1::STOP_CANCELLED) ++cancelled_;
+    if (d.generated_tokens() > 1 && d.decode_seconds() > 0) {
+      c.info.last_decode_tokens_per_s = (d.generated_tokens() - 1) / d.decode_seconds();
+    }
+  }
+  c.current->Deliver(std::move(reply));
+  if (done) {
+    c.current.reset();
+    c.info.busy = false;
+    ++c.info.requests_served;
+    ++completed_;
+    --active_;
+    Dispatch();
+  }
+}
+
+void RequestScheduler::OnClosed(Connection& c, const absl::Status& why) {
+  c.closed = true;
+  c.info.ready = false;
+  close(c.fd);
+  c.fd = -1;
+  if (c.current != nullptr) {
+    c.current->Fail(absl::UnavailableError(absl::StrFormat(
+        "the worker on %s (pid %d) ended while serving this request (%s); it is being "
+        "restarted, retry the request",
+        c.info.device, c.info.pid, why.message())));
+    c.current.reset();
+    c.info.busy = false;
+    ++failed_;
+    --active_;
+  }
+  if (!stopping_.load()) {
+    LogWarning("worker %d (%s, pid %d): control channel closed: %s", c.info.index, c.info.device,
+               c.info.pid, why.message());
+  }
+  Dispatch();
+}
+
+void RequestScheduler::Dispatch() {
+  while (!queue_.empty() && active_ < limits_.max_active_sequences) {
+    Connection* idle = nullptr;
+    for (std::unique_ptr<Connection>& c : connections_) {
+      if (c->info.ready && !c->info.busy && !c->closed) {
+        idle = c.get();
+        break;
+      }
+    }
+    if (idle == nullptr) return;
+    Queued next = std::move(queue_.front());
+    queue_.pop_front();
+    const absl::Status sent = control::SendControlMessage(idle->fd, next.job->request());
+    if (!sent.ok()) {
+      // The channel is going away; its reader will notice. The job keeps
+      // its place at the head of the queue for the next worker.
+      idle->info.ready = false;
+      queue_.push_front(std::move(next));
+      continue;
+    }
+    const double waited_ms = (store::MonotonicNowNs() - next.submitted_ns) / 1e6;
+    next.job->MarkDispatched(idle->info.device, waited_ms);
+    idle->current = std::move(next.job);
+    idle->info.busy = true;
+    ++active_;
+  }
+}
+
+absl::StatusOr<std::shared_ptr<RequestJob>> RequestScheduler::Submit(
+    control_v1::WorkerRequest request) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (shut_down_) return absl::UnavailableError("moetierd is shutting down");
+  if (queue_.size() >= limits_.max_queued_requests) {
+    ++rejected_;
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "the request queue is full (max_queued_requests=%d, %d running); retry later",
+        limits_.max_queued_requests, active_));
+  }
+  request.set_id(next_id_++);
+  auto job = std::make_shared<RequestJob>(std::move(request));
+  queue_.push_back({job, store::MonotonicNowNs()});
+  Dispatch();
+  return job;
+}
+
+void RequestScheduler::Cancel(const std::shared_ptr<RequestJob>& job) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto it = queue_.begin(); it != queue_.end(); ++it) {
+    if (it->job == job) {
+      queue_.erase(it);
+      ++cancelled_;
+      job->Deliver(CancelledDone(job->id()));
+      return;
+    }
+  }
+  for (std::unique_ptr<Connection>& c : connections_) {
+    if (c->current == job && !c->closed) {
+      control_v1::WorkerRequest cancel;
+      cancel.set_id(next_id_++);
+      cancel.mutable_cancel()->set_target_id(job->id());
+      // If this fails the channel is closing and the job fails with it.
+      control::SendControlMessage(c->fd, cancel).IgnoreError();
+      return;
+    }
+  }
+}
+
+bool RequestScheduler::WaitForReadyWorker(int64_t timeout_ms) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  return worker_ready_.wait_for(lock, std::chrono::milliseconds(timeout_ms), [&] {
+    if (shut_down_) return true;
+    for (const std::unique_ptr<Connection>& c : connections_) {
+      if (c->info.ready && !c->closed) return true;
+    }
+    return false;
+  }) && !shut_down_;
+}
+
+std::optional<RequestScheduler::ModelLimits> RequestScheduler::ReadyLimits() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::optional<ModelLimits> limits;
+  for (const std::unique_ptr<Connection>& c : connections_) {
+    if (!c->info.ready || c->closed) continue;
+    if (!limits.has_value()) {
+      limits = ModelLimits{c->info.n_vocab, c->info.max_ctx};
+    } else {
+      limits->max_ctx = std::min(limits->max_ctx, c->info.max_ctx);
+    }
+  }
+  return limits;
+}
+
+SchedulerSnapshot RequestScheduler::Snapshot() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  SchedulerSnapshot s;
+  s.queued = static_cast<uint32_t>(queue_.size());
+  s.active = active_;
+  s.completed = completed_;
+  s.rejected = rejected_;
+  s.cancelled = cancelled_;
+  s.failed = failed_;
+  for (const std::unique_ptr<Connection>& c : connections_) {
+    if (!c->closed) s.workers.push_back(c->info);
+  }
+  return s;
+}
+
+void RequestScheduler::Shutdown() {
+  std::vector<std::unique_ptr<Connection>> connections;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (shut_down_) return;
+    shut_down_ = true;
+    stopping_.store(true);
+    const absl::Status stopping = absl::UnavailableError("moetierd is shutting down");
+    for (Queued& q : queue_) q.job->Fail(stopping);
+    failed_ += queue_.size();
+    queue_.clear();
+    connections = std::move(connections_);
+    connections_.clear();
+  }
+  worker_ready_.notify_all();
+  for (std::unique_ptr<Connection>& c : connections) {
+    if (c->reader.joinable()) c->reader.join();
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!c->closed) OnClosed(*c, absl::UnavailableError("moetierd is shutting down"));
+  }
+}
+
+}  // namespace moetier

@@ -1,0 +1,131 @@
+// Hands client requests to workers: a bounded queue in front of the workers'
+// control channels. Each worker computes one request at a time (it owns one
+// KV cache); requests wait in arrival order for a ready, idle worker.
+//
+// The scheduler owns the control channel of every admitted worker (the
+// supervisor hands over a duplicate) and reads its replies on a thread per
+// worker. A worker whose channel closes fails its running request with
+// UNAVAILABLE; the supervisor restarts the process and the new one joins
+// again, announcing itself with a ReadyReply before it gets work.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "scheduler/request_job.h"
+#include "supervisor/worker_supervisor.h"
+
+namespace moetier {
+
+struct SchedulerLimits {
+  uint32_t max_queued_requests = 64;
+  uint32_t max_active_sequences = 16;
+};
+
+struct SchedulerWorkerInfo {
+  uint32_t index = 0;
+  std::string device;
+  pid_t pid = 0;
+  bool ready = false;  // sent its ReadyReply
+  bool busy = false;
+  int32_t n_vocab = 0;
+  int32_t max_ctx = 0;
+  std::string backend;
+  uint64_t requests_served = 0;
+  double last_decode_tokens_per_s = 0;
+};
+
+struct SchedulerSnapshot {
+  uint32_t queued = 0;
+  uint32_t active = 0;
+  uint64_t completed = 0;
+  uint64_t rejected = 0;
+  uint64_t cancelled = 0;
+  uint64_t failed = 0;  // ended by a lost worker or shutdown
+  std::vector<SchedulerWorkerInfo> workers;  // connected workers only
+};
+
+class RequestScheduler {
+ public:
+  explicit RequestScheduler(SchedulerLimits limits);
+  ~RequestScheduler();  // Shutdown()
+  RequestScheduler(const RequestScheduler&) = delete;
+  RequestScheduler& operator=(const RequestScheduler&) = delete;
+
+  // Takes over a freshly admitted worker's control channel (the supervisor's
+  // on_admitted callback). Safe from any thread.
+  void AddWorker(AdmittedWorker worker);
+
+  // Queues `request` (its kind set, its id assigned here). RESOURCE_EXHAUSTED
+  // when max_queued_requests are already waiting; UNAVAILABLE after
+  // Shutdown().
+  absl::StatusOr<std::shared_ptr<RequestJob>> Submit(control_v1::WorkerRequest request);
+
+  // Stops a job: a queued one ends at once with a Done(STOP_CANCELLED); a
+  // running one is told to stop at its next token, and its own Done follows.
+  void Cancel(const std::shared_ptr<RequestJob>& job);
+
+  // Waits until some worker is ready (true) or timeout_ms passes (false).
+  bool WaitForReadyWorker(int64_t timeout_ms);
+
+  // The smallest max_ctx and the n_vocab of the ready workers; nullopt
+  // while none is ready.
+  struct ModelLimits {
+    int32_t n_vocab = 0;
+    int32_t max_ctx = 0;
+  };
+  std::optional<ModelLimits> ReadyLimits() const;
+
+  SchedulerSnapshot Snapshot() const;
+  const SchedulerLimits& limits() const { return limits_; }
+
+  // Fails every queued and running job with UNAVAILABLE, closes every
+  // channel and joins the reader threads. Idempotent.
+  void Shutdown();
+
+ private:
+  struct Connection {
+    SchedulerWorkerInfo info;
+    int fd = -1;
+    bool closed = false;  // the channel ended; the reader thread is done
+    std::shared_ptr<RequestJob> current;
+    std::thread reader;
+  };
+  struct Queued {
+    std::shared_ptr<RequestJob> job;
+    uint64_t submitted_ns = 0;
+  };
+
+  void ReadLoop(Connection* connection);
+  void OnReply(Connection& connection, control_v1::WorkerReply reply);  // mutex_ held
+  void OnClosed(Connection& connection, const absl::Status& why);       // mutex_ held
+  void Dispatch();                                                       // mutex_ held
+
+
+  const SchedulerLimits limits_;
+  mutable std::mutex mutex_;
+  std::condition_variable worker_ready_;
+  std::deque<Queued> queue_;
+  std::vector<std::unique_ptr<Connection>> connections_;
+  std::vector<std::thread> finished_readers_;  // joined outside the lock
+  uint64_t next_id_ = 1;
+  uint32_t active_ = 0;
+  uint64_t completed_ = 0;
+  uint64_t rejected_ = 0;
+  uint64_t cancelled_ = 0;
+  uint64_t failed_ = 0;
+  bool shut_down_ = false;
+  std::atomic<bool> stopping_{false};
+};
+
+}  // namespace moetier

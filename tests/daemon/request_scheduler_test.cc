@@ -1,0 +1,250 @@
+// The scheduler against fake workers: the test holds the worker end of each
+// control channel (a SOCK_SEQPACKET socketpair) and answers by hand.
+#include "scheduler/request_scheduler.h"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+#include "control/control_channel.h"
+#include "gtest/gtest.h"
+
+namespace moetier {
+namespace {
+
+constexpr int64_t kWaitMs = 5000;
+
+class FakeWorker {
+ public:
+  FakeWorker(RequestScheduler& scheduler, uint32_t index, int max_ctx = 128) {
+    int fds[2];
+    EXPECT_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, fds), 0);
+    fd_ = fds[1];
+    scheduler.AddWorker(AdmittedWorker{index, "cpu", 1000 + static_cast<pid_t>(index), 1, fds[0]});
+    control_v1::WorkerReply ready;
+    ready.mutable_ready()->set_n_vocab(32);
+    ready.mutable_ready()->set_max_ctx(max_ctx);
+    ready.mutable_ready()->set_backend("cpu");
+    Send(ready);
+  }
+  ~FakeWorker() { Close(); }
+
+  void Send(const control_v1::WorkerReply& reply) {
+    ASSERT_TRUE(control::SendControlMessage(fd_, reply).ok());
+  }
+  control_v1::WorkerRequest Receive() {
+    control_v1::WorkerRequest request;
+    const absl::Status got = control::ReceiveControlMessage(fd_, &request, kWaitMs);
+    EXPECT_TRUE(got.ok()) << got;
+    return request;
+  }
+  bool NothingPending() {
+    control_v1::WorkerRequest request;
+    return control::ReceiveControlMessage(fd_, &request, 100).code() ==
+           absl::StatusCode::kDeadlineExceeded;
+  }
+  void SendToken(uint64_t id, int32_t token) {
+    control_v1::WorkerReply reply;
+    reply.set_id(id);
+    reply.mutable_token()->set_token_id(token);
+    Send(reply);
+  }
+  void SendDone(uint64_t id, control_v1::StopReason reason) {
+    control_v1::WorkerReply reply;
+    reply.set_id(id);
+    reply.mutable_done()->set_stop_reason(reason);
+    Send(reply);
+  }
+  void Close() {
+    if (fd_ >= 0) close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+control_v1::WorkerRequest GenerateRequest(std::vector<int32_t> prompt) {
+  control_v1::WorkerRequest r;
+  r.mutable_generate()->mutable_prompt_token_ids()->Add(prompt.begin(), prompt.end());
+  r.mutable_generate()->set_max_new_tokens(4);
+  return r;
+}
+
+// Takes replies until one is a Done (or the job fails); returns them all.
+std::vector<control_v1::WorkerReply> Drain(RequestJob& job, absl::Status* failure = nullptr) {
+  std::vector<control_v1::WorkerReply> replies;
+  for (int i = 0; i < 100; ++i) {
+    absl::StatusOr<std::optional<control_v1::WorkerReply>> next = job.Next(kWaitMs);
+    if (!next.ok()) {
+      if (failure != nullptr) *failure = next.status();
+      return replies;
+    }
+    if (!next->has_value()) break;
+    replies.push_back(**next);
+    if (replies.back().has_done()) break;
+  }
+  return replies;
+}
+
+TEST(RequestSchedulerTest, RunsARequestOnAReadyWorkerAndStreamsItsReplies) {
+  RequestScheduler scheduler({4, 4});
+  FakeWorker worker(scheduler, 0);
+  ASSERT_TRUE(scheduler.WaitForReadyWorker(kWaitMs));
+  ASSERT_TRUE(scheduler.ReadyLimits().has_value());
+  EXPECT_EQ(scheduler.ReadyLimits()->max_ctx, 128);
+
+  absl::StatusOr<std::shared_ptr<RequestJob>> job = scheduler.Submit(GenerateRequest({1, 2, 3}));
+  ASSERT_TRUE(job.ok()) << job.status();
+  const control_v1::WorkerRequest got = worker.Receive();
+  ASSERT_TRUE(got.has_generate());
+  EXPECT_EQ(got.id(), (*job)->id());
+  EXPECT_EQ(got.generate().prompt_token_ids_size(), 3);
+  worker.SendToken(got.id(), 7);
+  worker.SendToken(got.id(), 9);
+  worker.SendDone(got.id(), control_v1::STOP_MAX_TOKENS);
+  const std::vector<control_v1::WorkerReply> replies = Drain(**job);
+  ASSERT_EQ(replies.size(), 3u);
+  EXPECT_EQ(replies[0].token().token_id(), 7);
+  EXPECT_EQ(replies[1].token().token_id(), 9);
+  EXPECT_EQ(replies[2].done().stop_reason(), control_v1::STOP_MAX_TOKENS);
+  EXPECT_EQ((*job)->worker_device(), "cpu");
+  EXPECT_EQ((*job)->Next(0).status().code(), absl::StatusCode::kFailedPrecondition);
+  const SchedulerSnapshot s = scheduler.Snapshot();
+  EXPECT_EQ(s.completed, 1u);
+  EXPECT_EQ(s.active, 0u);
+  ASSERT_EQ(s.workers.size(), 1u);
+  EXPECT_EQ(s.workers[0].requests_served, 1u);
+}
+
+TEST(RequestSchedulerTest, OneRequestPerWorkerTheRestWaitInOrder) {
+  RequestScheduler scheduler({8, 8});
+  FakeWorker worker(scheduler, 0);
+  ASSERT_TRUE(scheduler.WaitForReadyWorker(kWaitMs));
+  auto first = scheduler.Submit(GenerateRequest({1}));
+  auto second = scheduler.Submit(GenerateRequest({2}));
+  ASSERT_TRUE(first.ok() && second.ok());
+  const control_v1::WorkerRequest a = worker.Receive();
+  EXPECT_EQ(a.id(), (*first)->id());
+  EXPECT_TRUE(worker.NothingPending()) << "a busy worker was sent a second request";
+  EXPECT_EQ(scheduler.Snapshot().queued, 1u);
+  worker.SendDone(a.id(), control_v1::STOP_MAX_TOKENS);
+  const control_v1::WorkerRequest b = worker.Receive();
+  EXPECT_EQ(b.id(), (*second)->id());
+  EXPECT_EQ(b.generate().prompt_token_ids(0), 2);
+}
+
+TEST(RequestSchedulerTest, AFullQueueRefusesWithResourceExhausted) {
+  RequestScheduler scheduler({2, 1});
+  // No worker: everything waits.
+  ASSERT_TRUE(scheduler.Submit(GenerateRequest({1})).ok());
+  ASSERT_TRUE(scheduler.Submit(GenerateRequest({1})).ok());
+  absl::StatusOr<std::shared_ptr<RequestJob>> third = scheduler.Submit(GenerateRequest({1}));
+  ASSERT_FALSE(third.ok());
+  EXPECT_EQ(third.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_NE(third.status().message().find("max_queued_requests=2"), absl::string_view::npos);
+  EXPECT_EQ(scheduler.Snapshot().rejected, 1u);
+}
+
+TEST(RequestSchedulerTest, CancellingAQueuedRequestEndsItAtOnce) {
+  RequestScheduler scheduler({4, 4});
+  auto job = scheduler.Submit(GenerateRequest({1}));
+  ASSERT_TRUE(job.ok());
+  scheduler.Cancel(*job);
+  const std::vector<control_v1::WorkerReply> replies = Drain(**job);
+  ASSERT_EQ(replies.size(), 1u);
+  EXPECT_EQ(replies[0].done().stop_reason(), control_v1::STOP_CANCELLED);
+  // The worker that joins later never sees it.
+  FakeWorker worker(scheduler, 0);
+  ASSERT_TRUE(scheduler.WaitForReadyWorker(kWaitMs));
+  EXPECT_TRUE(worker.NothingPending());
+  EXPECT_EQ(scheduler.Snapshot().queued, 0u);
+}
+
+TEST(RequestSchedulerTest, CancellingARunningRequestTellsItsWorker) {
+  RequestScheduler scheduler({4, 4});
+  FakeWorker worker(scheduler, 0);
+  ASSERT_TRUE(scheduler.WaitForReadyWorker(kWaitMs));
+  auto job = scheduler.Submit(GenerateRequest({1}));
+  ASSERT_TRUE(job.ok());
+  const control_v1::WorkerRequest running = worker.Receive();
+  scheduler.Cancel(*job);
+  const control_v1::WorkerRequest cancel = worker.Receive();
+  ASSERT_TRUE(cancel.has_cancel());
+  EXPECT_EQ(cancel.cancel().target_id(), running.id());
+  worker.SendDone(running.id(), control_v1::STOP_CANCELLED);
+  const std::vector<control_v1::WorkerReply> replies = Drain(**job);
+  ASSERT_EQ(replies.size(), 1u);
+  EXPECT_EQ(replies[0].done().stop_reason(), control_v1::STOP_CANCELLED);
+  EXPECT_EQ(scheduler.Snapshot().cancelled, 1u);
+}
+
+TEST(RequestSchedulerTest, ALostWorkerFailsItsRequestAndARestartedOneTakesTheNext) {
+  RequestScheduler scheduler({4, 4});
+  auto worker = std::make_unique<FakeWorker>(scheduler, 0);
+  ASSERT_TRUE(scheduler.WaitForReadyWorker(kWaitMs));
+  auto job = scheduler.Submit(GenerateRequest({1}));
+  ASSERT_TRUE(job.ok());
+  const control_v1::WorkerRequest running = worker->Receive();
+  worker->SendToken(running.id(), 5);
+  worker.reset();  // the process died
+  absl::Status failure;
+  const std::vector<control_v1::WorkerReply> replies = Drain(**job, &failure);
+  ASSERT_EQ(replies.size(), 1u);  // the token that made it
+  EXPECT_EQ(failure.code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(failure.message().find("pid 1000"), absl::string_view::npos) << failure;
+
+  auto next = scheduler.Submit(GenerateRequest({2}));
+  ASSERT_TRUE(next.ok());
+  FakeWorker restarted(scheduler, 0);
+  const control_v1::WorkerRequest again = restarted.Receive();
+  EXPECT_EQ(again.id(), (*next)->id());
+  restarted.SendDone(again.id(), control_v1::STOP_END_OF_GENERATION);
+  EXPECT_EQ(Drain(**next).back().done().stop_reason(), control_v1::STOP_END_OF_GENERATION);
+  EXPECT_EQ(scheduler.Snapshot().failed, 1u);
+}
+
+TEST(RequestSchedulerTest, WorkersRunRequestsAtOnceWithinTheActiveLimit) {
+  RequestScheduler scheduler({8, 2});
+  FakeWorker a(scheduler, 0);
+  FakeWorker b(scheduler, 1);
+  FakeWorker c(scheduler, 2);
+  auto all_ready = [&] {
+    int ready = 0;
+    for (const SchedulerWorkerInfo& w : scheduler.Snapshot().workers) ready += w.ready;
+    return ready == 3;
+  };
+  for (int i = 0; i < 500 && !all_ready(); ++i) usleep(10000);
+  ASSERT_TRUE(all_ready());
+  std::vector<std::shared_ptr<RequestJob>> jobs;
+  for (int i = 0; i < 3; ++i) jobs.push_back(*scheduler.Submit(GenerateRequest({i})));
+  // Idle workers are taken in the order they joined.
+  const control_v1::WorkerRequest ra = a.Receive();
+  const control_v1::WorkerRequest rb = b.Receive();
+  EXPECT_EQ(ra.id(), jobs[0]->id());
+  EXPECT_EQ(rb.id(), jobs[1]->id());
+  EXPECT_TRUE(c.NothingPending()) << "max_active_sequences=2 was exceeded";
+  EXPECT_EQ(scheduler.Snapshot().active, 2u);
+  EXPECT_EQ(scheduler.Snapshot().queued, 1u);
+  b.SendDone(rb.id(), control_v1::STOP_MAX_TOKENS);
+  // Room again: the third request goes to the first idle worker.
+  const control_v1::WorkerRequest rc = b.Receive();
+  EXPECT_EQ(rc.id(), jobs[2]->id());
+}
+
+TEST(RequestSchedulerTest, ShutdownFailsWaitingRequestsAndRefusesNewOnes) {
+  RequestScheduler scheduler({4, 4});
+  auto job = scheduler.Submit(GenerateRequest({1}));
+  ASSERT_TRUE(job.ok());
+  scheduler.Shutdown();
+  absl::Status failure;
+  Drain(**job, &failure);
+  EXPECT_EQ(failure.code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(scheduler.Submit(GenerateRequest({1})).status().code(),
+            absl::StatusCode::kUnavailable);
+}
+
+}  // namespace
+}  // namespace moetier
