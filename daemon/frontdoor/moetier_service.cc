@@ -138,7 +138,7 @@ grpc::Status MoetierService::Generate(grpc::ServerContext* context,
     ids = std::move(*encoded);
   }
   return RunGeneration(context, std::move(ids), request->max_new_tokens(), request->sampling(),
-                       writer);
+                       request->ignore_end_of_generation(), writer);
 }
 
 grpc::Status MoetierService::Chat(grpc::ServerContext* context, const v1::ChatRequest* request,
@@ -170,13 +170,14 @@ grpc::Status MoetierService::Chat(grpc::ServerContext* context, const v1::ChatRe
   absl::StatusOr<std::vector<int32_t>> ids = (*tokenizer_)->Encode(*prompt, true, true);
   if (!ids.ok()) return ToGrpc(ids.status());
   return RunGeneration(context, std::move(*ids), request->max_new_tokens(), request->sampling(),
-                       writer);
+                       /*ignore_end_of_generation=*/false, writer);
 }
 
 grpc::Status MoetierService::RunGeneration(grpc::ServerContext* context,
                                            std::vector<int32_t> prompt_ids,
                                            int32_t max_new_tokens,
                                            const v1::SamplingParams& sampling,
+                                           bool ignore_end_of_generation,
                                            grpc::ServerWriter<v1::GenerateResponse>* writer) {
   if (prompt_ids.empty()) return Invalid("the prompt is empty");
   if (max_new_tokens < 0) return Invalid("max_new_tokens must be >= 0");
@@ -201,7 +202,9 @@ grpc::Status MoetierService::RunGeneration(grpc::ServerContext* context,
   *generate->mutable_sampling() = ToWorker(sampling, seed);
   std::optional<StreamingDecoder> decoder;
   if (tokenizer_->ok()) {
-    for (int32_t id : (*tokenizer_)->end_of_generation_ids()) generate->add_stop_token_ids(id);
+    if (!ignore_end_of_generation) {
+      for (int32_t id : (*tokenizer_)->end_of_generation_ids()) generate->add_stop_token_ids(id);
+    }
     decoder.emplace(**tokenizer_, /*render_special=*/false);
   }
   absl::StatusOr<std::shared_ptr<RequestJob>> job = scheduler_->Submit(std::move(request));
