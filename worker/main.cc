@@ -1,11 +1,13 @@
 // moetier-worker: one compute device's engine. moetierd starts it in daemon
-// mode; --standalone runs it alone on a GGUF file (see --help).
+// mode (serve/daemon_mode.h); --standalone runs it alone on a GGUF file (see
+// --help).
 #include <cstdio>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "serve/daemon_mode.h"
 #include "standalone/options.h"
 #include "standalone/standalone.h"
 
@@ -33,9 +35,17 @@ int main(int argc, char** argv) {
     std::fwrite(usage.data(), 1, usage.size(), stdout);
     return 0;
   }
+  if (options->daemon) {
+    const absl::Status status = moetier::RunDaemonMode(*options, stderr);
+    if (!status.ok()) {
+      PrintError(status.message());
+      return 1;
+    }
+    return 0;
+  }
   if (!options->standalone) {
     PrintError(
-        "daemon mode needs moetierd, which starts and drives the workers itself; "
+        "daemon mode (--daemon) is for moetierd, which starts and drives the workers itself; "
         "use --standalone to run this worker alone (see --help)");
     return 2;
   }

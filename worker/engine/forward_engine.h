@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "engine/expert_source.h"
 #include "model/qwen3moe_model.h"
 
 namespace moetier {
@@ -58,6 +59,10 @@ struct EngineOptions {
   int max_ctx = 4096;  // KV cache length in tokens; at most hparams.n_ctx_train
   int n_threads = 1;   // worker threads for backends that use them
   WeightPages weight_pages = WeightPages::kAuto;  // CPU backend only
+  // CPU backend: where the routed experts come from; null reads them from
+  // the model's mapping. When set, huge pages (if chosen) hold only the
+  // dense weights, and the source must outlive the engine.
+  ExpertWeightSource* expert_source = nullptr;
 };
 
 // The multithreaded CPU engine. Defined by the cpu engine library

@@ -82,14 +82,17 @@ absl::Status CheckVector(const WeightRef& ref, int64_t n) {
   return absl::OkStatus();
 }
 
-// Every tensor of the weight table, for visiting them all.
-std::vector<WeightRef*> AllRefs(Qwen3MoeWeights& w) {
+// Every tensor of the weight table, for visiting them all; without the
+// routed experts' tensors when they come from an ExpertWeightSource.
+std::vector<WeightRef*> AllRefs(Qwen3MoeWeights& w, bool include_experts) {
   std::vector<WeightRef*> refs = {&w.token_embd, &w.output_norm, &w.output};
   for (Qwen3MoeLayerWeights& l : w.layers) {
     for (WeightRef* r : {&l.attn_norm, &l.attn_q, &l.attn_k, &l.attn_v, &l.attn_output,
-                         &l.attn_q_norm, &l.attn_k_norm, &l.ffn_norm, &l.ffn_gate_inp,
-                         &l.ffn_gate_exps, &l.ffn_up_exps, &l.ffn_down_exps}) {
+                         &l.attn_q_norm, &l.attn_k_norm, &l.ffn_norm, &l.ffn_gate_inp}) {
       refs.push_back(r);
+    }
+    if (include_experts) {
+      for (WeightRef* r : {&l.ffn_gate_exps, &l.ffn_up_exps, &l.ffn_down_exps}) refs.push_back(r);
     }
   }
   return refs;
@@ -103,10 +106,12 @@ cpu::ByteRange Span(const WeightRef& r) {
   return {r.data, r.data + bytes};
 }
 
-std::vector<cpu::ByteRange> WeightSpans(const Qwen3MoeWeights& w) {
+std::vector<cpu::ByteRange> WeightSpans(const Qwen3MoeWeights& w, bool include_experts) {
   std::vector<cpu::ByteRange> spans;
   // AllRefs only reads through the pointers it returns here.
-  for (const WeightRef* r : AllRefs(const_cast<Qwen3MoeWeights&>(w))) spans.push_back(Span(*r));
+  for (const WeightRef* r : AllRefs(const_cast<Qwen3MoeWeights&>(w), include_experts)) {
+    spans.push_back(Span(*r));
+  }
   return spans;
 }
 
@@ -210,6 +215,9 @@ absl::StatusOr<std::unique_ptr<CpuQwen3Moe>> CpuQwen3Moe::Create(const Qwen3MoeM
     check(CheckMatrix(l.ffn_down_exps, hp.n_ff_exp, hp.n_embd, hp.n_expert));
   }
   if (!status.ok()) return status;
+  if (config.expert_source != nullptr && config.expert_source->max_experts_held() < 1) {
+    return absl::InvalidArgumentError("the expert source can hold no experts at once");
+  }
   std::unique_ptr<CpuQwen3Moe> engine(new CpuQwen3Moe(model, config));
   if (config.copy_weights_to_huge_pages) {
     if (absl::Status s = engine->CopyWeightsToHugePages(); !s.ok()) return s;
@@ -222,9 +230,13 @@ CpuQwen3Moe::CpuQwen3Moe(const Qwen3MoeModel& model, const CpuEngineConfig& conf
     : hp_(model.hparams), weights_(model.weights), config_(config), pool_(config.n_threads) {}
 
 absl::Status CpuQwen3Moe::CopyWeightsToHugePages() {
-  absl::StatusOr<cpu::HugePageCopy> copy = cpu::HugePageCopy::Create(WeightSpans(weights_), true);
+  // Experts from a source live elsewhere (the daemon's store): copying their
+  // tensors would read the whole model file for bytes never used.
+  const bool include_experts = config_.expert_source == nullptr;
+  absl::StatusOr<cpu::HugePageCopy> copy =
+      cpu::HugePageCopy::Create(WeightSpans(weights_, include_experts), true);
   if (!copy.ok()) return copy.status();
-  for (WeightRef* r : AllRefs(weights_)) r->data = copy->Translate(r->data);
+  for (WeightRef* r : AllRefs(weights_, include_experts)) r->data = copy->Translate(r->data);
   weight_copy_ = std::move(*copy);
   return absl::OkStatus();
 }
@@ -265,6 +277,8 @@ void CpuQwen3Moe::Allocate() {
   expert_offset_.assign(hp_.n_expert + 1, 0);
   slot_token_.assign(bk, 0);
   token_slot_.assign(bk, 0);
+  used_experts_.assign(hp_.n_expert, 0);
+  expert_mats_.assign(hp_.n_expert, ExpertMatrices{});
   gate_out_ = AlignedBytes(bk * hp_.n_ff_exp * f);
   up_out_ = AlignedBytes(bk * hp_.n_ff_exp * f);
   down_out_ = AlignedBytes(bk * n_embd * f);
@@ -408,7 +422,10 @@ absl::Status CpuQwen3Moe::Forward(std::span<const int32_t> tokens, int pos0, Log
     } else if (done + batch == n) {
       out = logits;
     }
-    ForwardBatch(tokens.data() + done, batch, pos0 + done, rows, out);
+    if (absl::Status s = ForwardBatch(tokens.data() + done, batch, pos0 + done, rows, out);
+        !s.ok()) {
+      return s;
+    }
     done += batch;
     cached_tokens_ = pos0 + done;
   }
@@ -419,8 +436,8 @@ absl::Status CpuQwen3Moe::Forward(std::span<const int32_t> tokens, int pos0, Log
   return absl::OkStatus();
 }
 
-void CpuQwen3Moe::ForwardBatch(const int32_t* tokens, int n, int pos0, LogitRows rows,
-                               float* logits) {
+absl::Status CpuQwen3Moe::ForwardBatch(const int32_t* tokens, int n, int pos0, LogitRows rows,
+                                       float* logits) {
   const int64_t n_embd = hp_.n_embd;
   float* x = x_.floats();
   const WeightRef& embd = weights_.token_embd;
@@ -434,9 +451,9 @@ void CpuQwen3Moe::ForwardBatch(const int32_t* tokens, int n, int pos0, LogitRows
   }
   for (int l = 0; l < hp_.n_layer; ++l) {
     Attention(l, n, pos0);
-    MoeFfn(l, n);
+    if (absl::Status s = MoeFfn(l, n); !s.ok()) return s;
   }
-  if (logits == nullptr) return;
+  if (logits == nullptr) return absl::OkStatus();
   // Final norm and output projection, for every row or just the last.
   const int first = rows == LogitRows::kAll ? 0 : n - 1;
   const int count = n - first;
@@ -450,6 +467,7 @@ void CpuQwen3Moe::ForwardBatch(const int32_t* tokens, int n, int pos0, LogitRows
   const uint8_t* act = PrepareInput(count, out.type);
   const MatJob job = Job(out, out.data, act, count, logits);
   RunJobs(&job, 1, CpuPhase::kOutput);
+  return absl::OkStatus();
 }
 
 void CpuQwen3Moe::Attention(int layer, int n, int pos0) {
@@ -530,7 +548,25 @@ void CpuQwen3Moe::Attention(int layer, int n, int pos0) {
   for (int64_t i = 0; i < n * n_embd; ++i) x[i] += sub[i];
 }
 
-void CpuQwen3Moe::MoeFfn(int layer, int n) {
+absl::Status CpuQwen3Moe::AcquireExperts(int layer, int first, int count) {
+  const std::span<const int32_t> ids(used_experts_.data() + first, static_cast<size_t>(count));
+  const std::span<ExpertMatrices> mats(expert_mats_.data() + first, static_cast<size_t>(count));
+  ExpertWeightSource* source = config_.expert_source;
+  if (source == nullptr) {
+    const Qwen3MoeLayerWeights& lw = weights_.layers[layer];
+    for (int i = 0; i < count; ++i) {
+      mats[i] = {lw.ffn_gate_exps.expert(ids[i]), lw.ffn_up_exps.expert(ids[i]),
+                 lw.ffn_down_exps.expert(ids[i])};
+    }
+    return absl::OkStatus();
+  }
+  const double start = NowSeconds();
+  absl::Status status = source->Acquire(layer, ids, mats);
+  phase_seconds_[static_cast<int>(CpuPhase::kExpertFetch)] += NowSeconds() - start;
+  return status;
+}
+
+absl::Status CpuQwen3Moe::MoeFfn(int layer, int n) {
   const Qwen3MoeLayerWeights& lw = weights_.layers[layer];
   const int64_t n_embd = hp_.n_embd;
   const int64_t n_ff = hp_.n_ff_exp;
@@ -591,39 +627,62 @@ void CpuQwen3Moe::MoeFfn(int layer, int n) {
     }
   }
 
+  // The experts this batch uses, in ascending order. From a source they
+  // come in groups of at most what it can hold at once (all of them from
+  // the mapping): each group is acquired, computed and released before the
+  // next, and since every row is computed on its own the grouping changes
+  // no result.
+  int n_used = 0;
+  for (int e = 0; e < n_expert; ++e) {
+    if (expert_offset_[e + 1] > expert_offset_[e]) used_experts_[n_used++] = e;
+  }
+  const int group_max =
+      config_.expert_source != nullptr ? config_.expert_source->max_experts_held() : n_used;
   float* gate_out = gate_out_.floats();
   float* up_out = up_out_.floats();
-  int n_jobs = 0;
-  for (int e = 0; e < n_expert; ++e) {
-    const int64_t count = expert_offset_[e + 1] - expert_offset_[e];
-    if (count == 0) continue;
-    const int64_t off = expert_offset_[e];
-    jobs[n_jobs++] =
-        Job(gate, gate.expert(e), gate_act + off * gate_row_bytes, count, gate_out + off * n_ff);
-    jobs[n_jobs++] = Job(up, up.expert(e), up_act + off * up_row_bytes, count, up_out + off * n_ff);
-  }
-  RunJobs(jobs, n_jobs, CpuPhase::kExperts);
-
-  if (static_cast<int64_t>(n_slots) * n_ff >= kMinParallelElems) {
-    pool_.ParallelForRange(n_slots, 1, [&](int64_t begin, int64_t end, int) {
-      cpu::SiluMul(gate_out + begin * n_ff, up_out + begin * n_ff, (end - begin) * n_ff,
-                   gate_out + begin * n_ff);
-    });
-  } else {
-    cpu::SiluMul(gate_out, up_out, static_cast<int64_t>(n_slots) * n_ff, gate_out);
-  }
-  const size_t down_row_bytes = cpu::ActRowBytes(down.type, n_ff);
-  const uint8_t* down_act = PrepareAct(*act_ff_, gate_out, n_slots, n_ff, down.type);
   float* down_out = down_out_.floats();
-  n_jobs = 0;
-  for (int e = 0; e < n_expert; ++e) {
-    const int64_t count = expert_offset_[e + 1] - expert_offset_[e];
-    if (count == 0) continue;
-    const int64_t off = expert_offset_[e];
-    jobs[n_jobs++] =
-        Job(down, down.expert(e), down_act + off * down_row_bytes, count, down_out + off * n_embd);
+  const size_t down_row_bytes = cpu::ActRowBytes(down.type, n_ff);
+  for (int g0 = 0; g0 < n_used; g0 += group_max) {
+    const int g1 = std::min(n_used, g0 + group_max);
+    if (absl::Status s = AcquireExperts(layer, g0, g1 - g0); !s.ok()) return s;
+    // The group's rows are contiguous: experts ascend, and so do their rows.
+    const int64_t s0 = expert_offset_[used_experts_[g0]];
+    const int64_t s1 = expert_offset_[used_experts_[g1 - 1] + 1];
+    int n_jobs = 0;
+    for (int i = g0; i < g1; ++i) {
+      const int e = used_experts_[i];
+      const int64_t count = expert_offset_[e + 1] - expert_offset_[e];
+      const int64_t off = expert_offset_[e];
+      jobs[n_jobs++] = Job(gate, expert_mats_[i].gate, gate_act + off * gate_row_bytes, count,
+                           gate_out + off * n_ff);
+      jobs[n_jobs++] =
+          Job(up, expert_mats_[i].up, up_act + off * up_row_bytes, count, up_out + off * n_ff);
+    }
+    RunJobs(jobs, n_jobs, CpuPhase::kExperts);
+
+    float* g = gate_out + s0 * n_ff;
+    const float* u = up_out + s0 * n_ff;
+    const int64_t rows = s1 - s0;
+    if (rows * n_ff >= kMinParallelElems) {
+      pool_.ParallelForRange(rows, 1, [&](int64_t begin, int64_t end, int) {
+        cpu::SiluMul(g + begin * n_ff, u + begin * n_ff, (end - begin) * n_ff, g + begin * n_ff);
+      });
+    } else {
+      cpu::SiluMul(g, u, rows * n_ff, g);
+    }
+    // Row 0 of down_act is the group's first row, s0.
+    const uint8_t* down_act = PrepareAct(*act_ff_, g, rows, n_ff, down.type);
+    n_jobs = 0;
+    for (int i = g0; i < g1; ++i) {
+      const int e = used_experts_[i];
+      const int64_t count = expert_offset_[e + 1] - expert_offset_[e];
+      const int64_t off = expert_offset_[e];
+      jobs[n_jobs++] = Job(down, expert_mats_[i].down, down_act + (off - s0) * down_row_bytes,
+                           count, down_out + off * n_embd);
+    }
+    RunJobs(jobs, n_jobs, CpuPhase::kExperts);
+    if (config_.expert_source != nullptr) config_.expert_source->Release(layer);
   }
-  RunJobs(jobs, n_jobs, CpuPhase::kExperts);
 
   // Weighted sum in the router's order, then the residual.
   for (int t = 0; t < n; ++t) {
@@ -636,6 +695,7 @@ void CpuQwen3Moe::MoeFfn(int layer, int n) {
     }
     for (int64_t i = 0; i < n_embd; ++i) xt[i] += acc[i];
   }
+  return absl::OkStatus();
 }
 
 std::string_view CpuPhaseName(CpuPhase phase) {
@@ -650,6 +710,8 @@ std::string_view CpuPhaseName(CpuPhase phase) {
       return "output projection";
     case CpuPhase::kAttention:
       return "attention";
+    case CpuPhase::kExpertFetch:
+      return "expert fetch";
     case CpuPhase::kOther:
       return "other";
     case CpuPhase::kCount:
@@ -670,6 +732,7 @@ absl::StatusOr<std::unique_ptr<ForwardEngine>> CreateCpuEngine(const Qwen3MoeMod
   CpuEngineConfig config;
   config.max_ctx = options.max_ctx;
   config.n_threads = options.n_threads;
+  config.expert_source = options.expert_source;
   switch (options.weight_pages) {
     case WeightPages::kHuge:
       config.copy_weights_to_huge_pages = true;
@@ -677,8 +740,8 @@ absl::StatusOr<std::unique_ptr<ForwardEngine>> CreateCpuEngine(const Qwen3MoeMod
     case WeightPages::kMapped:
       break;
     case WeightPages::kAuto:
-      config.copy_weights_to_huge_pages =
-          cpu::HugePageCopyPays(cpu::UnionBytes(WeightSpans(model.weights)));
+      config.copy_weights_to_huge_pages = cpu::HugePageCopyPays(cpu::UnionBytes(
+          WeightSpans(model.weights, /*include_experts=*/options.expert_source == nullptr)));
       if (config.copy_weights_to_huge_pages) {
         absl::StatusOr<std::unique_ptr<ForwardEngine>> engine =
             CreateCpuQwen3MoeEngine(model, config);

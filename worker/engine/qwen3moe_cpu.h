@@ -26,6 +26,7 @@
 #include "absl/status/statusor.h"
 #include "backend/cpu/huge_page_copy.h"
 #include "backend/cpu/thread_pool.h"
+#include "engine/expert_source.h"
 #include "engine/forward_engine.h"
 #include "model/qwen3moe_model.h"
 
@@ -42,6 +43,12 @@ struct CpuEngineConfig {
   // page cache or other processes. The model's mapping is marked cold so
   // that the kernel reclaims its pages first.
   bool copy_weights_to_huge_pages = false;
+  // Where the routed experts' matrices come from (engine/expert_source.h);
+  // null: the model's mapping (WeightRef::expert). When set, the engine asks
+  // it for exactly the experts each layer's batch routed to and never reads
+  // the expert tensors of the mapping, and the huge-page copy above covers
+  // the dense tensors only. Not owned; must outlive the engine.
+  ExpertWeightSource* expert_source = nullptr;
 };
 
 // A 64-byte aligned array that is sized once.
@@ -74,6 +81,7 @@ enum class CpuPhase : int {
   kExperts,          // expert gate, up and down projections
   kOutput,           // output projection
   kAttention,        // attention over the KV cache
+  kExpertFetch,      // waiting for an ExpertWeightSource (store hits, misses read from disk)
   kOther,
   kCount,
 };
@@ -83,6 +91,8 @@ class CpuQwen3Moe final : public ForwardEngine {
  public:
   // Fails when a weight type has no CPU kernel, a shape is inconsistent, or
   // the configuration is out of range; the message names what to change.
+  // Forward fails (with the source's Status, the cache valid up to the last
+  // whole batch) when the expert source fails.
   static absl::StatusOr<std::unique_ptr<CpuQwen3Moe>> Create(const Qwen3MoeModel& model,
                                                              const CpuEngineConfig& config);
   ~CpuQwen3Moe() override;
@@ -110,9 +120,12 @@ class CpuQwen3Moe final : public ForwardEngine {
   void Allocate();
 
   // One batch of n tokens at positions pos0.. (n <= max_batch).
-  void ForwardBatch(const int32_t* tokens, int n, int pos0, LogitRows rows, float* logits);
+  absl::Status ForwardBatch(const int32_t* tokens, int n, int pos0, LogitRows rows, float* logits);
   void Attention(int layer, int n, int pos0);
-  void MoeFfn(int layer, int n);
+  absl::Status MoeFfn(int layer, int n);
+  // The matrices of used_experts_[first, first + count) into expert_mats_,
+  // from the source or the mapping.
+  absl::Status AcquireExperts(int layer, int first, int count);
 
   // Prepares n rows of k floats (row stride k) for weights of `type` into
   // `cache`.
@@ -168,6 +181,8 @@ class CpuQwen3Moe final : public ForwardEngine {
   std::vector<int32_t> expert_offset_;            // [n_expert + 1]
   std::vector<int32_t> slot_token_;               // [B * K] token of each expert-grouped row
   std::vector<int32_t> token_slot_;               // [B * K] grouped row of (token, j)
+  std::vector<int32_t> used_experts_;             // [n_expert] experts with rows, ascending
+  std::vector<ExpertMatrices> expert_mats_;       // [n_expert] per used_experts_ entry
   AlignedBytes gate_out_;                         // [B * K][n_ff_exp]
   AlignedBytes up_out_;                           // [B * K][n_ff_exp]
   AlignedBytes down_out_;                         // [B * K][n_embd]

@@ -1,5 +1,6 @@
 #include "standalone/options.h"
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -10,6 +11,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "store/store_layout.h"
+#include "store/worker_channel.h"
 
 namespace moetier {
 namespace {
@@ -60,6 +63,33 @@ absl::StatusOr<std::vector<int32_t>> ParseTokenList(std::string_view flag, std::
   return ids;
 }
 
+// "cpu" or "cuda:N".
+bool IsDeviceName(std::string_view v) {
+  if (v == "cpu") return true;
+  constexpr std::string_view kCuda = "cuda:";
+  if (v.substr(0, kCuda.size()) != kCuda || v.size() == kCuda.size()) return false;
+  int ordinal = 0;
+  return absl::SimpleAtoi(absl::string_view(v.data() + kCuda.size(), v.size() - kCuda.size()),
+                          &ordinal) &&
+         ordinal >= 0 && ordinal < 1024;
+}
+
+// The flags daemon mode accepts; every other one belongs to --standalone.
+constexpr std::string_view kDaemonFlags[] = {store::kWorkerFlagDaemonMode,
+                                             store::kWorkerFlagControlSocket,
+                                             store::kWorkerFlagWorkerIndex,
+                                             store::kWorkerFlagDevice,
+                                             store::kWorkerFlagModel,
+                                             "--threads",
+                                             "--ctx",
+                                             "--huge-pages",
+                                             "--help",
+                                             "-h"};
+// The flags only daemon mode accepts.
+constexpr std::string_view kDaemonOnlyFlags[] = {
+    store::kWorkerFlagDaemonMode, store::kWorkerFlagControlSocket, store::kWorkerFlagWorkerIndex,
+    store::kWorkerFlagDevice};
+
 struct Flag {
   std::string_view name;  // as typed, with its dashes
   bool takes_value;
@@ -97,6 +127,29 @@ std::vector<Flag> MakeFlags(WorkerOptions& o) {
       {"--standalone", false,
        [&o](auto, auto) {
          o.standalone = true;
+         return absl::OkStatus();
+       }},
+      {store::kWorkerFlagDaemonMode, false,
+       [&o](auto, auto) {
+         o.daemon = true;
+         return absl::OkStatus();
+       }},
+      {store::kWorkerFlagControlSocket, true,
+       [&o](std::string_view f, std::string_view v) {
+         if (v.empty()) return FlagError(f, "the path is empty");
+         o.control_socket = std::string(v);
+         return absl::OkStatus();
+       }},
+      {store::kWorkerFlagWorkerIndex, true,
+       [&o](std::string_view f, std::string_view v) {
+         return Assign(ParseInt(f, v, 0, static_cast<int>(store::kMaxWorkers) - 1), o.worker_index);
+       }},
+      {store::kWorkerFlagDevice, true,
+       [&o](std::string_view f, std::string_view v) {
+         if (!IsDeviceName(v)) {
+           return FlagError(f, absl::StrFormat("'%s' is not a device (use cpu or cuda:N)", v));
+         }
+         o.device = std::string(v);
          return absl::OkStatus();
        }},
       {"--model", true,
@@ -236,11 +289,32 @@ absl::Status CheckStandalone(const WorkerOptions& o) {
   return absl::OkStatus();
 }
 
+// Checks that the flags make one complete daemon-mode command.
+absl::Status CheckDaemon(const WorkerOptions& o, const std::vector<std::string_view>& given) {
+  for (std::string_view flag : given) {
+    if (std::find(std::begin(kDaemonFlags), std::end(kDaemonFlags), flag) ==
+        std::end(kDaemonFlags)) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "flag %s goes only with --standalone; daemon mode takes --model, --control-socket, "
+          "--worker-index, --device, --threads, --ctx and --huge-pages",
+          flag));
+    }
+  }
+  if (o.control_socket.empty()) {
+    return absl::InvalidArgumentError("--daemon needs --control-socket=PATH");
+  }
+  if (o.worker_index < 0) return absl::InvalidArgumentError("--daemon needs --worker-index=N");
+  if (o.device.empty()) return absl::InvalidArgumentError("--daemon needs --device=cpu|cuda:N");
+  if (o.model_path.empty()) return absl::InvalidArgumentError("--daemon needs --model=PATH");
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<WorkerOptions> ParseWorkerArgs(int argc, const char* const* argv) {
   WorkerOptions options;
   const std::vector<Flag> flags = MakeFlags(options);
+  std::vector<std::string_view> given;  // flag names as typed
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
     if (arg.size() < 2 || arg[0] != '-') {
@@ -271,9 +345,23 @@ absl::StatusOr<WorkerOptions> ParseWorkerArgs(int argc, const char* const* argv)
       return absl::InvalidArgumentError(absl::StrFormat("flag %s takes no value", name));
     }
     if (absl::Status s = flag->apply(name, value); !s.ok()) return s;
+    given.push_back(flag->name);
   }
-  if (options.standalone && !options.help) {
+  if (options.help) return options;
+  if (options.standalone && options.daemon) {
+    return absl::InvalidArgumentError("--standalone and --daemon exclude each other");
+  }
+  if (options.standalone) {
+    for (std::string_view flag : given) {
+      if (std::find(std::begin(kDaemonOnlyFlags), std::end(kDaemonOnlyFlags), flag) !=
+          std::end(kDaemonOnlyFlags)) {
+        return absl::InvalidArgumentError(absl::StrFormat("flag %s goes only with --daemon", flag));
+      }
+    }
     if (absl::Status s = CheckStandalone(options); !s.ok()) return s;
+  }
+  if (options.daemon) {
+    if (absl::Status s = CheckDaemon(options, given); !s.ok()) return s;
   }
   return options;
 }
@@ -282,13 +370,29 @@ std::string WorkerUsage() {
   return absl::StrFormat(
       R"(moetier-worker: runs one compute device's forward pass for moetierd.
 
-Under moetierd the daemon starts the workers itself. --standalone runs one
-engine directly on a GGUF file, for scoring, tokenizing and generating.
+Under moetierd the daemon starts the workers itself, in daemon mode. --standalone
+runs one engine directly on a GGUF file, for scoring, tokenizing and generating.
 
 Usage:
+  moetier-worker --daemon --control-socket=PATH --worker-index=N --device=DEV --model=FILE
+                 [--threads N] [--ctx N] [--huge-pages MODE]
   moetier-worker --standalone --model FILE --tokens 1,2,3 --logits-out OUT
   moetier-worker --standalone --model FILE --tokenize TEXT
   moetier-worker --standalone --model FILE --prompt TEXT [-n N] [--chat] [sampling flags]
+
+Daemon mode (started by moetierd; the extra flags come from worker_extra_args):
+  --daemon             join moetierd, compute with the experts of its shared
+                       store, and serve its requests until it closes the
+                       control channel (exit 0), or exit 1 on a failure
+  --control-socket P   the daemon's unix socket to join on
+  --worker-index N     this worker's slot in the store (0..%d)
+  --device DEV         cpu, or cuda:N (the CUDA backend is not built into
+                       this worker yet)
+  --model FILE         the GGUF file moetierd serves (hyperparameters and
+                       dense weights are read from it; the experts come from
+                       the store, which must hold the same model)
+  --threads, --ctx and --huge-pages as below (huge pages hold the dense
+  weights only; the experts stay in the store)
 
 Modes (exactly one):
   --tokens LIST        comma-separated token ids, run at positions 0..n-1
@@ -337,9 +441,9 @@ Other:
   -h, --help           this text
 
 Flags take their value as the next argument or after '='.
-Exit status: 0 success, 1 runtime error (file, model, engine), 2 usage error.
+Exit status: 0 success, 1 runtime error (file, model, engine, daemon), 2 usage error.
 )",
-      kDefaultCtx);
+      store::kMaxWorkers - 1, kDefaultCtx);
 }
 
 }  // namespace moetier

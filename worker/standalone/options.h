@@ -1,6 +1,8 @@
-// Command line of moetier-worker. The worker normally runs under moetierd;
-// --standalone lets it load a GGUF file itself to score tokens, tokenize or
-// generate text, which is how outside checks and people exercise one engine.
+// Command line of moetier-worker. The worker normally runs under moetierd,
+// which starts it in daemon mode (--daemon plus the flags of
+// proto/store/worker_channel.h and any configured extra flags); --standalone
+// lets it load a GGUF file itself to score tokens, tokenize or generate text,
+// which is how outside checks and people exercise one engine.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +27,11 @@ enum class BackendKind { kCpu, kReference };
 struct WorkerOptions {
   bool help = false;
   bool standalone = false;
+  // Daemon mode (serve/daemon_mode.h).
+  bool daemon = false;
+  std::string control_socket;  // --control-socket
+  int worker_index = -1;       // --worker-index
+  std::string device;          // --device: "cpu" or "cuda:N"
   std::string model_path;
   StandaloneMode mode = StandaloneMode::kNone;
   std::vector<int32_t> tokens;  // --tokens
@@ -42,9 +49,11 @@ struct WorkerOptions {
 
 inline constexpr int kDefaultCtx = 4096;
 
-// Parses argv. Errors are one line naming the flag and the problem. Checks
-// that the flags form one complete standalone command only when --standalone
-// is given (and --help is not).
+// Parses argv. Errors are one line naming the flag and the problem. Unless
+// --help is given, checks that the flags form one complete standalone
+// command (with --standalone) or daemon command (with --daemon, which takes
+// only --model, --control-socket, --worker-index, --device, --threads, --ctx
+// and --huge-pages).
 absl::StatusOr<WorkerOptions> ParseWorkerArgs(int argc, const char* const* argv);
 
 // The --help text.

@@ -1,0 +1,537 @@
+// The control server over a SOCK_SEQPACKET socketpair, driven by the test
+// as a fake daemon: Ready first; Score's logits bit-identical to the engine;
+// Generate equal to a direct engine + sampler loop (greedy and seeded);
+// stop tokens, max_new_tokens and a full context end a generation; Cancel
+// of the running and of a queued request; bad requests answered with
+// STOP_ERROR while serving goes on; closing the channel ends the server.
+#include "serve/control_server.h"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "control/control_channel.h"
+#include "engine/qwen3moe_cpu.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "sampling/sampler.h"
+#include "serve_test_util.h"
+
+namespace moetier {
+namespace {
+
+using control_v1::DoneReply;
+using control_v1::WorkerReply;
+using control_v1::WorkerRequest;
+using serve_test::LoadedModel;
+using ::testing::HasSubstr;
+
+constexpr int kMaxCtx = 64;
+constexpr int64_t kReplyTimeoutMs = 60000;
+
+// Passes calls through to an engine; while gated, each single-token
+// Forward (a decode step) waits for a permit, so a test can act between two
+// tokens of a generation.
+class GatedEngine final : public ForwardEngine {
+ public:
+  explicit GatedEngine(ForwardEngine& inner) : inner_(inner) {}
+
+  absl::Status Forward(std::span<const int32_t> tokens, int pos0, LogitRows rows,
+                       float* logits) override {
+    if (tokens.size() == 1) {
+      std::unique_lock<std::mutex> lock(mutex_);
+      ++waiting_;
+      cv_.notify_all();
+      cv_.wait(lock, [this] { return !gated_ || permits_ > 0; });
+      if (gated_) --permits_;
+      --waiting_;
+    }
+    return inner_.Forward(tokens, pos0, rows, logits);
+  }
+  void Reset() override { inner_.Reset(); }
+  int n_vocab() const override { return inner_.n_vocab(); }
+  int max_ctx() const override { return inner_.max_ctx(); }
+  int cached_tokens() const override { return inner_.cached_tokens(); }
+
+  void Gate(bool on) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    gated_ = on;
+    permits_ = 0;
+    cv_.notify_all();
+  }
+  void Permit(int n) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    permits_ += n;
+    cv_.notify_all();
+  }
+  // Blocks until a decode step waits at the gate.
+  bool WaitUntilBlocked() {
+    std::unique_lock<std::mutex> lock(mutex_);
+    return cv_.wait_for(lock, std::chrono::seconds(60),
+                        [this] { return waiting_ > 0 && permits_ == 0; });
+  }
+
+ private:
+  ForwardEngine& inner_;
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool gated_ = false;
+  int permits_ = 0;
+  int waiting_ = 0;
+};
+
+CpuEngineConfig EngineConfig() {
+  CpuEngineConfig config;
+  config.max_ctx = kMaxCtx;
+  config.n_threads = 1;
+  config.max_batch = 16;
+  return config;
+}
+
+struct Generation {
+  std::vector<int32_t> tokens;
+  std::vector<bool> stop_flags;
+  DoneReply done;
+};
+
+// What Generate must produce: the engine and the sampler driven directly.
+std::vector<int32_t> DirectGeneration(const Qwen3MoeModel& model,
+                                      const std::vector<int32_t>& prompt, int max_new,
+                                      const SamplingParams& params) {
+  absl::StatusOr<std::unique_ptr<CpuQwen3Moe>> engine = CpuQwen3Moe::Create(model, EngineConfig());
+  EXPECT_TRUE(engine.ok()) << engine.status();
+  absl::StatusOr<Sampler> sampler = Sampler::Create(model.hparams.n_vocab, params);
+  EXPECT_TRUE(sampler.ok()) << sampler.status();
+  if (!engine.ok() || !sampler.ok()) return {};
+  std::vector<float> row(static_cast<size_t>(model.hparams.n_vocab));
+  EXPECT_TRUE((*engine)->Forward(prompt, 0, LogitRows::kLast, row.data()).ok());
+  for (int32_t t : prompt) sampler->Accept(t);
+  std::vector<int32_t> out;
+  int pos = static_cast<int>(prompt.size());
+  while (static_cast<int>(out.size()) < max_new && pos < kMaxCtx) {
+    const int32_t t = sampler->Sample(row);
+    sampler->Accept(t);
+    out.push_back(t);
+    const int32_t one[1] = {t};
+    EXPECT_TRUE((*engine)->Forward(one, pos++, LogitRows::kLast, row.data()).ok());
+  }
+  return out;
+}
+
+class ControlServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    absl::StatusOr<std::unique_ptr<LoadedModel>> loaded =
+        serve_test::LoadModel(serve_test::VectorsModel("tiny-q8_0"));
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    loaded_ = std::move(*loaded);
+    absl::StatusOr<std::unique_ptr<CpuQwen3Moe>> engine =
+        CpuQwen3Moe::Create(model(), EngineConfig());
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    engine_ = std::move(*engine);
+    gated_ = std::make_unique<GatedEngine>(*engine_);
+    int fds[2];
+    ASSERT_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, fds), 0);
+    daemon_fd_ = fds[0];
+    worker_fd_ = fds[1];
+    control::ConfigureControlSocket(daemon_fd_);
+    ControlServerOptions options;
+    options.threads = 1;
+    options.model_fingerprint = 0x1234;
+    // Small Score batches: chunks must straddle them.
+    options.score_batch_tokens = 7;
+    absl::StatusOr<std::unique_ptr<ControlServer>> server =
+        ControlServer::Create(worker_fd_, *gated_, options);
+    ASSERT_TRUE(server.ok()) << server.status();
+    server_ = std::move(*server);
+    thread_ = std::thread([this] { run_status_ = server_->Run(); });
+  }
+
+  void TearDown() override {
+    CloseChannel();
+    if (thread_.joinable()) thread_.join();
+    if (worker_fd_ >= 0) close(worker_fd_);
+  }
+
+  void CloseChannel() {
+    if (gated_ != nullptr) gated_->Gate(false);
+    if (daemon_fd_ >= 0) close(daemon_fd_);
+    daemon_fd_ = -1;
+  }
+
+  const Qwen3MoeModel& model() const { return loaded_->model; }
+  int n_vocab() const { return model().hparams.n_vocab; }
+
+  void Send(const WorkerRequest& request) {
+    ASSERT_TRUE(control::SendControlMessage(daemon_fd_, request).ok());
+  }
+
+  WorkerReply Receive() {
+    WorkerReply reply;
+    const absl::Status s = control::ReceiveControlMessage(daemon_fd_, &reply, kReplyTimeoutMs);
+    EXPECT_TRUE(s.ok()) << s;
+    return reply;
+  }
+
+  // The ReadyReply, which must come first.
+  WorkerReply ReceiveReady() {
+    WorkerReply ready = Receive();
+    EXPECT_EQ(ready.kind_case(), WorkerReply::kReady);
+    EXPECT_EQ(ready.id(), 0u);
+    return ready;
+  }
+
+  static WorkerRequest ScoreRequest(uint64_t id, const std::vector<int32_t>& tokens) {
+    WorkerRequest r;
+    r.set_id(id);
+    r.mutable_score()->mutable_token_ids()->Add(tokens.begin(), tokens.end());
+    return r;
+  }
+
+  static WorkerRequest GenerateRequest(uint64_t id, const std::vector<int32_t>& prompt,
+                                       int max_new) {
+    WorkerRequest r;
+    r.set_id(id);
+    r.mutable_generate()->mutable_prompt_token_ids()->Add(prompt.begin(), prompt.end());
+    r.mutable_generate()->set_max_new_tokens(max_new);
+    return r;
+  }
+
+  static WorkerRequest CancelRequest(uint64_t id, uint64_t target) {
+    WorkerRequest r;
+    r.set_id(id);
+    r.mutable_cancel()->set_target_id(target);
+    return r;
+  }
+
+  // Reads replies of request `id` until its Done: the logits, chunk by chunk.
+  std::vector<float> ReceiveScore(uint64_t id, DoneReply* done) {
+    std::vector<float> floats;
+    size_t chunks = 0;
+    while (true) {
+      const WorkerReply reply = Receive();
+      EXPECT_EQ(reply.id(), id);
+      if (reply.id() != id) return floats;
+      if (reply.kind_case() == WorkerReply::kDone) {
+        *done = reply.done();
+        return floats;
+      }
+      EXPECT_EQ(reply.kind_case(), WorkerReply::kLogits);
+      if (reply.kind_case() != WorkerReply::kLogits) return floats;
+      const control_v1::LogitsChunk& chunk = reply.logits();
+      EXPECT_EQ(chunk.n_vocab(), n_vocab());
+      EXPECT_EQ(chunk.first_float(), floats.size()) << "chunks arrive in order, back to back";
+      EXPECT_EQ(chunk.floats_f32le().size() % sizeof(float), 0u);
+      // Every chunk but the last is full.
+      if (chunks > 0) {
+        EXPECT_EQ(floats.size() % control::kLogitsChunkFloats, 0u);
+      }
+      const size_t n = chunk.floats_f32le().size() / sizeof(float);
+      floats.resize(floats.size() + n);
+      std::memcpy(floats.data() + floats.size() - n, chunk.floats_f32le().data(),
+                  n * sizeof(float));
+      ++chunks;
+    }
+  }
+
+  Generation ReceiveGeneration(uint64_t id) {
+    Generation g;
+    while (true) {
+      const WorkerReply reply = Receive();
+      EXPECT_EQ(reply.id(), id);
+      if (reply.id() != id) return g;
+      if (reply.kind_case() == WorkerReply::kDone) {
+        g.done = reply.done();
+        return g;
+      }
+      EXPECT_EQ(reply.kind_case(), WorkerReply::kToken);
+      if (reply.kind_case() != WorkerReply::kToken) return g;
+      g.tokens.push_back(reply.token().token_id());
+      g.stop_flags.push_back(reply.token().is_stop_token());
+      EXPECT_GE(reply.token().latency_ms(), 0.0);
+    }
+  }
+
+  std::vector<float> EngineLogits(const std::vector<int32_t>& tokens) {
+    absl::StatusOr<std::unique_ptr<CpuQwen3Moe>> engine =
+        CpuQwen3Moe::Create(model(), EngineConfig());
+    EXPECT_TRUE(engine.ok());
+    std::vector<float> logits(tokens.size() * n_vocab());
+    EXPECT_TRUE((*engine)->Forward(tokens, 0, LogitRows::kAll, logits.data()).ok());
+    return logits;
+  }
+
+  std::vector<int32_t> Prompt(int n) const {
+    std::vector<int32_t> ids;
+    for (int i = 0; i < n; ++i) ids.push_back((i * 37 + 11) % 512);
+    return ids;
+  }
+
+  void ExpectScoreServed(uint64_t id, const std::vector<int32_t>& tokens) {
+    Send(ScoreRequest(id, tokens));
+    DoneReply done;
+    const std::vector<float> got = ReceiveScore(id, &done);
+    EXPECT_EQ(done.stop_reason(), control_v1::STOP_COMPLETE) << done.error_message();
+    EXPECT_TRUE(serve_test::SameBits(got, EngineLogits(tokens)));
+  }
+
+  std::unique_ptr<LoadedModel> loaded_;
+  std::unique_ptr<CpuQwen3Moe> engine_;
+  std::unique_ptr<GatedEngine> gated_;
+  std::unique_ptr<ControlServer> server_;
+  std::thread thread_;
+  absl::Status run_status_ = absl::UnknownError("not finished");
+  int daemon_fd_ = -1;
+  int worker_fd_ = -1;
+};
+
+TEST_F(ControlServerTest, ReadyComesFirst) {
+  const WorkerReply ready = ReceiveReady();
+  EXPECT_EQ(ready.ready().n_vocab(), 512);
+  EXPECT_EQ(ready.ready().max_ctx(), kMaxCtx);
+  EXPECT_EQ(ready.ready().backend(), "cpu");
+  EXPECT_EQ(ready.ready().threads(), 1);
+  EXPECT_EQ(ready.ready().model_fingerprint(), 0x1234u);
+}
+
+TEST_F(ControlServerTest, ScoreBytesEqualTheEngine) {
+  ReceiveReady();
+  // 40 rows of 512 floats: more than one chunk, and the chunk boundary falls
+  // inside a row and inside a batch of the server.
+  const std::vector<int32_t> tokens = Prompt(40);
+  Send(ScoreRequest(7, tokens));
+  DoneReply done;
+  const std::vector<float> got = ReceiveScore(7, &done);
+  EXPECT_EQ(done.stop_reason(), control_v1::STOP_COMPLETE);
+  EXPECT_EQ(done.prompt_tokens(), 40);
+  EXPECT_EQ(done.error_code(), 0);
+  ASSERT_EQ(got.size(), tokens.size() * 512);
+  EXPECT_TRUE(serve_test::SameBits(got, EngineLogits(tokens)));
+  EXPECT_EQ(server_->requests_finished(), 1u);
+}
+
+TEST_F(ControlServerTest, GreedyGenerateEqualsTheEngineAndSampler) {
+  ReceiveReady();
+  const std::vector<int32_t> prompt = Prompt(10);
+  Send(GenerateRequest(3, prompt, 12));  // no Sampling: temperature 0, greedy
+  const Generation g = ReceiveGeneration(3);
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  EXPECT_EQ(g.tokens, DirectGeneration(model(), prompt, 12, greedy));
+  EXPECT_EQ(g.done.stop_reason(), control_v1::STOP_MAX_TOKENS);
+  EXPECT_EQ(g.done.prompt_tokens(), 10);
+  EXPECT_EQ(g.done.generated_tokens(), 12);
+  EXPECT_GT(g.done.prefill_seconds(), 0.0);
+  EXPECT_GE(g.done.decode_seconds(), 0.0);
+  EXPECT_EQ(std::count(g.stop_flags.begin(), g.stop_flags.end(), true), 0);
+}
+
+TEST_F(ControlServerTest, SeededSamplingIsReproducible) {
+  ReceiveReady();
+  const std::vector<int32_t> prompt = Prompt(8);
+  WorkerRequest request = GenerateRequest(1, prompt, 16);
+  control_v1::Sampling* s = request.mutable_generate()->mutable_sampling();
+  s->set_temperature(0.9f);
+  s->set_top_k(40);
+  s->set_top_p(0.95f);
+  s->set_min_p(0.02f);
+  s->set_repetition_penalty(1.1f);
+  s->set_repeat_last_n(16);
+  s->set_seed(1234);
+  Send(request);
+  const Generation first = ReceiveGeneration(1);
+  request.set_id(2);
+  Send(request);
+  const Generation second = ReceiveGeneration(2);
+  EXPECT_EQ(first.tokens.size(), 16u);
+  EXPECT_EQ(first.tokens, second.tokens);
+
+  SamplingParams params;
+  params.temperature = 0.9f;
+  params.top_k = 40;
+  params.top_p = 0.95f;
+  params.min_p = 0.02f;
+  params.repeat_penalty = 1.1f;
+  params.repeat_last_n = 16;
+  params.seed = 1234;
+  EXPECT_EQ(first.tokens, DirectGeneration(model(), prompt, 16, params));
+}
+
+TEST(SamplingFromProtoTest, ZeroMeansOffForTopPAndPenalty) {
+  const SamplingParams p = SamplingFromProto(control_v1::Sampling());
+  EXPECT_EQ(p.temperature, 0.0f);
+  EXPECT_EQ(p.top_k, 0);
+  EXPECT_EQ(p.top_p, 1.0f);
+  EXPECT_EQ(p.min_p, 0.0f);
+  EXPECT_EQ(p.repeat_penalty, 1.0f);
+  EXPECT_EQ(p.repeat_last_n, 0);
+  EXPECT_TRUE(Sampler::Create(512, p).ok());
+}
+
+TEST_F(ControlServerTest, StopTokenIsSentFlaggedAndEndsGeneration) {
+  ReceiveReady();
+  const std::vector<int32_t> prompt = Prompt(6);
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  const std::vector<int32_t> free_run = DirectGeneration(model(), prompt, 12, greedy);
+  ASSERT_EQ(free_run.size(), 12u);
+  // The first token that did not occur before it, past the first one.
+  size_t k = 1;
+  while (k < free_run.size() &&
+         std::find(free_run.begin(), free_run.begin() + k, free_run[k]) != free_run.begin() + k) {
+    ++k;
+  }
+  ASSERT_LT(k, free_run.size()) << "greedy run repeats one token";
+  WorkerRequest request = GenerateRequest(4, prompt, 12);
+  request.mutable_generate()->add_stop_token_ids(free_run[k]);
+  request.mutable_generate()->add_stop_token_ids(511 == free_run[k] ? 510 : 511);
+  Send(request);
+  const Generation g = ReceiveGeneration(4);
+  EXPECT_EQ(g.done.stop_reason(), control_v1::STOP_END_OF_GENERATION);
+  ASSERT_EQ(g.tokens.size(), k + 1);
+  EXPECT_EQ(g.tokens, std::vector<int32_t>(free_run.begin(), free_run.begin() + k + 1));
+  EXPECT_TRUE(g.stop_flags.back());
+  EXPECT_EQ(std::count(g.stop_flags.begin(), g.stop_flags.end(), true), 1);
+  EXPECT_EQ(g.done.generated_tokens(), static_cast<int>(k + 1));
+}
+
+TEST_F(ControlServerTest, FullContextEndsGeneration) {
+  ReceiveReady();
+  Send(GenerateRequest(1, Prompt(kMaxCtx - 4), 100));
+  Generation g = ReceiveGeneration(1);
+  EXPECT_EQ(g.done.stop_reason(), control_v1::STOP_CONTEXT_FULL);
+  EXPECT_EQ(g.tokens.size(), 4u);  // prompt + generated == max_ctx
+  EXPECT_EQ(g.done.generated_tokens(), 4);
+
+  Send(GenerateRequest(2, Prompt(kMaxCtx), 100));
+  g = ReceiveGeneration(2);
+  EXPECT_EQ(g.done.stop_reason(), control_v1::STOP_CONTEXT_FULL);
+  EXPECT_TRUE(g.tokens.empty());
+}
+
+TEST_F(ControlServerTest, CancelStopsTheRunningGenerationAndTheNextIsServed) {
+  ReceiveReady();
+  gated_->Gate(true);
+  Send(GenerateRequest(5, Prompt(10), 50));
+  WorkerReply first = Receive();
+  ASSERT_EQ(first.kind_case(), WorkerReply::kToken);
+  // The server has looked for a Cancel and now waits to compute token 2.
+  ASSERT_TRUE(gated_->WaitUntilBlocked());
+  Send(CancelRequest(6, 5));
+  gated_->Permit(1);
+  const Generation rest = ReceiveGeneration(5);
+  EXPECT_EQ(rest.tokens.size(), 1u);  // token 2, computed before the Cancel was seen
+  EXPECT_EQ(rest.done.stop_reason(), control_v1::STOP_CANCELLED);
+  EXPECT_EQ(rest.done.generated_tokens(), 2);
+  gated_->Gate(false);
+  ExpectScoreServed(7, Prompt(5));
+  // Cancelling a finished request does nothing: the next reply is Score's.
+  Send(CancelRequest(8, 5));
+  ExpectScoreServed(9, Prompt(3));
+}
+
+TEST_F(ControlServerTest, CancelOfAQueuedRequestDropsIt) {
+  ReceiveReady();
+  gated_->Gate(true);
+  Send(GenerateRequest(10, Prompt(10), 3));
+  WorkerReply first = Receive();
+  ASSERT_EQ(first.kind_case(), WorkerReply::kToken);
+  ASSERT_EQ(first.id(), 10u);
+  ASSERT_TRUE(gated_->WaitUntilBlocked());
+  Send(GenerateRequest(11, Prompt(4), 5));
+  Send(CancelRequest(12, 11));
+  Send(ScoreRequest(13, Prompt(2)));
+  gated_->Permit(2);
+  // Token 2 of request 10, then (polled between tokens) 11's Done, then
+  // token 3 of 10 and its Done; 11 never runs.
+  WorkerReply reply = Receive();
+  EXPECT_EQ(reply.id(), 10u);
+  EXPECT_EQ(reply.kind_case(), WorkerReply::kToken);
+  reply = Receive();
+  EXPECT_EQ(reply.id(), 11u);
+  ASSERT_EQ(reply.kind_case(), WorkerReply::kDone);
+  EXPECT_EQ(reply.done().stop_reason(), control_v1::STOP_CANCELLED);
+  EXPECT_EQ(reply.done().generated_tokens(), 0);
+  const Generation rest = ReceiveGeneration(10);
+  EXPECT_EQ(rest.tokens.size(), 1u);
+  EXPECT_EQ(rest.done.stop_reason(), control_v1::STOP_MAX_TOKENS);
+  EXPECT_EQ(rest.done.generated_tokens(), 3);
+  DoneReply done;
+  const std::vector<float> logits = ReceiveScore(13, &done);
+  EXPECT_EQ(done.stop_reason(), control_v1::STOP_COMPLETE);
+  EXPECT_TRUE(serve_test::SameBits(logits, EngineLogits(Prompt(2))));
+  EXPECT_EQ(server_->requests_finished(), 3u);
+}
+
+TEST_F(ControlServerTest, BadRequestsGetErrorsAndServingGoesOn) {
+  ReceiveReady();
+  struct Case {
+    WorkerRequest request;
+    const char* mentions;
+  };
+  std::vector<Case> cases;
+  cases.push_back({ScoreRequest(1, {}), "no token ids"});
+  cases.push_back({ScoreRequest(2, {1, 512, 3}), "token id 512 at index 1"});
+  cases.push_back({ScoreRequest(3, {-4}), "token id -4"});
+  cases.push_back({ScoreRequest(4, Prompt(kMaxCtx + 1)), "exceed the worker's context"});
+  cases.push_back({GenerateRequest(5, {}, 4), "the prompt is empty"});
+  cases.push_back({GenerateRequest(6, Prompt(kMaxCtx + 1), 4), "exceed the worker's context"});
+  cases.push_back({GenerateRequest(7, {5, 600}, 4), "token id 600"});
+  cases.push_back({GenerateRequest(8, {5}, 0), "max_new_tokens"});
+  WorkerRequest bad_stop = GenerateRequest(9, {5}, 4);
+  bad_stop.mutable_generate()->add_stop_token_ids(9999);
+  cases.push_back({bad_stop, "stop tokens"});
+  WorkerRequest bad_sampling = GenerateRequest(10, {5}, 4);
+  bad_sampling.mutable_generate()->mutable_sampling()->set_temperature(-1.0f);
+  cases.push_back({bad_sampling, "temperature"});
+  WorkerRequest no_kind;
+  no_kind.set_id(11);
+  cases.push_back({no_kind, "no kind"});
+  for (const Case& c : cases) {
+    Send(c.request);
+    const WorkerReply reply = Receive();
+    EXPECT_EQ(reply.id(), c.request.id());
+    ASSERT_EQ(reply.kind_case(), WorkerReply::kDone) << c.mentions;
+    EXPECT_EQ(reply.done().stop_reason(), control_v1::STOP_ERROR) << c.mentions;
+    EXPECT_EQ(reply.done().error_code(), static_cast<int>(absl::StatusCode::kInvalidArgument))
+        << c.mentions;
+    EXPECT_THAT(reply.done().error_message(), HasSubstr(c.mentions));
+    if (c.request.id() == 6) ExpectScoreServed(100, Prompt(4));
+  }
+  // A datagram that is no WorkerRequest has no id to answer: it is skipped.
+  const char garbage[] = "\xff\xff\xff";
+  ASSERT_EQ(send(daemon_fd_, garbage, 3, MSG_NOSIGNAL), 3);
+  ExpectScoreServed(101, Prompt(9));
+}
+
+TEST_F(ControlServerTest, ClosingTheChannelEndsTheServer) {
+  ReceiveReady();
+  ExpectScoreServed(1, Prompt(3));
+  CloseChannel();
+  thread_.join();
+  EXPECT_TRUE(run_status_.ok()) << run_status_;
+}
+
+TEST_F(ControlServerTest, ClosingTheChannelMidGenerationEndsTheServer) {
+  ReceiveReady();
+  gated_->Gate(true);
+  Send(GenerateRequest(1, Prompt(4), 40));
+  Send(ScoreRequest(2, Prompt(4)));  // queued; abandoned with the channel
+  WorkerReply first = Receive();
+  ASSERT_EQ(first.kind_case(), WorkerReply::kToken);
+  ASSERT_TRUE(gated_->WaitUntilBlocked());
+  CloseChannel();  // also opens the gate
+  thread_.join();
+  EXPECT_TRUE(run_status_.ok()) << run_status_;
+}
+
+}  // namespace
+}  // namespace moetier

@@ -1,0 +1,340 @@
+// The real moetier-worker --daemon process, joined to a daemon side run in
+// this test: the store (daemon/store) and a test-local accept loop doing the
+// handshake the supervisor does (SO_PEERCRED, WorkerHello, DaemonWelcome
+// with the segment over SCM_RIGHTS). The worker announces itself, serves a
+// Score whose bytes equal `moetier-worker --standalone --logits-out`, reads
+// its experts from the store (fully resident or a cache), and exits 0 when
+// the channel closes; bad flags and a bad device exit with one clear line.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_join.h"
+#include "control/control_channel.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "moetier/worker/v1/control.pb.h"
+#include "serve_test_util.h"
+#include "store/worker_channel.h"
+#include "vectors.h"
+
+extern char** environ;
+
+namespace moetier {
+namespace {
+
+namespace control_v1 = ::moetier::worker::v1;
+using serve_test::DaemonSide;
+using serve_test::ScratchDir;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+const char kWorker[] = MOETIER_WORKER;
+constexpr int64_t kTimeoutMs = 60000;
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+bool IsOneLine(const std::string& s) {
+  return !s.empty() && s.back() == '\n' && s.find('\n') == s.size() - 1;
+}
+
+// Starts the worker with stdout and stderr going to files; 0 on failure.
+pid_t Spawn(const std::vector<std::string>& args, const std::string& out_path,
+            const std::string& err_path) {
+  std::vector<std::string> copies = args;
+  std::string program = kWorker;
+  std::vector<char*> argv = {program.data()};
+  for (std::string& a : copies) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                   0644);
+  posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
+                                   0644);
+  pid_t pid = 0;
+  const int rc = posix_spawn(&pid, kWorker, &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  EXPECT_EQ(rc, 0) << "cannot start " << kWorker << ": " << std::strerror(rc);
+  return rc == 0 ? pid : 0;
+}
+
+// The exit code, or -1 (after SIGKILL) when it did not exit in time.
+int WaitExit(pid_t pid, int64_t timeout_ms) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (true) {
+    int status = 0;
+    const pid_t r = waitpid(pid, &status, WNOHANG);
+    if (r == pid) return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    if (r < 0 || std::chrono::steady_clock::now() > deadline) {
+      kill(pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+struct RunResult {
+  int exit_code = -1;
+  std::string err;
+};
+
+RunResult RunToEnd(const ScratchDir& dir, const std::vector<std::string>& args) {
+  const std::string out = dir.File("run.out");
+  const std::string err = dir.File("run.err");
+  RunResult r;
+  const pid_t pid = Spawn(args, out, err);
+  if (pid == 0) return r;
+  r.exit_code = WaitExit(pid, kTimeoutMs);
+  r.err = ReadFile(err);
+  return r;
+}
+
+// The daemon's listening socket and its side of the handshake.
+class ControlListener {
+ public:
+  explicit ControlListener(const std::string& path) : path_(path) {
+    fd_ = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+    sockaddr_un address{};
+    address.sun_family = AF_UNIX;
+    std::strncpy(address.sun_path, path.c_str(), sizeof(address.sun_path) - 1);
+    EXPECT_EQ(bind(fd_, reinterpret_cast<const sockaddr*>(&address), sizeof(address)), 0)
+        << std::strerror(errno);
+    EXPECT_EQ(listen(fd_, 4), 0);
+  }
+  ~ControlListener() {
+    close(fd_);
+    unlink(path_.c_str());
+  }
+
+  // Accepts the worker `pid`, checks its hello, admits it to the store and
+  // sends the segment; returns the control channel (-1 on failure).
+  int Admit(ExpertStore& store, pid_t pid, uint32_t index, const std::string& device) {
+    pollfd pfd{fd_, POLLIN, 0};
+    if (poll(&pfd, 1, static_cast<int>(kTimeoutMs)) != 1) {
+      ADD_FAILURE() << "the worker did not connect";
+      return -1;
+    }
+    const int fd = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+    EXPECT_GE(fd, 0);
+    ucred cred{};
+    socklen_t length = sizeof(cred);
+    EXPECT_EQ(getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &length), 0);
+    EXPECT_EQ(cred.pid, pid);
+    store::WorkerHello hello{};
+    absl::StatusOr<int> extra = store::ReceiveChannelMessage(
+        fd, {reinterpret_cast<uint8_t*>(&hello), sizeof(hello)}, kTimeoutMs);
+    EXPECT_TRUE(extra.ok()) << extra.status();
+    EXPECT_EQ(hello.magic, store::kWorkerHelloMagic);
+    EXPECT_EQ(hello.worker_index, index);
+    EXPECT_EQ(std::string(hello.device), device);
+    EXPECT_EQ(hello.pid, pid);
+    store::DaemonWelcome welcome{};
+    welcome.magic = store::kDaemonWelcomeMagic;
+    welcome.layout_version = store::kLayoutVersion;
+    welcome.worker_index = index;
+    welcome.epoch = store.AdmitWorker(index, cred.pid, device);
+    welcome.segment_bytes = store.segment_bytes();
+    welcome.model_fingerprint = store.manifest().fingerprint;
+    const absl::Status sent = store::SendChannelMessage(
+        fd, {reinterpret_cast<const uint8_t*>(&welcome), sizeof(welcome)}, store.segment_fd());
+    EXPECT_TRUE(sent.ok()) << sent;
+    control::ConfigureControlSocket(fd);
+    return fd;
+  }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+};
+
+std::vector<int32_t> VectorIds() {
+  return moetier::testing::ReadIds(moetier::testing::TestDataPath("vectors/tiny-q8_0.ids"));
+}
+
+class DaemonModeTest : public ::testing::TestWithParam<uint32_t> {};
+
+TEST_P(DaemonModeTest, ServesScoreLikeStandaloneAndExitsWhenTheChannelCloses) {
+  const uint32_t cache_slots = GetParam();
+  const std::string model = serve_test::VectorsModel("tiny-q8_0");
+  absl::StatusOr<std::unique_ptr<DaemonSide>> daemon = DaemonSide::Start(model, cache_slots);
+  ASSERT_TRUE(daemon.ok()) << daemon.status();
+  ExpertStore& store = *(*daemon)->store;
+  ScratchDir dir;
+  ControlListener listener(dir.File("control.sock"));
+  const pid_t pid =
+      Spawn({"--daemon", "--control-socket=" + dir.File("control.sock"), "--worker-index=1",
+             "--device=cpu", "--model=" + model, "--threads", "2", "--ctx=64", "--huge-pages=off"},
+            dir.File("worker.out"), dir.File("worker.err"));
+  ASSERT_NE(pid, 0);
+  const int control_fd = listener.Admit(store, pid, 1, "cpu");
+  ASSERT_GE(control_fd, 0);
+
+  control_v1::WorkerReply ready;
+  absl::Status s = control::ReceiveControlMessage(control_fd, &ready, kTimeoutMs);
+  ASSERT_TRUE(s.ok()) << s << "\n" << ReadFile(dir.File("worker.err"));
+  ASSERT_EQ(ready.kind_case(), control_v1::WorkerReply::kReady);
+  EXPECT_EQ(ready.id(), 0u);
+  EXPECT_EQ(ready.ready().n_vocab(), 512);
+  EXPECT_EQ(ready.ready().max_ctx(), 64);
+  EXPECT_EQ(ready.ready().backend(), "cpu");
+  EXPECT_EQ(ready.ready().threads(), 2);
+  EXPECT_EQ(ready.ready().model_fingerprint(), (*daemon)->manifest.fingerprint);
+
+  const std::vector<int32_t> ids = VectorIds();
+  control_v1::WorkerRequest score;
+  score.set_id(1);
+  score.mutable_score()->mutable_token_ids()->Add(ids.begin(), ids.end());
+  ASSERT_TRUE(control::SendControlMessage(control_fd, score).ok());
+  std::string bytes;
+  control_v1::DoneReply done;
+  while (true) {
+    control_v1::WorkerReply reply;
+    s = control::ReceiveControlMessage(control_fd, &reply, kTimeoutMs);
+    ASSERT_TRUE(s.ok()) << s;
+    ASSERT_EQ(reply.id(), 1u);
+    if (reply.kind_case() == control_v1::WorkerReply::kDone) {
+      done = reply.done();
+      break;
+    }
+    ASSERT_EQ(reply.kind_case(), control_v1::WorkerReply::kLogits);
+    EXPECT_EQ(reply.logits().first_float() * sizeof(float), bytes.size());
+    bytes += reply.logits().floats_f32le();
+  }
+  EXPECT_EQ(done.stop_reason(), control_v1::STOP_COMPLETE) << done.error_message();
+
+  // The same ids through the standalone worker, which reads the file.
+  const std::string logits_path = dir.File("standalone.f32");
+  std::vector<std::string> id_strings;
+  for (int32_t id : ids) id_strings.push_back(std::to_string(id));
+  const RunResult standalone =
+      RunToEnd(dir, {"--standalone", "--model", model, "--tokens", absl::StrJoin(id_strings, ","),
+                     "--logits-out", logits_path, "--threads", "1"});
+  ASSERT_EQ(standalone.exit_code, 0) << standalone.err;
+  const std::string want = ReadFile(logits_path);
+  ASSERT_EQ(bytes.size(), ids.size() * 512 * sizeof(float));
+  EXPECT_TRUE(bytes == want) << "daemon-mode Score differs from --standalone --logits-out";
+
+  // The experts came from the store, and the worker kept its heartbeat.
+  const store::WorkerStatusPage page = store.WorkerStatus(1);
+  EXPECT_GT(page.ram_hits, 0u);
+  if (cache_slots > 0) {
+    EXPECT_GT(page.ram_misses, 0u);
+  } else {
+    EXPECT_EQ(page.ram_misses, 0u);
+  }
+  EXPECT_GT(page.heartbeat_ns, 0u);
+
+  close(control_fd);
+  EXPECT_EQ(WaitExit(pid, kTimeoutMs), 0) << ReadFile(dir.File("worker.err"));
+  const std::string err = ReadFile(dir.File("worker.err"));
+  EXPECT_THAT(err, HasSubstr("closed the control channel"));
+  EXPECT_THAT(err, Not(HasSubstr("error")));
+  store.ReleaseWorker(1);
+}
+
+INSTANTIATE_TEST_SUITE_P(Stores, DaemonModeTest, ::testing::Values(0u, 3u),
+                         [](const ::testing::TestParamInfo<uint32_t>& param_info) {
+                           return param_info.param == 0
+                                      ? std::string("FullyResident")
+                                      : "Cache" + std::to_string(param_info.param);
+                         });
+
+TEST(DaemonModeFailureTest, AStoreOfAnotherModelIsRefused) {
+  absl::StatusOr<std::unique_ptr<DaemonSide>> daemon =
+      DaemonSide::Start(serve_test::VectorsModel("tiny-q8_0"), 0);
+  ASSERT_TRUE(daemon.ok()) << daemon.status();
+  ScratchDir dir;
+  ControlListener listener(dir.File("control.sock"));
+  const pid_t pid =
+      Spawn({"--daemon", "--control-socket=" + dir.File("control.sock"), "--worker-index=0",
+             "--device=cpu", "--model=" + serve_test::VectorsModel("tiny-f32")},
+            dir.File("worker.out"), dir.File("worker.err"));
+  ASSERT_NE(pid, 0);
+  const int control_fd = listener.Admit(*(*daemon)->store, pid, 0, "cpu");
+  ASSERT_GE(control_fd, 0);
+  EXPECT_EQ(WaitExit(pid, kTimeoutMs), 1);
+  const std::string err = ReadFile(dir.File("worker.err"));
+  EXPECT_TRUE(IsOneLine(err)) << err;
+  EXPECT_THAT(err, HasSubstr("different model"));
+  close(control_fd);
+  (*daemon)->store->ReleaseWorker(0);
+}
+
+TEST(DaemonModeFailureTest, BadFlagsAndDevicesExitWithOneLine) {
+  ScratchDir dir;
+  const std::string model = serve_test::VectorsModel("tiny-q8_0");
+  const std::string socket = "--control-socket=" + dir.File("nobody.sock");
+  struct Case {
+    std::vector<std::string> args;
+    int exit_code;
+    const char* mentions;
+  };
+  const std::vector<Case> cases = {
+      {{"--daemon", socket, "--worker-index=0", "--device=cuda:0", "--model=" + model},
+       1,
+       "CUDA backend is not built"},
+      {{"--daemon", socket, "--worker-index=0", "--device=tpu", "--model=" + model}, 2, "'tpu'"},
+      {{"--daemon", "--worker-index=0", "--device=cpu", "--model=" + model}, 2, "--control-socket"},
+      {{"--daemon", socket, "--device=cpu", "--model=" + model}, 2, "--worker-index"},
+      {{"--daemon", socket, "--worker-index=0", "--model=" + model}, 2, "--device"},
+      {{"--daemon", socket, "--worker-index=0", "--device=cpu"}, 2, "--model"},
+      {{"--daemon", socket, "--worker-index=16", "--device=cpu", "--model=" + model}, 2, "0..15"},
+      {{"--daemon", socket, "--worker-index=0", "--device=cpu", "--model=" + model, "--tokens",
+        "1"},
+       2,
+       "--tokens goes only with --standalone"},
+      {{"--daemon", socket, "--worker-index=0", "--device=cpu", "--model=" + model, "--frob"},
+       2,
+       "--frob"},
+      {{"--standalone", "--device=cpu", "--model", model, "--tokenize", "x"},
+       2,
+       "--device goes only with --daemon"},
+      {{"--daemon", "--standalone", socket, "--worker-index=0", "--device=cpu", "--model=" + model},
+       2,
+       "exclude each other"},
+      // Nobody listens on the socket: a runtime error, not a usage error.
+      {{"--daemon", socket, "--worker-index=0", "--device=cpu", "--model=" + model},
+       1,
+       "nobody.sock"},
+  };
+  for (const Case& c : cases) {
+    const RunResult r = RunToEnd(dir, c.args);
+    EXPECT_EQ(r.exit_code, c.exit_code) << absl::StrJoin(c.args, " ") << "\n" << r.err;
+    EXPECT_TRUE(IsOneLine(r.err)) << absl::StrJoin(c.args, " ") << "\n" << r.err;
+    EXPECT_THAT(r.err, HasSubstr(c.mentions)) << absl::StrJoin(c.args, " ");
+  }
+}
+
+TEST(DaemonModeFailureTest, HelpDocumentsDaemonMode) {
+  ScratchDir dir;
+  const std::string out = dir.File("help.out");
+  const pid_t pid = Spawn({"--help"}, out, dir.File("help.err"));
+  ASSERT_NE(pid, 0);
+  EXPECT_EQ(WaitExit(pid, kTimeoutMs), 0);
+  const std::string text = ReadFile(out);
+  for (const char* flag : {"--daemon", "--control-socket", "--worker-index", "--device", "cuda:N",
+                           "--standalone", "--threads", "--ctx", "--huge-pages"}) {
+    EXPECT_THAT(text, HasSubstr(flag));
+  }
+}
+
+}  // namespace
+}  // namespace moetier

@@ -1,0 +1,51 @@
+// Where an engine gets the routed experts' matrices when they do not come
+// from the model file's mapping: in daemon mode, from the daemon's expert
+// store (serve/store_expert_source.h), where RAM may be a cache and a miss
+// waits for a read from disk.
+//
+// The engine asks once per layer (and batch) for exactly the experts its
+// tokens routed to, computes with the returned pointers, and releases them
+// after the layer's down projection. Between Acquire and Release the bytes
+// must not move or change.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "absl/status/status.h"
+
+namespace moetier {
+
+// One expert's matrices, each in the model file's encoding and layout:
+// `rows` rows of `row_bytes` bytes, back to back, exactly as the model's
+// WeightRef for that tensor describes them (for a fused ffn_gate_up_exps
+// tensor, gate is the first half of the expert's rows and up the second).
+struct ExpertMatrices {
+  const uint8_t* gate = nullptr;
+  const uint8_t* up = nullptr;
+  const uint8_t* down = nullptr;
+};
+
+class ExpertWeightSource {
+ public:
+  virtual ~ExpertWeightSource() = default;
+
+  // Makes the matrices of `experts` (distinct ids of layer `layer`, at most
+  // max_experts_held() of them) readable until Release(layer) and writes
+  // them to out[i] for experts[i]. Called by one thread at a time; nothing
+  // may be held from an earlier Acquire. On error nothing stays held and
+  // the message says which expert failed and why (daemon gone, read failed,
+  // timed out).
+  virtual absl::Status Acquire(int layer, std::span<const int32_t> experts,
+                               std::span<ExpertMatrices> out) = 0;
+
+  // Ends the use of everything the last Acquire(layer) returned.
+  virtual void Release(int layer) = 0;
+
+  // The most experts one Acquire may ask for (a cache cannot hold more at
+  // once than it has slots); the engine splits a layer's experts into
+  // groups of at most this many. At least 1.
+  virtual int max_experts_held() const = 0;
+};
+
+}  // namespace moetier

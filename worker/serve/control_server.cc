@@ -1,0 +1,416 @@
+#include "serve/control_server.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <span>
+#include <utility>
+
+#include "absl/strings/str_format.h"
+#include "control/control_channel.h"
+
+namespace moetier {
+namespace {
+
+static_assert(std::endian::native == std::endian::little,
+              "LogitsChunk carries the host's float32 bytes, which must be little-endian");
+
+using control_v1::DoneReply;
+using control_v1::StopReason;
+using control_v1::WorkerReply;
+using control_v1::WorkerRequest;
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+bool PeerGone(int error) { return error == EPIPE || error == ECONNRESET || error == ENOTCONN; }
+
+}  // namespace
+
+SamplingParams SamplingFromProto(const control_v1::Sampling& s) {
+  SamplingParams p;
+  p.temperature = s.temperature();
+  p.top_k = s.top_k();
+  p.top_p = s.top_p() == 0.0f ? 1.0f : s.top_p();
+  p.min_p = s.min_p();
+  p.repeat_penalty = s.repetition_penalty() == 0.0f ? 1.0f : s.repetition_penalty();
+  p.repeat_last_n = s.repeat_last_n();
+  p.seed = s.seed();
+  return p;
+}
+
+absl::StatusOr<std::unique_ptr<ControlServer>> ControlServer::Create(
+    int control_fd, ForwardEngine& engine, const ControlServerOptions& options) {
+  if (control_fd < 0) return absl::InvalidArgumentError("no control channel");
+  if (options.score_batch_tokens < 1 || options.score_batch_tokens > 8192) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("score batch of %d tokens is outside 1..8192", options.score_batch_tokens));
+  }
+  if (engine.n_vocab() < 1 || engine.max_ctx() < 1) {
+    return absl::InvalidArgumentError("the engine has no vocabulary or no context");
+  }
+  return std::unique_ptr<ControlServer>(new ControlServer(control_fd, engine, options));
+}
+
+ControlServer::ControlServer(int control_fd, ForwardEngine& engine,
+                             const ControlServerOptions& options)
+    : fd_(control_fd),
+      engine_(engine),
+      options_(options),
+      n_vocab_(engine.n_vocab()),
+      logits_(static_cast<size_t>(n_vocab_)),
+      score_buffer_(static_cast<size_t>(options.score_batch_tokens) * n_vocab_ +
+                    control::kLogitsChunkFloats),
+      send_buffer_(control::kMaxControlMessageBytes) {
+  token_reply_.mutable_token();
+  logits_reply_.mutable_logits()->mutable_floats_f32le()->reserve(control::kLogitsChunkFloats *
+                                                                  sizeof(float));
+  control::ConfigureControlSocket(fd_);
+}
+
+// ------------------------------------------------------------------ sending
+
+absl::Status ControlServer::Send(const WorkerReply& reply) {
+  if (closed_) return absl::OkStatus();
+  const size_t size = reply.ByteSizeLong();
+  if (size == 0 || size > send_buffer_.size() ||
+      !reply.SerializeToArray(send_buffer_.data(), static_cast<int>(size))) {
+    return absl::InternalError(
+        absl::StrFormat("a control reply of %d bytes does not fit one datagram", size));
+  }
+  ssize_t sent;
+  do {
+    sent = send(fd_, send_buffer_.data(), size, MSG_NOSIGNAL);
+  } while (sent < 0 && errno == EINTR);
+  if (sent < 0) {
+    if (PeerGone(errno)) {
+      closed_ = true;
+      return absl::OkStatus();
+    }
+    return absl::UnavailableError(
+        absl::StrFormat("sending on the control channel: %s", std::strerror(errno)));
+  }
+  if (static_cast<size_t>(sent) != size) {
+    return absl::UnavailableError(
+        absl::StrFormat("control channel: sent %d of %d bytes", sent, size));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ControlServer::SendDone(uint64_t id, const DoneReply& done) {
+  WorkerReply reply;
+  reply.set_id(id);
+  *reply.mutable_done() = done;
+  // Counted first, so that whoever reads the Done also sees the count.
+  requests_finished_.fetch_add(1);
+  return Send(reply);
+}
+
+absl::Status ControlServer::SendError(uint64_t id, const absl::Status& error) {
+  DoneReply done;
+  done.set_stop_reason(control_v1::STOP_ERROR);
+  done.set_error_code(static_cast<int32_t>(error.code()));
+  done.set_error_message(std::string(error.message()));
+  return SendDone(id, done);
+}
+
+absl::Status ControlServer::SendToken(uint64_t id, int32_t token, bool is_stop, double latency_ms) {
+  token_reply_.set_id(id);
+  control_v1::TokenReply* t = token_reply_.mutable_token();
+  t->set_token_id(token);
+  t->set_is_stop_token(is_stop);
+  t->set_latency_ms(latency_ms);
+  return Send(token_reply_);
+}
+
+absl::Status ControlServer::SendLogits(uint64_t id, uint64_t first_float, const float* values,
+                                       size_t count) {
+  logits_reply_.set_id(id);
+  control_v1::LogitsChunk* chunk = logits_reply_.mutable_logits();
+  chunk->set_n_vocab(n_vocab_);
+  chunk->set_first_float(first_float);
+  chunk->mutable_floats_f32le()->assign(reinterpret_cast<const char*>(values),
+                                        count * sizeof(float));
+  return Send(logits_reply_);
+}
+
+// ------------------------------------------------------------------ receiving
+
+absl::Status ControlServer::Intake(WorkerRequest request) {
+  if (request.kind_case() != WorkerRequest::kCancel) {
+    queue_.push_back(std::move(request));
+    return absl::OkStatus();
+  }
+  const uint64_t target = request.cancel().target_id();
+  if (running_ && target == running_id_) {
+    cancel_running_ = true;
+    return absl::OkStatus();
+  }
+  for (auto it = queue_.begin(); it != queue_.end(); ++it) {
+    if (it->id() == target && it->kind_case() != WorkerRequest::kCancel) {
+      queue_.erase(it);
+      DoneReply done;
+      done.set_stop_reason(control_v1::STOP_CANCELLED);
+      return SendDone(target, done);
+    }
+  }
+  return absl::OkStatus();  // unknown or finished: nothing to do
+}
+
+absl::Status ControlServer::PollChannel() {
+  while (!closed_) {
+    pollfd pfd{fd_, POLLIN, 0};
+    int ready;
+    do {
+      ready = poll(&pfd, 1, 0);
+    } while (ready < 0 && errno == EINTR);
+    if (ready < 0) {
+      return absl::UnavailableError(
+          absl::StrFormat("polling the control channel: %s", std::strerror(errno)));
+    }
+    if (ready == 0) return absl::OkStatus();
+    absl::Status received = control::ReceiveControlMessage(fd_, &incoming_, 0);
+    if (absl::IsUnavailable(received)) {
+      closed_ = true;
+      return absl::OkStatus();
+    }
+    if (absl::IsDataLoss(received)) {
+      // No id to answer; the sender is told nothing, this side carries on.
+      if (options_.log != nullptr) {
+        std::fprintf(options_.log, "moetier-worker: ignoring a control message: %s\n",
+                     std::string(received.message()).c_str());
+      }
+      continue;
+    }
+    if (!received.ok()) return received;
+    if (absl::Status s = Intake(std::move(incoming_)); !s.ok()) return s;
+    incoming_.Clear();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ControlServer::Run() {
+  WorkerReply ready;
+  ready.set_id(0);
+  control_v1::ReadyReply* r = ready.mutable_ready();
+  r->set_n_vocab(n_vocab_);
+  r->set_max_ctx(engine_.max_ctx());
+  r->set_backend(options_.backend);
+  r->set_threads(options_.threads);
+  r->set_model_fingerprint(options_.model_fingerprint);
+  if (absl::Status s = Send(ready); !s.ok()) return s;
+
+  while (!closed_) {
+    if (queue_.empty()) {
+      absl::Status received = control::ReceiveControlMessage(fd_, &incoming_, -1);
+      if (absl::IsUnavailable(received)) return absl::OkStatus();
+      if (absl::IsDataLoss(received)) {
+        if (options_.log != nullptr) {
+          std::fprintf(options_.log, "moetier-worker: ignoring a control message: %s\n",
+                       std::string(received.message()).c_str());
+        }
+        continue;
+      }
+      if (!received.ok()) return received;
+      if (absl::Status s = Intake(std::move(incoming_)); !s.ok()) return s;
+      incoming_.Clear();
+      continue;
+    }
+    WorkerRequest request = std::move(queue_.front());
+    queue_.pop_front();
+    if (absl::Status s = Serve(request); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+// ------------------------------------------------------------------ requests
+
+absl::Status ControlServer::CheckTokens(const char* what, const int32_t* ids, int n) const {
+  for (int i = 0; i < n; ++i) {
+    if (ids[i] < 0 || ids[i] >= n_vocab_) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s: token id %d at index %d is outside the vocabulary 0..%d", what,
+                          ids[i], i, n_vocab_ - 1));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ControlServer::Serve(const WorkerRequest& request) {
+  running_id_ = request.id();
+  running_ = true;
+  cancel_running_ = false;
+  absl::Status status;
+  switch (request.kind_case()) {
+    case WorkerRequest::kScore:
+      status = Score(request.id(), request.score());
+      break;
+    case WorkerRequest::kGenerate:
+      status = Generate(request.id(), request.generate());
+      break;
+    default:
+      status = SendError(
+          request.id(),
+          absl::InvalidArgumentError(absl::StrFormat(
+              "request %d has no kind this worker knows (score or generate)", request.id())));
+      break;
+  }
+  running_ = false;
+  return status;
+}
+
+absl::Status ControlServer::Score(uint64_t id, const control_v1::ScoreRequest& request) {
+  const int n = request.token_ids_size();
+  if (n == 0) return SendError(id, absl::InvalidArgumentError("score: no token ids"));
+  if (n > engine_.max_ctx()) {
+    return SendError(id, absl::InvalidArgumentError(absl::StrFormat(
+                             "score: %d tokens exceed the worker's context of %d tokens", n,
+                             engine_.max_ctx())));
+  }
+  if (absl::Status bad = CheckTokens("score", request.token_ids().data(), n); !bad.ok()) {
+    return SendError(id, bad);
+  }
+  const auto start = Clock::now();
+  const size_t chunk_floats = control::kLogitsChunkFloats;
+  const size_t row = static_cast<size_t>(n_vocab_);
+  float* buffer = score_buffer_.data();
+  size_t pending = 0;  // computed floats at the start of the buffer, not yet sent
+  uint64_t sent = 0;   // floats sent so far
+  for (int pos = 0; pos < n;) {
+    const int batch = std::min(options_.score_batch_tokens, n - pos);
+    const std::span<const int32_t> tokens(request.token_ids().data() + pos,
+                                          static_cast<size_t>(batch));
+    if (absl::Status s = engine_.Forward(tokens, pos, LogitRows::kAll, buffer + pending); !s.ok()) {
+      return SendError(id, s);
+    }
+    pos += batch;
+    pending += static_cast<size_t>(batch) * row;
+    // Whole chunks only, except at the end: chunk boundaries do not depend
+    // on the batch size.
+    size_t offset = 0;
+    while (pending - offset >= chunk_floats || (pos == n && offset < pending)) {
+      const size_t count = std::min(chunk_floats, pending - offset);
+      if (absl::Status s = SendLogits(id, sent, buffer + offset, count); !s.ok()) return s;
+      sent += count;
+      offset += count;
+    }
+    std::memmove(buffer, buffer + offset, (pending - offset) * sizeof(float));
+    pending -= offset;
+    if (absl::Status s = PollChannel(); !s.ok()) return s;
+    if (closed_) return absl::OkStatus();
+    if (cancel_running_ && pos < n) {
+      DoneReply done;
+      done.set_stop_reason(control_v1::STOP_CANCELLED);
+      done.set_prompt_tokens(n);
+      done.set_prefill_seconds(SecondsSince(start));
+      return SendDone(id, done);
+    }
+  }
+  DoneReply done;
+  done.set_stop_reason(control_v1::STOP_COMPLETE);
+  done.set_prompt_tokens(n);
+  done.set_prefill_seconds(SecondsSince(start));
+  return SendDone(id, done);
+}
+
+absl::Status ControlServer::Generate(uint64_t id, const control_v1::GenerateRequest& request) {
+  const int n_prompt = request.prompt_token_ids_size();
+  const int max_ctx = engine_.max_ctx();
+  if (n_prompt == 0)
+    return SendError(id, absl::InvalidArgumentError("generate: the prompt is empty"));
+  if (n_prompt > max_ctx) {
+    return SendError(id, absl::InvalidArgumentError(absl::StrFormat(
+                             "generate: the prompt's %d tokens exceed the worker's context of "
+                             "%d tokens",
+                             n_prompt, max_ctx)));
+  }
+  if (absl::Status bad =
+          CheckTokens("generate: prompt", request.prompt_token_ids().data(), n_prompt);
+      !bad.ok()) {
+    return SendError(id, bad);
+  }
+  if (absl::Status bad = CheckTokens("generate: stop tokens", request.stop_token_ids().data(),
+                                     request.stop_token_ids_size());
+      !bad.ok()) {
+    return SendError(id, bad);
+  }
+  if (request.max_new_tokens() < 1) {
+    return SendError(id, absl::InvalidArgumentError(absl::StrFormat(
+                             "generate: max_new_tokens is %d; it must be at least 1",
+                             request.max_new_tokens())));
+  }
+  absl::StatusOr<Sampler> sampler =
+      Sampler::Create(n_vocab_, SamplingFromProto(request.sampling()));
+  if (!sampler.ok()) {
+    return SendError(id, absl::InvalidArgumentError(
+                             absl::StrFormat("generate: %s", sampler.status().message())));
+  }
+  stop_ids_.assign(request.stop_token_ids().begin(), request.stop_token_ids().end());
+  std::sort(stop_ids_.begin(), stop_ids_.end());
+
+  DoneReply done;
+  done.set_prompt_tokens(n_prompt);
+  int generated = 0;
+  const auto start = Clock::now();
+  auto finish = [&](StopReason reason, Clock::time_point decode_start) {
+    done.set_stop_reason(reason);
+    done.set_generated_tokens(generated);
+    done.set_decode_seconds(SecondsSince(decode_start));
+    return SendDone(id, done);
+  };
+  auto fail = [&](const absl::Status& error, Clock::time_point decode_start) {
+    done.set_error_code(static_cast<int32_t>(error.code()));
+    done.set_error_message(std::string(error.message()));
+    return finish(control_v1::STOP_ERROR, decode_start);
+  };
+  // A sequence holds at most max_ctx tokens, generated ones included.
+  if (n_prompt == max_ctx) return finish(control_v1::STOP_CONTEXT_FULL, start);
+
+  const std::span<const int32_t> prompt(request.prompt_token_ids().data(),
+                                        static_cast<size_t>(n_prompt));
+  if (absl::Status s = engine_.Forward(prompt, 0, LogitRows::kLast, logits_.data()); !s.ok()) {
+    done.set_prefill_seconds(SecondsSince(start));
+    return fail(s, Clock::now());
+  }
+  for (int32_t token : prompt) sampler->Accept(token);
+  const auto decode_start = Clock::now();
+  done.set_prefill_seconds(std::chrono::duration<double>(decode_start - start).count());
+
+  auto token_start = start;  // the first token's time includes the prefill
+  while (true) {
+    const int32_t token = sampler->Sample(logits_);
+    sampler->Accept(token);
+    ++generated;
+    const bool is_stop = std::binary_search(stop_ids_.begin(), stop_ids_.end(), token);
+    const double latency_ms =
+        std::chrono::duration<double, std::milli>(Clock::now() - token_start).count();
+    if (absl::Status s = SendToken(id, token, is_stop, latency_ms); !s.ok()) return s;
+    if (is_stop) return finish(control_v1::STOP_END_OF_GENERATION, decode_start);
+    if (generated >= request.max_new_tokens()) {
+      return finish(control_v1::STOP_MAX_TOKENS, decode_start);
+    }
+    if (n_prompt + generated >= max_ctx) {
+      return finish(control_v1::STOP_CONTEXT_FULL, decode_start);
+    }
+    if (absl::Status s = PollChannel(); !s.ok()) return s;
+    if (closed_) return absl::OkStatus();
+    if (cancel_running_) return finish(control_v1::STOP_CANCELLED, decode_start);
+    token_start = Clock::now();
+    const int32_t one[1] = {token};
+    if (absl::Status s =
+            engine_.Forward(one, n_prompt + generated - 1, LogitRows::kLast, logits_.data());
+        !s.ok()) {
+      return fail(s, decode_start);
+    }
+  }
+}
+
+}  // namespace moetier

@@ -1,0 +1,117 @@
+// The worker's side of the control protocol (proto/moetier/worker/v1/
+// control.proto) on an already connected control channel: announces the
+// engine with a ReadyReply, then serves the daemon's requests one at a time
+// in arrival order.
+//
+//   Score    -> LogitsChunk replies (the row-major logits of every position,
+//               kLogitsChunkFloats floats per chunk), then Done(STOP_COMPLETE)
+//   Generate -> prefill as a fresh sequence, then one TokenReply per sampled
+//               token until a stop token (sent, flagged), max_new_tokens, a
+//               full context or a Cancel, then Done with counts and times
+//   Cancel   -> the running request stops at its next token boundary; a
+//               queued one is dropped at once with Done(STOP_CANCELLED)
+//
+// While a request runs, the channel is polled without blocking between
+// tokens (and between Score batches): a Cancel takes effect there, other
+// requests are queued. A bad request gets Done(STOP_ERROR) with an
+// INVALID_ARGUMENT code and a message naming the problem; serving goes on.
+//
+// Token loop: the logits row, the reply messages and the send buffer are
+// allocated once; a token costs the engine's work, one sample, one
+// serialization into the fixed buffer, one send and one poll.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "engine/forward_engine.h"
+#include "moetier/worker/v1/control.pb.h"
+#include "sampling/sampler.h"
+
+namespace moetier {
+
+namespace control_v1 = ::moetier::worker::v1;
+
+struct ControlServerOptions {
+  std::string backend = "cpu";  // ReadyReply.backend
+  int threads = 1;              // ReadyReply.threads
+  uint64_t model_fingerprint = 0;
+  // Positions of a Score computed per engine call (bounds its buffer to
+  // score_batch_tokens x n_vocab floats; results do not depend on it).
+  int score_batch_tokens = 32;
+  // Where notes about malformed datagrams go; null: nowhere.
+  std::FILE* log = nullptr;
+};
+
+// The engine's sampling parameters for a request's. proto3 cannot tell an
+// unset field from 0, so top_p and repetition_penalty of 0 mean "off" (1),
+// like the values that switch them off.
+SamplingParams SamplingFromProto(const control_v1::Sampling& sampling);
+
+class ControlServer {
+ public:
+  // `control_fd` (not owned) is a connected SOCK_SEQPACKET socket; `engine`
+  // must outlive the server and is used by Run() only.
+  static absl::StatusOr<std::unique_ptr<ControlServer>> Create(int control_fd,
+                                                               ForwardEngine& engine,
+                                                               const ControlServerOptions& options);
+  ControlServer(const ControlServer&) = delete;
+  ControlServer& operator=(const ControlServer&) = delete;
+
+  // Sends the ReadyReply and serves until the daemon closes the channel
+  // (then returns OK, abandoning any queued request: nobody is left to
+  // answer). Errors only when the channel fails in another way.
+  absl::Status Run();
+
+  // Requests that got their Done reply so far; safe from any thread.
+  uint64_t requests_finished() const { return requests_finished_.load(); }
+
+ private:
+  ControlServer(int control_fd, ForwardEngine& engine, const ControlServerOptions& options);
+
+  // Takes a request that just arrived: queues it, or applies a Cancel.
+  absl::Status Intake(control_v1::WorkerRequest request);
+  // Reads whatever has arrived, without waiting.
+  absl::Status PollChannel();
+  absl::Status Serve(const control_v1::WorkerRequest& request);
+  absl::Status Score(uint64_t id, const control_v1::ScoreRequest& request);
+  absl::Status Generate(uint64_t id, const control_v1::GenerateRequest& request);
+
+  // Sends one reply through the fixed buffer. A peer that has gone sets
+  // closed_ and is not an error.
+  absl::Status Send(const control_v1::WorkerReply& reply);
+  absl::Status SendDone(uint64_t id, const control_v1::DoneReply& done);
+  absl::Status SendError(uint64_t id, const absl::Status& status);
+  absl::Status SendToken(uint64_t id, int32_t token, bool is_stop, double latency_ms);
+  absl::Status SendLogits(uint64_t id, uint64_t first_float, const float* values, size_t count);
+  // An error naming the first token id outside the vocabulary; OK if none.
+  absl::Status CheckTokens(const char* what, const int32_t* ids, int n) const;
+
+  const int fd_;
+  ForwardEngine& engine_;
+  const ControlServerOptions options_;
+  const int n_vocab_;
+  bool closed_ = false;
+  std::deque<control_v1::WorkerRequest> queue_;
+  uint64_t running_id_ = 0;
+  bool running_ = false;
+  bool cancel_running_ = false;
+  std::atomic<uint64_t> requests_finished_{0};
+
+  std::vector<float> logits_;             // [n_vocab]: the row a token is sampled from
+  std::vector<float> score_buffer_;       // [score_batch_tokens * n_vocab + kLogitsChunkFloats]
+  std::vector<int32_t> stop_ids_;         // the running Generate's stop tokens, sorted
+  std::vector<uint8_t> send_buffer_;      // [kMaxControlMessageBytes]
+  control_v1::WorkerReply token_reply_;   // reused for every TokenReply
+  control_v1::WorkerReply logits_reply_;  // reused for every LogitsChunk
+  control_v1::WorkerRequest incoming_;
+};
+
+}  // namespace moetier

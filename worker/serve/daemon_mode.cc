@@ -1,0 +1,156 @@
+#include "serve/daemon_mode.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_format.h"
+#include "engine/forward_engine.h"
+#include "gguf/gguf_reader.h"
+#include "model/qwen3moe_model.h"
+#include "serve/control_server.h"
+#include "serve/store_expert_source.h"
+#include "store/model_fingerprint.h"
+#include "store/store_client.h"
+#include "store/worker_channel.h"
+
+namespace moetier {
+namespace {
+
+class UniqueFd {
+ public:
+  explicit UniqueFd(int fd) : fd_(fd) {}
+  ~UniqueFd() { reset(); }
+  UniqueFd(const UniqueFd&) = delete;
+  UniqueFd& operator=(const UniqueFd&) = delete;
+  int get() const { return fd_; }
+  void reset() {
+    if (fd_ >= 0) close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_;
+};
+
+// Stamps the worker's heartbeat every interval until destroyed, whatever
+// the main thread is doing (copying weights, computing a long prefill).
+class HeartbeatThread {
+ public:
+  HeartbeatThread(store::StoreClient& client, int64_t interval_ms)
+      : thread_([this, &client, interval_ms] {
+          std::unique_lock<std::mutex> lock(mutex_);
+          while (!stop_) {
+            client.Heartbeat();
+            cv_.wait_for(lock, std::chrono::milliseconds(interval_ms), [this] { return stop_; });
+          }
+        }) {}
+  ~HeartbeatThread() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+  HeartbeatThread(const HeartbeatThread&) = delete;
+  HeartbeatThread& operator=(const HeartbeatThread&) = delete;
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::thread thread_;  // last: starts once the members above exist
+};
+
+absl::Status WithContext(const absl::Status& status, std::string_view what) {
+  return absl::Status(status.code(), absl::StrFormat("%s: %s", what, status.message()));
+}
+
+}  // namespace
+
+absl::Status RunDaemonMode(const WorkerOptions& options, std::FILE* err,
+                           const DaemonModeTuning& tuning) {
+  if (options.device != "cpu") {
+    return absl::UnimplementedError(absl::StrFormat(
+        "device %s: the CUDA backend is not built into this worker yet; configure moetierd to "
+        "run this worker on device cpu",
+        options.device));
+  }
+  absl::StatusOr<std::unique_ptr<GgufModel>> gguf = GgufModel::Open(options.model_path);
+  if (!gguf.ok()) return gguf.status();
+  const uint64_t fingerprint = store::ModelFingerprint(**gguf);
+
+  absl::StatusOr<store::DaemonAdmission> admission =
+      store::JoinDaemon(options.control_socket, static_cast<uint32_t>(options.worker_index),
+                        options.device, tuning.join_timeout_ms);
+  if (!admission.ok()) return admission.status();
+  UniqueFd control_fd(admission->control_fd);
+  UniqueFd segment_fd(admission->segment_fd);
+  store::AttachOptions attach;
+  attach.worker_index = static_cast<uint32_t>(options.worker_index);
+  attach.expected_fingerprint = fingerprint;
+  absl::StatusOr<std::unique_ptr<store::StoreClient>> client =
+      store::StoreClient::Attach(segment_fd.get(), attach);
+  if (!client.ok()) return WithContext(client.status(), "attaching to moetierd's expert store");
+  segment_fd.reset();  // the mapping outlives the descriptor
+  const HeartbeatThread heartbeat(**client, tuning.heartbeat_interval_ms);
+
+  absl::StatusOr<Qwen3MoeModel> model = LoadQwen3Moe(**gguf);
+  if (!model.ok()) return model.status();
+  StoreExpertSourceOptions source_options;
+  source_options.miss_timeout_ms = tuning.miss_timeout_ms;
+  absl::StatusOr<std::unique_ptr<StoreExpertSource>> source =
+      StoreExpertSource::Create(**client, *model, source_options);
+  if (!source.ok()) return source.status();
+
+  const Qwen3MoeHparams& hp = model->hparams;
+  if (options.ctx > hp.n_ctx_train) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--ctx %d exceeds the model's training context of %d tokens", options.ctx, hp.n_ctx_train));
+  }
+  EngineOptions engine_options;
+  engine_options.max_ctx = options.ctx > 0 ? options.ctx : std::min(kDefaultCtx, hp.n_ctx_train);
+  engine_options.n_threads =
+      options.n_threads > 0 ? options.n_threads
+                            : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  engine_options.weight_pages = options.weight_pages;
+  engine_options.expert_source = source->get();
+  absl::StatusOr<std::unique_ptr<ForwardEngine>> engine = CreateCpuEngine(*model, engine_options);
+  if (!engine.ok()) return engine.status();
+
+  ControlServerOptions server_options;
+  server_options.backend = "cpu";
+  server_options.threads = engine_options.n_threads;
+  server_options.model_fingerprint = fingerprint;
+  server_options.log = err;
+  absl::StatusOr<std::unique_ptr<ControlServer>> server =
+      ControlServer::Create(control_fd.get(), **engine, server_options);
+  if (!server.ok()) return server.status();
+  const bool resident =
+      (*client)->header().store_mode == static_cast<uint32_t>(store::StoreMode::kFullyResident);
+  std::fprintf(err,
+               "moetier-worker %d (cpu): serving %s with %d threads, context %d tokens, experts "
+               "from moetierd's %s store\n",
+               options.worker_index, options.model_path.c_str(), engine_options.n_threads,
+               engine_options.max_ctx, resident ? "fully resident" : "cache");
+  std::fflush(err);
+  absl::Status served = (*server)->Run();
+  if (!served.ok()) return WithContext(served, "control channel");
+  std::fprintf(err,
+               "moetier-worker %d (cpu): moetierd closed the control channel after %llu "
+               "requests; exiting\n",
+               options.worker_index,
+               static_cast<unsigned long long>((*server)->requests_finished()));
+  return absl::OkStatus();
+}
+
+}  // namespace moetier
