@@ -32,15 +32,21 @@ namespace {
 constexpr int kExitConfigError = 2;
 constexpr int kExitStartupError = 1;
 
-// moetier-worker in the directory of this executable.
+// moetier-worker next to this executable (an installed tree), else in the
+// build tree's worker/ folder beside daemon/.
 std::string DefaultWorkerPath() {
   char self[PATH_MAX] = {};
   const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
   if (n <= 0) return "moetier-worker";
   std::string path(self, static_cast<size_t>(n));
   const size_t slash = path.rfind('/');
-  return (slash == std::string::npos ? std::string(".") : path.substr(0, slash)) +
-         "/moetier-worker";
+  const std::string dir = slash == std::string::npos ? std::string(".") : path.substr(0, slash);
+  const std::string installed = dir + "/moetier-worker";
+  const std::string build_tree = dir + "/../worker/moetier-worker";
+  if (access(installed.c_str(), X_OK) != 0 && access(build_tree.c_str(), X_OK) == 0) {
+    return build_tree;
+  }
+  return installed;
 }
 
 int Run(const DaemonConfig& config) {

@@ -45,7 +45,8 @@ constexpr FlagDoc kFlags[] = {
      "0 holds every expert; less makes RAM a cache over the model file."},
     {"devices", "LIST", "Comma-separated devices, one worker each: cpu, cuda:0, cuda:1, ..."},
     {"worker_executable_path", "PATH",
-     "The worker program (default: moetier-worker next to moetierd)."},
+     "The worker program (default: moetier-worker next to moetierd, or in the build "
+     "tree's worker/ folder)."},
     {"worker_socket_path", "PATH", "Unix socket on which workers join the daemon (mode 0600)."},
     {"api_socket_path", "PATH", "Unix socket of the client API."},
     {"io_backend", "auto|io_uring|pread",

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
+#include "tokenizer/unicode.h"
 
 namespace moetier {
 namespace {
@@ -230,11 +231,12 @@ grpc::Status MoetierService::RunGeneration(grpc::ServerContext* context,
       if (client_gone) continue;
       v1::GenerateResponse piece;
       if (decoder.has_value()) {
-        if (absl::Status s = decoder->Push(reply.token().token_id(), piece.mutable_text());
-            !s.ok()) {
+        std::string bytes;
+        if (absl::Status s = decoder->Push(reply.token().token_id(), &bytes); !s.ok()) {
           scheduler_->Cancel(*job);
           return ToGrpc(s);
         }
+        piece.set_text(SanitizeUtf8(bytes));
       }
       piece.add_token_ids(reply.token().token_id());
       piece.set_token_latency_ms(reply.token().latency_ms());
@@ -251,7 +253,11 @@ grpc::Status MoetierService::RunGeneration(grpc::ServerContext* context,
       return grpc::Status(grpc::StatusCode::CANCELLED, "the call was cancelled");
     }
     v1::GenerateResponse last;
-    if (decoder.has_value()) decoder->Flush(last.mutable_text());
+    if (decoder.has_value()) {
+      std::string bytes;
+      decoder->Flush(&bytes);
+      last.set_text(SanitizeUtf8(bytes));
+    }
     v1::GenerationStats* stats = last.mutable_final_stats();
     stats->set_prompt_tokens(done.prompt_tokens());
     stats->set_generated_tokens(done.generated_tokens());
@@ -350,7 +356,7 @@ grpc::Status MoetierService::Detokenize(grpc::ServerContext*,
   absl::StatusOr<std::string> text =
       (*tokenizer_)->Detokenize(ids, request->render_special_tokens());
   if (!text.ok()) return ToGrpc(text.status());
-  response->set_text(std::move(*text));
+  response->set_text(SanitizeUtf8(*text));
   return grpc::Status::OK;
 }
 

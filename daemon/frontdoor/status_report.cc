@@ -125,7 +125,7 @@ v1::Status StatusReporter::Build() {
     ws->set_expert_cache_bytes(w.vram.resident_bytes);
     ws->set_bytes_copied(w.vram_bytes_copied);
     ws->set_prefetch_hints(w.prefetch_hints);
-    ws->set_requests_served(w.requests_served);
+    if (sched != nullptr) ws->set_requests_served(sched->requests_served);
     if (sched != nullptr) ws->set_tokens_per_s(sched->last_decode_tokens_per_s);
   }
 

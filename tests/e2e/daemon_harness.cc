@@ -65,6 +65,12 @@ std::unique_ptr<RunningDaemon> RunningDaemon::Start(const DaemonSetup& setup, st
     *error = "cannot start moetierd";
     return nullptr;
   }
+  // A channel that fails to connect backs off for seconds; connect only once
+  // the daemon has created its socket.
+  if (!WaitUntil([&] { return std::filesystem::exists(d->socket_path_); }, 60000)) {
+    *error = "moetierd never created its API socket; log:\n" + d->Log();
+    return nullptr;
+  }
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(256 << 20);
   d->channel_ = grpc::CreateCustomChannel("unix:" + d->socket_path_,
