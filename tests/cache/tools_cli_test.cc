@@ -1,0 +1,121 @@
+// moetier-policy-lab and moetier-tracegen, run as a user would run them.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <string>
+
+#include "cache/routing_trace.h"
+
+namespace moetier {
+namespace {
+
+using ::testing::HasSubstr;
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+CommandResult RunTool(const std::string& tool, const std::string& args) {
+  const std::string command =
+      std::string(MOETIER_BINARY_DIR) + "/tools/" + tool + " " + args + " 2>&1";
+  CommandResult result;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return result;
+  std::array<char, 4096> buffer;
+  size_t n;
+  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) {
+    result.output.append(buffer.data(), n);
+  }
+  const int status = pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+const std::string kLab = "policy_lab/moetier-policy-lab";
+const std::string kGen = "tracegen/moetier-tracegen";
+const std::string kGranite = std::string(MOETIER_TEST_DATA_DIR) + "/traces/granite-3.0-1b-a400m/";
+
+TEST(PolicyLabCli, TableOnTheSharedTraces) {
+  const CommandResult r =
+      RunTool(kLab, kGranite + "code.decode.txt " + kGranite + "english_prose.decode.txt " +
+                        kGranite + "math.decode.txt");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("traces: 3 file(s), 192 tokens"));
+  EXPECT_THAT(r.output, HasSubstr("24 layers x 32 experts, top-8"));
+  // MIN's column: the README reference figures.
+  EXPECT_THAT(r.output, HasSubstr("0.8202\n"));
+  EXPECT_THAT(r.output, HasSubstr("prefetch, accuracy 0.80"));
+  for (const char* policy : {"lru", "lfu", "lrfu", "reuse", "adaptive", "min"}) {
+    EXPECT_THAT(r.output, HasSubstr(policy));
+  }
+}
+
+TEST(PolicyLabCli, JsonPerLayer) {
+  const CommandResult r = RunTool(
+      kLab, "--json --slots 2k --prefetch off --policies lru " + kGranite + "math.decode.txt");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output,
+              HasSubstr("\"slots\": \"2k\", \"slots_per_layer\": 16, \"prefetch\": false, "
+                        "\"policy\": \"lru\""));
+  EXPECT_THAT(r.output, HasSubstr("\"per_layer_hit_rate\": ["));
+  EXPECT_THAT(r.output, HasSubstr("\"policy\": \"min\""));
+}
+
+TEST(PolicyLabCli, ErrorsAreActionable) {
+  CommandResult r = RunTool(kLab, "--policies fifo " + kGranite + "math.decode.txt");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.output, HasSubstr("unknown expert cache policy 'fifo'"));
+  r = RunTool(kLab, "--slots 0 x");
+  EXPECT_EQ(r.exit_code, 2);
+  r = RunTool(kLab, "");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.output, HasSubstr("no TRACE given"));
+  r = RunTool(kLab, "/nonexistent/trace.txt");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.output, HasSubstr("/nonexistent/trace.txt: cannot open routing trace"));
+  r = RunTool(kLab, "--help");
+  EXPECT_EQ(r.exit_code, 0);
+  for (const char* flag :
+       {"--policies", "--lrfu-lambda", "--slots", "--prefetch ", "--prefetch-accuracy", "--seed",
+        "--experts", "--budgets-from", "--budget-policy", "--per-layer", "--json", "--help"}) {
+    EXPECT_THAT(r.output, HasSubstr(flag));
+  }
+}
+
+TEST(TraceGenCli, WritesATraceOfTheAskedShape) {
+  const std::string out = std::string(MOETIER_BINARY_DIR) + "/cache_tools_cli_test_trace.txt";
+  CommandResult r = RunTool(
+      kGen, "--layers 6 --experts 40 --top-k 3 --tokens 17 --weights --seed 9 --out " + out);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  absl::StatusOr<RoutingTrace> t = ReadRoutingTrace(out);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->n_layer, 6u);
+  EXPECT_EQ(t->n_expert, 40u);
+  EXPECT_EQ(t->top_k, 3u);
+  EXPECT_EQ(t->n_token(), 17u);
+  EXPECT_TRUE(t->has_weights());
+  // The lab reads what the generator writes.
+  r = RunTool(kLab, "--slots 2k --prefetch off " + out);
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  std::remove(out.c_str());
+  r = RunTool(kGen, "--top-k 300 --out " + out);
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.output, HasSubstr("--top-k 300 exceeds --experts 128"));
+}
+
+TEST(TraceGenCli, StatsOfTheSharedTraces) {
+  const CommandResult r =
+      RunTool(kGen, "--stats " + kGranite + "code.decode.txt " + kGranite +
+                        "english_prose.decode.txt " + kGranite + "math.decode.txt");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  // shared/traces/README.md: mean previous-token reuse 0.425.
+  EXPECT_THAT(r.output, HasSubstr("3 trace(s), 192 tokens, 24 layers x 32 experts, top-8"));
+  EXPECT_THAT(r.output, HasSubstr("0.425"));
+}
+
+}  // namespace
+}  // namespace moetier

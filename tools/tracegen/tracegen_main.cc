@@ -1,0 +1,321 @@
+// moetier-tracegen: writes expert-routing traces from a model calibrated to
+// real ones, and shows how close the calibration is.
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_format.h"
+#include "cache/routing_trace.h"
+#include "tracegen/trace_model.h"
+#include "tracegen/trace_stats.h"
+
+namespace moetier {
+namespace {
+
+constexpr int kExitFailure = 1;
+constexpr int kExitUsage = 2;
+
+constexpr std::string_view kHelp =
+    R"(moetier-tracegen: expert-routing traces calibrated to real ones
+
+usage: moetier-tracegen [shape] [model] [--seed N] [--weights] --out FILE [REAL...]
+       moetier-tracegen --calibrate [--seed N] REAL...
+       moetier-tracegen --print-model [REAL...]
+       moetier-tracegen --stats TRACE...
+
+Generates a routing trace (worker/cache/routing_trace.h format, with header)
+for any layer count, expert count, top-k and token count. Per layer, each of
+a token's k experts repeats an expert of a recent token with probability
+reuse_prob (distance geometric with tail reuse_tail) or else is drawn from a
+Zipf-Mandelbrot popularity (exponent zipf_exponent, rank shift zipf_shift)
+over a random ranking of the experts. With REAL traces the per-layer parameters are fitted to them;
+without, the built-in model fitted to shared/traces/granite-3.0-1b-a400m
+decode traces is used. A model with another layer count is stretched over
+the layers (layer l uses model layer floor(l * model_layers / layers)).
+
+Shape (default: Qwen3-30B-A3B):
+  --layers N        MoE layers (default 48)
+  --experts N       routed experts per layer (default 128)
+  --top-k N         experts per token (default 8)
+  --tokens N        tokens (default 1024)
+
+Model (override every layer's fitted value):
+  --zipf S          popularity exponent, in [0, 16]
+  --zipf-shift Q    popularity rank shift, times the expert count, in [0, 4]:
+                    weight of rank r (from 1) = (r + Q * experts)^-S
+  --popularity-noise N  per-sequence popularity noise, in [0, 4]: each
+                    sequence multiplies each expert's weight by exp(N * z),
+                    z standard normal
+  --reuse-prob R    probability of repeating a recent token's expert, [0, 1]
+  --reuse-tail G    geometric tail of the reuse distance, [0, 1)
+
+Output:
+  --out FILE        trace file to write
+  --weights         also write router weights (decreasing with the rank,
+                    adding up to 1 per layer)
+  --seed N          unsigned 64-bit seed (default 1); same flags and seed give
+                    the same file
+
+Modes:
+  --calibrate       fit the model to the REAL traces, generate traces of the
+                    same shape and lengths, and print the statistics of both
+                    per layer: popularity entropy (normalised; 1 = uniform)
+                    over all sequences and within each (mean), share of the
+                    top 1/8 of experts (over all, and within each), fraction of a token's
+                    experts the previous token also used, and the
+                    reuse-distance distribution (fraction of selections whose
+                    expert was last used d tokens before; cold = first use)
+  --print-model     print the per-layer model (fitted to REAL, or built in)
+  --stats           print the statistics above for the given traces (one
+                    shape; no fitting, no output file)
+  --help            this text
+)";
+
+struct CommandLine {
+  GenerateOptions gen;
+  std::vector<std::string> real;
+  std::string out;
+  double zipf = -1, zipf_shift = -1, noise = -1, reuse_prob = -1, reuse_tail = -1;
+  bool calibrate = false;
+  bool print_model = false;
+  bool stats = false;
+  bool help = false;
+};
+
+bool ParseUnsigned(const std::string& s, uint64_t& out) {
+  if (s.empty() || s.size() > 19) return false;
+  uint64_t v = 0;
+  for (const char c : s) {
+    if (c < '0' || c > '9') return false;
+    v = v * 10 + static_cast<uint64_t>(c - '0');
+  }
+  out = v;
+  return true;
+}
+
+bool ParseDouble(const std::string& s, double& out) {
+  if (s.empty()) return false;
+  char* end = nullptr;
+  out = std::strtod(s.c_str(), &end);
+  return end == s.c_str() + s.size();
+}
+
+absl::Status ParseCommandLine(int argc, char** argv, CommandLine& cl) {
+  cl.gen.n_layer = 48;
+  cl.gen.n_expert = 128;
+  cl.gen.top_k = 8;
+  cl.gen.n_token = 1024;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    std::string v;
+    auto value = [&]() -> absl::Status {
+      if (i + 1 >= argc) return absl::InvalidArgumentError(arg + " needs a value");
+      v = argv[++i];
+      return absl::OkStatus();
+    };
+    auto count = [&](uint64_t max, auto& out) -> absl::Status {
+      if (absl::Status s = value(); !s.ok()) return s;
+      uint64_t n = 0;
+      if (!ParseUnsigned(v, n) || n == 0 || n > max) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("%s must be an integer in [1, %u], not '%s'", arg, max, v));
+      }
+      out = static_cast<std::remove_reference_t<decltype(out)>>(n);
+      return absl::OkStatus();
+    };
+    auto real = [&](double lo, double hi, bool hi_open, double& out) -> absl::Status {
+      if (absl::Status s = value(); !s.ok()) return s;
+      if (!ParseDouble(v, out) || !(out >= lo && (hi_open ? out < hi : out <= hi))) {
+        return absl::InvalidArgumentError(absl::StrFormat("%s must be in [%g, %g%s, not '%s'", arg,
+                                                          lo, hi, hi_open ? ")" : "]", v));
+      }
+      return absl::OkStatus();
+    };
+    absl::Status s;
+    if (arg == "--help" || arg == "-h") {
+      cl.help = true;
+    } else if (arg == "--layers") {
+      s = count(kTraceMaxLayers, cl.gen.n_layer);
+    } else if (arg == "--experts") {
+      s = count(kTraceMaxExperts, cl.gen.n_expert);
+    } else if (arg == "--top-k") {
+      s = count(kTraceMaxExperts, cl.gen.top_k);
+    } else if (arg == "--tokens") {
+      s = count(uint64_t{1} << 28, cl.gen.n_token);
+    } else if (arg == "--seed") {
+      s = value();
+      if (s.ok() && !ParseUnsigned(v, cl.gen.seed)) {
+        s = absl::InvalidArgumentError("--seed: '" + v + "' is not an unsigned integer");
+      }
+    } else if (arg == "--zipf") {
+      s = real(0, kMaxZipfExponent, false, cl.zipf);
+    } else if (arg == "--popularity-noise") {
+      s = real(0, kMaxPopularityNoise, false, cl.noise);
+    } else if (arg == "--zipf-shift") {
+      s = real(0, kMaxZipfShift, false, cl.zipf_shift);
+    } else if (arg == "--reuse-prob") {
+      s = real(0, 1, false, cl.reuse_prob);
+    } else if (arg == "--reuse-tail") {
+      s = real(0, 1, true, cl.reuse_tail);
+    } else if (arg == "--weights") {
+      cl.gen.weights = true;
+    } else if (arg == "--out") {
+      s = value();
+      cl.out = v;
+    } else if (arg == "--calibrate") {
+      cl.calibrate = true;
+    } else if (arg == "--print-model") {
+      cl.print_model = true;
+    } else if (arg == "--stats") {
+      cl.stats = true;
+    } else if (!arg.empty() && arg[0] == '-') {
+      s = absl::InvalidArgumentError("unknown flag " + arg + " (see --help)");
+    } else {
+      cl.real.push_back(arg);
+    }
+    if (!s.ok()) return s;
+  }
+  if (cl.help) return absl::OkStatus();
+  if (cl.gen.top_k > cl.gen.n_expert) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--top-k %u exceeds --experts %u", cl.gen.top_k, cl.gen.n_expert));
+  }
+  if ((cl.calibrate || cl.stats) && cl.real.empty()) {
+    return absl::InvalidArgumentError("--calibrate and --stats need trace files");
+  }
+  if (!cl.calibrate && !cl.print_model && !cl.stats && cl.out.empty()) {
+    return absl::InvalidArgumentError("--out FILE is needed (or --calibrate / --print-model)");
+  }
+  return absl::OkStatus();
+}
+
+void PrintStatsRow(const char* label, const LayerStats& s) {
+  std::printf(" %-4s %7.3f %7.3f %7.3f %7.3f %7.3f", label, s.entropy, s.entropy_within,
+              s.top_eighth_share, s.top_eighth_within, s.reuse_prev);
+  for (size_t b = 0; b < kReuseBuckets; ++b) std::printf(" %6.3f", s.reuse_distance[b]);
+  std::printf(" %6.3f\n", s.cold);
+}
+
+void PrintStatsHeader() {
+  std::printf("%-6s %-4s %7s %7s %7s %7s %7s", "layer", "", "entropy", "ent/seq", "top1/8",
+              "top/seq", "reuse1");
+  for (size_t b = 0; b < kReuseBuckets; ++b) {
+    std::printf(" %6s", ("d=" + ReuseBucketName(b)).c_str());
+  }
+  std::printf(" %6s\n", "cold");
+}
+
+void PrintStats(const TraceStats& st) {
+  PrintStatsHeader();
+  for (uint32_t l = 0; l < st.n_layer; ++l) {
+    std::printf("%-6u", l);
+    PrintStatsRow("", st.layer[l]);
+  }
+  std::printf("%-6s", "mean");
+  PrintStatsRow("", st.mean);
+}
+
+void PrintCalibration(const TraceStats& real, const TraceStats& gen) {
+  PrintStatsHeader();
+  for (uint32_t l = 0; l < real.n_layer; ++l) {
+    std::printf("%-6u", l);
+    PrintStatsRow("real", real.layer[l]);
+    std::printf("%-6s", "");
+    PrintStatsRow("gen", gen.layer[l]);
+  }
+  std::printf("%-6s", "mean");
+  PrintStatsRow("real", real.mean);
+  std::printf("%-6s", "");
+  PrintStatsRow("gen", gen.mean);
+}
+
+int Fail(const absl::Status& s) {
+  std::fprintf(stderr, "moetier-tracegen: %s\n", std::string(s.message()).c_str());
+  return kExitFailure;
+}
+
+int Run(int argc, char** argv) {
+  CommandLine cl;
+  if (absl::Status s = ParseCommandLine(argc, argv, cl); !s.ok()) {
+    std::fprintf(stderr, "moetier-tracegen: %s\n", std::string(s.message()).c_str());
+    return kExitUsage;
+  }
+  if (cl.help) {
+    std::fwrite(kHelp.data(), 1, kHelp.size(), stdout);
+    return 0;
+  }
+  std::vector<RoutingTrace> real;
+  for (const std::string& path : cl.real) {
+    absl::StatusOr<RoutingTrace> t = ReadRoutingTrace(path);
+    if (!t.ok()) return Fail(t.status());
+    real.push_back(*std::move(t));
+  }
+  std::vector<const RoutingTrace*> real_ptrs;
+  for (const RoutingTrace& t : real) real_ptrs.push_back(&t);
+  if (cl.stats) {
+    absl::StatusOr<TraceStats> st = MeasureTraceStats(real_ptrs);
+    if (!st.ok()) return Fail(st.status());
+    std::printf("%zu trace(s), %zu tokens, %u layers x %u experts, top-%u\n", real.size(),
+                st->n_token, st->n_layer, st->n_expert, st->top_k);
+    PrintStats(*st);
+    return 0;
+  }
+
+  RoutingModel model = DefaultRoutingModel();
+  if (!real.empty()) {
+    absl::StatusOr<RoutingModel> fitted = FitRoutingModel(real_ptrs, cl.gen.seed);
+    if (!fitted.ok()) return Fail(fitted.status());
+    model = *std::move(fitted);
+  }
+  for (LayerRoutingModel& m : model.layer) {
+    if (cl.zipf >= 0) m.zipf_exponent = cl.zipf;
+    if (cl.zipf_shift >= 0) m.zipf_shift = cl.zipf_shift;
+    if (cl.noise >= 0) m.popularity_noise = cl.noise;
+    if (cl.reuse_prob >= 0) m.reuse_prob = cl.reuse_prob;
+    if (cl.reuse_tail >= 0) m.reuse_tail = cl.reuse_tail;
+  }
+  if (cl.print_model) std::fputs(model.ToString().c_str(), stdout);
+
+  if (cl.calibrate) {
+    // One generated sequence per real one, of the same length and shape,
+    // from one model instance (the real ones are prompts to one model).
+    GenerateOptions opt;
+    opt.n_layer = real[0].n_layer;
+    opt.n_expert = real[0].n_expert;
+    opt.top_k = real[0].top_k;
+    opt.seed = cl.gen.seed;
+    std::vector<size_t> lengths;
+    for (const RoutingTrace& t : real) lengths.push_back(t.n_token());
+    absl::StatusOr<std::vector<RoutingTrace>> seqs = GenerateSequences(model, opt, lengths);
+    if (!seqs.ok()) return Fail(seqs.status());
+    const std::vector<RoutingTrace> gen = *std::move(seqs);
+    std::vector<const RoutingTrace*> gen_ptrs;
+    for (const RoutingTrace& t : gen) gen_ptrs.push_back(&t);
+    absl::StatusOr<TraceStats> rs = MeasureTraceStats(real_ptrs);
+    if (!rs.ok()) return Fail(rs.status());
+    absl::StatusOr<TraceStats> gs = MeasureTraceStats(gen_ptrs);
+    if (!gs.ok()) return Fail(gs.status());
+    std::printf(
+        "calibration: %zu real trace(s), %zu tokens, %u layers x %u experts, top-%u; "
+        "generated: as many, seed %llu\n",
+        real.size(), rs->n_token, rs->n_layer, rs->n_expert, rs->top_k,
+        static_cast<unsigned long long>(cl.gen.seed));
+    PrintCalibration(*rs, *gs);
+  }
+
+  if (!cl.out.empty()) {
+    cl.gen.name = cl.out;
+    absl::StatusOr<RoutingTrace> t = GenerateTrace(model, cl.gen);
+    if (!t.ok()) return Fail(t.status());
+    if (absl::Status s = WriteRoutingTrace(cl.out, *t); !s.ok()) return Fail(s);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace moetier
+
+int main(int argc, char** argv) { return moetier::Run(argc, argv); }
