@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Sets up a Debian 12 machine if needed, builds moetier, makes a small
-# synthetic model when none is given, and generates text with it.
+# Sets up a Debian 12 machine if needed, builds moetier, and generates text
+# through the daemon and a worker (a small synthetic model when none is
+# given), then shows the status map.
 #   deploy/quickstart.sh [MODEL.gguf] [PROMPT]
 set -euo pipefail
 
@@ -19,18 +20,16 @@ cmake -S "$repo_root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release \
       ${cuda_arch:+-DCMAKE_CUDA_ARCHITECTURES="$cuda_arch"}
 cmake --build "$build_dir" -j "$(nproc)"
 
-if [[ -z "$model" ]]; then
-  model="$build_dir/models/synthetic-small-q4_k_m.gguf"
-  if [[ ! -f "$model" ]]; then
-    mkdir -p "$(dirname "$model")"
-    echo "quickstart: no model given; writing a small synthetic one to $model"
-    "$build_dir/tools/synth/moetier-synth" --preset small --quant q4_k_m --seed 1 --out "$model"
-  fi
+# A real generation through the daemon and a CPU worker, then the status map:
+# `moetier run` starts a private moetierd, waits until it serves, generates,
+# prints the map and stops it. Without a model it writes a small synthetic
+# one once (to ~/.cache/moetier) and reuses it.
+run_args=()
+if [[ -n "$model" ]]; then
+  echo
+  "$build_dir/tools/inspect/moetier-inspect" "$model"
+  run_args+=(--model "$model")
 fi
-
 echo
-"$build_dir/tools/inspect/moetier-inspect" "$model"
-echo
-echo "quickstart: generating 32 tokens (random weights make random text)"
-"$build_dir/worker/moetier-worker" --standalone --model "$model" --prompt "$prompt" -n 32
-echo
+echo "quickstart: generating 32 tokens through moetierd (random weights make random text)"
+"$build_dir/client/moetier" run "${run_args[@]}" -- --max-new-tokens 32 --prompt "$prompt"

@@ -1,0 +1,643 @@
+#include "cli/command_line.h"
+
+#include <functional>
+#include <limits>
+#include <string_view>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "cli/flag_set.h"
+
+namespace moetier::client {
+namespace {
+
+constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+constexpr int64_t kMaxTimeoutMs = int64_t{7} * 24 * 3600 * 1000;
+
+struct CommandInfo {
+  Command command;
+  const char* name;
+  const char* synopsis;  // after "moetier NAME"
+  const char* summary;   // one line for the overview
+  const char* details;   // paragraph under the usage line
+};
+
+constexpr CommandInfo kCommands[] = {
+    {Command::kGenerate, "generate", "[flags] [PROMPT...]",
+     "continue a prompt, streaming the text as it arrives",
+     "Continues PROMPT (the words given, --prompt, or stdin when neither is given\n"
+     "or PROMPT is '-') and prints the text as the daemon streams it. Ctrl-C\n"
+     "cancels the request; the daemon frees its sequence."},
+    {Command::kChat, "chat", "[flags] [MESSAGE...]",
+     "chat through the model's chat template, interactive or one-shot",
+     "With a MESSAGE (or --message) sends one user message and prints the reply.\n"
+     "Otherwise reads one user message per line from stdin (a terminal or a pipe),\n"
+     "keeps the conversation and streams each reply. Lines /reset (forget the\n"
+     "conversation) and /exit are commands. Ctrl-C stops the reply being written;\n"
+     "at the prompt it ends the chat."},
+    {Command::kScore, "score", "--tokens LIST --logits-out FILE",
+     "logits for token ids, written as raw float32",
+     "Runs the token ids at positions 0..n-1 and writes their logits to FILE as\n"
+     "raw little-endian float32, one row of n_vocab values per position, row-major,\n"
+     "nothing else in the file (the layout of moetier-worker --logits-out)."},
+    {Command::kTokenize, "tokenize", "[flags] [TEXT...]", "text -> token ids",
+     "Prints the token ids of TEXT (or of stdin), comma-separated, on one line."},
+    {Command::kDetokenize, "detokenize", "[flags] [IDS...]", "token ids -> text",
+     "Prints the text of the token ids (comma- or space-separated), then a newline."},
+    {Command::kStatus, "status", "[--watch [--interval-ms N]] [--json]",
+     "where each expert is and how hot, hit rates, bytes moved",
+     "Prints one row per layer and one cell per expert: the fastest tier holding\n"
+     "it (VRAM, RAM, disk) and how hot it is (colour on a terminal, letters\n"
+     "otherwise; the legend under the map explains them), then totals, hit rates,\n"
+     "bytes moved, the request queue and the workers."},
+    {Command::kBench, "bench", "[flags]",
+     "prefill and decode tokens/s, hit rates and bytes moved, as JSON",
+     "Sends a prefill-heavy request (a long prompt, one new token) and a\n"
+     "decode-heavy one (a short prompt, exactly --decode-tokens new tokens)\n"
+     "--runs times each, greedy, through the running daemon, and prints JSON:\n"
+     "median prefill and decode tokens/s, and the hit rates and bytes moved per\n"
+     "phase (from the daemon's status before and after). Other clients' traffic\n"
+     "counts too."},
+    {Command::kBudget, "budget", "--device DEV --expert-cache-mib MIB",
+     "resize a GPU worker's VRAM expert cache while it runs",
+     "Sets the VRAM expert cache of the worker on DEV (cuda:0, ...) to MIB MiB\n"
+     "without restarting anything; the daemon answers with the size it applied.\n"
+     "The RAM budget (ram_budget_bytes) needs a restart of moetierd instead."},
+    {Command::kRun, "run", "[--model FILE] [flags] [-- GENERATE-FLAGS]",
+     "start a private daemon, generate once, show the map, stop",
+     "Starts a private moetierd (with --devices=cpu) on sockets in a new temporary\n"
+     "directory, waits until it serves, runs one generation (the flags after '--'\n"
+     "are those of `moetier generate`; default prompt \"The quick brown fox\", 32\n"
+     "tokens), prints the status map, stops the daemon and removes the directory.\n"
+     "Without --model, a small synthetic model is written once with moetier-synth\n"
+     "to $XDG_CACHE_HOME/moetier (or ~/.cache/moetier) and reused."},
+};
+
+const CommandInfo* FindCommand(std::string_view name) {
+  for (const CommandInfo& info : kCommands) {
+    if (name == info.name) return &info;
+  }
+  return nullptr;
+}
+
+const CommandInfo* InfoOf(Command command) {
+  for (const CommandInfo& info : kCommands) {
+    if (info.command == command) return &info;
+  }
+  return nullptr;
+}
+
+std::string CommandNames() {
+  std::vector<std::string> names;
+  for (const CommandInfo& info : kCommands) names.push_back(info.name);
+  names.push_back("help");
+  return absl::StrJoin(names, ", ");
+}
+
+// Setters for common value types.
+FlagSet::Setter SetInt(int64_t* out, int64_t min, int64_t max) {
+  return [out, min, max](std::string_view f, std::string_view v) {
+    return ParseIntFlag(f, v, min, max, out);
+  };
+}
+
+FlagSet::Setter SetString(std::string* out, bool allow_empty = false) {
+  return [out, allow_empty](std::string_view f, std::string_view v) {
+    if (v.empty() && !allow_empty) return FlagError(f, "the value is empty");
+    *out = std::string(v);
+    return absl::OkStatus();
+  };
+}
+
+void AddGlobalFlags(FlagSet& fs, CommandLine& cl) {
+  GlobalOptions& g = cl.global;
+  fs.Add({"--socket"}, "PATH",
+         absl::StrFormat("the daemon's unix socket (default: $MOETIER_SOCKET, else\n%s)",
+                         kDefaultSocketPath),
+         SetString(&g.socket_path));
+  fs.Add({"--address"}, "HOST:PORT",
+         "reach the daemon over TCP instead (moetierd --listen_address)",
+         [&g](std::string_view f, std::string_view v) {
+           const size_t colon = v.rfind(':');
+           if (colon == std::string_view::npos || colon == 0 || colon + 1 == v.size()) {
+             return FlagError(f, absl::StrFormat("'%s' is not HOST:PORT", v));
+           }
+           int64_t port = 0;
+           if (absl::Status s = ParseIntFlag(f, v.substr(colon + 1), 1, 65535, &port); !s.ok()) {
+             return FlagError(f, absl::StrFormat("'%s' has no port number 1..65535", v));
+           }
+           g.address = std::string(v);
+           return absl::OkStatus();
+         });
+  fs.Add({"--timeout-ms"}, "MS", "deadline of each call to the daemon (default 0: none)",
+         SetInt(&g.timeout_ms, 0, kMaxTimeoutMs));
+  fs.Add({"--color"}, "WHEN",
+         "auto (default: on a terminal, unless $NO_COLOR is set), always or\nnever",
+         [&g](std::string_view f, std::string_view v) {
+           if (v == "auto") {
+             g.color = ColorMode::kAuto;
+           } else if (v == "always") {
+             g.color = ColorMode::kAlways;
+           } else if (v == "never") {
+             g.color = ColorMode::kNever;
+           } else {
+             return FlagError(f, absl::StrFormat("'%s' is not auto, always or never", v));
+           }
+           return absl::OkStatus();
+         });
+  fs.AddSwitch({"--no-color"}, "same as --color=never", [&g] { g.color = ColorMode::kNever; });
+  fs.Add({"--width"}, "N",
+         "columns of the status map before a layer wraps (default: the\nterminal's; 0: never "
+         "wrap)",
+         [&g](std::string_view f, std::string_view v) {
+           int64_t w = 0;
+           if (absl::Status s = ParseIntFlag(f, v, 0, 100000, &w); !s.ok()) return s;
+           g.width = static_cast<int>(w);
+           return absl::OkStatus();
+         });
+  fs.AddSwitch({"-h", "--help"}, "this text", [&cl] { cl.help = true; });
+}
+
+void AddSamplingFlags(FlagSet& fs, v1::SamplingParams* s,
+                      std::function<void(int32_t)> set_max_new_tokens) {
+  fs.Add({"-n", "--max-new-tokens"}, "N",
+         "tokens to generate at most (default 0: the daemon's default,\nmoetierd "
+         "--default_max_new_tokens)",
+         [set_max_new_tokens](std::string_view f, std::string_view v) {
+           int64_t n = 0;
+           if (absl::Status st = ParseIntFlag(f, v, 0, kInt32Max, &n); !st.ok()) return st;
+           set_max_new_tokens(static_cast<int32_t>(n));
+           return absl::OkStatus();
+         });
+  fs.Add({"--temp"}, "T", "temperature (default 0.8; 0: greedy)",
+         [s](std::string_view f, std::string_view v) {
+           float t = 0;
+           if (absl::Status st = ParseFloatFlag(f, v, &t); !st.ok()) return st;
+           if (t < 0) return FlagError(f, "must not be negative");
+           s->set_temperature(t);
+           return absl::OkStatus();
+         });
+  fs.Add({"--top-k"}, "K", "keep the K most likely tokens (default 40; 0: off)",
+         [s](std::string_view f, std::string_view v) {
+           int64_t k = 0;
+           if (absl::Status st = ParseIntFlag(f, v, 0, kInt32Max, &k); !st.ok()) return st;
+           s->set_top_k(static_cast<int32_t>(k));
+           return absl::OkStatus();
+         });
+  fs.Add({"--top-p"}, "P",
+         "keep the smallest set of tokens with probability >= P\n(default 0.95; 1: off)",
+         [s](std::string_view f, std::string_view v) {
+           float p = 0;
+           if (absl::Status st = ParseFloatFlag(f, v, &p); !st.ok()) return st;
+           if (p < 0 || p > 1) return FlagError(f, "must be within 0..1");
+           s->set_top_p(p);
+           return absl::OkStatus();
+         });
+  fs.Add({"--min-p"}, "M",
+         "drop tokens less likely than M x the most likely one\n(default 0.05; 0: off)",
+         [s](std::string_view f, std::string_view v) {
+           float m = 0;
+           if (absl::Status st = ParseFloatFlag(f, v, &m); !st.ok()) return st;
+           if (m < 0 || m > 1) return FlagError(f, "must be within 0..1");
+           s->set_min_p(m);
+           return absl::OkStatus();
+         });
+  fs.Add({"--repeat-penalty"}, "R",
+         "penalise tokens seen in the last --repeat-last-n tokens\n(default 1: off)",
+         [s](std::string_view f, std::string_view v) {
+           float r = 0;
+           if (absl::Status st = ParseFloatFlag(f, v, &r); !st.ok()) return st;
+           if (r <= 0) return FlagError(f, "must be positive");
+           s->set_repetition_penalty(r);
+           return absl::OkStatus();
+         });
+  fs.Add({"--repeat-last-n"}, "N", "tokens the repeat penalty looks back over (default 64)",
+         [s](std::string_view f, std::string_view v) {
+           int64_t n = 0;
+           if (absl::Status st = ParseIntFlag(f, v, 0, 1 << 20, &n); !st.ok()) return st;
+           s->set_repeat_last_n(static_cast<int32_t>(n));
+           return absl::OkStatus();
+         });
+  fs.Add({"--seed"}, "S",
+         "random seed; the same seed gives the same text (default:\ndrawn by the daemon, shown "
+         "by --stats)",
+         [s](std::string_view f, std::string_view v) {
+           uint64_t seed = 0;
+           if (!absl::SimpleAtoi(absl::string_view(v.data(), v.size()), &seed)) {
+             return FlagError(f, absl::StrFormat("'%s' is not a non-negative integer", v));
+           }
+           s->set_seed(seed);
+           return absl::OkStatus();
+         });
+}
+
+void SetSamplingDefaults(v1::SamplingParams* s) {
+  s->set_temperature(0.8f);
+  s->set_top_k(40);
+  s->set_top_p(0.95f);
+  s->set_min_p(0.05f);
+  s->set_repetition_penalty(1.0f);
+  s->set_repeat_last_n(64);
+}
+
+void AddStatsFlag(FlagSet& fs, bool* stats) {
+  fs.AddSwitch({"--stats"},
+               "print token counts, prefill and decode tokens/s, the seed and\nthe worker on "
+               "stderr at the end",
+               [stats] { *stats = true; });
+}
+
+void AddGenerateFlags(FlagSet& fs, GenerateOptions& o) {
+  fs.Add({"--prompt"}, "TEXT", "the prompt ('-': read stdin)",
+         [&o](std::string_view, std::string_view v) {
+           o.request.set_prompt(std::string(v));
+           o.prompt_given = v != "-";
+           return absl::OkStatus();
+         });
+  fs.Add({"--prompt-tokens"}, "LIST", "the prompt as token ids (comma-separated) instead of text",
+         [&o](std::string_view f, std::string_view v) {
+           std::vector<int32_t> ids;
+           if (absl::Status s = ParseTokenIds(f, v, &ids); !s.ok()) return s;
+           o.request.mutable_prompt_token_ids()->Assign(ids.begin(), ids.end());
+           o.prompt_given = true;
+           return absl::OkStatus();
+         });
+  fs.AddSwitch({"--special"}, "parse special tokens such as <|im_start|> in the prompt",
+               [&o] { o.request.set_parse_special_tokens(true); });
+  fs.AddSwitch({"--ignore-eos"},
+               "keep generating past end-of-generation tokens until -n tokens (fixed-length "
+               "runs)",
+               [&o] { o.request.set_ignore_end_of_generation(true); });
+  AddSamplingFlags(fs, o.request.mutable_sampling(),
+                   [&o](int32_t n) { o.request.set_max_new_tokens(n); });
+  AddStatsFlag(fs, &o.stats);
+}
+
+void AddChatFlags(FlagSet& fs, ChatOptions& o) {
+  fs.Add({"--message"}, "TEXT", "send this one user message, print the reply and exit",
+         [&o](std::string_view, std::string_view v) {
+           o.message = std::string(v);
+           return absl::OkStatus();
+         });
+  fs.Add({"--system"}, "TEXT", "a system message ahead of the conversation", SetString(&o.system));
+  fs.AddSwitch({"--think"},
+               "let the model think first (Qwen3's enable_thinking; default:\nan empty think "
+               "block)",
+               [&o] { o.request.set_enable_thinking(true); });
+  AddSamplingFlags(fs, o.request.mutable_sampling(),
+                   [&o](int32_t n) { o.request.set_max_new_tokens(n); });
+  AddStatsFlag(fs, &o.stats);
+}
+
+void AddScoreFlags(FlagSet& fs, ScoreOptions& o) {
+  fs.Add(
+      {"--tokens"}, "LIST", "the token ids, comma-separated (also as arguments)",
+      [&o](std::string_view f, std::string_view v) { return ParseTokenIds(f, v, &o.token_ids); });
+  fs.Add({"--logits-out"}, "FILE", "where the logits go (required)", SetString(&o.logits_out));
+}
+
+void AddTokenizeFlags(FlagSet& fs, TokenizeOptions& o) {
+  fs.Add({"--text"}, "TEXT", "the text (also as arguments; default: stdin)",
+         [&o](std::string_view, std::string_view v) {
+           o.text = std::string(v);
+           o.text_given = true;
+           return absl::OkStatus();
+         });
+  fs.AddSwitch({"--special"}, "parse special tokens such as <|im_start|>",
+               [&o] { o.special = true; });
+}
+
+void AddDetokenizeFlags(FlagSet& fs, DetokenizeOptions& o) {
+  fs.Add(
+      {"--tokens"}, "LIST", "the token ids (also as arguments)",
+      [&o](std::string_view f, std::string_view v) { return ParseTokenIds(f, v, &o.token_ids); });
+  fs.AddSwitch({"--special"}, "render special tokens such as <|im_end|> (default: drop them)",
+               [&o] { o.special = true; });
+}
+
+void AddStatusFlags(FlagSet& fs, StatusOptions& o) {
+  fs.AddSwitch({"--watch"}, "refresh until Ctrl-C", [&o] { o.watch = true; });
+  fs.Add({"--interval-ms"}, "MS", "time between refreshes with --watch (default 1000)",
+         [&o](std::string_view f, std::string_view v) {
+           int64_t ms = 0;
+           if (absl::Status s = ParseIntFlag(f, v, 50, 3'600'000, &ms); !s.ok()) return s;
+           o.interval_ms = static_cast<uint32_t>(ms);
+           return absl::OkStatus();
+         });
+  fs.Add({"--count"}, "N", "with --watch: stop after N refreshes (default 0: never)",
+         SetInt(&o.count, 0, kInt32Max));
+  fs.AddSwitch({"--json"}, "the Status message as JSON (with --watch: one object per line)",
+               [&o] { o.json = true; });
+}
+
+void AddBenchFlags(FlagSet& fs, BenchOptions& o) {
+  fs.Add({"--runs"}, "N", "measured requests of each kind (default 3)", SetInt(&o.runs, 1, 1000));
+  fs.Add({"--warmup"}, "N", "unmeasured decode requests first (default 1)",
+         SetInt(&o.warmup, 0, 100));
+  fs.Add({"--prefill-tokens"}, "N", "prompt tokens of the prefill-heavy request (default 512)",
+         SetInt(&o.prefill_tokens, 1, 1 << 20));
+  fs.Add({"--decode-tokens"}, "N", "new tokens of the decode-heavy request (default 128)",
+         SetInt(&o.decode_tokens, 1, 1 << 20));
+  fs.Add({"--decode-prompt-tokens"}, "N", "prompt tokens of the decode-heavy request (default 16)",
+         SetInt(&o.decode_prompt_tokens, 1, 1 << 20));
+}
+
+void AddBudgetFlags(FlagSet& fs, BudgetOptions& o) {
+  fs.Add({"--device"}, "DEV", "the worker's device, as in moetierd's devices (cuda:0, ...)",
+         SetString(&o.device));
+  fs.Add({"--expert-cache-mib"}, "MIB", "the new size of its VRAM expert cache, in MiB",
+         SetInt(&o.expert_cache_mib, 0, int64_t{1} << 24));
+}
+
+void AddRunFlags(FlagSet& fs, RunOptions& o) {
+  fs.Add({"--model"}, "FILE",
+         "the GGUF model (default: a small synthetic model made once\nwith moetier-synth)",
+         SetString(&o.model_path));
+  fs.Add({"--moetierd"}, "PATH",
+         "the daemon program (default: next to moetier, the build tree's\ndaemon/, or PATH)",
+         SetString(&o.moetierd_path));
+  fs.Add({"--worker"}, "PATH",
+         "the worker program (default: next to moetierd, the build\ntree's worker/, or PATH)",
+         SetString(&o.worker_path));
+  fs.Add({"--synth"}, "PATH",
+         "moetier-synth (default: next to moetier, the build tree's\ntools/synth/, or PATH)",
+         SetString(&o.synth_path));
+  fs.Add({"--daemon-arg"}, "ARG",
+         "one more argument for moetierd, e.g. --daemon-arg=--ram_budget_bytes=1GiB;\nrepeat for "
+         "more",
+         [&o](std::string_view f, std::string_view v) {
+           if (v.empty()) return FlagError(f, "the value is empty");
+           o.daemon_args.emplace_back(v);
+           return absl::OkStatus();
+         });
+  fs.Add({"--start-timeout-s"}, "S", "how long to wait for the daemon to serve (default 600)",
+         SetInt(&o.start_timeout_s, 1, 24 * 3600));
+}
+
+// Fills the flag set of one command (its own flags, then the global ones).
+void AddCommandFlags(Command command, FlagSet& fs, CommandLine& cl) {
+  switch (command) {
+    case Command::kGenerate:
+      AddGenerateFlags(fs, cl.generate);
+      break;
+    case Command::kChat:
+      AddChatFlags(fs, cl.chat);
+      break;
+    case Command::kScore:
+      AddScoreFlags(fs, cl.score);
+      break;
+    case Command::kTokenize:
+      AddTokenizeFlags(fs, cl.tokenize);
+      break;
+    case Command::kDetokenize:
+      AddDetokenizeFlags(fs, cl.detokenize);
+      break;
+    case Command::kStatus:
+      AddStatusFlags(fs, cl.status);
+      break;
+    case Command::kBench:
+      AddBenchFlags(fs, cl.bench);
+      break;
+    case Command::kBudget:
+      AddBudgetFlags(fs, cl.budget);
+      break;
+    case Command::kRun:
+      AddRunFlags(fs, cl.run);
+      break;
+    case Command::kNone:
+    case Command::kHelp:
+      break;
+  }
+}
+
+std::string JoinWords(const std::vector<std::string>& words) { return absl::StrJoin(words, " "); }
+
+absl::Status TooManyArguments(const char* command, const std::vector<std::string>& positionals) {
+  return absl::InvalidArgumentError(
+      absl::StrFormat("%s takes no arguments, got '%s' (see moetier %s --help)", command,
+                      positionals.front(), command));
+}
+
+// Positional arguments and cross-flag checks of each command.
+absl::Status Finish(CommandLine& cl, const FlagSet::Parsed& parsed) {
+  std::vector<std::string> words = parsed.positionals;
+  if (cl.command != Command::kRun) {
+    words.insert(words.end(), parsed.after_dashes.begin(), parsed.after_dashes.end());
+  } else if (!parsed.after_dashes.empty()) {
+    FlagSet fs;
+    AddGenerateFlags(fs, cl.run.generate);
+    FlagSet::Parsed gen;
+    if (absl::Status s = fs.Parse(parsed.after_dashes, &gen); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("after '--' (generate flags): ", s.message()));
+    }
+    if (!gen.positionals.empty() || !gen.after_dashes.empty()) {
+      std::vector<std::string> prompt = gen.positionals;
+      prompt.insert(prompt.end(), gen.after_dashes.begin(), gen.after_dashes.end());
+      cl.run.generate.request.set_prompt(JoinWords(prompt));
+      cl.run.generate.prompt_given = true;
+    }
+  }
+  switch (cl.command) {
+    case Command::kGenerate: {
+      GenerateOptions& o = cl.generate;
+      if (!words.empty()) {
+        if (o.prompt_given || !o.request.prompt().empty()) {
+          return absl::InvalidArgumentError("give the prompt once: as words or with --prompt");
+        }
+        const bool from_stdin = words.size() == 1 && words[0] == "-";
+        if (!from_stdin) o.request.set_prompt(JoinWords(words));
+        o.prompt_given = !from_stdin;
+      }
+      if (!o.request.prompt().empty() && o.request.prompt_token_ids_size() > 0) {
+        return absl::InvalidArgumentError("give a text prompt or --prompt-tokens, not both");
+      }
+      if (o.request.prompt() == "-") o.request.clear_prompt();
+      return absl::OkStatus();
+    }
+    case Command::kChat:
+      if (!words.empty()) {
+        if (cl.chat.message.has_value()) {
+          return absl::InvalidArgumentError("give the message once: as words or with --message");
+        }
+        cl.chat.message = JoinWords(words);
+      }
+      return absl::OkStatus();
+    case Command::kScore:
+      if (!words.empty()) {
+        if (!cl.score.token_ids.empty()) {
+          return absl::InvalidArgumentError("give the token ids once: as arguments or --tokens");
+        }
+        if (absl::Status s = ParseTokenIds("(arguments)", JoinWords(words), &cl.score.token_ids);
+            !s.ok()) {
+          return s;
+        }
+      }
+      if (cl.score.token_ids.empty()) {
+        return absl::InvalidArgumentError("score needs --tokens LIST");
+      }
+      if (cl.score.logits_out.empty()) {
+        return absl::InvalidArgumentError("score needs --logits-out FILE");
+      }
+      return absl::OkStatus();
+    case Command::kTokenize:
+      if (!words.empty()) {
+        if (cl.tokenize.text_given) {
+          return absl::InvalidArgumentError("give the text once: as words or with --text");
+        }
+        const bool from_stdin = words.size() == 1 && words[0] == "-";
+        if (!from_stdin) cl.tokenize.text = JoinWords(words);
+        cl.tokenize.text_given = !from_stdin;
+      }
+      return absl::OkStatus();
+    case Command::kDetokenize:
+      if (!words.empty()) {
+        if (!cl.detokenize.token_ids.empty()) {
+          return absl::InvalidArgumentError("give the token ids once: as arguments or --tokens");
+        }
+        if (absl::Status s =
+                ParseTokenIds("(arguments)", JoinWords(words), &cl.detokenize.token_ids);
+            !s.ok()) {
+          return s;
+        }
+      }
+      if (cl.detokenize.token_ids.empty()) {
+        return absl::InvalidArgumentError("detokenize needs token ids (--tokens LIST)");
+      }
+      return absl::OkStatus();
+    case Command::kStatus:
+      if (!words.empty()) return TooManyArguments("status", words);
+      if (cl.status.count > 0 && !cl.status.watch) {
+        return absl::InvalidArgumentError("--count goes only with --watch");
+      }
+      return absl::OkStatus();
+    case Command::kBench:
+      if (!words.empty()) return TooManyArguments("bench", words);
+      return absl::OkStatus();
+    case Command::kBudget:
+      if (!words.empty()) return TooManyArguments("budget", words);
+      if (cl.budget.device.empty()) return absl::InvalidArgumentError("budget needs --device DEV");
+      if (cl.budget.expert_cache_mib < 0) {
+        return absl::InvalidArgumentError("budget needs --expert-cache-mib MIB");
+      }
+      return absl::OkStatus();
+    case Command::kRun:
+      if (!words.empty()) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "run takes no arguments, got '%s'; put generate flags and the prompt after '--'",
+            words.front()));
+      }
+      return absl::OkStatus();
+    case Command::kNone:
+    case Command::kHelp:
+      break;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+const char* CommandName(Command command) {
+  if (command == Command::kHelp) return "help";
+  const CommandInfo* info = InfoOf(command);
+  return info == nullptr ? "" : info->name;
+}
+
+absl::StatusOr<CommandLine> ParseCommandLine(const std::vector<std::string>& args) {
+  CommandLine cl;
+  SetSamplingDefaults(cl.generate.request.mutable_sampling());
+  SetSamplingDefaults(cl.chat.request.mutable_sampling());
+  SetSamplingDefaults(cl.run.generate.request.mutable_sampling());
+
+  // Global flags, up to the command's name.
+  FlagSet global;
+  AddGlobalFlags(global, cl);
+  global.AddSwitch({"--version"}, "print the version and exit", [&cl] { cl.version = true; });
+  FlagSet::Parsed head;
+  const std::vector<std::string> rest(args.size() > 1 ? args.begin() + 1 : args.end(), args.end());
+  if (absl::Status s = global.Parse(rest, &head, /*stop_at_positional=*/true); !s.ok()) return s;
+  if (!head.after_dashes.empty()) {
+    return absl::InvalidArgumentError("'--' before the command (see moetier --help)");
+  }
+  if (head.positionals.empty()) {
+    if (!cl.help && !cl.version) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("no command given; one of %s (see moetier --help)", CommandNames()));
+    }
+    return cl;
+  }
+
+  const std::string& name = head.positionals.front();
+  const std::vector<std::string> command_args(head.positionals.begin() + 1, head.positionals.end());
+  if (name == "help") {
+    cl.command = Command::kHelp;
+    cl.help = true;
+    if (command_args.size() > 1) {
+      return absl::InvalidArgumentError("help takes at most one command name");
+    }
+    if (!command_args.empty()) {
+      const CommandInfo* topic = FindCommand(command_args.front());
+      if (topic == nullptr) {
+        return absl::InvalidArgumentError(absl::StrFormat("unknown command '%s'; one of %s",
+                                                          command_args.front(), CommandNames()));
+      }
+      cl.help_topic = topic->command;
+    }
+    return cl;
+  }
+  const CommandInfo* info = FindCommand(name);
+  if (info == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("unknown command '%s'; one of %s", name, CommandNames()));
+  }
+  cl.command = info->command;
+
+  FlagSet fs;
+  AddCommandFlags(cl.command, fs, cl);
+  AddGlobalFlags(fs, cl);
+  FlagSet::Parsed parsed;
+  if (absl::Status s = fs.Parse(command_args, &parsed); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(info->name, ": ", s.message()));
+  }
+  if (cl.help) return cl;
+  if (absl::Status s = Finish(cl, parsed); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(info->name, ": ", s.message()));
+  }
+  if (!cl.global.socket_path.empty() && !cl.global.address.empty()) {
+    return absl::InvalidArgumentError("give --socket or --address, not both");
+  }
+  return cl;
+}
+
+std::string Usage(Command command) {
+  CommandLine scratch;
+  FlagSet global;
+  AddGlobalFlags(global, scratch);
+  const CommandInfo* info = InfoOf(command);
+  if (info == nullptr) {
+    std::string out =
+        "moetier: the command-line client of moetierd, the moetier daemon.\n"
+        "\n"
+        "usage: moetier [global flags] COMMAND [flags] [arguments]\n"
+        "\n"
+        "commands:\n";
+    for (const CommandInfo& c : kCommands) {
+      absl::StrAppendFormat(&out, "  %-12s%s\n", c.name, c.summary);
+    }
+    absl::StrAppendFormat(&out, "  %-12s%s\n", "help CMD", "the flags of one command");
+    absl::StrAppend(&out, "\nglobal flags (before or after the command):\n", global.Help(),
+                    "  --version               print the version and exit\n",
+                    "\n"
+                    "The daemon listens on a unix socket (mode 0660, group moetier); run\n"
+                    "`systemctl start moetierd`, or `moetier run` for a private one.\n"
+                    "Exit status: 0 success, 1 error, 2 usage error, 130 interrupted.\n");
+    return out;
+  }
+  FlagSet fs;
+  AddCommandFlags(command, fs, scratch);
+  return absl::StrCat("usage: moetier ", info->name, " ", info->synopsis, "\n\n", info->details,
+                      "\n\nflags:\n", fs.Help(), "\nglobal flags:\n", global.Help());
+}
+
+}  // namespace moetier::client

@@ -1,0 +1,162 @@
+#include "render/status_map.h"
+
+#include <string>
+
+#include "absl/strings/str_split.h"
+#include "fake_moetier_service.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace moetier::client {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+using testing::SampleStatus;
+
+size_t Count(const std::string& text, const std::string& needle) {
+  size_t n = 0;
+  for (size_t at = text.find(needle); at != std::string::npos; at = text.find(needle, at + 1)) {
+    ++n;
+  }
+  return n;
+}
+
+std::vector<std::string> Lines(const std::string& text) { return absl::StrSplit(text, '\n'); }
+
+TEST(HeatLevelTest, FiveLevelsFromUnusedToHot) {
+  EXPECT_EQ(HeatLevel(0.0f), 0);
+  EXPECT_EQ(HeatLevel(-1.0f), 0);
+  EXPECT_EQ(HeatLevel(0.01f), 1);
+  EXPECT_EQ(HeatLevel(0.2499f), 1);
+  EXPECT_EQ(HeatLevel(0.25f), 2);
+  EXPECT_EQ(HeatLevel(0.5f), 3);
+  EXPECT_EQ(HeatLevel(0.75f), 4);
+  EXPECT_EQ(HeatLevel(1.0f), 4);
+}
+
+TEST(RenderCellTest, PlainCellsAreLettersUpperCaseWhenHot) {
+  const MapStyle plain;
+  EXPECT_EQ(RenderCell(v1::EXPERT_TIER_VRAM, 0.9f, plain), "V");
+  EXPECT_EQ(RenderCell(v1::EXPERT_TIER_VRAM, 0.2f, plain), "v");
+  EXPECT_EQ(RenderCell(v1::EXPERT_TIER_RAM, 0.5f, plain), "R");
+  EXPECT_EQ(RenderCell(v1::EXPERT_TIER_RAM, 0.0f, plain), "r");
+  EXPECT_EQ(RenderCell(v1::EXPERT_TIER_DISK, 0.6f, plain), "!");
+  EXPECT_EQ(RenderCell(v1::EXPERT_TIER_DISK, 0.4f, plain), ".");
+  EXPECT_EQ(RenderCell(v1::EXPERT_TIER_UNSPECIFIED, 1.0f, plain), "?");
+}
+
+TEST(RenderCellTest, ColourCellsShowTierByGlyphAndHeatByColour) {
+  MapStyle ascii;
+  ascii.color = true;
+  EXPECT_EQ(RenderCell(v1::EXPERT_TIER_VRAM, 1.0f, ascii), "\x1b[1;31m#\x1b[0m");
+  EXPECT_EQ(RenderCell(v1::EXPERT_TIER_RAM, 0.0f, ascii), "\x1b[90m+\x1b[0m");
+  EXPECT_EQ(RenderCell(v1::EXPERT_TIER_DISK, 0.3f, ascii), "\x1b[36m.\x1b[0m");
+  MapStyle blocks = ascii;
+  blocks.unicode = true;
+  EXPECT_EQ(RenderCell(v1::EXPERT_TIER_VRAM, 0.6f, blocks), "\x1b[33m\u2588\x1b[0m");
+  EXPECT_EQ(RenderCell(v1::EXPERT_TIER_RAM, 0.1f, blocks), "\x1b[34m\u2592\x1b[0m");
+  EXPECT_EQ(RenderCell(v1::EXPERT_TIER_DISK, 1.0f, blocks), "\x1b[1;31m\u2591\x1b[0m");
+}
+
+TEST(RenderStatusMapTest, PlainMapOfAKnownStatus) {
+  const std::string expected =
+      "model     qwen3moe, 2 layers x 20 experts (top 2), vocab 8\n"
+      "          /models/tiny.gguf\n"
+      "store     cache: 4.0 GiB of experts; RAM holds 1.0 GiB of a 3.0 GiB budget\n"
+      "uptime    1h 02m 05s\n"
+      "\n"
+      "experts   0                16\n"
+      "layer 0   VVVvrrRRRrrr!!!. ..!!  vram 4 ram 8 disk 8\n"
+      "layer 1   rrrrrRrrrrrrrrrr rrrr  vram 0 ram 20 disk 0\n"
+      "legend    V v in VRAM   R r in RAM   ! . on disk only   ? unknown\n"
+      "          upper case and ! = hot: recent use >= 50% of the hottest expert's\n"
+      "\n"
+      "experts   VRAM 4 (10.0%)   RAM 28 (70.0%)   disk 8 (20.0%)   of 40\n"
+      "hits      VRAM - (no lookups yet)   RAM 90.0% (900 hits, 100 misses)\n"
+      "moved     disk -> RAM 5.0 MiB at 1.0 MiB/s   RAM -> VRAM 0 B   evictions 7\n"
+      "queue     active 1/16   queued 0/64   completed 12   rejected 0   cancelled 2\n"
+      "workers   #0 cpu ready, pid 4242, 12.5 tok/s, served 5, restarts 0, heartbeat 120 ms "
+      "ago\n";
+  EXPECT_EQ(RenderStatusMap(SampleStatus(), MapStyle()), expected);
+}
+
+TEST(RenderStatusMapTest, PlainMapHasNoEscapeSequences) {
+  EXPECT_THAT(RenderStatusMap(SampleStatus(), MapStyle()), Not(HasSubstr("\x1b")));
+}
+
+TEST(RenderStatusMapTest, ColourMapSwitchesColourOnlyWhereHeatChanges) {
+  MapStyle style;
+  style.color = true;
+  style.unicode = true;
+  const std::string map = RenderStatusMap(SampleStatus(), style);
+  const std::vector<std::string> lines = Lines(map);
+  const auto row = std::find_if(lines.begin(), lines.end(),
+                                [](const std::string& l) { return l.rfind("layer 1", 0) == 0; });
+  ASSERT_NE(row, lines.end());
+  // Layer 1: cold, one hot expert (5), cold again, then the reset.
+  EXPECT_EQ(Count(*row, "\x1b["), 4u) << *row;
+  EXPECT_EQ(Count(*row, "\u2592"), 20u);
+  EXPECT_THAT(*row, HasSubstr("\x1b[90m\u2592\u2592\u2592\u2592\u2592\x1b[1;31m\u2592\x1b[90m"));
+  EXPECT_THAT(*row, HasSubstr("\x1b[0m  vram 0 ram 20 disk 0"));
+  // The legend explains glyphs and colours with coloured samples.
+  EXPECT_THAT(map, HasSubstr("in VRAM"));
+  EXPECT_THAT(map, HasSubstr("colour = heat"));
+  EXPECT_THAT(map, HasSubstr("\x1b[36m\u2588\x1b[0m <50%"));
+  EXPECT_THAT(map, Not(HasSubstr("upper case")));
+}
+
+TEST(RenderStatusMapTest, WideLayersWrapInWholeGroups) {
+  MapStyle style;
+  style.width = 30;
+  const std::vector<std::string> lines = Lines(RenderStatusMap(SampleStatus(), style));
+  const auto first = std::find(lines.begin(), lines.end(), "layer 0   VVVvrrRRRrrr!!!.");
+  ASSERT_NE(first, lines.end());
+  ASSERT_NE(first + 1, lines.end());
+  EXPECT_EQ(*(first + 1), "     +16  ..!!              vram 4 ram 8 disk 8");
+  EXPECT_NE(std::find(lines.begin(), lines.end(), "experts   0"), lines.end());
+}
+
+TEST(RenderStatusMapTest, ManyLayersWidenTheLabel) {
+  v1::Status status = SampleStatus();
+  while (status.layers_size() < 120) *status.add_layers() = status.layers(1);
+  status.set_n_layer(120);
+  const std::string map = RenderStatusMap(status, MapStyle());
+  EXPECT_THAT(map, HasSubstr("\nlayer   0 VVVv"));
+  EXPECT_THAT(map, HasSubstr("\nlayer 119 rrrr"));
+  EXPECT_THAT(map, HasSubstr("of 2400\n"));
+}
+
+TEST(RenderStatusMapTest, NoLayersYetSaysSo) {
+  v1::Status status = SampleStatus();
+  status.clear_layers();
+  status.set_preload_fraction(0.25);
+  const std::string map = RenderStatusMap(status, MapStyle());
+  EXPECT_THAT(map, HasSubstr("no residency map yet"));
+  EXPECT_THAT(map, HasSubstr("preload 25.0%"));
+  EXPECT_THAT(map, Not(HasSubstr("legend")));
+}
+
+TEST(RenderStatusMapTest, GpuWorkersShowTheirCacheAndRestarts) {
+  v1::Status status = SampleStatus();
+  v1::WorkerStatus* w = status.add_workers();
+  w->set_index(1);
+  w->set_device("cuda:0");
+  w->set_state("loading");
+  w->set_restarts(2);
+  w->set_last_exit("killed by signal 9");
+  w->set_expert_cache_bytes(uint64_t{6} << 30);
+  w->set_bytes_copied(uint64_t{3} << 30);
+  w->set_heartbeat_age_ms(-1);
+  status.mutable_vram()->set_hits(3);
+  status.mutable_vram()->set_misses(1);
+  const std::string map = RenderStatusMap(status, MapStyle());
+  EXPECT_THAT(map, HasSubstr("          #1 cuda:0 loading, no process, served 0, VRAM cache 6.0 "
+                             "GiB, 3.0 GiB copied in, restarts 2; last exit: killed by signal "
+                             "9\n"));
+  EXPECT_THAT(map, HasSubstr("hits      VRAM 75.0% (3 hits, 1 misses)"));
+  EXPECT_THAT(map, HasSubstr("RAM -> VRAM 3.0 GiB"));
+}
+
+}  // namespace
+}  // namespace moetier::client
