@@ -1,0 +1,521 @@
+// CUDA kernels against the host: the tensor codecs (bit-exact dequantization),
+// dequantize-then-dot in double for the matrix products, and the CPU ops
+// (backend/cpu/cpu_ops.h) for the row operations and attention. Tolerances
+// are per op, as in tests/cpu. Every case that touches the device skips where
+// no GPU is usable; argument checks run everywhere.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/cpu/cpu_ops.h"
+#include "backend/cuda/cuda_device.h"
+#include "backend/cuda/cuda_kernels.h"
+#include "gtest/gtest.h"
+#include "tensor/half.h"
+#include "tensor/quant_codec.h"
+#include "tensor/tensor_type.h"
+
+namespace moetier::cuda {
+namespace {
+
+constexpr TensorType kWeightTypes[] = {TensorType::kF32,  TensorType::kF16,  TensorType::kBF16,
+                                       TensorType::kQ8_0, TensorType::kQ4_0, TensorType::kQ4_K,
+                                       TensorType::kQ5_K, TensorType::kQ6_K};
+
+std::string Name(TensorType type) { return std::string(TensorTypeName(type)); }
+
+std::vector<float> Gaussian(size_t n, uint32_t seed, float sigma = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> gauss(0.0f, sigma);
+  std::vector<float> v(n);
+  for (float& x : v) x = gauss(rng);
+  return v;
+}
+
+// Owns one device allocation; copies abort the test on failure.
+class DeviceBuffer {
+ public:
+  explicit DeviceBuffer(size_t bytes) : bytes_(bytes) {
+    if (cudaMalloc(&ptr_, bytes == 0 ? 1 : bytes) != cudaSuccess) ptr_ = nullptr;
+  }
+  template <typename T>
+  explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size() * sizeof(T)) {
+    Upload(host.data(), bytes_);
+  }
+  ~DeviceBuffer() {
+    if (ptr_ != nullptr) cudaFree(ptr_);
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+
+  void Upload(const void* src, size_t bytes) {
+    ASSERT_NE(ptr_, nullptr) << "cudaMalloc of " << bytes_ << " bytes failed";
+    ASSERT_EQ(cudaMemcpy(ptr_, src, bytes, cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  template <typename T>
+  std::vector<T> Download(size_t n) const {
+    std::vector<T> out(n);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess) << cudaGetErrorString(cudaGetLastError());
+    EXPECT_EQ(cudaMemcpy(out.data(), ptr_, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+    return out;
+  }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
+  void* get() const { return ptr_; }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_;
+};
+
+std::vector<uint8_t> Quantize(TensorType type, const std::vector<float>& values) {
+  std::vector<uint8_t> bytes(
+      static_cast<size_t>(TensorRowBytes(type, static_cast<int64_t>(values.size()))));
+  QuantizeRow(type, values.data(), bytes.data(), static_cast<int64_t>(values.size()));
+  return bytes;
+}
+
+std::vector<float> Dequantize(TensorType type, const std::vector<uint8_t>& bytes, int64_t n) {
+  std::vector<float> out(static_cast<size_t>(n));
+  DequantizeRow(type, bytes.data(), out.data(), n);
+  return out;
+}
+
+float RoundToHalf(float x) { return HalfToFloat(FloatToHalf(x)); }
+
+class CudaKernelsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (CudaDeviceCount() == 0) {
+      GTEST_SKIP() << "no CUDA device or driver on this machine; run tests/cuda/run-on-gpu.sh "
+                      "where a GPU exists";
+    }
+  }
+};
+
+// ---------------------------------------------------------------------------
+
+TEST_F(CudaKernelsTest, DequantizeIsBitExactWithTheCodec) {
+  uint32_t seed = 1;
+  for (TensorType type : kWeightTypes) {
+    for (int64_t n : {256, 4096, 256 * 37}) {
+      SCOPED_TRACE(Name(type) + " n=" + std::to_string(n));
+      // Wide dynamic range so the K-quant mins and sub-block scales vary.
+      std::vector<float> values = Gaussian(static_cast<size_t>(n), seed++, 2.0f);
+      for (int64_t i = 0; i < n; i += 97) values[static_cast<size_t>(i)] *= 30.0f;
+      const std::vector<uint8_t> bytes = Quantize(type, values);
+      const std::vector<float> want = Dequantize(type, bytes, n);
+      DeviceBuffer src(bytes);
+      DeviceBuffer dst32(static_cast<size_t>(n) * sizeof(float));
+      DeviceBuffer dst16(static_cast<size_t>(n) * sizeof(uint16_t));
+      ASSERT_TRUE(DequantizeToF32(type, src.get(), n, dst32.as<float>(), nullptr).ok());
+      ASSERT_TRUE(DequantizeToF16(type, src.get(), n, dst16.as<uint16_t>(), nullptr).ok());
+      const std::vector<float> got = dst32.Download<float>(static_cast<size_t>(n));
+      const std::vector<uint16_t> got16 = dst16.Download<uint16_t>(static_cast<size_t>(n));
+      int mismatches = 0;
+      for (int64_t i = 0; i < n && mismatches < 5; ++i) {
+        const size_t k = static_cast<size_t>(i);
+        if (std::memcmp(&got[k], &want[k], sizeof(float)) != 0 ||
+            got16[k] != FloatToHalf(want[k])) {
+          ADD_FAILURE() << "element " << i << ": f32 " << got[k] << " f16 "
+                        << HalfToFloat(got16[k]) << ", codec " << want[k];
+          ++mismatches;
+        }
+      }
+    }
+  }
+}
+
+TEST_F(CudaKernelsTest, GemvMatchesDequantizeThenDot) {
+  struct Shape {
+    int64_t rows, cols;
+  };
+  uint32_t seed = 100;
+  for (TensorType type : kWeightTypes) {
+    for (Shape shape : {Shape{1, 256}, Shape{7, 512}, Shape{33, 1024}, Shape{130, 2816}}) {
+      for (int batch : {1, 3, 8}) {
+        SCOPED_TRACE(Name(type) + " " + std::to_string(shape.rows) + "x" +
+                     std::to_string(shape.cols) + " batch " + std::to_string(batch));
+        const int64_t rows = shape.rows, cols = shape.cols;
+        const std::vector<float> w_values =
+            Gaussian(static_cast<size_t>(rows * cols), seed++, 0.05f);
+        const std::vector<uint8_t> w_bytes = Quantize(type, w_values);
+        const std::vector<float> w = Dequantize(type, w_bytes, rows * cols);
+        const std::vector<float> x = Gaussian(static_cast<size_t>(batch * cols), seed++);
+        DeviceBuffer w_dev(w_bytes), x_dev(x);
+        DeviceBuffer y_dev(static_cast<size_t>(batch * rows) * sizeof(float));
+        const absl::Status status = GemvQuant(type, w_dev.get(), x_dev.as<float>(), rows, cols,
+                                              batch, y_dev.as<float>(), nullptr);
+        ASSERT_TRUE(status.ok()) << status;
+        const std::vector<float> y = y_dev.Download<float>(static_cast<size_t>(batch * rows));
+        for (int b = 0; b < batch; ++b) {
+          for (int64_t r = 0; r < rows; ++r) {
+            double dot = 0.0, mag = 0.0;
+            for (int64_t c = 0; c < cols; ++c) {
+              const double term = static_cast<double>(w[static_cast<size_t>(r * cols + c)]) *
+                                  x[static_cast<size_t>(b * cols + c)];
+              dot += term;
+              mag += std::fabs(term);
+            }
+            // fp32 sums of `cols` products, in a different order than double.
+            ASSERT_NEAR(y[static_cast<size_t>(b * rows + r)], dot, 1e-5 * mag + 1e-6)
+                << "row " << r << " activation row " << b;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_F(CudaKernelsTest, GemmMatchesDequantizeThenDotBothPaths) {
+  absl::StatusOr<std::unique_ptr<CudaBlas>> blas = CudaBlas::Create();
+  if (CudaBlasAvailable()) {
+    ASSERT_TRUE(blas.ok()) << blas.status();
+  } else {
+    ASSERT_EQ(blas.status().code(), absl::StatusCode::kUnimplemented);
+  }
+  struct Shape {
+    int64_t rows, cols, n_tokens;
+  };
+  uint32_t seed = 300;
+  for (TensorType type : kWeightTypes) {
+    for (Shape shape : {Shape{16, 256, 1}, Shape{100, 512, 17}, Shape{257, 768, 64}}) {
+      const int64_t rows = shape.rows, cols = shape.cols, n_tokens = shape.n_tokens;
+      const std::vector<float> w_values =
+          Gaussian(static_cast<size_t>(rows * cols), seed++, 0.05f);
+      const std::vector<uint8_t> w_bytes = Quantize(type, w_values);
+      const std::vector<float> w = Dequantize(type, w_bytes, rows * cols);
+      const std::vector<float> x = Gaussian(static_cast<size_t>(n_tokens * cols), seed++);
+      DeviceBuffer w_dev(w_bytes), x_dev(x);
+      DeviceBuffer w_scratch(static_cast<size_t>(rows * cols) * 2);
+      DeviceBuffer x_scratch(static_cast<size_t>(n_tokens * cols) * 2);
+      DeviceBuffer y_dev(static_cast<size_t>(n_tokens * rows) * sizeof(float));
+      std::vector<CudaBlas*> paths = {nullptr};
+      if (blas.ok()) paths.push_back(blas->get());
+      for (CudaBlas* path : paths) {
+        SCOPED_TRACE(Name(type) + " " + std::to_string(rows) + "x" + std::to_string(cols) +
+                     " tokens " + std::to_string(n_tokens) + (path ? " cuBLAS" : " tiled"));
+        ASSERT_EQ(cudaMemset(y_dev.get(), 0xFF, static_cast<size_t>(n_tokens * rows) * 4),
+                  cudaSuccess);
+        const absl::Status status =
+            GemmQuant(path, type, w_dev.get(), x_dev.as<float>(), rows, cols, n_tokens,
+                      w_scratch.as<uint16_t>(), x_scratch.as<uint16_t>(), y_dev.as<float>(),
+                      nullptr);
+        ASSERT_TRUE(status.ok()) << status;
+        const std::vector<float> y = y_dev.Download<float>(static_cast<size_t>(n_tokens * rows));
+        for (int64_t t = 0; t < n_tokens; ++t) {
+          for (int64_t r = 0; r < rows; ++r) {
+            double dot16 = 0.0, dot32 = 0.0, mag = 0.0;
+            for (int64_t c = 0; c < cols; ++c) {
+              const float wv = w[static_cast<size_t>(r * cols + c)];
+              const float xv = x[static_cast<size_t>(t * cols + c)];
+              dot16 += static_cast<double>(RoundToHalf(wv)) * RoundToHalf(xv);
+              dot32 += static_cast<double>(wv) * xv;
+              mag += std::fabs(static_cast<double>(wv) * xv);
+            }
+            const float got = y[static_cast<size_t>(t * rows + r)];
+            // Exact fp16 operands, fp32 accumulation (tensor cores may
+            // round the partial sums less carefully than a scalar loop).
+            ASSERT_NEAR(got, dot16, 5e-5 * mag + 1e-6) << "token " << t << " row " << r;
+            // And fp16 rounding of both operands costs at most ~2^-10 of the magnitude.
+            ASSERT_NEAR(got, dot32, 1.5e-3 * mag + 1e-6) << "token " << t << " row " << r;
+          }
+        }
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+
+TEST_F(CudaKernelsTest, RmsNormMatchesCpu) {
+  for (int n : {64, 300, 2048}) {
+    const int rows = 5;
+    const std::vector<float> x = Gaussian(static_cast<size_t>(rows * n), 7, 3.0f);
+    const std::vector<float> w = Gaussian(static_cast<size_t>(n), 8);
+    DeviceBuffer x_dev(x), w_dev(w), y_dev(x.size() * sizeof(float));
+    ASSERT_TRUE(RmsNorm(x_dev.as<float>(), w_dev.as<float>(), rows, n, 1e-6f, y_dev.as<float>(),
+                        nullptr)
+                    .ok());
+    // In place too.
+    ASSERT_TRUE(RmsNorm(x_dev.as<float>(), w_dev.as<float>(), rows, n, 1e-6f, x_dev.as<float>(),
+                        nullptr)
+                    .ok());
+    const std::vector<float> y = y_dev.Download<float>(x.size());
+    const std::vector<float> y_in_place = x_dev.Download<float>(x.size());
+    for (int r = 0; r < rows; ++r) {
+      std::vector<float> want(static_cast<size_t>(n));
+      cpu::RmsNorm(x.data() + r * n, w.data(), n, 1e-6f, want.data());
+      for (int i = 0; i < n; ++i) {
+        const float expect = want[static_cast<size_t>(i)];
+        ASSERT_NEAR(y[static_cast<size_t>(r * n + i)], expect, 2e-6 * std::fabs(expect) + 1e-7)
+            << "n " << n << " row " << r << " i " << i;
+        ASSERT_EQ(y_in_place[static_cast<size_t>(r * n + i)], y[static_cast<size_t>(r * n + i)]);
+      }
+    }
+  }
+}
+
+TEST_F(CudaKernelsTest, RopeNeoxMatchesCpu) {
+  struct Case {
+    int head_dim, n_rot;
+  };
+  for (Case c : {Case{128, 128}, Case{16, 12}, Case{64, 32}}) {
+    const int n_heads = 4, n_tokens = 3;
+    const std::vector<int32_t> positions = {0, 37, 40000};
+    const float base = 1000000.0f;
+    const std::vector<float> x = Gaussian(static_cast<size_t>(n_tokens * n_heads * c.head_dim), 9);
+    DeviceBuffer x_dev(x), pos_dev(positions);
+    ASSERT_TRUE(RopeNeox(x_dev.as<float>(), pos_dev.as<int32_t>(), n_tokens, n_heads, c.head_dim,
+                         c.n_rot, base, nullptr)
+                    .ok());
+    const std::vector<float> got = x_dev.Download<float>(x.size());
+    std::vector<float> want = x;
+    std::vector<float> cos_t(static_cast<size_t>(c.n_rot / 2)), sin_t(cos_t.size());
+    for (int t = 0; t < n_tokens; ++t) {
+      cpu::RopeAngles(positions[static_cast<size_t>(t)], c.n_rot, base, cos_t.data(),
+                      sin_t.data());
+      cpu::RopeNeox(want.data() + t * n_heads * c.head_dim, n_heads, c.head_dim, c.n_rot,
+                    cos_t.data(), sin_t.data());
+    }
+    for (size_t i = 0; i < x.size(); ++i) {
+      ASSERT_NEAR(got[i], want[i], 1e-6 * (1.0 + std::fabs(want[i])))
+          << "head_dim " << c.head_dim << " n_rot " << c.n_rot << " element " << i;
+    }
+  }
+}
+
+TEST_F(CudaKernelsTest, SiluMulMatchesCpu) {
+  const int64_t n = 10000;
+  const std::vector<float> g = Gaussian(n, 10, 4.0f), u = Gaussian(n, 11);
+  DeviceBuffer g_dev(g), u_dev(u), out_dev(static_cast<size_t>(n) * sizeof(float));
+  ASSERT_TRUE(SiluMul(g_dev.as<float>(), u_dev.as<float>(), n, out_dev.as<float>(), nullptr).ok());
+  // Aliasing the output with an input.
+  ASSERT_TRUE(SiluMul(g_dev.as<float>(), u_dev.as<float>(), n, g_dev.as<float>(), nullptr).ok());
+  const std::vector<float> got = out_dev.Download<float>(static_cast<size_t>(n));
+  const std::vector<float> got_alias = g_dev.Download<float>(static_cast<size_t>(n));
+  std::vector<float> want(static_cast<size_t>(n));
+  cpu::SiluMul(g.data(), u.data(), n, want.data());
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_NEAR(got[i], want[i], 2e-6 * (1.0 + std::fabs(want[i]))) << i;
+    ASSERT_EQ(got_alias[i], got[i]) << i;
+  }
+}
+
+TEST_F(CudaKernelsTest, RouterTopKMatchesCpu) {
+  uint32_t seed = 20;
+  for (int n_expert : {8, 60, 128, 512}) {
+    for (int k : {1, 2, 8}) {
+      for (bool renormalize : {true, false}) {
+        SCOPED_TRACE(std::to_string(n_expert) + " experts, top " + std::to_string(k));
+        const int n_tokens = 4;
+        std::vector<float> logits = Gaussian(static_cast<size_t>(n_tokens * n_expert), seed++, 2.0f);
+        // Token 3: all equal, so ties decide (lower id first).
+        std::fill(logits.begin() + 3 * n_expert, logits.end(), 0.5f);
+        DeviceBuffer logits_dev(logits);
+        DeviceBuffer probs_dev(logits.size() * sizeof(float));
+        DeviceBuffer ids_dev(static_cast<size_t>(n_tokens * k) * sizeof(int32_t));
+        DeviceBuffer weights_dev(static_cast<size_t>(n_tokens * k) * sizeof(float));
+        ASSERT_TRUE(RouterTopK(logits_dev.as<float>(), n_tokens, n_expert, k, renormalize,
+                               probs_dev.as<float>(), ids_dev.as<int32_t>(),
+                               weights_dev.as<float>(), nullptr)
+                        .ok());
+        const std::vector<float> probs = probs_dev.Download<float>(logits.size());
+        const std::vector<int32_t> ids = ids_dev.Download<int32_t>(static_cast<size_t>(n_tokens * k));
+        const std::vector<float> weights =
+            weights_dev.Download<float>(static_cast<size_t>(n_tokens * k));
+        for (int t = 0; t < n_tokens; ++t) {
+          std::vector<float> want_probs(static_cast<size_t>(n_expert));
+          std::vector<int32_t> want_ids(static_cast<size_t>(k));
+          std::vector<float> want_weights(static_cast<size_t>(k));
+          cpu::RouterTopK(logits.data() + t * n_expert, n_expert, k, renormalize,
+                          want_probs.data(), want_ids.data(), want_weights.data());
+          for (int e = 0; e < n_expert; ++e) {
+            ASSERT_NEAR(probs[static_cast<size_t>(t * n_expert + e)],
+                        want_probs[static_cast<size_t>(e)],
+                        2e-6 * want_probs[static_cast<size_t>(e)] + 1e-9);
+          }
+          for (int j = 0; j < k; ++j) {
+            ASSERT_EQ(ids[static_cast<size_t>(t * k + j)], want_ids[static_cast<size_t>(j)])
+                << "token " << t << " rank " << j;
+            ASSERT_NEAR(weights[static_cast<size_t>(t * k + j)],
+                        want_weights[static_cast<size_t>(j)],
+                        4e-6 * want_weights[static_cast<size_t>(j)] + 1e-9);
+          }
+        }
+      }
+    }
+  }
+}
+
+// Decode (one token) and prefill (several causal tokens after a prefix), both
+// cache layouts, fp32 and fp16 caches, against cpu::AttentionHeads on the
+// same (rounded) cache values.
+TEST_F(CudaKernelsTest, AttentionMatchesCpu) {
+  const int n_head = 8, n_head_kv = 2;
+  uint32_t seed = 40;
+  for (TensorType kv_type : {TensorType::kF32, TensorType::kF16}) {
+    for (bool head_major : {false, true}) {
+      for (int head_dim : {64, 128, 256}) {
+        struct Tokens {
+          int n_tokens;
+          int64_t n_past;
+        };
+        for (Tokens tk : {Tokens{1, 0}, Tokens{1, 63}, Tokens{1, 64}, Tokens{1, 299},
+                          Tokens{6, 0}, Tokens{5, 70}}) {
+          SCOPED_TRACE(Name(kv_type) + (head_major ? " head-major" : " position-major") +
+                       " head_dim " + std::to_string(head_dim) + " tokens " +
+                       std::to_string(tk.n_tokens) + " past " + std::to_string(tk.n_past));
+          const int64_t n_kv_total = tk.n_past + tk.n_tokens;
+          const int64_t max_ctx = n_kv_total + 3;
+          const int64_t kv_stride = head_major ? head_dim : n_head_kv * head_dim + 5;
+          const int64_t head_stride = head_major ? max_ctx * head_dim : head_dim;
+          const size_t cache_elems =
+              static_cast<size_t>(head_major ? n_head_kv * head_stride : max_ctx * kv_stride);
+          std::vector<float> k = Gaussian(cache_elems, seed++);
+          std::vector<float> v = Gaussian(cache_elems, seed++);
+          const std::vector<float> q =
+              Gaussian(static_cast<size_t>(tk.n_tokens * n_head * head_dim), seed++, 0.5f);
+          std::vector<uint16_t> k16(cache_elems), v16(cache_elems);
+          if (kv_type == TensorType::kF16) {
+            for (size_t i = 0; i < cache_elems; ++i) {
+              k16[i] = FloatToHalf(k[i]);
+              v16[i] = FloatToHalf(v[i]);
+              k[i] = HalfToFloat(k16[i]);
+              v[i] = HalfToFloat(v16[i]);
+            }
+          }
+          const bool f16 = kv_type == TensorType::kF16;
+          DeviceBuffer k_dev = f16 ? DeviceBuffer(k16) : DeviceBuffer(k);
+          DeviceBuffer v_dev = f16 ? DeviceBuffer(v16) : DeviceBuffer(v);
+          DeviceBuffer q_dev(q), out_dev(q.size() * sizeof(float));
+          const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+          const absl::Status status =
+              Attention(q_dev.as<float>(), k_dev.get(), v_dev.get(), kv_type, head_stride,
+                        kv_stride, tk.n_tokens, tk.n_past, n_head, n_head_kv, head_dim, scale,
+                        out_dev.as<float>(), nullptr);
+          ASSERT_TRUE(status.ok()) << status;
+          const std::vector<float> got = out_dev.Download<float>(q.size());
+          std::vector<float> want(q.size());
+          std::vector<float> scores(static_cast<size_t>(n_head * n_kv_total));
+          for (int t = 0; t < tk.n_tokens; ++t) {
+            const size_t offset = static_cast<size_t>(t * n_head * head_dim);
+            cpu::AttentionHeads(q.data() + offset, k.data(), v.data(), head_stride, kv_stride,
+                                tk.n_past + t + 1, n_head, n_head_kv, head_dim, scale, 0, n_head,
+                                scores.data(), want.data() + offset);
+          }
+          for (size_t i = 0; i < want.size(); ++i) {
+            ASSERT_NEAR(got[i], want[i], 2e-5 * (1.0 + std::fabs(want[i]))) << "element " << i;
+          }
+        }
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+
+TEST_F(CudaKernelsTest, ArgmaxRowsPrefersTheLowerIdOnTies) {
+  for (int n_vocab : {1, 1000, 151936}) {
+    const int rows = 3;
+    std::vector<float> logits = Gaussian(static_cast<size_t>(rows * n_vocab), 50);
+    std::vector<int32_t> want(rows);
+    for (int r = 0; r < rows; ++r) {
+      auto begin = logits.begin() + r * n_vocab;
+      want[static_cast<size_t>(r)] =
+          static_cast<int32_t>(std::max_element(begin, begin + n_vocab) - begin);
+    }
+    if (n_vocab > 10) {
+      // Row 2: the maximum twice; the first one wins.
+      float* row = logits.data() + 2 * n_vocab;
+      row[n_vocab - 1] = 100.0f;
+      row[7] = 100.0f;
+      want[2] = 7;
+    }
+    DeviceBuffer logits_dev(logits), ids_dev(rows * sizeof(int32_t));
+    ASSERT_TRUE(ArgmaxRows(logits_dev.as<float>(), rows, n_vocab, ids_dev.as<int32_t>(), nullptr)
+                    .ok());
+    EXPECT_EQ(ids_dev.Download<int32_t>(rows), want) << "n_vocab " << n_vocab;
+  }
+}
+
+TEST_F(CudaKernelsTest, SampleTemperatureInvertsTheCdf) {
+  const int n_vocab = 5000;
+  const float temperature = 0.7f;
+  const std::vector<float> logits = Gaussian(n_vocab, 60, 3.0f);
+  std::vector<double> cdf(n_vocab);
+  double max = -1e300, z = 0.0;
+  for (float l : logits) max = std::max(max, static_cast<double>(l) / temperature);
+  for (int i = 0; i < n_vocab; ++i) {
+    z += std::exp(logits[static_cast<size_t>(i)] / temperature - max);
+    cdf[static_cast<size_t>(i)] = z;
+  }
+  DeviceBuffer logits_dev(logits), id_dev(sizeof(int32_t));
+  for (float u : {0.0f, 0.1f, 0.5f, 0.9f, 0.999f}) {
+    ASSERT_TRUE(SampleTemperature(logits_dev.as<float>(), n_vocab, temperature, u,
+                                  id_dev.as<int32_t>(), nullptr)
+                    .ok());
+    const int32_t id = id_dev.Download<int32_t>(1)[0];
+    ASSERT_GE(id, 0);
+    ASSERT_LT(id, n_vocab);
+    const double below = id == 0 ? 0.0 : cdf[static_cast<size_t>(id - 1)] / z;
+    const double through = cdf[static_cast<size_t>(id)] / z;
+    // The device sums 5000 terms in fp32; the host in double.
+    EXPECT_LE(below, u + 1e-4) << "u " << u << " id " << id;
+    EXPECT_GE(through, u - 1e-4) << "u " << u << " id " << id;
+  }
+  // Temperature 0 is argmax.
+  ASSERT_TRUE(
+      SampleTemperature(logits_dev.as<float>(), n_vocab, 0.0f, 0.5f, id_dev.as<int32_t>(), nullptr)
+          .ok());
+  EXPECT_EQ(id_dev.Download<int32_t>(1)[0],
+            std::max_element(logits.begin(), logits.end()) - logits.begin());
+}
+
+// ---------------------------------------------------------------------------
+// Argument checks happen on the host before any launch, so they run here
+// whether or not a GPU exists.
+
+TEST(CudaKernelsArgsTest, RejectsBadArgumentsBeforeLaunching) {
+  alignas(16) static float dummy[1024];
+  float* f = dummy;
+  const absl::Status unsupported =
+      GemvQuant(TensorType::kQ2_K, f, f, 4, 256, 1, f, nullptr);
+  EXPECT_EQ(unsupported.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(unsupported.message().find("Q2_K"), absl::string_view::npos) << unsupported;
+  EXPECT_EQ(GemvQuant(TensorType::kQ4_K, f, f, 4, 100, 1, f, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);  // not whole blocks
+  EXPECT_EQ(GemvQuant(TensorType::kQ8_0, f, f, 4, 64, 9, f, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);  // batch > 8
+  EXPECT_EQ(GemvQuant(TensorType::kF32, reinterpret_cast<char*>(f) + 2, f, 4, 64, 1, f, nullptr)
+                .code(),
+            absl::StatusCode::kInvalidArgument);  // misaligned f32 weights
+  EXPECT_EQ(DequantizeToF32(TensorType::kQ6_K, f, 255, f, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(RopeNeox(f, reinterpret_cast<int32_t*>(f), 1, 1, 64, 65, 1e4f, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);  // odd n_rot
+  EXPECT_EQ(RouterTopK(f, 1, 8, 9, true, f, reinterpret_cast<int32_t*>(f), f, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);  // k > n_expert
+  EXPECT_EQ(RouterTopK(f, 1, 2000, 8, true, f, reinterpret_cast<int32_t*>(f), f, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);  // too many experts
+  EXPECT_EQ(Attention(f, f, f, TensorType::kF32, 0, 64, 1, 0, 6, 4, 64, 1.0f, f, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);  // 6 heads over 4 KV heads
+  EXPECT_EQ(Attention(f, f, f, TensorType::kF32, 0, 512, 1, 0, 4, 4, 512, 1.0f, f, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);  // head_dim > 256
+  EXPECT_EQ(Attention(f, f, f, TensorType::kQ8_0, 0, 64, 1, 0, 4, 4, 64, 1.0f, f, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);  // KV type
+  EXPECT_EQ(SampleTemperature(f, 10, 1.0f, 1.0f, reinterpret_cast<int32_t*>(f), nullptr).code(),
+            absl::StatusCode::kInvalidArgument);  // uniform outside [0, 1)
+  EXPECT_TRUE(CudaWeightTypeSupported(TensorType::kQ5_K));
+  EXPECT_FALSE(CudaWeightTypeSupported(TensorType::kQ3_K));
+}
+
+}  // namespace
+}  // namespace moetier::cuda

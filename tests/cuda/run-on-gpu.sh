@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Builds and runs the CUDA tests for the GPU this machine has, in one go:
+#   tests/cuda/run-on-gpu.sh [build-dir]      (default: build-gpu)
+# Fails when a kernel test skips, since on a GPU machine that would mean
+# nothing was checked.
+set -euo pipefail
+root="$(cd "$(dirname "$0")/../.." && pwd)"
+build="${1:-$root/build-gpu}"
+export PATH="/usr/local/cuda/bin:$PATH"
+
+command -v nvidia-smi >/dev/null || { echo "nvidia-smi not found: no NVIDIA driver here" >&2; exit 1; }
+nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv,noheader
+arch="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d ' .')"
+[[ "$arch" =~ ^[0-9]+$ ]] || { echo "could not read the GPU's compute capability" >&2; exit 1; }
+
+cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+      -DCMAKE_CUDA_ARCHITECTURES="$arch" >/dev/null
+ninja -C "$build" cuda_device_test cuda_kernels_test
+
+status=0
+for t in cuda_device_test cuda_kernels_test; do
+  log="$build/$t.log"
+  if "$build/tests/cuda/$t" --gtest_color=no >"$log" 2>&1; then result=ok; else result=FAILED; status=1; fi
+  passed=$(grep -c '^\[       OK \]' "$log" || true)
+  failed=$(grep -c '^\[  FAILED  \] [A-Za-z]*\.[A-Za-z]* (' "$log" || true)
+  skipped=$(grep -c '^\[  SKIPPED \] [A-Za-z]*\.[A-Za-z]* (' "$log" || true)
+  printf '%-20s %-6s passed %s, failed %s, skipped %s (log: %s)\n' "$t" "$result" "$passed" "$failed" "$skipped" "$log"
+  grep -E '^\[  FAILED  \]|Failure|error' "$log" | head -20 || true
+done
+# On a GPU the only expected skip is the GPU-less case of cuda_device_test.
+if grep -q '^\[  SKIPPED \] CudaKernelsTest\.' "$build/cuda_kernels_test.log"; then
+  echo "kernel tests skipped on a machine with a GPU: the device was not usable" >&2
+  status=1
+fi
+[[ $status == 0 ]] && echo "CUDA checks: all passed on sm_$arch" || echo "CUDA checks: FAILED" >&2
+exit $status

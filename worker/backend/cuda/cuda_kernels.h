@@ -1,0 +1,142 @@
+// Host API of the CUDA kernels. Plain C++ (no CUDA syntax), so engine code in
+// .cc files can include it. Like the CPU kernels these take raw device
+// pointers, sizes and a stream, and know no model.
+//
+// Conventions for every function:
+// - Pointers are device pointers (cudaMalloc or managed memory). Weight
+//   pointers hold the tensor's GGUF bytes unchanged: `rows` rows of
+//   TensorRowBytes(type, cols) bytes each, back to back.
+// - `stream` is a cudaStream_t passed as void*; nullptr is the legacy default
+//   stream. Work is only enqueued: nothing synchronizes, nothing allocates,
+//   so every call may be captured in a CUDA graph.
+// - Arguments are validated on the host; a bad one gives InvalidArgument that
+//   names it. A failed launch gives Internal with CUDA's error string.
+//   Errors of kernels that already ran surface at the caller's next
+//   synchronization, as with any CUDA work.
+// - Activations, norms, logits and attention are fp32; fp16 appears only in
+//   the prefill GEMM's scratch buffers and, optionally, in the KV cache.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "tensor/tensor_type.h"
+
+namespace moetier::cuda {
+
+using CudaStream = void*;  // cudaStream_t
+
+// The weight types these kernels read: F32, F16, BF16, Q8_0, Q4_0, Q4_K,
+// Q5_K, Q6_K.
+bool CudaWeightTypeSupported(TensorType type);
+
+// Most activation rows one GemvQuant call takes.
+inline constexpr int kCudaGemvMaxBatch = 8;
+
+// --- Dequantization ------------------------------------------------------
+
+// dst[i] = element i of the `n_elems` elements at `src` (a multiple of the
+// type's block size). Bit-exact with DequantizeRow (tensor/quant_codec.h).
+absl::Status DequantizeToF32(TensorType type, const void* src, int64_t n_elems, float* dst,
+                             CudaStream stream);
+
+// As DequantizeToF32, rounded to IEEE binary16 (round to nearest even);
+// dst holds raw binary16 bits.
+absl::Status DequantizeToF16(TensorType type, const void* src, int64_t n_elems, uint16_t* dst,
+                             CudaStream stream);
+
+// --- Decode: fused dequantize + matrix-vector ----------------------------
+
+// y[b * rows + r] = sum_c W[r, c] * x[b * cols + c] for b < batch
+// (1..kCudaGemvMaxBatch). x and y are fp32; cols is a multiple of the
+// type's block size. Each weight element is decoded once per call and used
+// for every activation row; sums are fp32.
+absl::Status GemvQuant(TensorType type, const void* w, const float* x, int64_t rows, int64_t cols,
+                       int batch, float* y, CudaStream stream);
+
+// --- Prefill: dequantize to fp16 + GEMM ----------------------------------
+
+// A cuBLAS handle. Create() fails with Unimplemented where the build found
+// no cuBLAS, and with Unavailable where there is no usable device.
+class CudaBlas {
+ public:
+  static absl::StatusOr<std::unique_ptr<CudaBlas>> Create();
+  ~CudaBlas();
+  CudaBlas(const CudaBlas&) = delete;
+  CudaBlas& operator=(const CudaBlas&) = delete;
+
+  void* handle() const { return handle_; }  // cublasHandle_t
+
+ private:
+  explicit CudaBlas(void* handle) : handle_(handle) {}
+  void* handle_;
+};
+
+// True when this build links cuBLAS.
+bool CudaBlasAvailable();
+
+// y[t * rows + r] = sum_c W[r, c] * x[t * cols + c] for t < n_tokens.
+// W is dequantized into `w_scratch` (rows * cols binary16 values) and x
+// rounded into `x_scratch` (n_tokens * cols values); the product
+// accumulates in fp32 into fp32 y. With `blas` it runs cublasGemmEx;
+// with blas == nullptr a shared-memory tiled kernel (slower, for builds
+// without cuBLAS and as a cross-check). fp16 holds |values| up to 65504:
+// larger activations become inf.
+absl::Status GemmQuant(CudaBlas* blas, TensorType type, const void* w, const float* x,
+                       int64_t rows, int64_t cols, int64_t n_tokens, uint16_t* w_scratch,
+                       uint16_t* x_scratch, float* y, CudaStream stream);
+
+// --- Row operations (fp32) -----------------------------------------------
+
+// For each of n_rows rows of n values: y = x / sqrt(mean(x^2) + eps) * w,
+// the same w for every row (so one call also does qwen3moe's per-head
+// QK-norm with n_rows = tokens * heads, n = head_dim). y may equal x.
+absl::Status RmsNorm(const float* x, const float* w, int64_t n_rows, int n, float eps, float* y,
+                     CudaStream stream);
+
+// NEOX rotary embedding in place on x laid out [n_tokens][n_heads][head_dim]:
+// token t is at position positions[t] (device array); pairs
+// (x[i], x[i + n_rot/2]) rotate by theta_i = pos * base^(-2i / n_rot),
+// computed in double as cpu::RopeAngles does. Dims from n_rot on are
+// unchanged.
+absl::Status RopeNeox(float* x, const int32_t* positions, int n_tokens, int n_heads,
+                      int head_dim, int n_rot, float freq_base, CudaStream stream);
+
+// out[i] = silu(gate[i]) * up[i]; out may alias either input.
+absl::Status SiluMul(const float* gate, const float* up, int64_t n, float* out, CudaStream stream);
+
+// MoE routing for n_tokens rows of n_expert logits: probs = softmax(logits)
+// ([n_tokens][n_expert]), the k largest in descending order (ties to the
+// lower id) into ids/weights ([n_tokens][k]), and with `renormalize` the
+// weights divided by max(sum, 6.1035e-5). n_expert <= 1024, k <= 64.
+absl::Status RouterTopK(const float* logits, int n_tokens, int n_expert, int k, bool renormalize,
+                        float* probs, int32_t* ids, float* weights, CudaStream stream);
+
+// Causal GQA attention of n_tokens query tokens that follow n_past cached
+// ones: query token i (at position n_past + i) attends to cache positions
+// [0, n_past + i], which must already hold its own K and V. q and out are
+// [n_tokens][n_head][head_dim]; query head h reads KV head
+// h / (n_head / n_head_kv). In each cache, KV head g's row for position t
+// starts at element g * kv_head_stride + t * kv_stride (as in
+// cpu::AttentionHeads). kv_type is kF32 or kF16. Decode is n_tokens = 1.
+// head_dim <= 256. The softmax runs in fp32 in one pass (running max).
+absl::Status Attention(const float* q, const void* k_cache, const void* v_cache,
+                       TensorType kv_type, int64_t kv_head_stride, int64_t kv_stride,
+                       int n_tokens, int64_t n_past, int n_head, int n_head_kv, int head_dim,
+                       float scale, float* out, CudaStream stream);
+
+// --- Sampling --------------------------------------------------------------
+
+// ids[r] = argmax of row r of [n_rows][n_vocab] logits, ties to the lower id.
+absl::Status ArgmaxRows(const float* logits, int n_rows, int n_vocab, int32_t* ids,
+                        CudaStream stream);
+
+// One token drawn from softmax(logits / temperature) by the inverse of its
+// cumulative distribution at `uniform` (in [0, 1), drawn by the caller so
+// that seeding stays on the host). temperature <= 0 is argmax.
+absl::Status SampleTemperature(const float* logits, int n_vocab, float temperature, float uniform,
+                               int32_t* id, CudaStream stream);
+
+}  // namespace moetier::cuda

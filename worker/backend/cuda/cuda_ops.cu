@@ -1,0 +1,340 @@
+// Row operations, attention and sampling on fp32 activations. One block per
+// row (or per head and token); reductions go through shared memory.
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_kernels.h"
+
+namespace moetier::cuda {
+namespace {
+
+using internal::ArgMax;
+using internal::AsStream;
+using internal::LaunchStatus;
+
+constexpr int kRowThreads = 256;
+
+__global__ void RmsNormKernel(const float* x, const float* w, int n, float eps, float* y) {
+  __shared__ float scratch[32];
+  const int64_t row = blockIdx.x;
+  const float* xr = x + row * n;
+  float* yr = y + row * n;
+  float ss = 0.0f;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) ss += xr[i] * xr[i];
+  ss = internal::BlockSum(ss, scratch);
+  const float scale =
+      static_cast<float>(1.0 / sqrt(static_cast<double>(ss) / n + static_cast<double>(eps)));
+  for (int i = threadIdx.x; i < n; i += blockDim.x) yr[i] = xr[i] * scale * w[i];
+}
+
+// One block per (token, head); thread i rotates pair i.
+__global__ void RopeNeoxKernel(float* x, const int32_t* positions, int n_heads, int head_dim,
+                               int n_rot, float freq_base) {
+  const int t = blockIdx.y;
+  const int h = blockIdx.x;
+  float* xh = x + (static_cast<int64_t>(t) * n_heads + h) * head_dim;
+  const int half = n_rot / 2;
+  const double pos = positions[t];
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    const double theta = pos * pow(static_cast<double>(freq_base), -2.0 * i / n_rot);
+    const float c = static_cast<float>(cos(theta));
+    const float s = static_cast<float>(sin(theta));
+    const float x0 = xh[i];
+    const float x1 = xh[i + half];
+    xh[i] = x0 * c - x1 * s;
+    xh[i + half] = x0 * s + x1 * c;
+  }
+}
+
+__global__ void SiluMulKernel(const float* gate, const float* up, int64_t n, float* out) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float g = gate[i];
+    out[i] = g / (1.0f + expf(-g)) * up[i];
+  }
+}
+
+constexpr int kMaxExperts = 1024;
+constexpr int kMaxTopK = 64;
+
+// One block per token: softmax into probs (kept in shared memory too), then
+// k rounds of block argmax over the experts not yet taken.
+__global__ void RouterTopKKernel(const float* logits, int n_expert, int k, bool renormalize,
+                                 float* probs, int32_t* ids, float* weights) {
+  __shared__ float p[kMaxExperts];
+  __shared__ bool taken[kMaxExperts];
+  __shared__ float scratch[32];
+  __shared__ ArgMax arg_scratch[32];
+  const int64_t token = blockIdx.x;
+  const float* lg = logits + token * n_expert;
+  float max = -INFINITY;
+  for (int e = threadIdx.x; e < n_expert; e += blockDim.x) max = fmaxf(max, lg[e]);
+  max = internal::BlockMax(max, scratch);
+  float sum = 0.0f;
+  for (int e = threadIdx.x; e < n_expert; e += blockDim.x) {
+    p[e] = expf(lg[e] - max);
+    taken[e] = false;
+    sum += p[e];
+  }
+  sum = internal::BlockSum(sum, scratch);
+  const float inv = 1.0f / sum;
+  for (int e = threadIdx.x; e < n_expert; e += blockDim.x) {
+    p[e] *= inv;
+    probs[token * n_expert + e] = p[e];
+  }
+  __syncthreads();
+  float chosen_sum = 0.0f;  // meaningful in thread 0
+  for (int j = 0; j < k; ++j) {
+    ArgMax best{-INFINITY, -1};
+    for (int e = threadIdx.x; e < n_expert; e += blockDim.x) {
+      if (!taken[e]) best = internal::BetterOf(best, ArgMax{p[e], e});
+    }
+    best = internal::BlockArgMax(best, arg_scratch);
+    if (threadIdx.x == 0) {
+      ids[token * k + j] = best.index;
+      weights[token * k + j] = best.value;
+      chosen_sum += best.value;
+      if (best.index >= 0) taken[best.index] = true;  // -1 only when probs are NaN
+    }
+    __syncthreads();
+  }
+  if (threadIdx.x == 0 && renormalize) {
+    const float denom = fmaxf(chosen_sum, 6.1035e-5f);
+    for (int j = 0; j < k; ++j) weights[token * k + j] /= denom;
+  }
+}
+
+template <typename KV>
+__device__ __forceinline__ float LoadKv(const KV* p);
+template <>
+__device__ __forceinline__ float LoadKv<float>(const float* p) { return *p; }
+template <>
+__device__ __forceinline__ float LoadKv<__half>(const __half* p) { return __half2float(*p); }
+
+constexpr int kAttnThreads = 256;  // also the largest head_dim
+constexpr int kAttnTile = 64;      // cache positions scored per pass
+
+// One block per (query head, query token). Positions are taken in tiles of
+// kAttnTile: each warp scores positions of the tile (q . k reduced across
+// the warp), then every thread updates its output dimension with a running
+// max and sum (the one-pass softmax), so no n_kv-sized scratch is needed.
+template <typename KV>
+__global__ void AttentionKernel(const float* q, const KV* k_cache, const KV* v_cache,
+                                int64_t kv_head_stride, int64_t kv_stride, int64_t n_past,
+                                int n_head, int group, int head_dim, float scale, float* out) {
+  __shared__ float q_s[kAttnThreads];
+  __shared__ float p_s[kAttnTile];
+  const int h = blockIdx.x;
+  const int t = blockIdx.y;
+  const int g = h / group;
+  const int lane = threadIdx.x % 32;
+  const int warp = threadIdx.x / 32;
+  const int n_warps = blockDim.x / 32;
+  const int64_t n_kv = n_past + t + 1;
+  const float* qh = q + (static_cast<int64_t>(t) * n_head + h) * head_dim;
+  const KV* kh = k_cache + g * kv_head_stride;
+  const KV* vh = v_cache + g * kv_head_stride;
+  const int d = threadIdx.x;
+  if (d < head_dim) q_s[d] = qh[d];
+  __syncthreads();
+
+  float running_max = -INFINITY;
+  float running_sum = 0.0f;
+  float acc = 0.0f;
+  for (int64_t t0 = 0; t0 < n_kv; t0 += kAttnTile) {
+    const int count = static_cast<int>(n_kv - t0 < kAttnTile ? n_kv - t0 : kAttnTile);
+    for (int j = warp; j < count; j += n_warps) {
+      const KV* kr = kh + (t0 + j) * kv_stride;
+      float dot = 0.0f;
+      for (int i = lane; i < head_dim; i += 32) dot += q_s[i] * LoadKv(kr + i);
+      dot = internal::WarpSum(dot);
+      if (lane == 0) p_s[j] = dot * scale;
+    }
+    __syncthreads();
+    float tile_max = -INFINITY;
+    for (int j = 0; j < count; ++j) tile_max = fmaxf(tile_max, p_s[j]);
+    const float new_max = fmaxf(running_max, tile_max);
+    // exp(-inf) = 0 covers the first tile.
+    const float correction = expf(running_max - new_max);
+    __syncthreads();  // every thread has read p_s before it is overwritten
+    if (threadIdx.x < count) p_s[threadIdx.x] = expf(p_s[threadIdx.x] - new_max);
+    __syncthreads();
+    float tile_sum = 0.0f;
+    float tile_acc = 0.0f;
+    for (int j = 0; j < count; ++j) {
+      tile_sum += p_s[j];
+      if (d < head_dim) tile_acc += p_s[j] * LoadKv(vh + (t0 + j) * kv_stride + d);
+    }
+    running_sum = running_sum * correction + tile_sum;
+    acc = acc * correction + tile_acc;
+    running_max = new_max;
+    __syncthreads();  // p_s is rewritten by the next tile
+  }
+  if (d < head_dim) out[(static_cast<int64_t>(t) * n_head + h) * head_dim + d] = acc / running_sum;
+}
+
+__global__ void ArgmaxKernel(const float* logits, int n_vocab, int32_t* ids) {
+  __shared__ ArgMax scratch[32];
+  const float* row = logits + static_cast<int64_t>(blockIdx.x) * n_vocab;
+  ArgMax best{-INFINITY, -1};
+  for (int i = threadIdx.x; i < n_vocab; i += blockDim.x) {
+    best = internal::BetterOf(best, ArgMax{row[i], i});
+  }
+  best = internal::BlockArgMax(best, scratch);
+  if (threadIdx.x == 0) ids[blockIdx.x] = best.index < 0 ? 0 : best.index;
+}
+
+// One block. Thread i owns the contiguous chunk [i * chunk, (i + 1) * chunk)
+// of the vocabulary; thread 0 walks the chunk sums, then the chosen chunk.
+__global__ void SampleTemperatureKernel(const float* logits, int n_vocab, float inv_temp,
+                                        float uniform, int32_t* id) {
+  __shared__ float scratch[32];
+  __shared__ float chunk_sum[kRowThreads];
+  float max = -INFINITY;
+  for (int i = threadIdx.x; i < n_vocab; i += blockDim.x) max = fmaxf(max, logits[i] * inv_temp);
+  max = internal::BlockMax(max, scratch);
+  const int chunk = (n_vocab + blockDim.x - 1) / blockDim.x;
+  const int begin = threadIdx.x * chunk;
+  const int end = min(n_vocab, begin + chunk);
+  float sum = 0.0f;
+  for (int i = begin; i < end; ++i) sum += expf(logits[i] * inv_temp - max);
+  chunk_sum[threadIdx.x] = sum;
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  float total = 0.0f;
+  for (int c = 0; c < static_cast<int>(blockDim.x); ++c) total += chunk_sum[c];
+  const float target = uniform * total;
+  float cumulative = 0.0f;
+  int c = 0;
+  for (; c < static_cast<int>(blockDim.x) - 1; ++c) {
+    if (cumulative + chunk_sum[c] > target) break;
+    cumulative += chunk_sum[c];
+  }
+  // Rounding may leave target beyond the last positive weight: then the last
+  // token with nonzero probability is taken.
+  int pick = -1;
+  for (int i = c * chunk; i < min(n_vocab, (c + 1) * chunk); ++i) {
+    const float p = expf(logits[i] * inv_temp - max);
+    if (p > 0.0f) pick = i;
+    cumulative += p;
+    if (cumulative > target && p > 0.0f) break;
+  }
+  if (pick < 0) {
+    for (int i = n_vocab - 1; i >= 0 && pick < 0; --i) {
+      if (expf(logits[i] * inv_temp - max) > 0.0f) pick = i;
+    }
+  }
+  *id = pick < 0 ? 0 : pick;
+}
+
+}  // namespace
+
+absl::Status RmsNorm(const float* x, const float* w, int64_t n_rows, int n, float eps, float* y,
+                     CudaStream stream) {
+  MOETIER_CUDA_REQUIRE(x != nullptr && w != nullptr && y != nullptr, "null pointer");
+  MOETIER_CUDA_REQUIRE(n > 0 && n_rows >= 0 && n_rows <= INT32_MAX, "bad shape");
+  if (n_rows == 0) return absl::OkStatus();
+  RmsNormKernel<<<static_cast<unsigned>(n_rows), kRowThreads, 0, AsStream(stream)>>>(x, w, n, eps,
+                                                                                    y);
+  return LaunchStatus("RmsNorm");
+}
+
+absl::Status RopeNeox(float* x, const int32_t* positions, int n_tokens, int n_heads,
+                      int head_dim, int n_rot, float freq_base, CudaStream stream) {
+  MOETIER_CUDA_REQUIRE(x != nullptr && positions != nullptr, "null pointer");
+  MOETIER_CUDA_REQUIRE(n_tokens >= 0 && n_tokens <= 65535 && n_heads > 0 && head_dim > 0,
+                       "bad shape");
+  MOETIER_CUDA_REQUIRE(n_rot > 0 && n_rot % 2 == 0 && n_rot <= head_dim,
+                       absl::StrCat("n_rot ", n_rot, " must be even and at most head_dim ",
+                                    head_dim));
+  if (n_tokens == 0) return absl::OkStatus();
+  const dim3 grid(static_cast<unsigned>(n_heads), static_cast<unsigned>(n_tokens));
+  RopeNeoxKernel<<<grid, 128, 0, AsStream(stream)>>>(x, positions, n_heads, head_dim, n_rot,
+                                                     freq_base);
+  return LaunchStatus("RopeNeox");
+}
+
+absl::Status SiluMul(const float* gate, const float* up, int64_t n, float* out,
+                     CudaStream stream) {
+  MOETIER_CUDA_REQUIRE(gate != nullptr && up != nullptr && out != nullptr, "null pointer");
+  MOETIER_CUDA_REQUIRE(n >= 0, "negative size");
+  if (n == 0) return absl::OkStatus();
+  const int64_t blocks = (n + kRowThreads - 1) / kRowThreads;
+  SiluMulKernel<<<static_cast<unsigned>(blocks < 65535 ? blocks : 65535), kRowThreads, 0,
+                  AsStream(stream)>>>(gate, up, n, out);
+  return LaunchStatus("SiluMul");
+}
+
+absl::Status RouterTopK(const float* logits, int n_tokens, int n_expert, int k, bool renormalize,
+                        float* probs, int32_t* ids, float* weights, CudaStream stream) {
+  MOETIER_CUDA_REQUIRE(logits != nullptr && probs != nullptr && ids != nullptr &&
+                           weights != nullptr,
+                       "null pointer");
+  MOETIER_CUDA_REQUIRE(n_expert >= 1 && n_expert <= kMaxExperts,
+                       absl::StrCat("n_expert ", n_expert, " is outside 1..", kMaxExperts));
+  MOETIER_CUDA_REQUIRE(k >= 1 && k <= n_expert && k <= kMaxTopK,
+                       absl::StrCat("k ", k, " is outside 1..min(n_expert, ", kMaxTopK, ")"));
+  MOETIER_CUDA_REQUIRE(n_tokens >= 0, "negative n_tokens");
+  if (n_tokens == 0) return absl::OkStatus();
+  RouterTopKKernel<<<static_cast<unsigned>(n_tokens), kRowThreads, 0, AsStream(stream)>>>(
+      logits, n_expert, k, renormalize, probs, ids, weights);
+  return LaunchStatus("RouterTopK");
+}
+
+absl::Status Attention(const float* q, const void* k_cache, const void* v_cache,
+                       TensorType kv_type, int64_t kv_head_stride, int64_t kv_stride,
+                       int n_tokens, int64_t n_past, int n_head, int n_head_kv, int head_dim,
+                       float scale, float* out, CudaStream stream) {
+  MOETIER_CUDA_REQUIRE(q != nullptr && k_cache != nullptr && v_cache != nullptr && out != nullptr,
+                       "null pointer");
+  MOETIER_CUDA_REQUIRE(kv_type == TensorType::kF32 || kv_type == TensorType::kF16,
+                       "kv_type must be F32 or F16");
+  MOETIER_CUDA_REQUIRE(n_head_kv > 0 && n_head % n_head_kv == 0,
+                       absl::StrCat("n_head ", n_head, " is not a multiple of n_head_kv ",
+                                    n_head_kv));
+  MOETIER_CUDA_REQUIRE(head_dim > 0 && head_dim <= kAttnThreads,
+                       absl::StrCat("head_dim ", head_dim, " is outside 1..", kAttnThreads));
+  MOETIER_CUDA_REQUIRE(n_tokens >= 0 && n_tokens <= 65535 && n_past >= 0, "bad token counts");
+  MOETIER_CUDA_REQUIRE(kv_head_stride >= 0 && kv_stride >= 0, "negative stride");
+  if (n_tokens == 0) return absl::OkStatus();
+  const dim3 grid(static_cast<unsigned>(n_head), static_cast<unsigned>(n_tokens));
+  const int group = n_head / n_head_kv;
+  const cudaStream_t s = AsStream(stream);
+  if (kv_type == TensorType::kF32) {
+    AttentionKernel<float><<<grid, kAttnThreads, 0, s>>>(
+        q, static_cast<const float*>(k_cache), static_cast<const float*>(v_cache),
+        kv_head_stride, kv_stride, n_past, n_head, group, head_dim, scale, out);
+  } else {
+    AttentionKernel<__half><<<grid, kAttnThreads, 0, s>>>(
+        q, static_cast<const __half*>(k_cache), static_cast<const __half*>(v_cache),
+        kv_head_stride, kv_stride, n_past, n_head, group, head_dim, scale, out);
+  }
+  return LaunchStatus("Attention");
+}
+
+absl::Status ArgmaxRows(const float* logits, int n_rows, int n_vocab, int32_t* ids,
+                        CudaStream stream) {
+  MOETIER_CUDA_REQUIRE(logits != nullptr && ids != nullptr, "null pointer");
+  MOETIER_CUDA_REQUIRE(n_rows >= 0 && n_vocab > 0, "bad shape");
+  if (n_rows == 0) return absl::OkStatus();
+  ArgmaxKernel<<<static_cast<unsigned>(n_rows), kRowThreads, 0, AsStream(stream)>>>(logits,
+                                                                                   n_vocab, ids);
+  return LaunchStatus("Argmax");
+}
+
+absl::Status SampleTemperature(const float* logits, int n_vocab, float temperature, float uniform,
+                               int32_t* id, CudaStream stream) {
+  MOETIER_CUDA_REQUIRE(logits != nullptr && id != nullptr, "null pointer");
+  MOETIER_CUDA_REQUIRE(n_vocab > 0, "empty vocabulary");
+  if (!(temperature > 0.0f)) return ArgmaxRows(logits, 1, n_vocab, id, stream);
+  MOETIER_CUDA_REQUIRE(uniform >= 0.0f && uniform < 1.0f,
+                       absl::StrCat("uniform ", uniform, " is outside [0, 1)"));
+  SampleTemperatureKernel<<<1, kRowThreads, 0, AsStream(stream)>>>(logits, n_vocab,
+                                                                  1.0f / temperature, uniform, id);
+  return LaunchStatus("SampleTemperature");
+}
+
+}  // namespace moetier::cuda
