@@ -11,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "engine/expert_source.h"
+#include "engine/routing_hook.h"
 #include "model/qwen3moe_model.h"
 
 namespace moetier {
@@ -63,6 +64,10 @@ struct EngineOptions {
   // the model's mapping. When set, huge pages (if chosen) hold only the
   // dense weights, and the source must outlive the engine.
   ExpertWeightSource* expert_source = nullptr;
+  // CPU backend: routing hooks (engine/routing_hook.h); null: none. Not
+  // owned; must outlive the engine.
+  RoutingObserver* routing_observer = nullptr;
+  RoutingOverride* routing_override = nullptr;
 };
 
 // The multithreaded CPU engine. Defined by the cpu engine library

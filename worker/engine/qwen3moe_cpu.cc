@@ -451,7 +451,7 @@ absl::Status CpuQwen3Moe::ForwardBatch(const int32_t* tokens, int n, int pos0, L
   }
   for (int l = 0; l < hp_.n_layer; ++l) {
     Attention(l, n, pos0);
-    if (absl::Status s = MoeFfn(l, n); !s.ok()) return s;
+    if (absl::Status s = MoeFfn(l, n, pos0); !s.ok()) return s;
   }
   if (logits == nullptr) return absl::OkStatus();
   // Final norm and output projection, for every row or just the last.
@@ -566,7 +566,53 @@ absl::Status CpuQwen3Moe::AcquireExperts(int layer, int first, int count) {
   return status;
 }
 
-absl::Status CpuQwen3Moe::MoeFfn(int layer, int n) {
+absl::Status CpuQwen3Moe::ApplyRoutingHooks(int layer, int n, int pos0) {
+  const int top_k = hp_.n_expert_used;
+  const size_t n_choices = static_cast<size_t>(n) * top_k;
+  RoutingBatch batch{.layer = layer,
+                     .n_layer = hp_.n_layer,
+                     .n_expert = hp_.n_expert,
+                     .top_k = top_k,
+                     .pos0 = pos0,
+                     .n_tokens = n,
+                     .experts = {},
+                     .weights = {}};
+  if (RoutingOverride* override = config_.routing_override; override != nullptr) {
+    const std::span<int32_t> ids(topk_ids_.data(), n_choices);
+    if (absl::Status s = override->Override(batch, ids); !s.ok()) return s;
+    for (int t = 0; t < n; ++t) {
+      const int32_t* chosen = ids.data() + static_cast<size_t>(t) * top_k;
+      for (int j = 0; j < top_k; ++j) {
+        if (chosen[j] < 0 || chosen[j] >= hp_.n_expert) {
+          return absl::InternalError(absl::StrFormat(
+              "routing override chose expert %d for layer %d at position %d; the model has "
+              "experts 0..%d",
+              chosen[j], layer, pos0 + t, hp_.n_expert - 1));
+        }
+      }
+      // The router's probabilities of the chosen experts, summed and
+      // divided in RouterTopK's order and precision, so that the router's
+      // own choice gets its own weights bit for bit.
+      const float* probs = router_probs_.floats() + static_cast<size_t>(t) * hp_.n_expert;
+      float* weights = topk_weights_.data() + static_cast<size_t>(t) * top_k;
+      float sum = 0.0f;
+      for (int j = 0; j < top_k; ++j) {
+        weights[j] = probs[chosen[j]];
+        sum += weights[j];
+      }
+      const float denom = std::fmax(sum, 6.1035e-5f);
+      for (int j = 0; j < top_k; ++j) weights[j] /= denom;
+    }
+  }
+  if (RoutingObserver* observer = config_.routing_observer; observer != nullptr) {
+    batch.experts = std::span<const int32_t>(topk_ids_.data(), n_choices);
+    batch.weights = std::span<const float>(topk_weights_.data(), n_choices);
+    if (absl::Status s = observer->OnRouting(batch); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuQwen3Moe::MoeFfn(int layer, int n, int pos0) {
   const Qwen3MoeLayerWeights& lw = weights_.layers[layer];
   const int64_t n_embd = hp_.n_embd;
   const int64_t n_ff = hp_.n_ff_exp;
@@ -590,6 +636,9 @@ absl::Status CpuQwen3Moe::MoeFfn(int layer, int n) {
     cpu::RouterTopK(router_logits_.floats() + t * n_expert, n_expert, top_k, true,
                     router_probs_.floats() + t * n_expert, topk_ids_.data() + t * top_k,
                     topk_weights_.data() + t * top_k);
+  }
+  if (config_.routing_override != nullptr || config_.routing_observer != nullptr) {
+    if (absl::Status s = ApplyRoutingHooks(layer, n, pos0); !s.ok()) return s;
   }
 
   // Group the (token, choice) pairs by expert.
@@ -733,6 +782,8 @@ absl::StatusOr<std::unique_ptr<ForwardEngine>> CreateCpuEngine(const Qwen3MoeMod
   config.max_ctx = options.max_ctx;
   config.n_threads = options.n_threads;
   config.expert_source = options.expert_source;
+  config.routing_observer = options.routing_observer;
+  config.routing_override = options.routing_override;
   switch (options.weight_pages) {
     case WeightPages::kHuge:
       config.copy_weights_to_huge_pages = true;

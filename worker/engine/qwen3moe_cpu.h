@@ -28,6 +28,7 @@
 #include "backend/cpu/thread_pool.h"
 #include "engine/expert_source.h"
 #include "engine/forward_engine.h"
+#include "engine/routing_hook.h"
 #include "model/qwen3moe_model.h"
 
 namespace moetier {
@@ -49,6 +50,12 @@ struct CpuEngineConfig {
   // the expert tensors of the mapping, and the huge-page copy above covers
   // the dense tensors only. Not owned; must outlive the engine.
   ExpertWeightSource* expert_source = nullptr;
+  // Routing hooks (engine/routing_hook.h), called per layer and batch after
+  // the router's top-k: the override replaces the choice, then the observer
+  // sees the choice used. Null: the router decides, nothing is told. Not
+  // owned; must outlive the engine.
+  RoutingObserver* routing_observer = nullptr;
+  RoutingOverride* routing_override = nullptr;
 };
 
 // A 64-byte aligned array that is sized once.
@@ -91,8 +98,8 @@ class CpuQwen3Moe final : public ForwardEngine {
  public:
   // Fails when a weight type has no CPU kernel, a shape is inconsistent, or
   // the configuration is out of range; the message names what to change.
-  // Forward fails (with the source's Status, the cache valid up to the last
-  // whole batch) when the expert source fails.
+  // Forward fails (with the source's or hook's Status, the cache valid up to
+  // the last whole batch) when the expert source or a routing hook fails.
   static absl::StatusOr<std::unique_ptr<CpuQwen3Moe>> Create(const Qwen3MoeModel& model,
                                                              const CpuEngineConfig& config);
   ~CpuQwen3Moe() override;
@@ -122,7 +129,9 @@ class CpuQwen3Moe final : public ForwardEngine {
   // One batch of n tokens at positions pos0.. (n <= max_batch).
   absl::Status ForwardBatch(const int32_t* tokens, int n, int pos0, LogitRows rows, float* logits);
   void Attention(int layer, int n, int pos0);
-  absl::Status MoeFfn(int layer, int n);
+  absl::Status MoeFfn(int layer, int n, int pos0);
+  // The routing hooks for the batch's top-k choice of `layer`.
+  absl::Status ApplyRoutingHooks(int layer, int n, int pos0);
   // The matrices of used_experts_[first, first + count) into expert_mats_,
   // from the source or the mapping.
   absl::Status AcquireExperts(int layer, int first, int count);

@@ -14,6 +14,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_format.h"
 #include "engine/forward_engine.h"
+#include "engine/routing_trace_hooks.h"
 #include "gguf/gguf_reader.h"
 #include "model/qwen3moe_model.h"
 #include "serve/control_server.h"
@@ -75,6 +76,19 @@ absl::Status WithContext(const absl::Status& status, std::string_view what) {
   return absl::Status(status.code(), absl::StrFormat("%s: %s", what, status.message()));
 }
 
+// moetierd gives every worker the same extra flags: "{worker}" in a trace
+// path becomes this worker's index so that workers need not share a file.
+std::string WorkerPath(std::string path, int worker_index) {
+  constexpr std::string_view kPlaceholder = "{worker}";
+  for (size_t at = path.find(kPlaceholder); at != std::string::npos;
+       at = path.find(kPlaceholder, at)) {
+    const std::string index = std::to_string(worker_index);
+    path.replace(at, kPlaceholder.size(), index);
+    at += index.size();
+  }
+  return path;
+}
+
 }  // namespace
 
 absl::Status RunDaemonMode(const WorkerOptions& options, std::FILE* err,
@@ -117,7 +131,17 @@ absl::Status RunDaemonMode(const WorkerOptions& options, std::FILE* err,
     return absl::InvalidArgumentError(absl::StrFormat(
         "--ctx %d exceeds the model's training context of %d tokens", options.ctx, hp.n_ctx_train));
   }
+  // Every request's tokens go through the same hooks: one recording, one
+  // replay cursor, for the worker's whole life.
+  absl::StatusOr<RoutingTraceHooks> hooks = OpenRoutingTraceHooks(
+      options.routing_trace_out.empty()
+          ? std::string()
+          : WorkerPath(options.routing_trace_out, options.worker_index),
+      options.routing_from_trace, hp.n_layer, hp.n_expert, hp.n_expert_used);
+  if (!hooks.ok()) return hooks.status();
   EngineOptions engine_options;
+  engine_options.routing_observer = hooks->recorder.get();
+  engine_options.routing_override = hooks->replayer.get();
   engine_options.max_ctx = options.ctx > 0 ? options.ctx : std::min(kDefaultCtx, hp.n_ctx_train);
   engine_options.n_threads =
       options.n_threads > 0 ? options.n_threads
@@ -142,14 +166,32 @@ absl::Status RunDaemonMode(const WorkerOptions& options, std::FILE* err,
                "from moetierd's %s store\n",
                options.worker_index, options.model_path.c_str(), engine_options.n_threads,
                engine_options.max_ctx, resident ? "fully resident" : "cache");
+  if (hooks->replayer != nullptr) {
+    std::fprintf(err,
+                 "moetier-worker %d (cpu): %s (%zu tokens, cycled): the experts are the trace's, "
+                 "not the router's\n",
+                 options.worker_index, hooks->ReplayLabel().c_str(), hooks->replayer->n_token());
+  }
+  if (hooks->recorder != nullptr) {
+    std::fprintf(err, "moetier-worker %d (cpu): recording routing to %s\n", options.worker_index,
+                 hooks->recorder->path().c_str());
+  }
   std::fflush(err);
   absl::Status served = (*server)->Run();
   if (!served.ok()) return WithContext(served, "control channel");
+  if (hooks->recorder != nullptr) {
+    if (absl::Status s = hooks->recorder->Close(); !s.ok()) return s;
+    std::fprintf(err, "moetier-worker %d (cpu): routing of %llu tokens recorded to %s\n",
+                 options.worker_index,
+                 static_cast<unsigned long long>(hooks->recorder->tokens_written()),
+                 hooks->recorder->path().c_str());
+  }
   std::fprintf(err,
                "moetier-worker %d (cpu): moetierd closed the control channel after %llu "
-               "requests; exiting\n",
+               "requests%s; exiting\n",
                options.worker_index,
-               static_cast<unsigned long long>((*server)->requests_finished()));
+               static_cast<unsigned long long>((*server)->requests_finished()),
+               hooks->replayer != nullptr ? (" (" + hooks->ReplayLabel() + ")").c_str() : "");
   return absl::OkStatus();
 }
 

@@ -83,6 +83,8 @@ constexpr std::string_view kDaemonFlags[] = {store::kWorkerFlagDaemonMode,
                                              "--threads",
                                              "--ctx",
                                              "--huge-pages",
+                                             "--routing-trace-out",
+                                             "--routing-from-trace",
                                              "--help",
                                              "-h"};
 // The flags only daemon mode accepts.
@@ -260,6 +262,18 @@ std::vector<Flag> MakeFlags(WorkerOptions& o) {
        [&o](std::string_view f, std::string_view v) {
          return Assign(ParseInt(f, v, 1, kMaxCtx), o.ctx);
        }},
+      {"--routing-trace-out", true,
+       [&o](std::string_view f, std::string_view v) {
+         if (v.empty()) return FlagError(f, "the path is empty");
+         o.routing_trace_out = std::string(v);
+         return absl::OkStatus();
+       }},
+      {"--routing-from-trace", true,
+       [&o](std::string_view f, std::string_view v) {
+         if (v.empty()) return FlagError(f, "the path is empty");
+         o.routing_from_trace = std::string(v);
+         return absl::OkStatus();
+       }},
   };
 }
 
@@ -286,6 +300,27 @@ absl::Status CheckStandalone(const WorkerOptions& o) {
   if (o.chat && o.mode != StandaloneMode::kGenerate) {
     return absl::InvalidArgumentError("--chat goes only with --prompt");
   }
+  const struct {
+    std::string_view flag;
+    const std::string* path;
+  } trace_flags[] = {{"--routing-trace-out", &o.routing_trace_out},
+                     {"--routing-from-trace", &o.routing_from_trace}};
+  for (const auto& [flag, path] : trace_flags) {
+    if (path->empty()) continue;
+    if (o.mode == StandaloneMode::kTokenize) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s goes only with --tokens or --prompt (tokenizing routes nothing)",
+                          flag));
+    }
+    if (o.backend != BackendKind::kCpu) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("%s needs the cpu backend (the reference has no routing hook)", flag));
+    }
+  }
+  if (!o.routing_trace_out.empty() && o.routing_trace_out == o.routing_from_trace) {
+    return absl::InvalidArgumentError(
+        "--routing-trace-out and --routing-from-trace name the same file; give two files");
+  }
   return absl::OkStatus();
 }
 
@@ -296,7 +331,8 @@ absl::Status CheckDaemon(const WorkerOptions& o, const std::vector<std::string_v
         std::end(kDaemonFlags)) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "flag %s goes only with --standalone; daemon mode takes --model, --control-socket, "
-          "--worker-index, --device, --threads, --ctx and --huge-pages",
+          "--worker-index, --device, --threads, --ctx, --huge-pages, --routing-trace-out and "
+          "--routing-from-trace",
           flag));
     }
   }
@@ -306,6 +342,10 @@ absl::Status CheckDaemon(const WorkerOptions& o, const std::vector<std::string_v
   if (o.worker_index < 0) return absl::InvalidArgumentError("--daemon needs --worker-index=N");
   if (o.device.empty()) return absl::InvalidArgumentError("--daemon needs --device=cpu|cuda:N");
   if (o.model_path.empty()) return absl::InvalidArgumentError("--daemon needs --model=PATH");
+  if (!o.routing_trace_out.empty() && o.routing_trace_out == o.routing_from_trace) {
+    return absl::InvalidArgumentError(
+        "--routing-trace-out and --routing-from-trace name the same file; give two files");
+  }
   return absl::OkStatus();
 }
 
@@ -375,7 +415,7 @@ runs one engine directly on a GGUF file, for scoring, tokenizing and generating.
 
 Usage:
   moetier-worker --daemon --control-socket=PATH --worker-index=N --device=DEV --model=FILE
-                 [--threads N] [--ctx N] [--huge-pages MODE]
+                 [--threads N] [--ctx N] [--huge-pages MODE] [routing trace flags]
   moetier-worker --standalone --model FILE --tokens 1,2,3 --logits-out OUT
   moetier-worker --standalone --model FILE --tokenize TEXT
   moetier-worker --standalone --model FILE --prompt TEXT [-n N] [--chat] [sampling flags]
@@ -393,6 +433,10 @@ Daemon mode (started by moetierd; the extra flags come from worker_extra_args):
                        the store, which must hold the same model)
   --threads, --ctx and --huge-pages as below (huge pages hold the dense
   weights only; the experts stay in the store)
+  --routing-trace-out and --routing-from-trace as below: every request's
+  tokens go to the one trace file, in the order they are computed; a
+  {worker} in the path becomes the worker index (give it when moetierd runs
+  several workers, which all get the same extra flags)
 
 Modes (exactly one):
   --tokens LIST        comma-separated token ids, run at positions 0..n-1
@@ -435,6 +479,24 @@ Engine:
                        the file mapping; auto (default) copies when huge
                        pages are enabled, the weights exceed 1 GiB and fit
                        in available RAM with 2 GiB to spare
+
+Routing traces (cpu backend; with --tokens, --prompt or --daemon):
+  --routing-trace-out FILE
+                       record which experts the router chose: one line per
+                       computed token (prompt and generated, in order), per
+                       layer the top-k expert ids with their mixing weights
+                       (format: worker/cache/routing_trace.h; moetier-policy-lab
+                       replays it). Results are unchanged.
+  --routing-from-trace FILE
+                       benchmark mode: each token takes its experts from the
+                       trace's next token (layer by layer, starting again at
+                       the trace's first token after its last) instead of from
+                       the router; everything else is computed as usual, with
+                       the router's probabilities of those experts as weights
+                       (renormalized). The trace must have the model's layer
+                       count and top-k and only ids of its experts. The
+                       results are not the model's: every output says
+                       "routing replayed from FILE".
 
 Other:
   --standalone         run without moetierd (required for the modes above)

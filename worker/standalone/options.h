@@ -45,6 +45,11 @@ struct WorkerOptions {
   int n_threads = 0;  // 0: one per hardware thread
   WeightPages weight_pages = WeightPages::kAuto;  // --huge-pages
   int ctx = 0;        // 0: min(kDefaultCtx, the model's training context)
+  // Routing traces (engine/routing_trace_hooks.h), cpu backend only: record
+  // the router's choices to a file, or replay a file's in place of the
+  // router (a benchmark mode; every output says so).
+  std::string routing_trace_out;   // --routing-trace-out
+  std::string routing_from_trace;  // --routing-from-trace
 };
 
 inline constexpr int kDefaultCtx = 4096;
@@ -52,8 +57,8 @@ inline constexpr int kDefaultCtx = 4096;
 // Parses argv. Errors are one line naming the flag and the problem. Unless
 // --help is given, checks that the flags form one complete standalone
 // command (with --standalone) or daemon command (with --daemon, which takes
-// only --model, --control-socket, --worker-index, --device, --threads, --ctx
-// and --huge-pages).
+// only --model, --control-socket, --worker-index, --device, --threads, --ctx,
+// --huge-pages, --routing-trace-out and --routing-from-trace).
 absl::StatusOr<WorkerOptions> ParseWorkerArgs(int argc, const char* const* argv);
 
 // The --help text.

@@ -17,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "engine/forward_engine.h"
+#include "engine/routing_trace_hooks.h"
 #include "gguf/gguf_reader.h"
 #include "model/qwen3moe_model.h"
 #include "reference/reference_qwen3moe.h"
@@ -34,10 +35,39 @@ static_assert(std::endian::native == std::endian::little,
 // kScoreChunk × n_vocab floats however long the input is.
 constexpr size_t kScoreChunk = 32;
 
+// The routing trace hooks the flags ask for (none without the flags). They
+// must outlive the engine given them.
+absl::StatusOr<RoutingTraceHooks> OpenHooks(const WorkerOptions& options,
+                                            const Qwen3MoeHparams& hp, std::FILE* err) {
+  absl::StatusOr<RoutingTraceHooks> hooks =
+      OpenRoutingTraceHooks(options.routing_trace_out, options.routing_from_trace, hp.n_layer,
+                            hp.n_expert, hp.n_expert_used);
+  if (hooks.ok() && hooks->replayer != nullptr) {
+    std::fprintf(err, "%s (%zu tokens, cycled): the experts are the trace's, not the router's\n",
+                 hooks->ReplayLabel().c_str(), hooks->replayer->n_token());
+  }
+  return hooks;
+}
+
+// Closes the recording, if any, and says what it holds.
+absl::Status FinishHooks(RoutingTraceHooks& hooks, std::FILE* err) {
+  if (hooks.recorder == nullptr) return absl::OkStatus();
+  if (absl::Status s = hooks.recorder->Close(); !s.ok()) return s;
+  std::fprintf(err, "routing trace: %llu tokens recorded to %s\n",
+               static_cast<unsigned long long>(hooks.recorder->tokens_written()),
+               hooks.recorder->path().c_str());
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<ForwardEngine>> MakeEngine(const WorkerOptions& options,
-                                                          const Qwen3MoeModel& model, int ctx) {
+                                                          const Qwen3MoeModel& model, int ctx,
+                                                          const RoutingTraceHooks& hooks) {
   switch (options.backend) {
     case BackendKind::kReference: {
+      if (hooks.recorder != nullptr || hooks.replayer != nullptr) {
+        return absl::InvalidArgumentError(
+            "routing traces need the cpu backend (the reference has no routing hook)");
+      }
       absl::StatusOr<std::unique_ptr<ReferenceQwen3Moe>> ref =
           ReferenceQwen3Moe::Create(model, ctx);
       if (!ref.ok()) return ref.status();
@@ -51,6 +81,8 @@ absl::StatusOr<std::unique_ptr<ForwardEngine>> MakeEngine(const WorkerOptions& o
               ? options.n_threads
               : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
       engine_options.weight_pages = options.weight_pages;
+      engine_options.routing_observer = hooks.recorder.get();
+      engine_options.routing_override = hooks.replayer.get();
       return CreateCpuEngine(model, engine_options);
     }
   }
@@ -73,7 +105,8 @@ absl::StatusOr<int> ResolveCtx(const WorkerOptions& options, const Qwen3MoeHpara
   return static_cast<int>(std::min<size_t>(ctx, hp.n_ctx_train));
 }
 
-absl::Status RunLogits(const WorkerOptions& options, const Qwen3MoeModel& model) {
+absl::Status RunLogits(const WorkerOptions& options, const Qwen3MoeModel& model,
+                       std::FILE* err) {
   const Qwen3MoeHparams& hp = model.hparams;
   for (int32_t id : options.tokens) {
     if (id >= hp.n_vocab) {
@@ -87,7 +120,9 @@ absl::Status RunLogits(const WorkerOptions& options, const Qwen3MoeModel& model)
     return absl::InvalidArgumentError(absl::StrFormat(
         "%d tokens do not fit the context of %d tokens (see --ctx)", options.tokens.size(), *ctx));
   }
-  absl::StatusOr<std::unique_ptr<ForwardEngine>> engine = MakeEngine(options, model, *ctx);
+  absl::StatusOr<RoutingTraceHooks> hooks = OpenHooks(options, hp, err);
+  if (!hooks.ok()) return hooks.status();
+  absl::StatusOr<std::unique_ptr<ForwardEngine>> engine = MakeEngine(options, model, *ctx, *hooks);
   if (!engine.ok()) return engine.status();
 
   std::FILE* file = std::fopen(options.logits_out.c_str(), "wb");
@@ -113,6 +148,7 @@ absl::Status RunLogits(const WorkerOptions& options, const Qwen3MoeModel& model)
     status = absl::DataLossError(
         absl::StrFormat("closing '%s' failed: %s", options.logits_out, std::strerror(errno)));
   }
+  if (status.ok()) status = FinishHooks(*hooks, err);
   if (!status.ok()) std::remove(options.logits_out.c_str());
   return status;
 }
@@ -181,7 +217,9 @@ absl::Status RunGenerate(const WorkerOptions& options, const Qwen3MoeModel& mode
   }
   absl::StatusOr<Sampler> sampler = Sampler::Create(hp.n_vocab, sampling);
   if (!sampler.ok()) return sampler.status();
-  absl::StatusOr<std::unique_ptr<ForwardEngine>> engine = MakeEngine(options, model, *ctx);
+  absl::StatusOr<RoutingTraceHooks> hooks = OpenHooks(options, hp, err);
+  if (!hooks.ok()) return hooks.status();
+  absl::StatusOr<std::unique_ptr<ForwardEngine>> engine = MakeEngine(options, model, *ctx, *hooks);
   if (!engine.ok()) return engine.status();
   ForwardEngine& e = **engine;
 
@@ -228,13 +266,14 @@ absl::Status RunGenerate(const WorkerOptions& options, const Qwen3MoeModel& mode
   const auto t2 = std::chrono::steady_clock::now();
   const double prefill_s = std::chrono::duration<double>(t1 - t0).count();
   const double decode_s = std::chrono::duration<double>(t2 - t1).count();
+  const std::string replayed = hooks->replayer != nullptr ? "; " + hooks->ReplayLabel() : "";
   std::fprintf(err,
                "prompt: %zu tokens in %.2f s (%.1f tok/s); generated: %d tokens in %.2f s "
-               "(%.1f tok/s); stop: %s\n",
+               "(%.1f tok/s); stop: %s%s\n",
                prompt_ids->size(), prefill_s,
                prefill_s > 0 ? static_cast<double>(prompt_ids->size()) / prefill_s : 0.0, generated,
-               decode_s, decode_s > 0 ? generated / decode_s : 0.0, stop_reason);
-  return absl::OkStatus();
+               decode_s, decode_s > 0 ? generated / decode_s : 0.0, stop_reason, replayed.c_str());
+  return FinishHooks(*hooks, err);
 }
 
 }  // namespace
@@ -245,7 +284,7 @@ absl::Status RunStandalone(const WorkerOptions& options, std::FILE* out, std::FI
   absl::StatusOr<Qwen3MoeModel> model = LoadQwen3Moe(**gguf);
   if (!model.ok()) return model.status();
 
-  if (options.mode == StandaloneMode::kLogits) return RunLogits(options, *model);
+  if (options.mode == StandaloneMode::kLogits) return RunLogits(options, *model, err);
 
   absl::StatusOr<Tokenizer> tokenizer = Tokenizer::FromGgufMetadata((*gguf)->metadata());
   if (!tokenizer.ok()) {

@@ -32,6 +32,7 @@
 #include "backend/cpu/cpu_kernels.h"
 #include "backend/cpu/thread_pool.h"
 #include "engine/qwen3moe_cpu.h"
+#include "engine/routing_trace_hooks.h"
 #include "gguf/gguf_reader.h"
 #include "model/qwen3moe_model.h"
 #include "tensor/tensor_type.h"
@@ -56,6 +57,15 @@ usage: moetier-bench-cpu --model FILE [options]
   --huge-pages          copy the weights into transparent huge pages first (the
                         engine's copy_weights_to_huge_pages); without it the
                         engine reads the file mapping (4 KiB pages)
+  --routing-from-trace FILE
+                        benchmark mode: every token takes its experts from the
+                        routing trace FILE (recorded with moetier-worker
+                        --routing-trace-out, or moetier-tracegen), cycled,
+                        instead of from the router; the same compute, only the
+                        choice replaced (random-weight models route almost
+                        uniformly; a trace gives real routing). Each timed run
+                        starts at the trace's first token. Every result line
+                        says "routing replayed from FILE".
   --kernels             instead of a model: matrix-vector and batched throughput of
                         each weight type, from RAM (a matrix of --bandwidth-mib / 4)
                         and from cache (a 256 KiB matrix), against the bandwidth
@@ -73,6 +83,7 @@ struct Options {
   int64_t bandwidth_mib = 2048;
   bool kernels = false;
   bool huge_pages = false;
+  std::string routing_from_trace;
 };
 
 absl::StatusOr<Options> ParseOptions(int argc, char** argv) {
@@ -118,6 +129,8 @@ absl::StatusOr<Options> ParseOptions(int argc, char** argv) {
       s = int_value(o.batch, 1, 8192);
     } else if (arg == "--context") {
       s = int_value(o.context, 1, 1 << 20);
+    } else if (arg == "--routing-from-trace") {
+      o.routing_from_trace = value;
     } else if (arg == "--simd") {
       o.simd = value;
     } else if (arg == "--bandwidth-mib") {
@@ -396,7 +409,17 @@ int Run(const Options& o) {
   const Qwen3MoeHparams& hp = model->hparams;
   const int ctx =
       std::min(hp.n_ctx_train, std::max(o.context + o.decode_tokens, o.prompt_tokens) + 1);
+  absl::StatusOr<RoutingTraceHooks> hooks = OpenRoutingTraceHooks(
+      "", o.routing_from_trace, hp.n_layer, hp.n_expert, hp.n_expert_used);
+  if (!hooks.ok()) {
+    std::fprintf(stderr, "moetier-bench-cpu: %s\n", std::string(hooks.status().message()).c_str());
+    return 1;
+  }
+  RoutingTraceReplayer* replayer = hooks->replayer.get();
+  // Appended to every result line of a replaying run.
+  const std::string label = replayer != nullptr ? " [" + hooks->ReplayLabel() + "]" : "";
   CpuEngineConfig config;
+  config.routing_override = replayer;
   config.max_ctx = ctx;
   config.n_threads = o.threads;
   config.max_batch = o.batch;
@@ -418,6 +441,12 @@ int Run(const Options& o) {
       hp.head_dim, hp.n_vocab);
   std::printf("threads: %d, simd: %s, batch %d\n", o.threads,
               std::string(cpu::SimdLevelName(cpu::ActiveSimdLevel())).c_str(), o.batch);
+  if (replayer != nullptr) {
+    std::printf(
+        "%s (%zu tokens, cycled from its first token in every run): the experts are the "
+        "trace's, not the router's\n",
+        hooks->ReplayLabel().c_str(), replayer->n_token());
+  }
   if (o.huge_pages) {
     std::printf("weights copied into huge pages: %.1f GiB in %.1f s\n",
                 e.allocated_bytes() / 1073741824.0, t_created - t_create);
@@ -464,6 +493,7 @@ int Run(const Options& o) {
   std::array<double, static_cast<int>(CpuPhase::kCount)> decode_phase_seconds{};
   for (int r = 0; r < o.runs + 1; ++r) {
     e.Reset();
+    if (replayer != nullptr) replayer->Rewind();
     if (absl::Status s = e.Forward(context, 0, LogitRows::kLast, logits.data()); !s.ok()) {
       std::fprintf(stderr, "moetier-bench-cpu: %s\n", std::string(s.message()).c_str());
       return 1;
@@ -509,6 +539,7 @@ int Run(const Options& o) {
   std::vector<float> first_logits;
   for (int r = 0; r < o.runs + 1; ++r) {
     e.Reset();
+    if (replayer != nullptr) replayer->Rewind();
     const double t0 = Seconds();
     if (absl::Status s = e.Forward(prompt, 0, LogitRows::kLast, logits.data()); !s.ok()) {
       std::fprintf(stderr, "moetier-bench-cpu: %s\n", std::string(s.message()).c_str());
@@ -531,21 +562,22 @@ int Run(const Options& o) {
   }
   const Stats pp = Summarize(prompt_rates);
 
-  std::printf("decode:  %.2f tok/s median (%.2f..%.2f), %d tokens after %d of context, %d runs\n",
-              decode.median, decode.min, decode.max, o.decode_tokens, o.context, o.runs);
-  std::printf("prompt:  %.1f tok/s median (%.1f..%.1f), %d tokens, %d runs\n", pp.median, pp.min,
-              pp.max, o.prompt_tokens, o.runs);
+  std::printf(
+      "decode:  %.2f tok/s median (%.2f..%.2f), %d tokens after %d of context, %d runs%s\n",
+      decode.median, decode.min, decode.max, o.decode_tokens, o.context, o.runs, label.c_str());
+  std::printf("prompt:  %.1f tok/s median (%.1f..%.1f), %d tokens, %d runs%s\n", pp.median,
+              pp.min, pp.max, o.prompt_tokens, o.runs, label.c_str());
   const Stats ratio = Summarize(run_ratios);
   std::printf(
       "roofline ratio (decode tok/s / (bandwidth / bytes per token)): %.1f%% "
-      "(median decode / best bandwidth)\n",
-      100.0 * decode.median / roofline);
+      "(median decode / best bandwidth)%s\n",
+      100.0 * decode.median / roofline, label.c_str());
   std::printf(
       "  per run, against the bandwidth measured just before it: %.1f%% median "
       "(%.1f..%.1f)\n",
       100.0 * ratio.median, 100.0 * ratio.min, 100.0 * ratio.max);
-  std::printf("effective decode read rate: %.2f GB/s\n",
-              decode.median * static_cast<double>(bytes_per_token) / 1e9);
+  std::printf("effective decode read rate: %.2f GB/s%s\n",
+              decode.median * static_cast<double>(bytes_per_token) / 1e9, label.c_str());
   double decode_total = 0.0;
   for (double seconds : decode_phase_seconds) decode_total += seconds;
   std::printf("decode time by phase:");
@@ -554,8 +586,8 @@ int Run(const Options& o) {
                 std::string(CpuPhaseName(static_cast<CpuPhase>(p))).c_str(),
                 100.0 * decode_phase_seconds[p] / decode_total);
   }
-  std::printf("\n");
-  std::printf("check: ok (runs reproduced the same tokens and logits)\n");
+  std::printf("%s\n", label.c_str());
+  std::printf("check: ok (runs reproduced the same tokens and logits)%s\n", label.c_str());
   return 0;
 }
 

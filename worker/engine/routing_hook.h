@@ -1,0 +1,57 @@
+// Hooks into an engine's expert routing, called once per MoE layer and batch
+// right after the router's top-k choice: an observer sees the choice (the
+// worker records routing traces with it, engine/routing_trace_hooks.h), an
+// override replaces it (benchmarks replay a recorded trace in place of the
+// router, so that random-weight models route like real ones).
+//
+// Both are optional; an engine without them pays one pointer test per layer.
+// Within a batch the engine calls layers 0, 1, ..., n_layer - 1 in order,
+// each with all of the batch's tokens; a batch that fails part-way (an
+// expert source error) stops early, and the next batch starts again at
+// layer 0.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "absl/status/status.h"
+
+namespace moetier {
+
+// One layer's routing of one batch: tokens at positions pos0 .. pos0+n-1,
+// top_k choices each, token-major ([n][top_k]), highest router score first.
+struct RoutingBatch {
+  int layer = 0;
+  int n_layer = 0;   // the model's MoE layers
+  int n_expert = 0;  // routed experts per layer
+  int top_k = 0;
+  int pos0 = 0;
+  int n_tokens = 0;
+  std::span<const int32_t> experts;  // n_tokens * top_k ids
+  std::span<const float> weights;    // n_tokens * top_k mixing weights
+};
+
+class RoutingObserver {
+ public:
+  virtual ~RoutingObserver() = default;
+  // Sees the experts a layer's tokens go to and the weights their outputs
+  // are mixed with (after any override). An error fails the engine's
+  // Forward with it.
+  virtual absl::Status OnRouting(const RoutingBatch& batch) = 0;
+};
+
+class RoutingOverride {
+ public:
+  virtual ~RoutingOverride() = default;
+  // Writes the experts of each of the batch's tokens into `experts`
+  // ([n_tokens][top_k], holding the router's choice on entry; batch.experts
+  // and batch.weights are empty here): top_k distinct ids below n_expert per
+  // token, in the order their outputs are summed. The engine then mixes
+  // them with the router's softmax probabilities of those experts,
+  // renormalized to sum 1 exactly as for its own choice, so a choice equal
+  // to the router's gives bit-identical results. An error fails the
+  // engine's Forward with it.
+  virtual absl::Status Override(const RoutingBatch& batch, std::span<int32_t> experts) = 0;
+};
+
+}  // namespace moetier
