@@ -236,6 +236,22 @@ TEST(RoutingTraceRecorderTest, SuccessiveCallsAppendToTheOneFile) {
                          trace.experts.begin() + half));
 }
 
+// A worker may be killed at any time; what it recorded so far must be on disk.
+TEST(RoutingTraceRecorderTest, EveryForwardCallReachesTheFileBeforeClose) {
+  const Tiny& tiny = TinyModel();
+  const Qwen3MoeHparams& hp = tiny.hp();
+  const std::string path = TempPath("flushed.trace");
+  absl::StatusOr<std::unique_ptr<RoutingTraceRecorder>> recorder =
+      RoutingTraceRecorder::Create(path, hp.n_layer, hp.n_expert, hp.n_expert_used);
+  ASSERT_TRUE(recorder.ok()) << recorder.status();
+  std::unique_ptr<CpuQwen3Moe> engine = MakeEngine(7, recorder->get());
+  RunTokens(*engine, tiny.ids, true);
+  const RoutingTrace before_close = ReadTrace(path);  // the recorder is still open
+  EXPECT_EQ(before_close.n_token(), tiny.ids.size());
+  ASSERT_TRUE((*recorder)->Close().ok());
+  std::remove(path.c_str());
+}
+
 TEST(RoutingTraceRecorderTest, RecordingLeavesLogitsBitIdentical) {
   const Tiny& tiny = TinyModel();
   const Qwen3MoeHparams& hp = tiny.hp();

@@ -404,6 +404,14 @@ absl::Status RoutingTraceWriter::AppendToken(absl::Span<const uint32_t> experts,
   return absl::OkStatus();
 }
 
+absl::Status RoutingTraceWriter::Flush() {
+  if (file_ == nullptr) return absl::OkStatus();
+  if (std::fflush(file_) != 0) {
+    return absl::DataLossError(absl::StrFormat("%s: write failed: %s", path_, std::strerror(errno)));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status RoutingTraceWriter::Close() {
   if (file_ == nullptr) return absl::OkStatus();
   const bool failed = std::fclose(file_) != 0;

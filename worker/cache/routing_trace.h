@@ -94,6 +94,9 @@ class RoutingTraceWriter {
   // `experts`: n_layer * top_k ids, layer-major; `weights`: as many, or
   // empty when opened without weights.
   absl::Status AppendToken(absl::Span<const uint32_t> experts, absl::Span<const float> weights);
+  // Hands what was appended to the kernel, so that a reader (or a process
+  // killed later) sees every whole token written so far.
+  absl::Status Flush();
   absl::Status Close();
 
  private:

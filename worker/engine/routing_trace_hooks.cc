@@ -104,6 +104,11 @@ absl::Status RoutingTraceRecorder::OnRouting(const RoutingBatch& batch) {
     }
     ++tokens_written_;
   }
+  // Once per batch (per token when decoding): the trace on disk stays whole
+  // even if the worker is killed.
+  if (absl::Status s = writer_.Flush(); !s.ok()) {
+    return absl::Status(s.code(), absl::StrFormat("routing trace output: %s", s.message()));
+  }
   return absl::OkStatus();
 }
 
