@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/strings/str_join.h"
+#include "connection/health.grpc.pb.h"
 #include "absl/strings/str_split.h"
 #include "daemon_harness.h"
 #include "gmock/gmock.h"
@@ -281,6 +282,27 @@ TEST_F(FrontDoorTest, LimitsAnswerInvalidArgumentNamingTheLimit) {
   v1::ScoreResponse response;
   EXPECT_EQ(daemon_->stub().Score(&context, score, &response).error_code(),
             grpc::StatusCode::INVALID_ARGUMENT);
+}
+
+TEST_F(FrontDoorTest, HealthIsServingForTheServerAndTheService) {
+  std::unique_ptr<grpc::health::v1::Health::Stub> health =
+      grpc::health::v1::Health::NewStub(daemon_->channel());
+  auto check = [&](const char* service) {
+    grpc::ClientContext context;
+    grpc::health::v1::HealthCheckRequest request;
+    request.set_service(service);
+    grpc::health::v1::HealthCheckResponse response;
+    const grpc::Status s = health->Check(&context, request, &response);
+    EXPECT_TRUE(s.ok()) << "'" << service << "': " << s.error_message();
+    return response.status();
+  };
+  // The daemon's main loop publishes health within a tick of the worker
+  // becoming ready.
+  for (int i = 0; i < 250 && check("") != grpc::health::v1::HealthCheckResponse::SERVING; ++i) {
+    usleep(20000);
+  }
+  EXPECT_EQ(check(""), grpc::health::v1::HealthCheckResponse::SERVING);
+  EXPECT_EQ(check("moetier.v1.Moetier"), grpc::health::v1::HealthCheckResponse::SERVING);
 }
 
 TEST_F(FrontDoorTest, TheSocketIsNotOpenToOthers) {
