@@ -5,7 +5,9 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_format.h"
 #include "backend/cpu/cpu_check.h"
@@ -84,15 +86,18 @@ absl::Status CheckVector(const WeightRef& ref, int64_t n) {
 
 // Every tensor of the weight table, for visiting them all; without the
 // routed experts' tensors when they come from an ExpertWeightSource.
-std::vector<WeightRef*> AllRefs(Qwen3MoeWeights& w, bool include_experts) {
-  std::vector<WeightRef*> refs = {&w.token_embd, &w.output_norm, &w.output};
-  for (Qwen3MoeLayerWeights& l : w.layers) {
-    for (WeightRef* r : {&l.attn_norm, &l.attn_q, &l.attn_k, &l.attn_v, &l.attn_output,
-                         &l.attn_q_norm, &l.attn_k_norm, &l.ffn_norm, &l.ffn_gate_inp}) {
+// `Weights` is Qwen3MoeWeights or const Qwen3MoeWeights.
+template <typename Weights>
+auto AllRefs(Weights& w, bool include_experts) {
+  using Ref = std::conditional_t<std::is_const_v<Weights>, const WeightRef, WeightRef>;
+  std::vector<Ref*> refs = {&w.token_embd, &w.output_norm, &w.output};
+  for (auto& l : w.layers) {
+    for (Ref* r : {&l.attn_norm, &l.attn_q, &l.attn_k, &l.attn_v, &l.attn_output, &l.attn_q_norm,
+                   &l.attn_k_norm, &l.ffn_norm, &l.ffn_gate_inp}) {
       refs.push_back(r);
     }
     if (include_experts) {
-      for (WeightRef* r : {&l.ffn_gate_exps, &l.ffn_up_exps, &l.ffn_down_exps}) refs.push_back(r);
+      for (Ref* r : {&l.ffn_gate_exps, &l.ffn_up_exps, &l.ffn_down_exps}) refs.push_back(r);
     }
   }
   return refs;
@@ -108,10 +113,7 @@ cpu::ByteRange Span(const WeightRef& r) {
 
 std::vector<cpu::ByteRange> WeightSpans(const Qwen3MoeWeights& w, bool include_experts) {
   std::vector<cpu::ByteRange> spans;
-  // AllRefs only reads through the pointers it returns here.
-  for (const WeightRef* r : AllRefs(const_cast<Qwen3MoeWeights&>(w), include_experts)) {
-    spans.push_back(Span(*r));
-  }
+  for (const WeightRef* r : AllRefs(w, include_experts)) spans.push_back(Span(*r));
   return spans;
 }
 
