@@ -51,11 +51,7 @@ std::string_view Trim(std::string_view s) {
 // Shortens a bad piece of input for an error message.
 std::string Quote(std::string_view s) {
   constexpr size_t kMax = 24;
-  // Built with appends: GCC 12 at -O3 warns (-Wrestrict) on "x" + string&&.
-  std::string quoted = "'";
-  quoted.append(s.substr(0, kMax));
-  quoted.append(s.size() > kMax ? "...'" : "'");
-  return quoted;
+  return "'" + std::string(s.substr(0, kMax)) + (s.size() > kMax ? "...'" : "'");
 }
 
 struct Header {
