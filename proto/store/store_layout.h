@@ -52,7 +52,7 @@ namespace moetier::store {
 // "MOETSTOR" read as a little-endian u64.
 inline constexpr uint64_t kSegmentMagic = 0x524F545354454F4DULL;
 // Bump on any change to a struct below; attach refuses other versions.
-inline constexpr uint32_t kLayoutVersion = 1;
+inline constexpr uint32_t kLayoutVersion = 2;
 
 inline constexpr uint32_t kMaxLayers = 128;
 inline constexpr uint32_t kMaxExpertsPerLayer = 512;
@@ -270,6 +270,16 @@ struct alignas(64) WorkerStatusPage {
   uint64_t completions_dropped;  // completion ring was full
   uint64_t requests_rejected;    // malformed requests (out-of-range ids, ...)
   uint64_t reserved3[5];
+  // Cache line 3: the worker's device expert cache, written by the worker.
+  // vram_misses above counts every miss; misses_computed_on_host those of
+  // them that ran on host cores from the store instead of being copied.
+  alignas(64) uint64_t expert_cache_bytes;  // the slot pool; 0 without a cache
+  uint64_t misses_computed_on_host;
+  uint64_t prefetch_issued;  // copies started for predicted experts
+  uint64_t prefetch_used;    // of those, routed before being evicted
+  uint64_t prefetch_wasted;  // of those, evicted unused
+  uint64_t copy_busy_ns;     // time with an expert copy in flight (copy GB/s)
+  uint64_t reserved4[2];
   // Written by the worker: bit (layer * kMaxExpertsPerLayer + expert) set
   // while that expert is resident in the worker's device memory.
   alignas(64) uint64_t vram_residency[kResidencyWords];
@@ -277,8 +287,9 @@ struct alignas(64) WorkerStatusPage {
 static_assert(offsetof(WorkerStatusPage, device) == 16);
 static_assert(offsetof(WorkerStatusPage, heartbeat_ns) == 64);
 static_assert(offsetof(WorkerStatusPage, requests_served) == 128);
-static_assert(offsetof(WorkerStatusPage, vram_residency) == 192);
-static_assert(sizeof(WorkerStatusPage) == 192 + 8 * kResidencyWords);
+static_assert(offsetof(WorkerStatusPage, expert_cache_bytes) == 192);
+static_assert(offsetof(WorkerStatusPage, vram_residency) == 256);
+static_assert(sizeof(WorkerStatusPage) == 256 + 8 * kResidencyWords);
 
 struct alignas(4096) WorkerRegion {
   WorkerStatusPage status;

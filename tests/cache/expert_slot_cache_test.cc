@@ -1,0 +1,256 @@
+#include "cache/expert_slot_cache.h"
+
+#include <set>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace moetier {
+namespace {
+
+constexpr uint64_t kSlot = 1000;
+
+// 3 layers x 8 experts, top-2, slots of 1000 bytes; `slots` in the pool.
+ExpertSlotCacheOptions Options(uint32_t slots, MissPolicy miss = MissPolicy::kCopy) {
+  ExpertSlotCacheOptions o;
+  o.n_layer = 3;
+  o.n_expert = 8;
+  o.top_k = 2;
+  o.expert_bytes = {900, 1000, 800};
+  o.slot_bytes = kSlot;
+  o.pool_bytes = slots * kSlot;
+  o.policy = ExpertPolicyKind::kLru;
+  o.miss_policy = miss;
+  return o;
+}
+
+std::unique_ptr<ExpertSlotCache> Make(const ExpertSlotCacheOptions& o) {
+  absl::StatusOr<std::unique_ptr<ExpertSlotCache>> cache = ExpertSlotCache::Create(o);
+  EXPECT_TRUE(cache.ok()) << cache.status();
+  return cache.ok() ? *std::move(cache) : nullptr;
+}
+
+// One decode token at `layer`: Route, Place (one row each), Release.
+std::vector<ExpertPlacement> Token(ExpertSlotCache& cache, uint32_t layer,
+                                   std::vector<int32_t> experts) {
+  cache.Route(layer, experts);
+  std::vector<uint32_t> rows(experts.size(), 1);
+  std::vector<ExpertPlacement> out(experts.size());
+  cache.Place(layer, experts, rows, out);
+  cache.Release(layer);
+  return out;
+}
+
+TEST(ExpertSlotCacheTest, TooSmallAPoolSaysHowMuchItNeeds) {
+  absl::StatusOr<std::unique_ptr<ExpertSlotCache>> cache = ExpertSlotCache::Create(Options(5));
+  ASSERT_FALSE(cache.ok());
+  EXPECT_NE(cache.status().message().find("top_k = 2 slots per layer, 6 in all"),
+            absl::string_view::npos)
+      << cache.status();
+  ExpertSlotCacheOptions o = Options(6);
+  o.static_host_layers = 1;  // 2 device layers x 8 experts = 16 slots
+  cache = ExpertSlotCache::Create(o);
+  ASSERT_FALSE(cache.ok());
+  EXPECT_NE(cache.status().message().find("--n-cpu-moe 1"), absl::string_view::npos);
+  o = Options(6);
+  o.expert_bytes[1] = kSlot + 1;
+  EXPECT_FALSE(ExpertSlotCache::Create(o).ok());
+  o = Options(6);
+  o.static_host_layers = 4;
+  EXPECT_FALSE(ExpertSlotCache::Create(o).ok());
+}
+
+TEST(ExpertSlotCacheTest, PoolIsSpreadOverLayersRemainderFirst) {
+  std::unique_ptr<ExpertSlotCache> cache = Make(Options(8));
+  EXPECT_EQ(cache->n_slots(), 8u);
+  EXPECT_EQ(cache->slot_budget(0), 3u);
+  EXPECT_EQ(cache->slot_budget(1), 3u);
+  EXPECT_EQ(cache->slot_budget(2), 2u);
+  // More than every expert: capped at every expert.
+  EXPECT_EQ(Make(Options(100))->n_slots(), 24u);
+}
+
+TEST(ExpertSlotCacheTest, MissesAreFilledOnceThenHit) {
+  std::unique_ptr<ExpertSlotCache> cache = Make(Options(6));
+  std::vector<ExpertPlacement> p = Token(*cache, 1, {3, 5});
+  ASSERT_EQ(p[0].site, ExpertSite::kSlot);
+  ASSERT_EQ(p[1].site, ExpertSite::kSlot);
+  EXPECT_TRUE(p[0].fill && p[1].fill);
+  EXPECT_NE(p[0].slot, p[1].slot);
+  EXPECT_TRUE(cache->Resident(1, 3) && cache->Resident(1, 5));
+  const std::vector<ExpertPlacement> again = Token(*cache, 1, {5, 3});
+  EXPECT_EQ(again[0].slot, p[1].slot);
+  EXPECT_EQ(again[1].slot, p[0].slot);
+  EXPECT_FALSE(again[0].fill || again[1].fill);
+  const ExpertSlotCacheStats& s = cache->stats();
+  EXPECT_EQ(s.hits, 2u);
+  EXPECT_EQ(s.misses, 2u);
+  EXPECT_EQ(s.demand_fills, 2u);
+  EXPECT_EQ(s.misses_on_host, 0u);
+  EXPECT_EQ(s.bytes_filled, 2u * 1000u);  // layer 1's experts are 1000 bytes
+}
+
+TEST(ExpertSlotCacheTest, AFullLayerEvictsItsLeastRecentlyUsedExpert) {
+  std::unique_ptr<ExpertSlotCache> cache = Make(Options(6));  // 2 slots per layer
+  const int32_t slot_a = Token(*cache, 0, {0, 1})[0].slot;
+  Token(*cache, 0, {1, 2});  // 0 is the victim: 1 was just routed
+  EXPECT_FALSE(cache->Resident(0, 0));
+  EXPECT_TRUE(cache->Resident(0, 1));
+  EXPECT_TRUE(cache->Resident(0, 2));
+  EXPECT_EQ(cache->stats().evictions, 1u);
+  // The victim's slot went to the newcomer.
+  EXPECT_EQ(Token(*cache, 0, {2, 1})[0].slot, slot_a);
+}
+
+TEST(ExpertSlotCacheTest, PinnedExpertsAreNeverVictimsSoOverflowGoesToTheHost) {
+  std::unique_ptr<ExpertSlotCache> cache = Make(Options(6));  // 2 slots per layer
+  // A prefill batch routes to three experts of layer 2 in one group.
+  const std::vector<int32_t> topk = {0, 1, 1, 2};
+  cache->Route(2, topk);
+  const std::vector<int32_t> experts = {0, 1, 2};
+  const std::vector<uint32_t> rows = {1, 2, 1};
+  std::vector<ExpertPlacement> out(3);
+  cache->Place(2, experts, rows, out);
+  int on_slots = 0, on_host = 0;
+  std::set<int32_t> slots;
+  for (const ExpertPlacement& p : out) {
+    if (p.site == ExpertSite::kSlot) {
+      ++on_slots;
+      slots.insert(p.slot);
+    } else {
+      ++on_host;
+    }
+  }
+  EXPECT_EQ(on_slots, 2);
+  EXPECT_EQ(on_host, 1);
+  EXPECT_EQ(slots.size(), 2u);
+  EXPECT_EQ(cache->stats().misses_on_host, 1u);
+  cache->Release(2);
+}
+
+TEST(ExpertSlotCacheTest, HostMissPolicyComputesMissesOnTheHostAndPrefetchFills) {
+  ExpertSlotCacheOptions o = Options(6, MissPolicy::kHost);
+  o.prefetch = true;
+  std::unique_ptr<ExpertSlotCache> cache = Make(o);
+  std::vector<ExpertPlacement> p = Token(*cache, 0, {4, 6});
+  EXPECT_EQ(p[0].site, ExpertSite::kHost);
+  EXPECT_EQ(p[1].site, ExpertSite::kHost);
+  EXPECT_FALSE(cache->Resident(0, 4));
+  // Layer 1 predicted: 4 and 7. Both fill (free slots).
+  std::vector<SlotFill> fills(2);
+  const std::vector<int32_t> predicted = {4, 7};
+  ASSERT_EQ(cache->Prefetch(1, predicted, fills), 2u);
+  EXPECT_EQ(fills[0].layer, 1u);
+  EXPECT_EQ(fills[0].expert, 4u);
+  EXPECT_EQ(fills[1].expert, 7u);
+  // Layer 1 routes 7 and 2: 7 is a prefetch hit, 2 a host miss.
+  p = Token(*cache, 1, {7, 2});
+  EXPECT_EQ(p[0].site, ExpertSite::kSlot);
+  EXPECT_EQ(p[0].slot, fills[1].slot);
+  EXPECT_FALSE(p[0].fill);
+  EXPECT_EQ(p[1].site, ExpertSite::kHost);
+  const ExpertSlotCacheStats& s = cache->stats();
+  EXPECT_EQ(s.prefetch_issued, 2u);
+  EXPECT_EQ(s.prefetch_used, 1u);
+  EXPECT_EQ(s.misses, 3u);
+  EXPECT_EQ(s.misses_on_host, 3u);
+  EXPECT_EQ(s.hits, 1u);
+  // Resident experts are not prefetched again.
+  EXPECT_EQ(cache->Prefetch(1, predicted, fills), 0u);
+}
+
+TEST(ExpertSlotCacheTest, APrefetchEvictedUnusedCountsAsWasted) {
+  ExpertSlotCacheOptions o = Options(6, MissPolicy::kCopy);
+  std::unique_ptr<ExpertSlotCache> cache = Make(o);
+  std::vector<SlotFill> fills(1);
+  const std::vector<int32_t> predicted = {5};
+  ASSERT_EQ(cache->Prefetch(0, predicted, fills), 1u);
+  Token(*cache, 0, {1, 2});  // two misses need both of layer 0's slots
+  Token(*cache, 0, {3, 1});  // and then one more: 5 is long gone
+  EXPECT_FALSE(cache->Resident(0, 5));
+  EXPECT_EQ(cache->stats().prefetch_issued, 1u);
+  EXPECT_EQ(cache->stats().prefetch_used, 0u);
+  EXPECT_EQ(cache->stats().prefetch_wasted, 1u);
+}
+
+TEST(ExpertSlotCacheTest, PrefetchOffDeclinesEverything) {
+  ExpertSlotCacheOptions o = Options(6);
+  o.prefetch = false;
+  std::unique_ptr<ExpertSlotCache> cache = Make(o);
+  std::vector<SlotFill> fills(2);
+  const std::vector<int32_t> predicted = {1, 2};
+  EXPECT_EQ(cache->Prefetch(0, predicted, fills), 0u);
+  EXPECT_EQ(cache->stats().prefetch_issued, 0u);
+}
+
+TEST(ExpertSlotCacheTest, AutoFollowsTheCostModel) {
+  ExpertSlotCacheOptions o = Options(6, MissPolicy::kAuto);
+  o.cost.copy_bytes_per_s = 1e3;  // a second per expert: never worth it
+  o.cost.host = {1e-3, 0};
+  std::unique_ptr<ExpertSlotCache> slow_copy = Make(o);
+  for (const ExpertPlacement& p : Token(*slow_copy, 0, {1, 2})) {
+    EXPECT_EQ(p.site, ExpertSite::kHost);
+  }
+  o.cost.copy_bytes_per_s = 1e12;  // a nanosecond: always worth it
+  std::unique_ptr<ExpertSlotCache> fast_copy = Make(o);
+  for (const ExpertPlacement& p : Token(*fast_copy, 0, {1, 2})) {
+    EXPECT_EQ(p.site, ExpertSite::kSlot);
+    EXPECT_TRUE(p.fill);
+  }
+}
+
+TEST(ExpertSlotCacheTest, StaticPlacementKeepsDeviceLayersWholeAndHostLayersOnTheHost) {
+  ExpertSlotCacheOptions o = Options(100);
+  o.static_host_layers = 1;
+  std::unique_ptr<ExpertSlotCache> cache = Make(o);
+  ASSERT_TRUE(cache->is_static());
+  EXPECT_EQ(cache->n_slots(), 16u);
+  const std::vector<SlotFill> fills = cache->InitialFills();
+  ASSERT_EQ(fills.size(), 16u);
+  std::set<int32_t> slots;
+  for (const SlotFill& f : fills) {
+    EXPECT_GE(f.layer, 1u);
+    slots.insert(f.slot);
+  }
+  EXPECT_EQ(slots.size(), 16u);
+  EXPECT_EQ(*slots.begin(), 0);
+  EXPECT_EQ(*slots.rbegin(), 15);
+  EXPECT_EQ(cache->stats().bytes_filled, 8u * 1000 + 8u * 800);
+  for (const ExpertPlacement& p : Token(*cache, 0, {0, 7})) EXPECT_EQ(p.site, ExpertSite::kHost);
+  const std::vector<ExpertPlacement> p = Token(*cache, 2, {0, 7});
+  EXPECT_EQ(p[0].site, ExpertSite::kSlot);
+  EXPECT_FALSE(p[0].fill);
+  EXPECT_EQ(p[0].slot, 8);  // layer 2 is the second device layer
+  EXPECT_EQ(p[1].slot, 15);
+  EXPECT_FALSE(cache->Resident(0, 3));
+  EXPECT_TRUE(cache->Resident(1, 3));
+  std::vector<SlotFill> none(1);
+  const std::vector<int32_t> predicted = {3};
+  EXPECT_EQ(cache->Prefetch(0, predicted, none), 0u);
+  EXPECT_EQ(cache->stats().hits, 2u);
+  EXPECT_EQ(cache->stats().misses_on_host, 2u);
+}
+
+TEST(ExpertSlotCacheTest, ADiscardedFillIsNoLongerResident) {
+  std::unique_ptr<ExpertSlotCache> cache = Make(Options(6));
+  Token(*cache, 1, {2, 3});
+  cache->Discard(1, 2);
+  EXPECT_FALSE(cache->Resident(1, 2));
+  const std::vector<ExpertPlacement> p = Token(*cache, 1, {2, 3});
+  EXPECT_TRUE(p[0].fill);   // copied again
+  EXPECT_FALSE(p[1].fill);  // still there
+}
+
+TEST(ExpertSlotCacheTest, DescribeNamesTheModeAndPolicies) {
+  const std::string dynamic = Make(Options(8))->Describe();
+  EXPECT_NE(dynamic.find("8 slots"), std::string::npos) << dynamic;
+  EXPECT_NE(dynamic.find("policy lru"), std::string::npos) << dynamic;
+  EXPECT_NE(dynamic.find("misses copy"), std::string::npos) << dynamic;
+  ExpertSlotCacheOptions o = Options(100);
+  o.static_host_layers = 2;
+  const std::string fixed = Make(o)->Describe();
+  EXPECT_NE(fixed.find("static placement"), std::string::npos) << fixed;
+}
+
+}  // namespace
+}  // namespace moetier
