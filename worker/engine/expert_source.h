@@ -46,6 +46,28 @@ class ExpertWeightSource {
   // once than it has slots); the engine splits a layer's experts into
   // groups of at most this many. At least 1.
   virtual int max_experts_held() const = 0;
+
+  // The batch's choice at `layer`, token-major (top_k ids per token, the
+  // order the router ranked them), before the layer's first Acquire. A
+  // cache learns from it and counts each expert's token rows.
+  virtual void Route(int layer, std::span<const int32_t> topk_ids) {
+    (void)layer;
+    (void)topk_ids;
+  }
+
+  // Whether the engine should predict the next layer's experts (that
+  // layer's router applied to the current hidden state) and offer them to
+  // Prefetch. Predicting costs a router product per layer.
+  virtual bool wants_prefetch() const { return false; }
+
+  // Experts of `layer` the engine expects to Acquire next; called with
+  // nothing held. Only an optimization: an error here is a failure of the
+  // source (as in Acquire), not of the prediction.
+  virtual absl::Status Prefetch(int layer, std::span<const int32_t> experts) {
+    (void)layer;
+    (void)experts;
+    return absl::OkStatus();
+  }
 };
 
 }  // namespace moetier

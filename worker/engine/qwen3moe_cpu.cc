@@ -27,6 +27,9 @@ constexpr int kMaxChunksPerThread = 4;
 // Element-wise work below this many values runs on the calling thread: a
 // dispatch costs more than it saves (decode-sized rows).
 constexpr int64_t kMinParallelElems = 32 * 1024;
+// Prefetch serves decoding: a longer batch routes to most of a layer's
+// experts, which its own Acquire fetches together anyway.
+constexpr int kMaxPrefetchTokens = 4;
 
 double NowSeconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -280,6 +283,7 @@ void CpuQwen3Moe::Allocate() {
   slot_token_.assign(bk, 0);
   token_slot_.assign(bk, 0);
   used_experts_.assign(hp_.n_expert, 0);
+  predicted_.assign(hp_.n_expert, 0);
   expert_mats_.assign(hp_.n_expert, ExpertMatrices{});
   gate_out_ = AlignedBytes(bk * hp_.n_ff_exp * f);
   up_out_ = AlignedBytes(bk * hp_.n_ff_exp * f);
@@ -642,6 +646,10 @@ absl::Status CpuQwen3Moe::MoeFfn(int layer, int n, int pos0) {
   if (config_.routing_override != nullptr || config_.routing_observer != nullptr) {
     if (absl::Status s = ApplyRoutingHooks(layer, n, pos0); !s.ok()) return s;
   }
+  if (config_.expert_source != nullptr) {
+    config_.expert_source->Route(layer, std::span<const int32_t>(topk_ids_.data(),
+                                                                 static_cast<size_t>(n) * top_k));
+  }
 
   // Group the (token, choice) pairs by expert.
   std::fill(expert_count_.begin(), expert_count_.end(), 0);
@@ -746,7 +754,48 @@ absl::Status CpuQwen3Moe::MoeFfn(int layer, int n, int pos0) {
     }
     for (int64_t i = 0; i < n_embd; ++i) xt[i] += acc[i];
   }
+  if (config_.expert_source != nullptr && config_.expert_source->wants_prefetch() &&
+      layer + 1 < hp_.n_layer && n <= kMaxPrefetchTokens) {
+    return PrefetchNextLayer(layer + 1, n);
+  }
   return absl::OkStatus();
+}
+
+absl::Status CpuQwen3Moe::PrefetchNextLayer(int layer, int n) {
+  // The next layer's router on the hidden state as it stands now, before
+  // that layer's attention: a close enough guess of its real input.
+  const int64_t n_embd = hp_.n_embd;
+  const int n_expert = hp_.n_expert;
+  const int top_k = hp_.n_expert_used;
+  float* xn = xn_.floats();
+  for (int t = 0; t < n; ++t) {
+    cpu::RmsNorm(x_.floats() + t * n_embd, norms_[layer].ffn_norm.data(), n_embd, hp_.rms_eps,
+                 xn + t * n_embd);
+  }
+  ForgetInputs();
+  const WeightRef& router = weights_.layers[layer].ffn_gate_inp;
+  const uint8_t* act = PrepareInput(n, router.type);
+  jobs_[0] = Job(router, router.data, act, n, router_logits_.floats());
+  RunJobs(jobs_.data(), 1, CpuPhase::kRouter);
+  int n_predicted = 0;
+  for (int t = 0; t < n; ++t) {
+    cpu::RouterTopK(router_logits_.floats() + t * n_expert, n_expert, top_k, true,
+                    router_probs_.floats() + t * n_expert, topk_ids_.data() + t * top_k,
+                    topk_weights_.data() + t * top_k);
+    for (int j = 0; j < top_k; ++j) {
+      const int32_t e = topk_ids_[t * top_k + j];
+      if (std::find(predicted_.begin(), predicted_.begin() + n_predicted, e) ==
+          predicted_.begin() + n_predicted) {
+        predicted_[n_predicted++] = e;
+      }
+    }
+  }
+  ForgetInputs();
+  const double start = NowSeconds();
+  absl::Status status = config_.expert_source->Prefetch(
+      layer, std::span<const int32_t>(predicted_.data(), static_cast<size_t>(n_predicted)));
+  phase_seconds_[static_cast<int>(CpuPhase::kExpertFetch)] += NowSeconds() - start;
+  return status;
 }
 
 std::string_view CpuPhaseName(CpuPhase phase) {

@@ -130,6 +130,9 @@ class CpuQwen3Moe final : public ForwardEngine {
   absl::Status ForwardBatch(const int32_t* tokens, int n, int pos0, LogitRows rows, float* logits);
   void Attention(int layer, int n, int pos0);
   absl::Status MoeFfn(int layer, int n, int pos0);
+  // Offers the expert source the experts `layer`'s router picks for the
+  // current hidden state (engine/expert_source.h, Prefetch).
+  absl::Status PrefetchNextLayer(int layer, int n);
   // The routing hooks for the batch's top-k choice of `layer`.
   absl::Status ApplyRoutingHooks(int layer, int n, int pos0);
   // The matrices of used_experts_[first, first + count) into expert_mats_,
@@ -191,6 +194,7 @@ class CpuQwen3Moe final : public ForwardEngine {
   std::vector<int32_t> slot_token_;               // [B * K] token of each expert-grouped row
   std::vector<int32_t> token_slot_;               // [B * K] grouped row of (token, j)
   std::vector<int32_t> used_experts_;             // [n_expert] experts with rows, ascending
+  std::vector<int32_t> predicted_;                // [n_expert] next layer's predicted experts
   std::vector<ExpertMatrices> expert_mats_;       // [n_expert] per used_experts_ entry
   AlignedBytes gate_out_;                         // [B * K][n_ff_exp]
   AlignedBytes up_out_;                           // [B * K][n_ff_exp]

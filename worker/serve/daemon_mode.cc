@@ -18,7 +18,9 @@
 #include "gguf/gguf_reader.h"
 #include "model/qwen3moe_model.h"
 #include "serve/control_server.h"
+#include "serve/expert_cache_status.h"
 #include "serve/store_expert_source.h"
+#include "standalone/expert_cache_setup.h"
 #include "store/model_fingerprint.h"
 #include "store/store_client.h"
 #include "store/worker_channel.h"
@@ -147,9 +149,20 @@ absl::Status RunDaemonMode(const WorkerOptions& options, std::FILE* err,
       options.n_threads > 0 ? options.n_threads
                             : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   engine_options.weight_pages = options.weight_pages;
-  engine_options.expert_source = source->get();
+  absl::StatusOr<std::unique_ptr<SlotCachedExpertSource>> cache =
+      MakeWorkerExpertCache(options, *model, **source, err);
+  if (!cache.ok()) return cache.status();
+  engine_options.expert_source =
+      *cache != nullptr ? static_cast<ExpertWeightSource*>(cache->get()) : source->get();
   absl::StatusOr<std::unique_ptr<ForwardEngine>> engine = CreateCpuEngine(*model, engine_options);
   if (!engine.ok()) return engine.status();
+  // With a cache, the status page follows it after every engine call.
+  std::unique_ptr<CacheStatusEngine> published;
+  if (*cache != nullptr) {
+    published = std::make_unique<CacheStatusEngine>(**engine, **cache, (*client)->status_page());
+  }
+  ForwardEngine& serving =
+      published != nullptr ? static_cast<ForwardEngine&>(*published) : **engine;
 
   ControlServerOptions server_options;
   server_options.backend = "cpu";
@@ -157,7 +170,7 @@ absl::Status RunDaemonMode(const WorkerOptions& options, std::FILE* err,
   server_options.model_fingerprint = fingerprint;
   server_options.log = err;
   absl::StatusOr<std::unique_ptr<ControlServer>> server =
-      ControlServer::Create(control_fd.get(), **engine, server_options);
+      ControlServer::Create(control_fd.get(), serving, server_options);
   if (!server.ok()) return server.status();
   const bool resident =
       (*client)->header().store_mode == static_cast<uint32_t>(store::StoreMode::kFullyResident);

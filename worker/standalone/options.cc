@@ -85,8 +85,35 @@ constexpr std::string_view kDaemonFlags[] = {store::kWorkerFlagDaemonMode,
                                              "--huge-pages",
                                              "--routing-trace-out",
                                              "--routing-from-trace",
+                                             "--expert-cache-mib",
+                                             "--miss-policy",
+                                             "--prefetch",
+                                             "--cache-policy",
+                                             "--n-cpu-moe",
                                              "--help",
                                              "-h"};
+constexpr std::string_view kCacheFlags[] = {"--expert-cache-mib", "--miss-policy", "--prefetch",
+                                            "--cache-policy", "--n-cpu-moe"};
+
+// "N" MiB, "P%" of all experts' bytes, or "auto".
+absl::StatusOr<ExpertCacheSize> ParseCacheSize(std::string_view flag, std::string_view v) {
+  ExpertCacheSize size;
+  if (v == "auto") return size;
+  double number = 0;
+  const bool percent = !v.empty() && v.back() == '%';
+  const std::string_view digits = percent ? v.substr(0, v.size() - 1) : v;
+  if (!absl::SimpleAtod(absl::string_view(digits.data(), digits.size()), &number) ||
+      !std::isfinite(number) || number < 0) {
+    return FlagError(flag, absl::StrFormat("'%s' is not a size: give MiB (e.g. 8192), a "
+                                           "percentage of the experts' bytes (e.g. 25%%) or auto",
+                                           v));
+  }
+  if (percent && number > 100) return FlagError(flag, "a percentage above 100%");
+  size.kind = percent ? ExpertCacheSize::Kind::kPercent : ExpertCacheSize::Kind::kMib;
+  size.value = number;
+  return size;
+}
+
 // The flags only daemon mode accepts.
 constexpr std::string_view kDaemonOnlyFlags[] = {
     store::kWorkerFlagDaemonMode, store::kWorkerFlagControlSocket, store::kWorkerFlagWorkerIndex,
@@ -274,6 +301,34 @@ std::vector<Flag> MakeFlags(WorkerOptions& o) {
          o.routing_from_trace = std::string(v);
          return absl::OkStatus();
        }},
+      {"--expert-cache-mib", true,
+       [&o](std::string_view f, std::string_view v) {
+         return Assign(ParseCacheSize(f, v), o.expert_cache);
+       }},
+      {"--miss-policy", true,
+       [&o](std::string_view f, std::string_view v) {
+         absl::StatusOr<MissPolicy> p = ParseMissPolicy(v);
+         if (!p.ok()) return FlagError(f, std::string(p.status().message()));
+         o.miss_policy = *p;
+         return absl::OkStatus();
+       }},
+      {"--prefetch", true,
+       [&o](std::string_view f, std::string_view v) {
+         if (v != "on" && v != "off") return FlagError(f, absl::StrFormat("'%s' is not on or off", v));
+         o.prefetch = v == "on";
+         return absl::OkStatus();
+       }},
+      {"--cache-policy", true,
+       [&o](std::string_view f, std::string_view v) {
+         absl::StatusOr<ExpertPolicyKind> p = ParseExpertPolicyKind(v);
+         if (!p.ok()) return FlagError(f, std::string(p.status().message()));
+         o.cache_policy = *p;
+         return absl::OkStatus();
+       }},
+      {"--n-cpu-moe", true,
+       [&o](std::string_view f, std::string_view v) {
+         return Assign(ParseInt(f, v, 0, static_cast<int>(store::kMaxLayers)), o.n_cpu_moe);
+       }},
   };
 }
 
@@ -321,6 +376,10 @@ absl::Status CheckStandalone(const WorkerOptions& o) {
     return absl::InvalidArgumentError(
         "--routing-trace-out and --routing-from-trace name the same file; give two files");
   }
+  if (o.cache_flags_given && o.backend != BackendKind::kCpu) {
+    return absl::InvalidArgumentError(
+        "the expert cache flags need the cpu backend (the reference reads every weight itself)");
+  }
   return absl::OkStatus();
 }
 
@@ -331,8 +390,8 @@ absl::Status CheckDaemon(const WorkerOptions& o, const std::vector<std::string_v
         std::end(kDaemonFlags)) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "flag %s goes only with --standalone; daemon mode takes --model, --control-socket, "
-          "--worker-index, --device, --threads, --ctx, --huge-pages, --routing-trace-out and "
-          "--routing-from-trace",
+          "--worker-index, --device, --threads, --ctx, --huge-pages, the routing trace flags "
+          "and the expert cache flags",
           flag));
     }
   }
@@ -388,6 +447,11 @@ absl::StatusOr<WorkerOptions> ParseWorkerArgs(int argc, const char* const* argv)
     given.push_back(flag->name);
   }
   if (options.help) return options;
+  for (std::string_view flag : given) {
+    if (std::find(std::begin(kCacheFlags), std::end(kCacheFlags), flag) != std::end(kCacheFlags)) {
+      options.cache_flags_given = true;
+    }
+  }
   if (options.standalone && options.daemon) {
     return absl::InvalidArgumentError("--standalone and --daemon exclude each other");
   }
@@ -416,6 +480,7 @@ runs one engine directly on a GGUF file, for scoring, tokenizing and generating.
 Usage:
   moetier-worker --daemon --control-socket=PATH --worker-index=N --device=DEV --model=FILE
                  [--threads N] [--ctx N] [--huge-pages MODE] [routing trace flags]
+                 [expert cache flags]
   moetier-worker --standalone --model FILE --tokens 1,2,3 --logits-out OUT
   moetier-worker --standalone --model FILE --tokenize TEXT
   moetier-worker --standalone --model FILE --prompt TEXT [-n N] [--chat] [sampling flags]
@@ -437,6 +502,7 @@ Daemon mode (started by moetierd; the extra flags come from worker_extra_args):
   tokens go to the one trace file, in the order they are computed; a
   {worker} in the path becomes the worker index (give it when moetierd runs
   several workers, which all get the same extra flags)
+  the expert cache flags as below
 
 Modes (exactly one):
   --tokens LIST        comma-separated token ids, run at positions 0..n-1
@@ -497,6 +563,32 @@ Routing traces (cpu backend; with --tokens, --prompt or --daemon):
                        count and top-k and only ids of its experts. The
                        results are not the model's: every output says
                        "routing replayed from FILE".
+
+Expert cache (cpu backend here; with --tokens, --prompt or --daemon). The
+worker keeps a pool of expert slots: VRAM on a GPU, huge-page RAM on the cpu,
+where it runs the very cache logic of the GPU worker (results are identical
+with and without it). A routed expert found in a slot is a hit; a miss is
+copied into a slot or computed from the store, as --miss-policy says.
+  --expert-cache-mib SIZE
+                       the pool: N MiB, P%% of all experts' bytes (e.g. 25%%),
+                       or auto (default: no cache on the cpu). It needs at
+                       least top-k slots per layer; the error says how much
+  --miss-policy P      copy: copy every miss into a slot (evicting by the
+                       cache policy) and compute it there; cpu: compute
+                       misses on host cores straight from the store (only
+                       prefetch fills the cache); auto (default): per miss,
+                       whichever a cost model of copy rate and compute time
+                       says is cheaper (on the cpu worker that is always
+                       the store: a copy only adds work)
+  --prefetch on|off    predict the next layer's experts with its router on
+                       the current hidden state and copy them ahead (default
+                       on; decode batches of up to 4 tokens)
+  --cache-policy NAME  replacement policy: lru, lfu, lrfu, reuse or adaptive
+                       (default adaptive; see moetier-policy-lab)
+  --n-cpu-moe N        static placement, like llama.cpp's --n-cpu-moe: the
+                       experts of the first N layers are always computed on
+                       the host, every expert of the other layers stays in a
+                       slot (the pool defaults to exactly that size)
 
 Other:
   --standalone         run without moetierd (required for the modes above)

@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "cache/expert_cache_policy.h"
+#include "cache/miss_cost_model.h"
 #include "engine/forward_engine.h"
 #include "sampling/sampler.h"
 
@@ -23,6 +25,17 @@ enum class StandaloneMode {
 };
 
 enum class BackendKind { kCpu, kReference };
+
+// --expert-cache-mib: how big the worker's expert cache is.
+struct ExpertCacheSize {
+  enum class Kind {
+    kAuto,     // the device's choice: none on the cpu
+    kMib,      // `value` MiB (0: no cache)
+    kPercent,  // `value` percent of all experts' bytes
+  };
+  Kind kind = Kind::kAuto;
+  double value = 0;
+};
 
 struct WorkerOptions {
   bool help = false;
@@ -50,6 +63,14 @@ struct WorkerOptions {
   // router (a benchmark mode; every output says so).
   std::string routing_trace_out;   // --routing-trace-out
   std::string routing_from_trace;  // --routing-from-trace
+  // The expert cache (cache/expert_slot_cache.h); cpu backend only.
+  ExpertCacheSize expert_cache;                           // --expert-cache-mib
+  MissPolicy miss_policy = MissPolicy::kAuto;             // --miss-policy
+  bool prefetch = true;                                   // --prefetch
+  ExpertPolicyKind cache_policy = kDefaultExpertPolicy;   // --cache-policy
+  int n_cpu_moe = -1;                                     // --n-cpu-moe; -1: dynamic cache
+  // Whether any of the cache flags above was given.
+  bool cache_flags_given = false;
 };
 
 inline constexpr int kDefaultCtx = 4096;
@@ -58,7 +79,7 @@ inline constexpr int kDefaultCtx = 4096;
 // --help is given, checks that the flags form one complete standalone
 // command (with --standalone) or daemon command (with --daemon, which takes
 // only --model, --control-socket, --worker-index, --device, --threads, --ctx,
-// --huge-pages, --routing-trace-out and --routing-from-trace).
+// --huge-pages, the routing trace flags and the expert cache flags).
 absl::StatusOr<WorkerOptions> ParseWorkerArgs(int argc, const char* const* argv);
 
 // The --help text.

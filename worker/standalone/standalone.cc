@@ -17,11 +17,13 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "engine/forward_engine.h"
+#include "engine/mapped_expert_source.h"
 #include "engine/routing_trace_hooks.h"
 #include "gguf/gguf_reader.h"
 #include "model/qwen3moe_model.h"
 #include "reference/reference_qwen3moe.h"
 #include "sampling/sampler.h"
+#include "standalone/expert_cache_setup.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -59,9 +61,23 @@ absl::Status FinishHooks(RoutingTraceHooks& hooks, std::FILE* err) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<ForwardEngine>> MakeEngine(const WorkerOptions& options,
-                                                          const Qwen3MoeModel& model, int ctx,
-                                                          const RoutingTraceHooks& hooks) {
+// An engine with what it reads from: with an expert cache, the cache and
+// the mapping it copies from (declared first, so they outlive the engine).
+struct StandaloneEngine {
+  std::unique_ptr<MappedExpertSource> mapped;
+  std::unique_ptr<SlotCachedExpertSource> cache;
+  std::unique_ptr<ForwardEngine> engine;
+
+  // After a run: the cache's counters on `err`.
+  void ReportCache(std::FILE* err) const {
+    if (cache != nullptr) std::fprintf(err, "%s\n", ExpertCacheSummary(*cache).c_str());
+  }
+};
+
+absl::StatusOr<StandaloneEngine> MakeEngine(const WorkerOptions& options,
+                                            const Qwen3MoeModel& model, int ctx,
+                                            const RoutingTraceHooks& hooks, std::FILE* err) {
+  StandaloneEngine out;
   switch (options.backend) {
     case BackendKind::kReference: {
       if (hooks.recorder != nullptr || hooks.replayer != nullptr) {
@@ -71,9 +87,15 @@ absl::StatusOr<std::unique_ptr<ForwardEngine>> MakeEngine(const WorkerOptions& o
       absl::StatusOr<std::unique_ptr<ReferenceQwen3Moe>> ref =
           ReferenceQwen3Moe::Create(model, ctx);
       if (!ref.ok()) return ref.status();
-      return std::unique_ptr<ForwardEngine>(*std::move(ref));
+      out.engine = *std::move(ref);
+      return out;
     }
     case BackendKind::kCpu: {
+      out.mapped = std::make_unique<MappedExpertSource>(model.weights);
+      absl::StatusOr<std::unique_ptr<SlotCachedExpertSource>> cache =
+          MakeWorkerExpertCache(options, model, *out.mapped, err);
+      if (!cache.ok()) return cache.status();
+      out.cache = *std::move(cache);
       EngineOptions engine_options;
       engine_options.max_ctx = ctx;
       engine_options.n_threads =
@@ -83,7 +105,11 @@ absl::StatusOr<std::unique_ptr<ForwardEngine>> MakeEngine(const WorkerOptions& o
       engine_options.weight_pages = options.weight_pages;
       engine_options.routing_observer = hooks.recorder.get();
       engine_options.routing_override = hooks.replayer.get();
-      return CreateCpuEngine(model, engine_options);
+      engine_options.expert_source = out.cache.get();
+      absl::StatusOr<std::unique_ptr<ForwardEngine>> engine = CreateCpuEngine(model, engine_options);
+      if (!engine.ok()) return engine.status();
+      out.engine = *std::move(engine);
+      return out;
     }
   }
   return absl::InternalError("unknown backend");
@@ -122,7 +148,7 @@ absl::Status RunLogits(const WorkerOptions& options, const Qwen3MoeModel& model,
   }
   absl::StatusOr<RoutingTraceHooks> hooks = OpenHooks(options, hp, err);
   if (!hooks.ok()) return hooks.status();
-  absl::StatusOr<std::unique_ptr<ForwardEngine>> engine = MakeEngine(options, model, *ctx, *hooks);
+  absl::StatusOr<StandaloneEngine> engine = MakeEngine(options, model, *ctx, *hooks, err);
   if (!engine.ok()) return engine.status();
 
   std::FILE* file = std::fopen(options.logits_out.c_str(), "wb");
@@ -137,7 +163,8 @@ absl::Status RunLogits(const WorkerOptions& options, const Qwen3MoeModel& model,
   for (size_t start = 0; start < tokens.size() && status.ok(); start += kScoreChunk) {
     const std::span<const int32_t> chunk =
         tokens.subspan(start, std::min(kScoreChunk, tokens.size() - start));
-    status = (*engine)->Forward(chunk, static_cast<int>(start), LogitRows::kAll, logits.data());
+    status = engine->engine->Forward(chunk, static_cast<int>(start), LogitRows::kAll,
+                                     logits.data());
     if (status.ok() && std::fwrite(logits.data(), sizeof(float), chunk.size() * n_vocab, file) !=
                            chunk.size() * n_vocab) {
       status = absl::DataLossError(
@@ -150,6 +177,7 @@ absl::Status RunLogits(const WorkerOptions& options, const Qwen3MoeModel& model,
   }
   if (status.ok()) status = FinishHooks(*hooks, err);
   if (!status.ok()) std::remove(options.logits_out.c_str());
+  if (status.ok()) engine->ReportCache(err);
   return status;
 }
 
@@ -219,9 +247,9 @@ absl::Status RunGenerate(const WorkerOptions& options, const Qwen3MoeModel& mode
   if (!sampler.ok()) return sampler.status();
   absl::StatusOr<RoutingTraceHooks> hooks = OpenHooks(options, hp, err);
   if (!hooks.ok()) return hooks.status();
-  absl::StatusOr<std::unique_ptr<ForwardEngine>> engine = MakeEngine(options, model, *ctx, *hooks);
+  absl::StatusOr<StandaloneEngine> engine = MakeEngine(options, model, *ctx, *hooks, err);
   if (!engine.ok()) return engine.status();
-  ForwardEngine& e = **engine;
+  ForwardEngine& e = *engine->engine;
 
   std::vector<float> logits(static_cast<size_t>(hp.n_vocab));
   const auto t0 = std::chrono::steady_clock::now();
@@ -273,6 +301,7 @@ absl::Status RunGenerate(const WorkerOptions& options, const Qwen3MoeModel& mode
                prompt_ids->size(), prefill_s,
                prefill_s > 0 ? static_cast<double>(prompt_ids->size()) / prefill_s : 0.0, generated,
                decode_s, decode_s > 0 ? generated / decode_s : 0.0, stop_reason, replayed.c_str());
+  engine->ReportCache(err);
   return FinishHooks(*hooks, err);
 }
 

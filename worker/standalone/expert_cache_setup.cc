@@ -1,0 +1,61 @@
+#include "standalone/expert_cache_setup.h"
+
+#include <cmath>
+
+#include "absl/strings/str_format.h"
+
+namespace moetier {
+
+absl::StatusOr<std::unique_ptr<SlotCachedExpertSource>> MakeWorkerExpertCache(
+    const WorkerOptions& options, const Qwen3MoeModel& model, ExpertWeightSource& inner,
+    std::FILE* err) {
+  HostSlotCacheOptions host;
+  host.policy = options.cache_policy;
+  host.miss_policy = options.miss_policy;
+  host.prefetch = options.prefetch;
+  host.static_host_layers = options.n_cpu_moe;
+  const ExpertSlotCacheOptions geometry = SlotCacheOptionsFor(model, host);
+  const ExpertCacheSize& size = options.expert_cache;
+  switch (size.kind) {
+    case ExpertCacheSize::Kind::kAuto:
+      // The cpu has no device memory to fill: no cache unless static
+      // placement asks for the slots it needs.
+      host.pool_bytes =
+          options.n_cpu_moe >= 0 ? StaticPoolBytes(geometry, options.n_cpu_moe) : 0;
+      break;
+    case ExpertCacheSize::Kind::kMib:
+      host.pool_bytes = static_cast<uint64_t>(std::llround(size.value * 1048576.0));
+      break;
+    case ExpertCacheSize::Kind::kPercent:
+      host.pool_bytes = static_cast<uint64_t>(
+          std::llround(size.value / 100.0 * static_cast<double>(FullPoolBytes(geometry))));
+      break;
+  }
+  if (host.pool_bytes == 0 && options.n_cpu_moe < 0) {
+    if (options.cache_flags_given && size.kind == ExpertCacheSize::Kind::kAuto) {
+      return absl::InvalidArgumentError(
+          "the expert cache flags need --expert-cache-mib SIZE or --n-cpu-moe N: the cpu worker "
+          "has no expert cache by default");
+    }
+    return nullptr;
+  }
+  absl::StatusOr<std::unique_ptr<SlotCachedExpertSource>> cache =
+      SlotCachedExpertSource::Create(inner, model, host);
+  if (!cache.ok()) return cache.status();
+  std::fprintf(err, "%s\n", (*cache)->cache().Describe().c_str());
+  return cache;
+}
+
+std::string ExpertCacheSummary(const SlotCachedExpertSource& source) {
+  const ExpertSlotCacheStats& s = source.cache().stats();
+  const uint64_t placed = s.hits + s.misses;
+  const double copy_s = source.copy_busy_ns() * 1e-9;
+  return absl::StrFormat(
+      "expert cache: %u hits of %u (%.1f%%), %u misses (%u computed from the store, %u copied), "
+      "prefetch %u issued / %u used / %u wasted, %.1f MiB copied at %.2f GB/s",
+      s.hits, placed, placed > 0 ? 100.0 * s.hits / placed : 0.0, s.misses, s.misses_on_host,
+      s.demand_fills, s.prefetch_issued, s.prefetch_used, s.prefetch_wasted,
+      s.bytes_filled / 1048576.0, copy_s > 0 ? s.bytes_filled / copy_s / 1e9 : 0.0);
+}
+
+}  // namespace moetier
