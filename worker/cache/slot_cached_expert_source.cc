@@ -72,15 +72,17 @@ absl::StatusOr<std::unique_ptr<SlotCachedExpertSource>> SlotCachedExpertSource::
     geometry.push_back(g);
   }
   const uint64_t pool_bytes = uint64_t{(*cache)->n_slots()} * cache_options.slot_bytes;
-  void* pool = mmap(nullptr, pool_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
-                    -1, 0);
-  if (pool == MAP_FAILED) {
-    return absl::ResourceExhaustedError(absl::StrFormat(
-        "expert cache: cannot allocate the %.1f MiB slot pool: %s", pool_bytes / 1048576.0,
-        std::strerror(errno)));
+  void* pool = nullptr;  // none when static placement keeps every layer on the host
+  if (pool_bytes > 0) {
+    pool = mmap(nullptr, pool_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (pool == MAP_FAILED) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "expert cache: cannot allocate the %.1f MiB slot pool: %s", pool_bytes / 1048576.0,
+          std::strerror(errno)));
+    }
+    // Advice only: without transparent huge pages the pool works on 4 KiB pages.
+    (void)madvise(pool, pool_bytes, MADV_HUGEPAGE);
   }
-  // Advice only: without transparent huge pages the pool works on 4 KiB pages.
-  (void)madvise(pool, pool_bytes, MADV_HUGEPAGE);
   auto source = std::unique_ptr<SlotCachedExpertSource>(new SlotCachedExpertSource(
       inner, *std::move(cache), std::move(geometry), static_cast<uint8_t*>(pool), pool_bytes));
   if (absl::Status s = source->FillInitialSlots(); !s.ok()) return s;

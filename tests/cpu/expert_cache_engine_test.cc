@@ -1,0 +1,243 @@
+// The CPU engine behind the slot cache (cache/slot_cached_expert_source.h)
+// computes exactly what it computes without one: for every cache size down
+// to top_k slots per layer, every miss policy, prefetch on and off, and
+// static placement, the logits are bit for bit those of the engine reading
+// the mapping. The counters must add up, and a failing expert source must
+// leave no half-filled slot behind.
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "cache/slot_cached_expert_source.h"
+#include "engine/mapped_expert_source.h"
+#include "engine/qwen3moe_cpu.h"
+#include "gguf/gguf_reader.h"
+#include "gtest/gtest.h"
+#include "model/qwen3moe_model.h"
+
+namespace moetier {
+namespace {
+
+const std::string kModel = std::string(MOETIER_TEST_DATA_DIR) + "/vectors/small-q4_k_m.gguf";
+const std::string kIds = std::string(MOETIER_TEST_DATA_DIR) + "/vectors/small-q4_k_m.ids";
+constexpr int kPrefill = 6;  // tokens of the first batch; the rest are decoded one by one
+
+std::vector<int32_t> ReadIds() {
+  std::ifstream in(kIds);
+  std::vector<int32_t> ids;
+  std::string part;
+  while (std::getline(in, part, ',')) ids.push_back(std::stoi(part));
+  return ids;
+}
+
+// Fails every Acquire from the `fail_at`-th on (counting from 1) while armed.
+class FlakySource final : public ExpertWeightSource {
+ public:
+  explicit FlakySource(ExpertWeightSource& inner) : inner_(inner) {}
+  absl::Status Acquire(int layer, std::span<const int32_t> experts,
+                       std::span<ExpertMatrices> out) override {
+    if (fail_at_ > 0 && ++calls_ >= fail_at_) {
+      return absl::UnavailableError(absl::StrFormat("layer %d: the store went away", layer));
+    }
+    return inner_.Acquire(layer, experts, out);
+  }
+  void Release(int layer) override { inner_.Release(layer); }
+  int max_experts_held() const override { return inner_.max_experts_held(); }
+  void Arm(int fail_at) {
+    fail_at_ = fail_at;
+    calls_ = 0;
+  }
+
+ private:
+  ExpertWeightSource& inner_;
+  int fail_at_ = 0;
+  int calls_ = 0;
+};
+
+class ExpertCacheEngineTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    absl::StatusOr<std::unique_ptr<GgufModel>> gguf = GgufModel::Open(kModel);
+    ASSERT_TRUE(gguf.ok()) << gguf.status();
+    gguf_ = gguf->release();
+    absl::StatusOr<Qwen3MoeModel> model = LoadQwen3Moe(*gguf_);
+    ASSERT_TRUE(model.ok()) << model.status();
+    model_ = new Qwen3MoeModel(*std::move(model));
+    ids_ = new std::vector<int32_t>(ReadIds());
+    ASSERT_GT(ids_->size(), static_cast<size_t>(kPrefill) + 8);
+    baseline_ = new std::vector<float>(Run(nullptr));
+  }
+  static void TearDownTestSuite() {
+    delete baseline_;
+    delete ids_;
+    delete model_;
+    delete gguf_;
+  }
+
+  // The logits of a prefill batch and then one decode step per token.
+  static std::vector<float> Run(ExpertWeightSource* source, absl::Status* status = nullptr) {
+    CpuEngineConfig config;
+    config.max_ctx = 64;
+    config.n_threads = 2;
+    config.expert_source = source;
+    absl::StatusOr<std::unique_ptr<CpuQwen3Moe>> engine = CpuQwen3Moe::Create(*model_, config);
+    EXPECT_TRUE(engine.ok()) << engine.status();
+    const size_t n_vocab = static_cast<size_t>(model_->hparams.n_vocab);
+    std::vector<float> logits(ids_->size() * n_vocab);
+    const std::span<const int32_t> ids(*ids_);
+    absl::Status s = (*engine)->Forward(ids.first(kPrefill), 0, LogitRows::kAll, logits.data());
+    for (size_t t = kPrefill; t < ids.size() && s.ok(); ++t) {
+      s = (*engine)->Forward(ids.subspan(t, 1), static_cast<int>(t), LogitRows::kAll,
+                             logits.data() + t * n_vocab);
+    }
+    if (status != nullptr) {
+      *status = s;
+    } else {
+      EXPECT_TRUE(s.ok()) << s;
+    }
+    return logits;
+  }
+
+  static ExpertSlotCacheOptions Geometry() { return SlotCacheOptionsFor(*model_, {}); }
+
+  static std::unique_ptr<SlotCachedExpertSource> Cache(ExpertWeightSource& inner,
+                                                       const HostSlotCacheOptions& options) {
+    absl::StatusOr<std::unique_ptr<SlotCachedExpertSource>> cache =
+        SlotCachedExpertSource::Create(inner, *model_, options);
+    EXPECT_TRUE(cache.ok()) << cache.status();
+    return cache.ok() ? *std::move(cache) : nullptr;
+  }
+
+  static bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  }
+
+  static GgufModel* gguf_;
+  static Qwen3MoeModel* model_;
+  static std::vector<int32_t>* ids_;
+  static std::vector<float>* baseline_;
+};
+GgufModel* ExpertCacheEngineTest::gguf_ = nullptr;
+Qwen3MoeModel* ExpertCacheEngineTest::model_ = nullptr;
+std::vector<int32_t>* ExpertCacheEngineTest::ids_ = nullptr;
+std::vector<float>* ExpertCacheEngineTest::baseline_ = nullptr;
+
+TEST_F(ExpertCacheEngineTest, EveryDynamicSettingGivesTheSameLogitsBitForBit) {
+  const ExpertSlotCacheOptions geometry = Geometry();
+  const uint64_t sizes[] = {MinDynamicPoolBytes(geometry), FullPoolBytes(geometry) / 2,
+                            FullPoolBytes(geometry)};
+  for (const uint64_t pool : sizes) {
+    for (const MissPolicy miss : {MissPolicy::kCopy, MissPolicy::kHost, MissPolicy::kAuto}) {
+      for (const bool prefetch : {false, true}) {
+        SCOPED_TRACE(absl::StrFormat("pool %u bytes, misses %s, prefetch %d", pool,
+                                     MissPolicyName(miss), prefetch));
+        MappedExpertSource mapped(model_->weights);
+        HostSlotCacheOptions options;
+        options.pool_bytes = pool;
+        options.miss_policy = miss;
+        options.prefetch = prefetch;
+        std::unique_ptr<SlotCachedExpertSource> cache = Cache(mapped, options);
+        ASSERT_NE(cache, nullptr);
+        EXPECT_TRUE(SameBits(Run(cache.get()), *baseline_));
+        const ExpertSlotCacheStats& s = cache->cache().stats();
+        EXPECT_GT(s.hits + s.misses, 0u);
+        EXPECT_EQ(s.misses, s.misses_on_host + s.demand_fills);
+        EXPECT_LE(s.prefetch_used + s.prefetch_wasted, s.prefetch_issued);
+        if (!prefetch) {
+          EXPECT_EQ(s.prefetch_issued, 0u);
+        }
+        if (miss == MissPolicy::kHost || miss == MissPolicy::kAuto) {
+          // Auto on the CPU: a copy only adds work, so never copy.
+          EXPECT_EQ(s.demand_fills, 0u);
+        }
+        if (miss == MissPolicy::kCopy) {
+          EXPECT_GT(s.demand_fills, 0u);
+          // Copies actually went through the slots.
+          EXPECT_GT(cache->copy_busy_ns(), 0u);
+        }
+        if (miss == MissPolicy::kCopy && pool == sizes[2]) {
+          // Everything fits: each expert is missed at most once.
+          EXPECT_EQ(s.evictions, 0u);
+          EXPECT_LE(s.misses, uint64_t{geometry.n_layer} * geometry.n_expert);
+          EXPECT_GT(s.hits, s.misses);
+        }
+        if (miss == MissPolicy::kCopy && pool == sizes[0]) {
+          EXPECT_GT(s.evictions, 0u);
+        }
+        if (miss != MissPolicy::kCopy) {
+          // Only prefetch fills a cache whose misses stay on the host.
+          if (prefetch) {
+            EXPECT_GT(s.prefetch_used, 0u);
+            EXPECT_GE(s.hits, s.prefetch_used);
+          } else {
+            EXPECT_EQ(s.hits, 0u);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_F(ExpertCacheEngineTest, StaticPlacementGivesTheSameLogitsBitForBit) {
+  const int n_layer = model_->hparams.n_layer;
+  for (const int host_layers : {0, n_layer / 2, n_layer}) {
+    SCOPED_TRACE(absl::StrFormat("--n-cpu-moe %d", host_layers));
+    MappedExpertSource mapped(model_->weights);
+    HostSlotCacheOptions options;
+    options.static_host_layers = host_layers;
+    options.pool_bytes = StaticPoolBytes(Geometry(), host_layers);
+    std::unique_ptr<SlotCachedExpertSource> cache = Cache(mapped, options);
+    ASSERT_NE(cache, nullptr);
+    EXPECT_TRUE(SameBits(Run(cache.get()), *baseline_));
+    const ExpertSlotCacheStats& s = cache->cache().stats();
+    if (host_layers == 0) {
+      EXPECT_EQ(s.misses, 0u);
+    }
+    if (host_layers == n_layer) {
+      EXPECT_EQ(s.hits, 0u);
+    }
+    if (host_layers == n_layer / 2) {
+      EXPECT_GT(s.hits, 0u);
+      EXPECT_GT(s.misses_on_host, 0u);
+    }
+    EXPECT_EQ(s.demand_fills, 0u);
+    EXPECT_EQ(s.prefetch_issued, 0u);
+  }
+}
+
+TEST_F(ExpertCacheEngineTest, AFailingSourceFailsTheForwardAndLeavesNoBadSlot) {
+  MappedExpertSource mapped(model_->weights);
+  FlakySource flaky(mapped);
+  HostSlotCacheOptions options;
+  options.pool_bytes = FullPoolBytes(Geometry()) / 2;
+  options.miss_policy = MissPolicy::kCopy;
+  std::unique_ptr<SlotCachedExpertSource> cache = Cache(flaky, options);
+  ASSERT_NE(cache, nullptr);
+  for (const int fail_at : {1, 3, 9, 17}) {
+    flaky.Arm(fail_at);
+    absl::Status status;
+    Run(cache.get(), &status);
+    EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+    EXPECT_NE(status.message().find("the store went away"), absl::string_view::npos);
+  }
+  // Whatever the failures left resident is whole: the next run is exact.
+  flaky.Arm(0);
+  EXPECT_TRUE(SameBits(Run(cache.get()), *baseline_));
+}
+
+TEST_F(ExpertCacheEngineTest, TooSmallACacheIsRefusedWithTheSizeItNeeds) {
+  MappedExpertSource mapped(model_->weights);
+  HostSlotCacheOptions options;
+  options.pool_bytes = MinDynamicPoolBytes(Geometry()) - 1;
+  const absl::StatusOr<std::unique_ptr<SlotCachedExpertSource>> cache =
+      SlotCachedExpertSource::Create(mapped, *model_, options);
+  ASSERT_FALSE(cache.ok());
+  EXPECT_NE(cache.status().message().find("slots per layer"), absl::string_view::npos)
+      << cache.status();
+}
+
+}  // namespace
+}  // namespace moetier
