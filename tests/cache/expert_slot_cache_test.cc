@@ -128,6 +128,26 @@ TEST(ExpertSlotCacheTest, PinnedExpertsAreNeverVictimsSoOverflowGoesToTheHost) {
   cache->Release(2);
 }
 
+TEST(ExpertSlotCacheTest, ABatchIsPlacedInWavesThatEachFit) {
+  std::unique_ptr<ExpertSlotCache> cache = Make(Options(6));  // 2 slots per layer
+  EXPECT_EQ(cache->max_group(), 2u);
+  const std::vector<int32_t> topk = {0, 1, 2, 3};  // two tokens
+  cache->Route(0, topk);
+  const std::vector<uint32_t> rows = {1, 1};
+  for (const std::vector<int32_t>& wave : {std::vector<int32_t>{0, 1}, {2, 3}}) {
+    std::vector<ExpertPlacement> out(2);
+    cache->Place(0, wave, rows, out);
+    for (const ExpertPlacement& p : out) {
+      EXPECT_EQ(p.site, ExpertSite::kSlot);
+      EXPECT_TRUE(p.fill);
+    }
+    cache->Release(0);
+  }
+  EXPECT_EQ(cache->stats().misses_on_host, 0u);
+  EXPECT_EQ(cache->stats().demand_fills, 4u);
+  EXPECT_TRUE(cache->Resident(0, 2) && cache->Resident(0, 3));
+}
+
 TEST(ExpertSlotCacheTest, HostMissPolicyComputesMissesOnTheHostAndPrefetchFills) {
   ExpertSlotCacheOptions o = Options(6, MissPolicy::kHost);
   o.prefetch = true;

@@ -105,6 +105,12 @@ class ExpertCachePolicy {
   uint32_t Route(uint32_t layer, absl::Span<const uint32_t> experts,
                  absl::Span<const float> weights = {});
 
+  // Ends the protection of `layer`'s latest Route before its next one. For
+  // callers that route a whole batch (one Route per token) and then place
+  // its experts in waves under pins: only the last token's experts would be
+  // protected, and they would block the waves.
+  void EndProtection(uint32_t layer) { step_open_[layer] = 0; }
+
   // The slot holding `expert` of `layer`, or kNoSlot.
   int32_t Lookup(uint32_t layer, uint32_t expert) const { return slot_of_[Index(layer, expert)]; }
   bool Resident(uint32_t layer, uint32_t expert) const { return Lookup(layer, expert) != kNoSlot; }

@@ -105,6 +105,15 @@ ExpertSlotCache::ExpertSlotCache(const ExpertSlotCacheOptions& options, uint32_t
   routed_.reserve(options.top_k);
 }
 
+uint32_t ExpertSlotCache::max_group() const {
+  if (is_static()) return options_.n_expert;
+  uint32_t smallest = options_.n_expert;
+  for (uint32_t l = 0; l < options_.n_layer; ++l) {
+    smallest = std::min(smallest, policy_->slot_budget(l));
+  }
+  return smallest;
+}
+
 uint32_t ExpertSlotCache::slot_budget(uint32_t layer) const {
   if (is_static()) {
     return static_cast<int>(layer) < options_.static_host_layers ? 0 : options_.n_expert;
@@ -155,6 +164,9 @@ void ExpertSlotCache::Route(uint32_t layer, std::span<const int32_t> topk_ids) {
     }
     policy_->Route(layer, routed_);
   }
+  // Place pins what it places; a batch's experts come in waves of at most
+  // the layer's budget, which the last token's protection would block.
+  if (topk_ids.size() > options_.top_k) policy_->EndProtection(layer);
 }
 
 void ExpertSlotCache::NoteEviction(const SlotGrant& grant) {

@@ -111,6 +111,11 @@ class ExpertSlotCache {
   bool is_static() const { return options_.static_host_layers >= 0; }
   // Slots per layer (dynamic); n_expert or 0 per layer (static).
   uint32_t slot_budget(uint32_t layer) const;
+  // The most experts one Place should take: the smallest layer budget
+  // (dynamic), so that a batch's misses are placed in waves that each fit;
+  // n_expert (static). Larger groups work, but their overflow misses are
+  // computed on the host.
+  uint32_t max_group() const;
   // A one-line description for logs: mode, slots, per-layer budget, policies.
   std::string Describe() const;
 

@@ -229,6 +229,10 @@ void SlotCachedExpertSource::Release(int layer) {
   cache_->Release(static_cast<uint32_t>(layer));
 }
 
+int SlotCachedExpertSource::max_experts_held() const {
+  return std::min(inner_.max_experts_held(), static_cast<int>(cache_->max_group()));
+}
+
 bool SlotCachedExpertSource::wants_prefetch() const {
   return cache_->options().prefetch && !cache_->is_static();
 }

@@ -50,7 +50,8 @@ class SlotCachedExpertSource final : public ExpertWeightSource {
   absl::Status Acquire(int layer, std::span<const int32_t> experts,
                        std::span<ExpertMatrices> out) override;
   void Release(int layer) override;
-  int max_experts_held() const override { return inner_.max_experts_held(); }
+  // In waves that fit the cache (ExpertSlotCache::max_group).
+  int max_experts_held() const override;
   void Route(int layer, std::span<const int32_t> topk_ids) override;
   bool wants_prefetch() const override;
   absl::Status Prefetch(int layer, std::span<const int32_t> experts) override;
