@@ -213,7 +213,8 @@ TEST(WorkerStandaloneTest, HelpExplainsEveryFlag) {
   for (const char* flag :
        {"--standalone", "--model", "--tokens", "--logits-out", "--tokenize", "--prompt", "-n",
         "--chat", "--temp", "--top-k", "--top-p", "--min-p", "--repeat-penalty", "--repeat-last-n",
-        "--seed", "--backend", "--threads", "--ctx", "--huge-pages", "--help"}) {
+        "--seed", "--backend", "--threads", "--ctx", "--huge-pages", "--expert-cache-mib",
+        "--miss-policy", "--prefetch", "--cache-policy", "--n-cpu-moe", "--help"}) {
     EXPECT_THAT(r.out, HasSubstr(flag));
   }
 }
@@ -241,6 +242,21 @@ TEST(WorkerStandaloneTest, UsageErrorsAreOneLine) {
       {{"--standalone", "--model", TinyModel(), "--backend", "gpu", "--tokenize", "x"}, "gpu"},
       {{"--standalone", "--model", TinyModel(), "--tokenize", "a", "--prompt", "b"}, "only one"},
       {{"--standalone", "--model", TinyModel(), "--huge-pages", "yes", "--tokenize", "x"}, "'yes'"},
+      {{"--standalone", "--model", TinyModel(), "--expert-cache-mib", "lots", "--tokenize", "x"},
+       "'lots'"},
+      {{"--standalone", "--model", TinyModel(), "--expert-cache-mib", "150%", "--tokenize", "x"},
+       "above 100%"},
+      {{"--standalone", "--model", TinyModel(), "--miss-policy", "gpu", "--tokenize", "x"},
+       "copy, cpu or auto"},
+      {{"--standalone", "--model", TinyModel(), "--prefetch", "maybe", "--tokenize", "x"},
+       "'maybe'"},
+      {{"--standalone", "--model", TinyModel(), "--cache-policy", "fifo", "--tokenize", "x"},
+       "fifo"},
+      {{"--standalone", "--model", TinyModel(), "--n-cpu-moe", "-1", "--tokenize", "x"},
+       "--n-cpu-moe"},
+      {{"--standalone", "--model", TinyModel(), "--backend", "reference", "--expert-cache-mib",
+        "50%", "--prompt", "x"},
+       "cpu backend"},
       {{"--standalone", "--model"}, "needs a value"},
       {{"--standalone", "stray"}, "stray"},
   };
@@ -357,6 +373,45 @@ TEST(WorkerStandaloneTest, CpuBackendIsTheDefault) {
     const testing::RowError e = testing::CompareRow(&cpu[pos * 512], &ref[pos * 512], 512);
     EXPECT_LE(e.max_abs, 1e-3 * e.range) << "position " << pos;
   }
+}
+
+TEST(WorkerStandaloneTest, ExpertCacheErrorsSayWhatToGive) {
+  const std::vector<int32_t> ids = ReadIds(TestDataPath("vectors/tiny-f32.ids"));
+  const std::string out = TempPath("cache-error.f32");
+  Result r = RunWorker({"--standalone", "--model", TinyModel(), "--miss-policy", "copy",
+                        "--tokens", absl::StrJoin(ids, ","), "--logits-out", out});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(IsOneLine(r.err)) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("--expert-cache-mib SIZE or --n-cpu-moe N"));
+  r = RunWorker({"--standalone", "--model", TinyModel(), "--expert-cache-mib", "1%", "--tokens",
+                 absl::StrJoin(ids, ","), "--logits-out", out});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(IsOneLine(r.err)) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("slots per layer"));
+}
+
+// The expert cache changes where experts are read from, never the numbers;
+// the worker reports what the cache did.
+TEST(WorkerStandaloneTest, ExpertCacheGivesIdenticalLogitsAndReportsItsCounters) {
+  const std::vector<int32_t> ids = ReadIds(TestDataPath("vectors/tiny-f32.ids"));
+  std::vector<std::vector<float>> logits;
+  for (const std::vector<std::string>& cache :
+       {std::vector<std::string>{}, {"--expert-cache-mib", "50%", "--miss-policy", "copy"},
+        {"--n-cpu-moe", "1"}}) {
+    const std::string out = TempPath("cache.f32");
+    std::vector<std::string> args = {"--standalone", "--model", TinyModel(), "--threads", "2",
+                                     "--tokens", absl::StrJoin(ids, ","), "--logits-out", out};
+    args.insert(args.end(), cache.begin(), cache.end());
+    const Result r = RunWorker(args);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    if (!cache.empty()) {
+      EXPECT_THAT(r.err, HasSubstr("misses"));
+    }
+    logits.push_back(ReadFloats(out));
+    std::remove(out.c_str());
+  }
+  EXPECT_EQ(logits[0], logits[1]);
+  EXPECT_EQ(logits[0], logits[2]);
 }
 
 // Reading the weights from huge pages or from the file mapping changes
