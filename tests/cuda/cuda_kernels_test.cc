@@ -1,6 +1,7 @@
 // CUDA kernels against the host: the tensor codecs (bit-exact dequantization),
 // dequantize-then-dot in double for the matrix products, and the CPU ops
-// (backend/cpu/cpu_ops.h) for the row operations and attention. Tolerances
+// (backend/cpu/cpu_ops.h) for the row operations and attention, host loops
+// for the engine's glue kernels. Tolerances
 // are per op, as in tests/cpu. Every case that touches the device skips where
 // no GPU is usable; argument checks run everywhere.
 #include <cuda_runtime.h>
@@ -480,6 +481,115 @@ TEST_F(CudaKernelsTest, SampleTemperatureInvertsTheCdf) {
 }
 
 // ---------------------------------------------------------------------------
+// Engine glue: residual add, row gather, KV store, MoE combine. Their host
+// versions are a few lines each, written out here.
+
+TEST_F(CudaKernelsTest, AddInPlaceAddsEveryElement) {
+  // Sizes around the grid-stride limit (65535 blocks of 256 threads).
+  for (int64_t n : {int64_t{1}, int64_t{1000}, int64_t{65535} * 256 + 77}) {
+    const std::vector<float> x = Gaussian(static_cast<size_t>(n), 80);
+    const std::vector<float> y = Gaussian(static_cast<size_t>(n), 81);
+    DeviceBuffer x_dev(x), y_dev(y);
+    ASSERT_TRUE(AddInPlace(x_dev.as<float>(), y_dev.as<float>(), n, nullptr).ok());
+    const std::vector<float> got = x_dev.Download<float>(static_cast<size_t>(n));
+    for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(got[i], x[i] + y[i]) << "n " << n << " i " << i;
+  }
+}
+
+TEST_F(CudaKernelsTest, GatherRowsCopiesTheIndexedRows) {
+  const int n_src = 7, n = 300;
+  const std::vector<float> src = Gaussian(static_cast<size_t>(n_src * n), 82);
+  // Repeats and any order, as expert grouping produces.
+  const std::vector<int32_t> rows = {6, 0, 0, 3, 5, 1, 6, 2, 4};
+  DeviceBuffer src_dev(src), rows_dev(rows), dst_dev(rows.size() * n * sizeof(float));
+  ASSERT_TRUE(GatherRows(src_dev.as<float>(), rows_dev.as<int32_t>(),
+                         static_cast<int64_t>(rows.size()), n, dst_dev.as<float>(), nullptr)
+                  .ok());
+  const std::vector<float> got = dst_dev.Download<float>(rows.size() * n);
+  for (size_t r = 0; r < rows.size(); ++r) {
+    for (int i = 0; i < n; ++i) {
+      ASSERT_EQ(got[r * n + i], src[static_cast<size_t>(rows[r]) * n + i]) << r << " " << i;
+    }
+  }
+}
+
+TEST_F(CudaKernelsTest, StoreKvWritesBothLayoutsAndTypes) {
+  const int n_tokens = 5, n_head_kv = 3, head_dim = 40, max_ctx = 16, pos0 = 9;
+  const std::vector<float> src = Gaussian(static_cast<size_t>(n_tokens * n_head_kv * head_dim), 83);
+  struct Layout {
+    const char* name;
+    int64_t head_stride, kv_stride;
+  };
+  const Layout layouts[] = {{"head-major", int64_t{max_ctx} * head_dim, head_dim},
+                            {"position-major", head_dim, int64_t{n_head_kv} * head_dim}};
+  const size_t cache_elems = static_cast<size_t>(max_ctx * n_head_kv * head_dim);
+  for (const Layout& layout : layouts) {
+    for (TensorType kv_type : {TensorType::kF32, TensorType::kF16}) {
+      SCOPED_TRACE(std::string(layout.name) + " " + Name(kv_type));
+      const size_t elem = kv_type == TensorType::kF32 ? 4 : 2;
+      DeviceBuffer src_dev(src), cache_dev(cache_elems * elem);
+      ASSERT_EQ(cudaMemset(cache_dev.get(), 0, cache_elems * elem), cudaSuccess);
+      ASSERT_TRUE(StoreKv(src_dev.as<float>(), n_tokens, n_head_kv, head_dim, cache_dev.get(),
+                          kv_type, layout.head_stride, layout.kv_stride, pos0, nullptr)
+                      .ok());
+      std::vector<float> want(cache_elems, 0.0f);
+      for (int t = 0; t < n_tokens; ++t) {
+        for (int g = 0; g < n_head_kv; ++g) {
+          for (int d = 0; d < head_dim; ++d) {
+            const float v = src[static_cast<size_t>((t * n_head_kv + g) * head_dim + d)];
+            want[static_cast<size_t>(g * layout.head_stride + (pos0 + t) * layout.kv_stride + d)] =
+                kv_type == TensorType::kF32 ? v : RoundToHalf(v);
+          }
+        }
+      }
+      std::vector<float> got(cache_elems);
+      if (kv_type == TensorType::kF32) {
+        got = cache_dev.Download<float>(cache_elems);
+      } else {
+        const std::vector<uint16_t> bits = cache_dev.Download<uint16_t>(cache_elems);
+        for (size_t i = 0; i < cache_elems; ++i) got[i] = HalfToFloat(bits[i]);
+      }
+      for (size_t i = 0; i < cache_elems; ++i) ASSERT_EQ(got[i], want[i]) << "element " << i;
+    }
+  }
+}
+
+TEST_F(CudaKernelsTest, MoeCombineSumsInRouterOrder) {
+  const int n_tokens = 6, k = 4, n = 700;
+  const int n_rows = n_tokens * k;
+  const std::vector<float> expert_out = Gaussian(static_cast<size_t>(n_rows * n), 84);
+  const std::vector<float> weights = Gaussian(static_cast<size_t>(n_rows), 85);
+  const std::vector<float> x = Gaussian(static_cast<size_t>(n_tokens * n), 86);
+  // A permutation: row of (t, j) somewhere in expert order.
+  std::vector<int32_t> rows(static_cast<size_t>(n_rows));
+  for (int i = 0; i < n_rows; ++i) rows[static_cast<size_t>(i)] = (i * 7 + 3) % n_rows;
+  DeviceBuffer out_dev(expert_out), rows_dev(rows), weights_dev(weights), x_dev(x);
+  ASSERT_TRUE(MoeCombine(out_dev.as<float>(), rows_dev.as<int32_t>(), weights_dev.as<float>(),
+                         n_tokens, k, n, x_dev.as<float>(), nullptr)
+                  .ok());
+  const std::vector<float> got = x_dev.Download<float>(x.size());
+  for (int t = 0; t < n_tokens; ++t) {
+    for (int i = 0; i < n; ++i) {
+      double want = 0.0;
+      for (int j = 0; j < k; ++j) {
+        const size_t tj = static_cast<size_t>(t * k + j);
+        want += static_cast<double>(weights[tj]) *
+                expert_out[static_cast<size_t>(rows[tj]) * n + static_cast<size_t>(i)];
+      }
+      want += x[static_cast<size_t>(t * n + i)];
+      ASSERT_NEAR(got[static_cast<size_t>(t * n + i)], want, 1e-5 * (1.0 + std::fabs(want)))
+          << t << " " << i;
+    }
+  }
+  // Deterministic: the same inputs give the same bits.
+  DeviceBuffer x2_dev(x);
+  ASSERT_TRUE(MoeCombine(out_dev.as<float>(), rows_dev.as<int32_t>(), weights_dev.as<float>(),
+                         n_tokens, k, n, x2_dev.as<float>(), nullptr)
+                  .ok());
+  EXPECT_EQ(x2_dev.Download<float>(x.size()), got);
+}
+
+// ---------------------------------------------------------------------------
 // Argument checks happen on the host before any launch, so they run here
 // whether or not a GPU exists.
 
@@ -513,6 +623,15 @@ TEST(CudaKernelsArgsTest, RejectsBadArgumentsBeforeLaunching) {
             absl::StatusCode::kInvalidArgument);  // KV type
   EXPECT_EQ(SampleTemperature(f, 10, 1.0f, 1.0f, reinterpret_cast<int32_t*>(f), nullptr).code(),
             absl::StatusCode::kInvalidArgument);  // uniform outside [0, 1)
+  EXPECT_EQ(StoreKv(f, 1, 1, 64, f, TensorType::kQ8_0, 64, 64, 0, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);  // KV type
+  EXPECT_EQ(StoreKv(f, 1, 1, 64, f, TensorType::kF32, 64, 64, -1, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);  // negative position
+  EXPECT_EQ(GatherRows(f, nullptr, 1, 64, f, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);  // no row indices
+  EXPECT_EQ(MoeCombine(f, reinterpret_cast<int32_t*>(f), f, 1, 0, 64, f, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);  // k = 0
+  EXPECT_EQ(AddInPlace(f, f, -1, nullptr).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(CudaWeightTypeSupported(TensorType::kQ5_K));
   EXPECT_FALSE(CudaWeightTypeSupported(TensorType::kQ3_K));
 }

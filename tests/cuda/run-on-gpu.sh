@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds and runs the CUDA tests for the GPU this machine has, in one go:
 #   tests/cuda/run-on-gpu.sh [build-dir]      (default: build-gpu)
-# Fails when a kernel test skips, since on a GPU machine that would mean
-# nothing was checked.
+# Fails when a kernel or engine test skips, since on a GPU machine that
+# would mean nothing was checked. Also builds moetier-bench-cuda (run it by
+# hand on a real model: it is a program, not a test).
 set -euo pipefail
 root="$(cd "$(dirname "$0")/../.." && pwd)"
 build="${1:-$root/build-gpu}"
@@ -15,21 +16,31 @@ arch="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr 
 
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
       -DCMAKE_CUDA_ARCHITECTURES="$arch" >/dev/null
-ninja -C "$build" cuda_device_test cuda_kernels_test
+ninja -C "$build" cuda_device_test cuda_kernels_test cuda_engine_test moetier-bench-cuda
 
 status=0
-for t in cuda_device_test cuda_kernels_test; do
+for t in cuda_device_test cuda_kernels_test cuda_engine_test; do
   log="$build/$t.log"
   if "$build/tests/cuda/$t" --gtest_color=no >"$log" 2>&1; then result=ok; else result=FAILED; status=1; fi
   passed=$(grep -c '^\[       OK \]' "$log" || true)
-  failed=$(grep -c '^\[  FAILED  \] [A-Za-z]*\.[A-Za-z]* (' "$log" || true)
-  skipped=$(grep -c '^\[  SKIPPED \] [A-Za-z]*\.[A-Za-z]* (' "$log" || true)
+  # Per-test lines end in "(N ms)"; the summary's repeat of the names does not.
+  failed=$(grep -Ec '^\[  FAILED  \] [^ ]+ \([0-9]+ ms\)' "$log" || true)
+  skipped=$(grep -Ec '^\[  SKIPPED \] [^ ]+ \([0-9]+ ms\)' "$log" || true)
   printf '%-20s %-6s passed %s, failed %s, skipped %s (log: %s)\n' "$t" "$result" "$passed" "$failed" "$skipped" "$log"
   grep -E '^\[  FAILED  \]|Failure|error' "$log" | head -20 || true
 done
 # On a GPU the only expected skip is the GPU-less case of cuda_device_test.
 if grep -q '^\[  SKIPPED \] CudaKernelsTest\.' "$build/cuda_kernels_test.log"; then
   echo "kernel tests skipped on a machine with a GPU: the device was not usable" >&2
+  status=1
+fi
+# Engine tests: only the cuBLAS cases may skip, and only in a build without
+# cuBLAS.
+engine_skips="$(grep -E '^\[  SKIPPED \] ([A-Za-z]+/)?CudaEngine(Gemm)?Test\.' \
+                 "$build/cuda_engine_test.log" | grep -v '/cublas_' | sort -u || true)"
+if [[ -n "$engine_skips" ]]; then
+  echo "engine tests skipped on a machine with a GPU:" >&2
+  echo "$engine_skips" | head -20 >&2
   status=1
 fi
 [[ $status == 0 ]] && echo "CUDA checks: all passed on sm_$arch" || echo "CUDA checks: FAILED" >&2

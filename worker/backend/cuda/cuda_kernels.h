@@ -127,6 +127,33 @@ absl::Status Attention(const float* q, const void* k_cache, const void* v_cache,
                        int n_tokens, int64_t n_past, int n_head, int n_head_kv, int head_dim,
                        float scale, float* out, CudaStream stream);
 
+// --- Engine glue (fp32) ---------------------------------------------------
+
+// x[i] += y[i] for i < n (the residual add).
+absl::Status AddInPlace(float* x, const float* y, int64_t n, CudaStream stream);
+
+// dst row i = src row rows[i] for i < n_rows, rows of n floats; rows is a
+// device array of indices into src (each in 0..n_src_rows-1, unchecked on the
+// device). Gathers a batch's token rows into expert order.
+absl::Status GatherRows(const float* src, const int32_t* rows, int64_t n_rows, int n, float* dst,
+                        CudaStream stream);
+
+// Writes the keys (or values) of n_tokens tokens, src laid out
+// [n_tokens][n_head_kv][head_dim] fp32, into a cache with Attention's
+// layout: token t's head g goes to element
+// g * kv_head_stride + (pos0 + t) * kv_stride. kv_type is kF32 or kF16
+// (rounded to nearest even).
+absl::Status StoreKv(const float* src, int n_tokens, int n_head_kv, int head_dim, void* cache,
+                     TensorType kv_type, int64_t kv_head_stride, int64_t kv_stride, int64_t pos0,
+                     CudaStream stream);
+
+// The MoE weighted sum into the residual: for each token t < n_tokens,
+// x[t * n + i] += sum over j = 0..k-1, in that order, of
+// weights[t * k + j] * expert_out[rows[t * k + j] * n + i]. The order is
+// fixed and there are no atomics, so results do not depend on the launch.
+absl::Status MoeCombine(const float* expert_out, const int32_t* rows, const float* weights,
+                        int n_tokens, int k, int n, float* x, CudaStream stream);
+
 // --- Sampling --------------------------------------------------------------
 
 // ids[r] = argmax of row r of [n_rows][n_vocab] logits, ties to the lower id.

@@ -230,6 +230,54 @@ __global__ void SampleTemperatureKernel(const float* logits, int n_vocab, float 
   *id = pick < 0 ? 0 : pick;
 }
 
+__global__ void AddInPlaceKernel(float* x, const float* y, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    x[i] += y[i];
+  }
+}
+
+// One block per destination row.
+__global__ void GatherRowsKernel(const float* src, const int32_t* rows, int n, float* dst) {
+  const int64_t r = blockIdx.x;
+  const float* s = src + static_cast<int64_t>(rows[r]) * n;
+  float* d = dst + r * n;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) d[i] = s[i];
+}
+
+template <typename KV>
+__device__ __forceinline__ KV StoreKvValue(float v);
+template <>
+__device__ __forceinline__ float StoreKvValue<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ __half StoreKvValue<__half>(float v) { return __float2half_rn(v); }
+
+// One block per (KV head, token).
+template <typename KV>
+__global__ void StoreKvKernel(const float* src, int n_head_kv, int head_dim, KV* cache,
+                              int64_t kv_head_stride, int64_t kv_stride, int64_t pos0) {
+  const int g = blockIdx.x;
+  const int t = blockIdx.y;
+  const float* s = src + (static_cast<int64_t>(t) * n_head_kv + g) * head_dim;
+  KV* d = cache + g * kv_head_stride + (pos0 + t) * kv_stride;
+  for (int i = threadIdx.x; i < head_dim; i += blockDim.x) d[i] = StoreKvValue<KV>(s[i]);
+}
+
+// One block per token; each thread sums its elements over j = 0..k-1 in
+// order, then adds the sum to the residual (as the CPU engine does).
+__global__ void MoeCombineKernel(const float* expert_out, const int32_t* rows,
+                                 const float* weights, int k, int n, float* x) {
+  const int64_t t = blockIdx.x;
+  const int32_t* tr = rows + t * k;
+  const float* tw = weights + t * k;
+  float* xt = x + t * n;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    float acc = 0.0f;
+    for (int j = 0; j < k; ++j) acc += tw[j] * expert_out[static_cast<int64_t>(tr[j]) * n + i];
+    xt[i] += acc;
+  }
+}
+
 }  // namespace
 
 absl::Status RmsNorm(const float* x, const float* w, int64_t n_rows, int n, float eps, float* y,
@@ -313,6 +361,63 @@ absl::Status Attention(const float* q, const void* k_cache, const void* v_cache,
         kv_head_stride, kv_stride, n_past, n_head, group, head_dim, scale, out);
   }
   return LaunchStatus("Attention");
+}
+
+absl::Status AddInPlace(float* x, const float* y, int64_t n, CudaStream stream) {
+  MOETIER_CUDA_REQUIRE(x != nullptr && y != nullptr, "null pointer");
+  MOETIER_CUDA_REQUIRE(n >= 0, "negative size");
+  if (n == 0) return absl::OkStatus();
+  const int64_t blocks = (n + kRowThreads - 1) / kRowThreads;
+  AddInPlaceKernel<<<static_cast<unsigned>(blocks < 65535 ? blocks : 65535), kRowThreads, 0,
+                     AsStream(stream)>>>(x, y, n);
+  return LaunchStatus("AddInPlace");
+}
+
+absl::Status GatherRows(const float* src, const int32_t* rows, int64_t n_rows, int n, float* dst,
+                        CudaStream stream) {
+  MOETIER_CUDA_REQUIRE(src != nullptr && rows != nullptr && dst != nullptr, "null pointer");
+  MOETIER_CUDA_REQUIRE(n > 0 && n_rows >= 0 && n_rows <= INT32_MAX, "bad shape");
+  if (n_rows == 0) return absl::OkStatus();
+  GatherRowsKernel<<<static_cast<unsigned>(n_rows), kRowThreads, 0, AsStream(stream)>>>(
+      src, rows, n, dst);
+  return LaunchStatus("GatherRows");
+}
+
+absl::Status StoreKv(const float* src, int n_tokens, int n_head_kv, int head_dim, void* cache,
+                     TensorType kv_type, int64_t kv_head_stride, int64_t kv_stride, int64_t pos0,
+                     CudaStream stream) {
+  MOETIER_CUDA_REQUIRE(src != nullptr && cache != nullptr, "null pointer");
+  MOETIER_CUDA_REQUIRE(kv_type == TensorType::kF32 || kv_type == TensorType::kF16,
+                       "kv_type must be F32 or F16");
+  MOETIER_CUDA_REQUIRE(n_tokens >= 0 && n_tokens <= 65535 && n_head_kv > 0 && head_dim > 0,
+                       "bad shape");
+  MOETIER_CUDA_REQUIRE(kv_head_stride >= 0 && kv_stride >= 0 && pos0 >= 0,
+                       "negative stride or position");
+  if (n_tokens == 0) return absl::OkStatus();
+  const dim3 grid(static_cast<unsigned>(n_head_kv), static_cast<unsigned>(n_tokens));
+  const cudaStream_t s = AsStream(stream);
+  if (kv_type == TensorType::kF32) {
+    StoreKvKernel<float><<<grid, 128, 0, s>>>(src, n_head_kv, head_dim,
+                                              static_cast<float*>(cache), kv_head_stride,
+                                              kv_stride, pos0);
+  } else {
+    StoreKvKernel<__half><<<grid, 128, 0, s>>>(src, n_head_kv, head_dim,
+                                               static_cast<__half*>(cache), kv_head_stride,
+                                               kv_stride, pos0);
+  }
+  return LaunchStatus("StoreKv");
+}
+
+absl::Status MoeCombine(const float* expert_out, const int32_t* rows, const float* weights,
+                        int n_tokens, int k, int n, float* x, CudaStream stream) {
+  MOETIER_CUDA_REQUIRE(expert_out != nullptr && rows != nullptr && weights != nullptr &&
+                           x != nullptr,
+                       "null pointer");
+  MOETIER_CUDA_REQUIRE(n_tokens >= 0 && k >= 1 && n > 0, "bad shape");
+  if (n_tokens == 0) return absl::OkStatus();
+  MoeCombineKernel<<<static_cast<unsigned>(n_tokens), kRowThreads, 0, AsStream(stream)>>>(
+      expert_out, rows, weights, k, n, x);
+  return LaunchStatus("MoeCombine");
 }
 
 absl::Status ArgmaxRows(const float* logits, int n_rows, int n_vocab, int32_t* ids,
