@@ -172,4 +172,15 @@ class ExpertSlotCache {
   std::vector<uint32_t> scratch_;
 };
 
+// What a worker publishes about its cache: implemented by whatever owns
+// the cache and its slot memory (the CPU worker's SlotCachedExpertSource,
+// the CUDA engine), read by the status page writer.
+class ExpertCacheReport {
+ public:
+  virtual ~ExpertCacheReport() = default;
+  virtual const ExpertSlotCache& cache() const = 0;
+  // Nanoseconds during which at least one fill was in flight.
+  virtual uint64_t copy_busy_ns() const = 0;
+};
+
 }  // namespace moetier

@@ -36,7 +36,7 @@ struct HostSlotCacheOptions {
 ExpertSlotCacheOptions SlotCacheOptionsFor(const Qwen3MoeModel& model,
                                            const HostSlotCacheOptions& host);
 
-class SlotCachedExpertSource final : public ExpertWeightSource {
+class SlotCachedExpertSource final : public ExpertWeightSource, public ExpertCacheReport {
  public:
   // `inner` (not owned; outlives this) serves the host copies: the store in
   // daemon mode, the model's mapping otherwise. Static placement fills its
@@ -56,8 +56,8 @@ class SlotCachedExpertSource final : public ExpertWeightSource {
   bool wants_prefetch() const override;
   absl::Status Prefetch(int layer, std::span<const int32_t> experts) override;
 
-  const ExpertSlotCache& cache() const { return *cache_; }
-  uint64_t copy_busy_ns() const { return copy_busy_ns_; }
+  const ExpertSlotCache& cache() const override { return *cache_; }
+  uint64_t copy_busy_ns() const override { return copy_busy_ns_; }
 
  private:
   struct LayerGeometry {

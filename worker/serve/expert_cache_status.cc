@@ -12,8 +12,8 @@ void Store(uint64_t& field, uint64_t value) {
 
 }  // namespace
 
-void PublishExpertCacheStatus(const SlotCachedExpertSource& source, store::WorkerStatusPage& page) {
-  const ExpertSlotCache& cache = source.cache();
+void PublishExpertCacheStatus(const ExpertCacheReport& report, store::WorkerStatusPage& page) {
+  const ExpertSlotCache& cache = report.cache();
   const ExpertSlotCacheStats& s = cache.stats();
   Store(page.vram_hits, s.hits);
   Store(page.vram_misses, s.misses);
@@ -23,7 +23,7 @@ void PublishExpertCacheStatus(const SlotCachedExpertSource& source, store::Worke
   Store(page.prefetch_issued, s.prefetch_issued);
   Store(page.prefetch_used, s.prefetch_used);
   Store(page.prefetch_wasted, s.prefetch_wasted);
-  Store(page.copy_busy_ns, source.copy_busy_ns());
+  Store(page.copy_busy_ns, report.copy_busy_ns());
   const uint32_t n_layer = std::min(cache.options().n_layer, store::kMaxLayers);
   const uint32_t n_expert = std::min(cache.options().n_expert, store::kMaxExpertsPerLayer);
   for (uint32_t l = 0; l < n_layer; ++l) {
@@ -38,7 +38,7 @@ void PublishExpertCacheStatus(const SlotCachedExpertSource& source, store::Worke
   }
 }
 
-CacheStatusEngine::CacheStatusEngine(ForwardEngine& engine, const SlotCachedExpertSource& cache,
+CacheStatusEngine::CacheStatusEngine(ForwardEngine& engine, const ExpertCacheReport& cache,
                                      store::WorkerStatusPage& page)
     : engine_(engine), cache_(cache), page_(page) {
   PublishExpertCacheStatus(cache_, page_);

@@ -8,7 +8,7 @@
 #include <span>
 
 #include "absl/status/status.h"
-#include "cache/slot_cached_expert_source.h"
+#include "cache/expert_slot_cache.h"
 #include "engine/forward_engine.h"
 #include "store/store_layout.h"
 
@@ -16,14 +16,14 @@ namespace moetier {
 
 // Writes the cache's state into `page` (relaxed stores: the daemon reads a
 // snapshot, and each field on its own is consistent).
-void PublishExpertCacheStatus(const SlotCachedExpertSource& cache, store::WorkerStatusPage& page);
+void PublishExpertCacheStatus(const ExpertCacheReport& cache, store::WorkerStatusPage& page);
 
 // An engine that publishes the cache's state after every Forward, so the
 // page follows the cache token by token.
 class CacheStatusEngine final : public ForwardEngine {
  public:
   // `engine`, `cache` and `page` must outlive this.
-  CacheStatusEngine(ForwardEngine& engine, const SlotCachedExpertSource& cache,
+  CacheStatusEngine(ForwardEngine& engine, const ExpertCacheReport& cache,
                     store::WorkerStatusPage& page);
 
   absl::Status Forward(std::span<const int32_t> tokens, int pos0, LogitRows rows,
@@ -35,7 +35,7 @@ class CacheStatusEngine final : public ForwardEngine {
 
  private:
   ForwardEngine& engine_;
-  const SlotCachedExpertSource& cache_;
+  const ExpertCacheReport& cache_;
   store::WorkerStatusPage& page_;
 };
 
