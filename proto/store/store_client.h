@@ -98,6 +98,11 @@ class StoreClient {
   const DenseTensorEntry* FindDenseTensor(std::string_view name) const;
   std::span<const uint8_t> DenseData(const DenseTensorEntry& tensor) const;
   DaemonPhase daemon_phase() const;
+  // Every expert slot's bytes, read-only: what a GPU worker registers for
+  // DMA so that copies to the device go straight from the shared pages.
+  std::span<const uint8_t> slot_area() const {
+    return {base_ + header_->slot_area_offset, header_->slot_area_bytes};
+  }
   ExpertState state(uint32_t layer, uint32_t expert) const;
 
   // Hit path only: a pin if the expert is resident now, nullopt otherwise

@@ -256,7 +256,10 @@ TEST(WorkerStandaloneTest, UsageErrorsAreOneLine) {
        "--n-cpu-moe"},
       {{"--standalone", "--model", TinyModel(), "--backend", "reference", "--expert-cache-mib",
         "50%", "--prompt", "x"},
-       "cpu backend"},
+       "reads every weight itself"},
+      {{"--standalone", "--model", TinyModel(), "--backend", "reference", "--device", "cuda:0",
+        "--prompt", "x"},
+       "drop --device or the backend"},
       {{"--standalone", "--model"}, "needs a value"},
       {{"--standalone", "stray"}, "stray"},
   };
@@ -373,6 +376,18 @@ TEST(WorkerStandaloneTest, CpuBackendIsTheDefault) {
     const testing::RowError e = testing::CompareRow(&cpu[pos * 512], &ref[pos * 512], 512);
     EXPECT_LE(e.max_abs, 1e-3 * e.range) << "position " << pos;
   }
+}
+
+// Without CUDA in the build, or without a GPU and driver, a CUDA device is
+// a one-line runtime error that says so.
+TEST(WorkerStandaloneTest, ACudaDeviceThatCannotWorkSaysWhy) {
+  const std::string out = TempPath("cuda.f32");
+  const Result r = RunWorker({"--standalone", "--model", TinyModel(), "--device", "cuda:0",
+                              "--tokens", "1,2,3", "--logits-out", out});
+  if (r.exit_code == 0) GTEST_SKIP() << "this machine runs CUDA; tests/cuda cover it";
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_TRUE(IsOneLine(r.err)) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("CUDA"));
 }
 
 TEST(WorkerStandaloneTest, ExpertCacheErrorsSayWhatToGive) {

@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_format.h"
+#include "engine/cuda_engine_factory.h"
 #include "engine/forward_engine.h"
 #include "engine/routing_trace_hooks.h"
 #include "gguf/gguf_reader.h"
@@ -95,11 +96,11 @@ std::string WorkerPath(std::string path, int worker_index) {
 
 absl::Status RunDaemonMode(const WorkerOptions& options, std::FILE* err,
                            const DaemonModeTuning& tuning) {
+  // A device that cannot work fails before the daemon is bothered.
   if (options.device != "cpu") {
-    return absl::UnimplementedError(absl::StrFormat(
-        "device %s: the CUDA backend is not built into this worker yet; configure moetierd to "
-        "run this worker on device cpu",
-        options.device));
+    if (absl::Status s = CheckCudaDevice(CudaOrdinal(options.device)); !s.ok()) {
+      return WithContext(s, options.device);
+    }
   }
   absl::StatusOr<std::unique_ptr<GgufModel>> gguf = GgufModel::Open(options.model_path);
   if (!gguf.ok()) return gguf.status();
@@ -149,23 +150,46 @@ absl::Status RunDaemonMode(const WorkerOptions& options, std::FILE* err,
       options.n_threads > 0 ? options.n_threads
                             : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   engine_options.weight_pages = options.weight_pages;
-  absl::StatusOr<std::unique_ptr<SlotCachedExpertSource>> cache =
-      MakeWorkerExpertCache(options, *model, **source, err);
-  if (!cache.ok()) return cache.status();
-  engine_options.expert_source =
-      *cache != nullptr ? static_cast<ExpertWeightSource*>(cache->get()) : source->get();
-  absl::StatusOr<std::unique_ptr<ForwardEngine>> engine = CreateCpuEngine(*model, engine_options);
-  if (!engine.ok()) return engine.status();
-  // With a cache, the status page follows it after every engine call.
+  const bool on_gpu = options.device != "cpu";
+  if (on_gpu && (hooks->recorder != nullptr || hooks->replayer != nullptr)) {
+    return absl::InvalidArgumentError(
+        "routing traces need device cpu: the CUDA engine has no routing hook yet");
+  }
+  // The engine, and the expert cache (if any) whose state the status page
+  // follows after every engine call.
+  std::unique_ptr<SlotCachedExpertSource> host_cache;
+  std::unique_ptr<ForwardEngine> engine;
+  const ExpertCacheReport* cache_report = nullptr;
+  if (on_gpu) {
+    absl::StatusOr<CudaWorkerEngine> cuda =
+        MakeCudaWorkerEngine(options, *model, engine_options.max_ctx, **source,
+                             {(*client)->slot_area()}, /*cache_by_default=*/true, err);
+    if (!cuda.ok()) return WithContext(cuda.status(), options.device);
+    engine = std::move(cuda->engine);
+    cache_report = cuda->cache_report;
+  } else {
+    absl::StatusOr<std::unique_ptr<SlotCachedExpertSource>> cache =
+        MakeWorkerExpertCache(options, *model, **source, err);
+    if (!cache.ok()) return cache.status();
+    host_cache = *std::move(cache);
+    cache_report = host_cache.get();
+    engine_options.expert_source = host_cache != nullptr
+                                       ? static_cast<ExpertWeightSource*>(host_cache.get())
+                                       : source->get();
+    absl::StatusOr<std::unique_ptr<ForwardEngine>> cpu = CreateCpuEngine(*model, engine_options);
+    if (!cpu.ok()) return cpu.status();
+    engine = *std::move(cpu);
+  }
   std::unique_ptr<CacheStatusEngine> published;
-  if (*cache != nullptr) {
-    published = std::make_unique<CacheStatusEngine>(**engine, **cache, (*client)->status_page());
+  if (cache_report != nullptr) {
+    published = std::make_unique<CacheStatusEngine>(*engine, *cache_report,
+                                                    (*client)->status_page());
   }
   ForwardEngine& serving =
-      published != nullptr ? static_cast<ForwardEngine&>(*published) : **engine;
+      published != nullptr ? static_cast<ForwardEngine&>(*published) : *engine;
 
   ControlServerOptions server_options;
-  server_options.backend = "cpu";
+  server_options.backend = on_gpu ? "cuda" : "cpu";
   server_options.threads = engine_options.n_threads;
   server_options.model_fingerprint = fingerprint;
   server_options.log = err;
@@ -175,9 +199,10 @@ absl::Status RunDaemonMode(const WorkerOptions& options, std::FILE* err,
   const bool resident =
       (*client)->header().store_mode == static_cast<uint32_t>(store::StoreMode::kFullyResident);
   std::fprintf(err,
-               "moetier-worker %d (cpu): serving %s with %d threads, context %d tokens, experts "
+               "moetier-worker %d (%s): serving %s with %d threads, context %d tokens, experts "
                "from moetierd's %s store\n",
-               options.worker_index, options.model_path.c_str(), engine_options.n_threads,
+               options.worker_index, options.device.c_str(), options.model_path.c_str(),
+               engine_options.n_threads,
                engine_options.max_ctx, resident ? "fully resident" : "cache");
   if (hooks->replayer != nullptr) {
     std::fprintf(err,
@@ -200,11 +225,15 @@ absl::Status RunDaemonMode(const WorkerOptions& options, std::FILE* err,
                  hooks->recorder->path().c_str());
   }
   std::fprintf(err,
-               "moetier-worker %d (cpu): moetierd closed the control channel after %llu "
+               "moetier-worker %d (%s): moetierd closed the control channel after %llu "
                "requests%s; exiting\n",
-               options.worker_index,
+               options.worker_index, options.device.c_str(),
                static_cast<unsigned long long>((*server)->requests_finished()),
                hooks->replayer != nullptr ? (" (" + hooks->ReplayLabel() + ")").c_str() : "");
+  if (cache_report != nullptr) {
+    std::fprintf(err, "moetier-worker %d (%s): %s\n", options.worker_index,
+                 options.device.c_str(), ExpertCacheSummary(*cache_report).c_str());
+  }
   return absl::OkStatus();
 }
 

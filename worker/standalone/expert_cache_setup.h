@@ -5,10 +5,13 @@
 
 #include <cstdio>
 #include <memory>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "cache/slot_cached_expert_source.h"
+#include "engine/cuda_engine_factory.h"
 #include "engine/expert_source.h"
 #include "model/qwen3moe_model.h"
 #include "standalone/options.h"
@@ -23,6 +26,16 @@ absl::StatusOr<std::unique_ptr<SlotCachedExpertSource>> MakeWorkerExpertCache(
     std::FILE* err);
 
 // One line of the cache's counters, for logs.
-std::string ExpertCacheSummary(const SlotCachedExpertSource& cache);
+std::string ExpertCacheSummary(const ExpertCacheReport& cache);
+
+// The CUDA engine the flags ask for (--device cuda:N and the cache flags),
+// its expert cache filled from `host_source` whose memory `dma_ranges`
+// cover. Standalone (`cache_by_default` false) uploads every expert unless
+// a cache flag is given; daemon mode always caches (auto-sized by default).
+// Describes the engine on `err`.
+absl::StatusOr<CudaWorkerEngine> MakeCudaWorkerEngine(
+    const WorkerOptions& options, const Qwen3MoeModel& model, int max_ctx,
+    ExpertWeightSource& host_source, std::vector<std::span<const uint8_t>> dma_ranges,
+    bool cache_by_default, std::FILE* err);
 
 }  // namespace moetier

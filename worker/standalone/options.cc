@@ -116,8 +116,7 @@ absl::StatusOr<ExpertCacheSize> ParseCacheSize(std::string_view flag, std::strin
 
 // The flags only daemon mode accepts.
 constexpr std::string_view kDaemonOnlyFlags[] = {
-    store::kWorkerFlagDaemonMode, store::kWorkerFlagControlSocket, store::kWorkerFlagWorkerIndex,
-    store::kWorkerFlagDevice};
+    store::kWorkerFlagDaemonMode, store::kWorkerFlagControlSocket, store::kWorkerFlagWorkerIndex};
 
 struct Flag {
   std::string_view name;  // as typed, with its dashes
@@ -376,9 +375,15 @@ absl::Status CheckStandalone(const WorkerOptions& o) {
     return absl::InvalidArgumentError(
         "--routing-trace-out and --routing-from-trace name the same file; give two files");
   }
-  if (o.cache_flags_given && o.backend != BackendKind::kCpu) {
+  if (o.cache_flags_given && o.backend == BackendKind::kReference) {
     return absl::InvalidArgumentError(
-        "the expert cache flags need the cpu backend (the reference reads every weight itself)");
+        "the expert cache flags need the cpu or cuda backend (the reference reads every weight "
+        "itself)");
+  }
+  if (o.backend == BackendKind::kCuda &&
+      (!o.routing_trace_out.empty() || !o.routing_from_trace.empty())) {
+    return absl::InvalidArgumentError(
+        "routing traces need the cpu backend (the CUDA engine has no routing hook yet)");
   }
   return absl::OkStatus();
 }
@@ -462,12 +467,28 @@ absl::StatusOr<WorkerOptions> ParseWorkerArgs(int argc, const char* const* argv)
         return absl::InvalidArgumentError(absl::StrFormat("flag %s goes only with --daemon", flag));
       }
     }
+    if (!options.device.empty() && options.device != "cpu") {
+      if (options.backend == BackendKind::kReference) {
+        return absl::InvalidArgumentError(
+            "--backend reference runs on the cpu; drop --device or the backend");
+      }
+      options.backend = BackendKind::kCuda;
+    }
     if (absl::Status s = CheckStandalone(options); !s.ok()) return s;
   }
   if (options.daemon) {
     if (absl::Status s = CheckDaemon(options, given); !s.ok()) return s;
   }
   return options;
+}
+
+int CudaOrdinal(std::string_view device) {
+  constexpr std::string_view kCuda = "cuda:";
+  if (!IsDeviceName(device) || device.substr(0, kCuda.size()) != kCuda) return -1;
+  int ordinal = -1;
+  const std::string_view digits = device.substr(kCuda.size());
+  return absl::SimpleAtoi(absl::string_view(digits.data(), digits.size()), &ordinal) ? ordinal
+                                                                                      : -1;
 }
 
 std::string WorkerUsage() {
@@ -491,8 +512,8 @@ Daemon mode (started by moetierd; the extra flags come from worker_extra_args):
                        control channel (exit 0), or exit 1 on a failure
   --control-socket P   the daemon's unix socket to join on
   --worker-index N     this worker's slot in the store (0..%d)
-  --device DEV         cpu, or cuda:N (the CUDA backend is not built into
-                       this worker yet)
+  --device DEV         cpu, or cuda:N (the N-th CUDA device: dense weights
+                       and the expert cache in its memory)
   --model FILE         the GGUF file moetierd serves (hyperparameters and
                        dense weights are read from it; the experts come from
                        the store, which must hold the same model)
@@ -535,7 +556,11 @@ Engine:
   --model FILE         the GGUF model (first shard of a split model)
   --backend NAME       cpu (default) or reference (the plain fp32 oracle:
                        exact but slow, and holds every weight as fp32)
-  --threads N          worker threads (default: one per hardware thread)
+  --device DEV         cpu (default) or cuda:N: the N-th CUDA device (needs a
+                       worker built with CUDA). Without a cache flag every
+                       expert is uploaded to the device
+  --threads N          worker threads (default: one per hardware thread; on
+                       cuda: threads for misses computed on the host)
   --ctx N              KV cache length in tokens (default: %d, at most the
                        model's training context)
   --huge-pages MODE    cpu backend: on copies the weights into 2 MiB
@@ -564,15 +589,18 @@ Routing traces (cpu backend; with --tokens, --prompt or --daemon):
                        results are not the model's: every output says
                        "routing replayed from FILE".
 
-Expert cache (cpu backend here; with --tokens, --prompt or --daemon). The
+Expert cache (cpu or cuda; with --tokens, --prompt or --daemon). The
 worker keeps a pool of expert slots: VRAM on a GPU, huge-page RAM on the cpu,
 where it runs the very cache logic of the GPU worker (results are identical
 with and without it). A routed expert found in a slot is a hit; a miss is
 copied into a slot or computed from the store, as --miss-policy says.
   --expert-cache-mib SIZE
                        the pool: N MiB, P%% of all experts' bytes (e.g. 25%%),
-                       or auto (default: no cache on the cpu). It needs at
-                       least top-k slots per layer; the error says how much
+                       or auto (default: on a GPU in daemon mode, its free
+                       memory after the dense weights, KV cache and scratch,
+                       less a reserve; no cache on the cpu, nor standalone on
+                       a GPU). It needs at least top-k slots per layer; the
+                       error says how much
   --miss-policy P      copy: copy every miss into a slot (evicting by the
                        cache policy) and compute it there; cpu: compute
                        misses on host cores straight from the store (only

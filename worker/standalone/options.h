@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -24,7 +25,7 @@ enum class StandaloneMode {
   kGenerate,  // --prompt TEXT
 };
 
-enum class BackendKind { kCpu, kReference };
+enum class BackendKind { kCpu, kReference, kCuda };
 
 // --expert-cache-mib: how big the worker's expert cache is.
 struct ExpertCacheSize {
@@ -84,5 +85,8 @@ absl::StatusOr<WorkerOptions> ParseWorkerArgs(int argc, const char* const* argv)
 
 // The --help text.
 std::string WorkerUsage();
+
+// N of a "cuda:N" device name; -1 for anything else.
+int CudaOrdinal(std::string_view device);
 
 }  // namespace moetier

@@ -67,10 +67,11 @@ struct StandaloneEngine {
   std::unique_ptr<MappedExpertSource> mapped;
   std::unique_ptr<SlotCachedExpertSource> cache;
   std::unique_ptr<ForwardEngine> engine;
+  const ExpertCacheReport* report = nullptr;  // the cache in use, if any
 
   // After a run: the cache's counters on `err`.
   void ReportCache(std::FILE* err) const {
-    if (cache != nullptr) std::fprintf(err, "%s\n", ExpertCacheSummary(*cache).c_str());
+    if (report != nullptr) std::fprintf(err, "%s\n", ExpertCacheSummary(*report).c_str());
   }
 };
 
@@ -79,6 +80,15 @@ absl::StatusOr<StandaloneEngine> MakeEngine(const WorkerOptions& options,
                                             const RoutingTraceHooks& hooks, std::FILE* err) {
   StandaloneEngine out;
   switch (options.backend) {
+    case BackendKind::kCuda: {
+      out.mapped = std::make_unique<MappedExpertSource>(model.weights);
+      absl::StatusOr<CudaWorkerEngine> cuda = MakeCudaWorkerEngine(
+          options, model, ctx, *out.mapped, {}, /*cache_by_default=*/false, err);
+      if (!cuda.ok()) return cuda.status();
+      out.report = cuda->cache_report;
+      out.engine = std::move(cuda->engine);
+      return out;
+    }
     case BackendKind::kReference: {
       if (hooks.recorder != nullptr || hooks.replayer != nullptr) {
         return absl::InvalidArgumentError(
@@ -96,6 +106,7 @@ absl::StatusOr<StandaloneEngine> MakeEngine(const WorkerOptions& options,
           MakeWorkerExpertCache(options, model, *out.mapped, err);
       if (!cache.ok()) return cache.status();
       out.cache = *std::move(cache);
+      out.report = out.cache.get();
       EngineOptions engine_options;
       engine_options.max_ctx = ctx;
       engine_options.n_threads =

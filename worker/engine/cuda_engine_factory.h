@@ -1,0 +1,68 @@
+// The CUDA engine as the worker sees it, without CUDA headers: what to run
+// on which device, and with which expert cache. Defined by the CUDA engine
+// library where the build found nvcc; otherwise by a stub whose
+// CreateCudaWorkerEngine says the worker was built without CUDA.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "cache/expert_slot_cache.h"
+#include "cache/miss_cost_model.h"
+#include "engine/expert_source.h"
+#include "engine/forward_engine.h"
+#include "model/qwen3moe_model.h"
+
+namespace moetier {
+
+struct CudaWorkerEngineOptions {
+  int device = 0;  // CUDA ordinal
+  int max_ctx = 4096;
+  // The routed experts' host copies. Null: every expert is uploaded from
+  // the model's mapping at creation (the model must fit the device).
+  // Otherwise the device keeps a cache of them, filled from this source.
+  // Not owned; must outlive the engine.
+  ExpertWeightSource* expert_source = nullptr;
+  // Host memory behind expert_source to register for DMA (the store's slot
+  // area); copies from elsewhere go through pinned staging buffers.
+  std::vector<std::span<const uint8_t>> dma_ranges;
+  // The cache's size: bytes, or (when >= 0) a fraction of all experts'
+  // bytes; both negative: auto (free device memory after the engine's own
+  // allocations, minus a reserve).
+  int64_t cache_bytes = -1;
+  double cache_fraction = -1;
+  ExpertPolicyKind policy = kDefaultExpertPolicy;
+  MissPolicy miss_policy = MissPolicy::kAuto;
+  bool prefetch = true;
+  int static_host_layers = -1;  // >= 0: --n-cpu-moe N
+  int host_threads = 1;         // host cores for misses computed on the host
+};
+
+struct CudaWorkerEngine {
+  std::unique_ptr<ForwardEngine> engine;
+  // The engine's expert cache, for the status page; null when every expert
+  // is resident. Owned by the engine.
+  const ExpertCacheReport* cache_report = nullptr;
+  // One line each: the device, its memory use, the cache and the measured
+  // cost model.
+  std::vector<std::string> description;
+};
+
+// Whether this build contains the CUDA engine.
+bool CudaEngineBuilt();
+
+// OK when cuda:`ordinal` can be used: the build has CUDA, a driver answers
+// and the device exists. Otherwise says which of these is missing.
+absl::Status CheckCudaDevice(int ordinal);
+
+// Fails with Unimplemented in a build without CUDA, Unavailable without a
+// usable device, and otherwise as the engine's creation does (names the
+// tensor, buffer or option).
+absl::StatusOr<CudaWorkerEngine> CreateCudaWorkerEngine(const Qwen3MoeModel& model,
+                                                        const CudaWorkerEngineOptions& options);
+
+}  // namespace moetier

@@ -1,0 +1,25 @@
+// CreateCudaWorkerEngine in a build without nvcc.
+#include "engine/cuda_engine_factory.h"
+
+namespace moetier {
+
+bool CudaEngineBuilt() { return false; }
+
+namespace {
+
+absl::Status NotBuilt() {
+  return absl::UnimplementedError(
+      "this moetier-worker was built without CUDA (CMake found no nvcc); rebuild where the "
+      "CUDA toolkit is installed (/usr/local/cuda) to run on a GPU");
+}
+
+}  // namespace
+
+absl::Status CheckCudaDevice(int) { return NotBuilt(); }
+
+absl::StatusOr<CudaWorkerEngine> CreateCudaWorkerEngine(const Qwen3MoeModel&,
+                                                        const CudaWorkerEngineOptions&) {
+  return NotBuilt();
+}
+
+}  // namespace moetier
