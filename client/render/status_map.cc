@@ -123,23 +123,44 @@ std::string HitLine(const char* name, const v1::TierCounters& c) {
                          FormatCount(c.hits()), FormatCount(c.misses()));
 }
 
+bool HasExpertCache(const v1::WorkerStatus& w) { return w.expert_cache_bytes() > 0; }
+
 std::string WorkerLine(const v1::WorkerStatus& w) {
   std::vector<std::string> parts;
   parts.push_back(absl::StrFormat("#%d %s %s", w.index(), w.device(), w.state()));
   parts.push_back(w.pid() > 0 ? absl::StrFormat("pid %d", w.pid()) : "no process");
-  if (w.tokens_per_s() > 0) parts.push_back(absl::StrFormat("%.1f tok/s", w.tokens_per_s()));
-  parts.push_back(absl::StrFormat("served %d", w.requests_served()));
-  if (w.device() != "cpu") {
-    parts.push_back(absl::StrFormat("VRAM cache %s, %s copied in",
-                                    FormatBytes(w.expert_cache_bytes()),
-                                    FormatBytes(w.bytes_copied())));
+  // With a device cache the rate sits on the cache line, beside what explains it.
+  if (w.tokens_per_s() > 0 && !HasExpertCache(w)) {
+    parts.push_back(absl::StrFormat("%.1f tok/s", w.tokens_per_s()));
   }
+  parts.push_back(absl::StrFormat("served %d", w.requests_served()));
   parts.push_back(absl::StrFormat("restarts %d", w.restarts()));
   if (w.heartbeat_age_ms() >= 0) {
     parts.push_back(absl::StrFormat("heartbeat %d ms ago", w.heartbeat_age_ms()));
   }
   std::string line = absl::StrJoin(parts, ", ");
   if (!w.last_exit().empty()) absl::StrAppend(&line, "; last exit: ", w.last_exit());
+  return line;
+}
+
+// The device expert cache of one worker: how full, how often it hit, what
+// its misses and prefetches cost, and how fast experts came in. Copy rates
+// are in decimal GB/s, as link bandwidths are quoted.
+std::string ExpertCacheLine(const v1::WorkerStatus& w) {
+  const v1::TierCounters& c = w.vram();
+  std::string copied = absl::StrCat("copied ", FormatBytes(w.bytes_copied()));
+  if (w.copy_bytes_per_s() > 0) {
+    absl::StrAppendFormat(&copied, " at %.1f GB/s", w.copy_bytes_per_s() / 1e9);
+  }
+  std::string line = absl::StrFormat(
+      "   VRAM cache %s, %s resident   hits %s   misses %s (%s on host)   "
+      "prefetch %s issued, %s used (%s), %s wasted   %s",
+      FormatBytes(w.expert_cache_bytes()), FormatBytes(c.resident_bytes()),
+      FormatPercent(HitRate(c.hits(), c.misses())), FormatCount(c.misses()),
+      FormatCount(w.misses_on_host()), FormatCount(w.prefetch_issued()),
+      FormatCount(w.prefetch_used()), Share(w.prefetch_used(), w.prefetch_issued()),
+      FormatCount(w.prefetch_wasted()), copied);
+  if (w.tokens_per_s() > 0) absl::StrAppendFormat(&line, "   %.1f tok/s", w.tokens_per_s());
   return line;
 }
 
@@ -288,7 +309,9 @@ std::string RenderStatusMap(const v1::Status& status, const MapStyle& style) {
     line("workers", "none");
   }
   for (int i = 0; i < status.workers_size(); ++i) {
-    line(i == 0 ? "workers" : "", WorkerLine(status.workers(i)));
+    const v1::WorkerStatus& w = status.workers(i);
+    line(i == 0 ? "workers" : "", WorkerLine(w));
+    if (HasExpertCache(w)) line("", ExpertCacheLine(w));
   }
   return out;
 }

@@ -1,7 +1,8 @@
 // The status map: what `moetier status` prints. One row per layer, one cell
 // per expert showing the fastest tier that holds it (VRAM, RAM, disk) and
 // how hot it is, then totals, hit rates, bytes moved, the queue and the
-// workers. A pure function of the Status message, so tests can pin it down.
+// workers, each device expert cache on a line of its own. A pure function
+// of the Status message, so tests can pin it down.
 #pragma once
 
 #include <string>

@@ -122,9 +122,14 @@ v1::Status StatusReporter::Build() {
     ws->set_heartbeat_age_ms(w.heartbeat_age_ms);
     Fill(w.ram, ws->mutable_ram());
     Fill(w.vram, ws->mutable_vram());
-    ws->set_expert_cache_bytes(w.vram.resident_bytes);
+    ws->set_expert_cache_bytes(w.expert_cache_bytes);
     ws->set_bytes_copied(w.vram_bytes_copied);
     ws->set_prefetch_hints(w.prefetch_hints);
+    ws->set_misses_on_host(w.vram_misses_on_host);
+    ws->set_prefetch_issued(w.prefetch_issued);
+    ws->set_prefetch_used(w.prefetch_used);
+    ws->set_prefetch_wasted(w.prefetch_wasted);
+    ws->set_copy_bytes_per_s(w.copy_bytes_per_s);
     if (sched != nullptr) ws->set_requests_served(sched->requests_served);
     if (sched != nullptr) ws->set_tokens_per_s(sched->last_decode_tokens_per_s);
   }

@@ -37,6 +37,11 @@ void CountVram(const store::WorkerStatusPage& page, const ModelManifest& manifes
 
 }  // namespace
 
+double CopyBytesPerS(uint64_t bytes_copied, uint64_t copy_busy_ns) {
+  if (copy_busy_ns == 0) return 0;
+  return static_cast<double>(bytes_copied) * 1e9 / static_cast<double>(copy_busy_ns);
+}
+
 DaemonStatsCollector::DaemonStatsCollector() : start_ns_(MonotonicNs()), last_ns_(start_ns_) {}
 
 DaemonStats DaemonStatsCollector::Collect(const ExpertStore& store,
@@ -102,8 +107,15 @@ DaemonStats DaemonStatsCollector::Collect(const ExpertStore& store,
       w.vram.hits = page.vram_hits;
       w.vram.misses = page.vram_misses;
       w.prefetch_hints = page.prefetch_hints;
-      w.vram_bytes_copied = page.vram_bytes_copied;
       w.requests_served = page.requests_served;
+      w.expert_cache_bytes = page.expert_cache_bytes;
+      w.vram_misses_on_host = page.misses_computed_on_host;
+      w.prefetch_issued = page.prefetch_issued;
+      w.prefetch_used = page.prefetch_used;
+      w.prefetch_wasted = page.prefetch_wasted;
+      w.vram_bytes_copied = page.vram_bytes_copied;
+      w.copy_busy_ns = page.copy_busy_ns;
+      w.copy_bytes_per_s = CopyBytesPerS(w.vram_bytes_copied, w.copy_busy_ns);
       CountVram(page, store.manifest(), &w.vram);
       s.ram.hits += w.ram.hits;
       s.ram.misses += w.ram.misses;
@@ -111,6 +123,13 @@ DaemonStats DaemonStatsCollector::Collect(const ExpertStore& store,
       s.vram.misses += w.vram.misses;
       s.vram.resident_experts += w.vram.resident_experts;
       s.vram.resident_bytes += w.vram.resident_bytes;
+      s.expert_cache_bytes += w.expert_cache_bytes;
+      s.vram_misses_on_host += w.vram_misses_on_host;
+      s.prefetch_issued += w.prefetch_issued;
+      s.prefetch_used += w.prefetch_used;
+      s.prefetch_wasted += w.prefetch_wasted;
+      s.vram_bytes_copied += w.vram_bytes_copied;
+      s.copy_busy_ns += w.copy_busy_ns;
     }
     s.workers.push_back(std::move(w));
   }

@@ -1,6 +1,7 @@
 // One snapshot of everything the front door reports about the daemon: per
 // tier (RAM, VRAM) resident experts and bytes, hits and misses, bytes read
-// from disk and the read rate, preload progress, and each worker's state.
+// from disk and the read rate, preload progress, each worker's state and
+// its device expert cache (pool size, prefetch outcomes, copy rate).
 // The store's shared counters, the workers' status pages and the
 // supervisor's bookkeeping are gathered here so callers never read them
 // piecemeal.
@@ -38,9 +39,21 @@ struct WorkerStats {
   TierStats ram;                // this worker's store acquires
   TierStats vram;               // this worker's device cache
   uint64_t prefetch_hints = 0;
-  uint64_t vram_bytes_copied = 0;
   uint64_t requests_served = 0;
+  // The device expert cache, as the worker reports it on its status page.
+  uint64_t expert_cache_bytes = 0;   // its slot pool; 0 without a device cache
+  uint64_t vram_misses_on_host = 0;  // of vram.misses, computed on host cores, not copied
+  uint64_t prefetch_issued = 0;      // copies started for predicted experts
+  uint64_t prefetch_used = 0;        // of those, routed to before being evicted
+  uint64_t prefetch_wasted = 0;      // of those, evicted unused
+  uint64_t vram_bytes_copied = 0;    // host -> device expert bytes
+  uint64_t copy_busy_ns = 0;         // time with an expert copy in flight
+  double copy_bytes_per_s = 0;       // CopyBytesPerS(vram_bytes_copied, copy_busy_ns)
 };
+
+// The effective host -> device copy rate: bytes over the time a copy was in
+// flight (not wall time, so idle stretches do not dilute it); 0 before any copy.
+double CopyBytesPerS(uint64_t bytes_copied, uint64_t copy_busy_ns);
 
 struct DaemonStats {
   uint64_t taken_ns = 0;  // CLOCK_MONOTONIC
@@ -49,6 +62,14 @@ struct DaemonStats {
   uint32_t n_slot = 0;
   TierStats ram;   // hits/misses: summed over the attached workers
   TierStats vram;  // summed over the workers' device caches
+  // Device expert caches, summed over the attached workers.
+  uint64_t expert_cache_bytes = 0;
+  uint64_t vram_misses_on_host = 0;
+  uint64_t prefetch_issued = 0;
+  uint64_t prefetch_used = 0;
+  uint64_t prefetch_wasted = 0;
+  uint64_t vram_bytes_copied = 0;
+  uint64_t copy_busy_ns = 0;
   uint64_t bytes_read = 0;          // from the model file, since start
   double read_bytes_per_s = 0;      // since the previous snapshot (the first: since start)
   uint64_t loads = 0;

@@ -302,6 +302,24 @@ TEST_F(CommandsTest, StatusJsonKeepsProtoFieldNames) {
   EXPECT_THAT(run.out, HasSubstr("\"requests_rejected\": \"0\""));
 }
 
+TEST_F(CommandsTest, StatusJsonCarriesTheDeviceCache) {
+  Script([](FakeMoetier::Script& s) { testing::AddSampleGpuWorker(s.status); });
+  const ClientRun run = Run({"status", "--json"});
+  ASSERT_EQ(run.status, 0) << run.err;
+  EXPECT_THAT(run.out, HasSubstr("\"expert_cache_bytes\": \"6442450944\""));
+  EXPECT_THAT(run.out, HasSubstr("\"resident_bytes\": \"4831838208\""));
+  EXPECT_THAT(run.out, HasSubstr("\"misses_on_host\": \"40\""));
+  EXPECT_THAT(run.out, HasSubstr("\"prefetch_issued\": \"80\""));
+  EXPECT_THAT(run.out, HasSubstr("\"prefetch_used\": \"56\""));
+  EXPECT_THAT(run.out, HasSubstr("\"prefetch_wasted\": \"10\""));
+  EXPECT_THAT(run.out, HasSubstr("\"bytes_copied\": \"3221225472\""));
+  EXPECT_THAT(run.out, HasSubstr("\"copy_bytes_per_s\": 12884901888"));
+  // The plain map shows the same worker's cache line.
+  const ClientRun map = Run({"status"});
+  ASSERT_EQ(map.status, 0) << map.err;
+  EXPECT_THAT(map.out, HasSubstr("   VRAM cache 6.0 GiB, 4.5 GiB resident   hits 75.0%"));
+}
+
 TEST_F(CommandsTest, StatusWatchStreamsUpdates) {
   Script([](FakeMoetier::Script& s) { s.watch_updates = 5; });
   const ClientRun run = Run({"status", "--watch", "--interval-ms", "50", "--count", "2"});

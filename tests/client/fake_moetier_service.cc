@@ -80,6 +80,30 @@ v1::Status SampleStatus() {
   return s;
 }
 
+v1::WorkerStatus* AddSampleGpuWorker(v1::Status& status) {
+  v1::WorkerStatus* w = status.add_workers();
+  w->set_index(1);
+  w->set_device("cuda:0");
+  w->set_state("ready");
+  w->set_pid(4343);
+  w->set_heartbeat_age_ms(80);
+  w->set_requests_served(3);
+  w->set_tokens_per_s(31.5);
+  w->set_expert_cache_bytes(uint64_t{6} << 30);
+  w->mutable_vram()->set_resident_experts(9);
+  w->mutable_vram()->set_resident_bytes(uint64_t{9} << 29);
+  w->mutable_vram()->set_hits(300);
+  w->mutable_vram()->set_misses(100);
+  w->set_misses_on_host(40);
+  w->set_prefetch_hints(90);
+  w->set_prefetch_issued(80);
+  w->set_prefetch_used(56);
+  w->set_prefetch_wasted(10);
+  w->set_bytes_copied(uint64_t{3} << 30);
+  w->set_copy_bytes_per_s(3.0 * (uint64_t{1} << 30) / 0.25);
+  return w;
+}
+
 void FakeMoetier::SetScript(Script script) {
   std::lock_guard<std::mutex> lock(mutex_);
   script_ = std::move(script);

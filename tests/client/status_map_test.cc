@@ -1,6 +1,8 @@
 #include "render/status_map.h"
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_split.h"
 #include "fake_moetier_service.h"
@@ -12,6 +14,7 @@ namespace {
 
 using ::testing::HasSubstr;
 using ::testing::Not;
+using testing::AddSampleGpuWorker;
 using testing::SampleStatus;
 
 size_t Count(const std::string& text, const std::string& needle) {
@@ -139,23 +142,83 @@ TEST(RenderStatusMapTest, NoLayersYetSaysSo) {
 
 TEST(RenderStatusMapTest, GpuWorkersShowTheirCacheAndRestarts) {
   v1::Status status = SampleStatus();
-  v1::WorkerStatus* w = status.add_workers();
-  w->set_index(1);
-  w->set_device("cuda:0");
+  v1::WorkerStatus* w = AddSampleGpuWorker(status);
   w->set_state("loading");
+  w->set_pid(0);
   w->set_restarts(2);
   w->set_last_exit("killed by signal 9");
-  w->set_expert_cache_bytes(uint64_t{6} << 30);
-  w->set_bytes_copied(uint64_t{3} << 30);
   w->set_heartbeat_age_ms(-1);
   status.mutable_vram()->set_hits(3);
   status.mutable_vram()->set_misses(1);
   const std::string map = RenderStatusMap(status, MapStyle());
-  EXPECT_THAT(map, HasSubstr("          #1 cuda:0 loading, no process, served 0, VRAM cache 6.0 "
-                             "GiB, 3.0 GiB copied in, restarts 2; last exit: killed by signal "
-                             "9\n"));
+  // The worker's line, then its cache's line; the rate moves to the latter.
+  EXPECT_THAT(map, HasSubstr("          #1 cuda:0 loading, no process, served 3, restarts 2; "
+                             "last exit: killed by signal 9\n"
+                             "             VRAM cache 6.0 GiB, 4.5 GiB resident   hits 75.0%   "
+                             "misses 100 (40 on host)   prefetch 80 issued, 56 used (70.0%), 10 "
+                             "wasted   copied 3.0 GiB at 12.9 GB/s   31.5 tok/s\n"));
   EXPECT_THAT(map, HasSubstr("hits      VRAM 75.0% (3 hits, 1 misses)"));
   EXPECT_THAT(map, HasSubstr("RAM -> VRAM 3.0 GiB"));
+  // The cpu worker has no cache, so no cache line, and keeps its rate.
+  EXPECT_EQ(Count(map, "VRAM cache"), 1u);
+  EXPECT_THAT(map, HasSubstr("#0 cpu ready, pid 4242, 12.5 tok/s, served 5"));
+}
+
+TEST(RenderStatusMapTest, ACacheLineFollowsEachWorkerFromItsOwnCounters) {
+  v1::Status status = SampleStatus();
+  AddSampleGpuWorker(status);
+  v1::WorkerStatus* w = status.add_workers();
+  w->set_index(2);
+  w->set_device("cuda:1");
+  w->set_state("ready");
+  w->set_pid(4444);
+  w->set_expert_cache_bytes(uint64_t{3} << 29);
+  w->mutable_vram()->set_resident_bytes(uint64_t{1} << 20);
+  w->mutable_vram()->set_hits(12345);
+  w->mutable_vram()->set_misses(15);
+  w->set_misses_on_host(2);
+  w->set_prefetch_issued(1200000);
+  w->set_prefetch_used(300000);
+  w->set_prefetch_wasted(7);
+  w->set_bytes_copied(uint64_t{5} << 20);
+  w->set_copy_bytes_per_s(2.5e9);
+  const std::vector<std::string> lines = Lines(RenderStatusMap(status, MapStyle()));
+  const auto second = std::find_if(lines.begin(), lines.end(), [](const std::string& l) {
+    return l.rfind("          #2 cuda:1 ready", 0) == 0;
+  });
+  ASSERT_NE(second, lines.end());
+  ASSERT_NE(second + 1, lines.end());
+  EXPECT_EQ(*(second + 1),
+            "             VRAM cache 1.5 GiB, 1.0 MiB resident   hits 99.9%   misses 15 (2 on "
+            "host)   prefetch 1.2M issued, 300.0k used (25.0%), 7 wasted   copied 5.0 MiB at "
+            "2.5 GB/s");
+  EXPECT_EQ(*(second - 1),
+            "             VRAM cache 6.0 GiB, 4.5 GiB resident   hits 75.0%   misses 100 (40 on "
+            "host)   prefetch 80 issued, 56 used (70.0%), 10 wasted   copied 3.0 GiB at 12.9 "
+            "GB/s   31.5 tok/s");
+}
+
+TEST(RenderStatusMapTest, AnIdleCacheShowsDashesAndNoRate) {
+  v1::Status status = SampleStatus();
+  v1::WorkerStatus* w = status.add_workers();
+  w->set_index(1);
+  w->set_device("cuda:0");
+  w->set_state("ready");
+  w->set_pid(4343);
+  w->set_expert_cache_bytes(uint64_t{2} << 30);
+  const std::string map = RenderStatusMap(status, MapStyle());
+  EXPECT_THAT(map, HasSubstr("\n             VRAM cache 2.0 GiB, 0 B resident   hits -   misses 0 "
+                             "(0 on host)   prefetch 0 issued, 0 used (-), 0 wasted   copied 0 "
+                             "B\n"));
+}
+
+TEST(RenderStatusMapTest, AGpuWorkerWithoutACacheHasNoCacheLine) {
+  v1::Status status = SampleStatus();
+  v1::WorkerStatus* w = AddSampleGpuWorker(status);
+  w->set_expert_cache_bytes(0);
+  const std::string map = RenderStatusMap(status, MapStyle());
+  EXPECT_THAT(map, Not(HasSubstr("VRAM cache")));
+  EXPECT_THAT(map, HasSubstr("#1 cuda:0 ready, pid 4343, 31.5 tok/s, served 3, restarts 0"));
 }
 
 }  // namespace
