@@ -1,6 +1,10 @@
 // CreateCudaWorkerEngine in a build with the CUDA engine.
 #include "engine/cuda_engine_factory.h"
 
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+
 #include "absl/strings/str_format.h"
 #include "backend/cuda/cuda_device.h"
 #include "engine/qwen3moe_cuda.h"
@@ -18,6 +22,48 @@ absl::Status CheckCudaDevice(int ordinal) {
         devices->size()));
   }
   return absl::OkStatus();
+}
+
+namespace {
+
+absl::Status Check(cudaError_t err, const char* what) {
+  if (err == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(absl::StrFormat("%s failed: %s", what, cudaGetErrorString(err)));
+}
+
+}  // namespace
+
+absl::StatusOr<double> MeasurePinnedCopyBytesPerS(int device, uint64_t bytes, int passes) {
+  if (absl::Status s = CheckCudaDevice(device); !s.ok()) return s;
+  absl::Status s = Check(cudaSetDevice(device), "cudaSetDevice");
+  void* host = nullptr;
+  void* dev = nullptr;
+  cudaEvent_t start = nullptr, stop = nullptr;
+  if (s.ok()) s = Check(cudaMallocHost(&host, bytes), "cudaMallocHost");
+  if (s.ok()) s = Check(cudaMalloc(&dev, bytes), "cudaMalloc");
+  if (s.ok()) s = Check(cudaEventCreate(&start), "cudaEventCreate");
+  if (s.ok()) s = Check(cudaEventCreate(&stop), "cudaEventCreate");
+  std::vector<double> rates;
+  for (int p = 0; s.ok() && p <= passes; ++p) {
+    s = Check(cudaEventRecord(start, nullptr), "cudaEventRecord");
+    if (s.ok()) {
+      s = Check(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, nullptr),
+                "cudaMemcpyAsync (pinned host to device)");
+    }
+    if (s.ok()) s = Check(cudaEventRecord(stop, nullptr), "cudaEventRecord");
+    if (s.ok()) s = Check(cudaEventSynchronize(stop), "cudaEventSynchronize");
+    float ms = 0;
+    if (s.ok()) s = Check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+    if (s.ok() && p > 0 && ms > 0) rates.push_back(static_cast<double>(bytes) / (ms * 1e-3));
+  }
+  if (start != nullptr) cudaEventDestroy(start);
+  if (stop != nullptr) cudaEventDestroy(stop);
+  if (dev != nullptr) cudaFree(dev);
+  if (host != nullptr) cudaFreeHost(host);
+  if (!s.ok()) return s;
+  if (rates.empty()) return absl::InternalError("no pinned copy was timed");
+  std::sort(rates.begin(), rates.end());
+  return rates[rates.size() / 2];
 }
 
 absl::StatusOr<CudaWorkerEngine> CreateCudaWorkerEngine(const Qwen3MoeModel& model,

@@ -8,6 +8,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -52,12 +53,32 @@ struct CudaWorkerEngine {
   std::vector<std::string> description;
 };
 
+// N of a "cuda:N" device name (N in 0..1023); -1 for anything else.
+inline int CudaOrdinalOf(std::string_view device) {
+  constexpr std::string_view kCuda = "cuda:";
+  if (device.substr(0, kCuda.size()) != kCuda || device.size() == kCuda.size() ||
+      device.size() > kCuda.size() + 4) {
+    return -1;
+  }
+  int n = 0;
+  for (const char c : device.substr(kCuda.size())) {
+    if (c < '0' || c > '9') return -1;
+    n = n * 10 + (c - '0');
+  }
+  return n < 1024 ? n : -1;
+}
+
 // Whether this build contains the CUDA engine.
 bool CudaEngineBuilt();
 
 // OK when cuda:`ordinal` can be used: the build has CUDA, a driver answers
 // and the device exists. Otherwise says which of these is missing.
 absl::Status CheckCudaDevice(int ordinal);
+
+// Host-to-device copy rate from pinned host memory, bytes/s: the median of
+// `passes` cudaMemcpyAsync of `bytes` (after a warm-up), timed with events.
+// The ceiling for an expert cache's fills.
+absl::StatusOr<double> MeasurePinnedCopyBytesPerS(int device, uint64_t bytes, int passes);
 
 // Fails with Unimplemented in a build without CUDA, Unavailable without a
 // usable device, and otherwise as the engine's creation does (names the

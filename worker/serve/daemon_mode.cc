@@ -75,6 +75,16 @@ class HeartbeatThread {
   std::thread thread_;  // last: starts once the members above exist
 };
 
+// A GPU worker's cache until the CUDA engine resizes its own: says so.
+class CudaCacheNotResizable final : public ExpertCacheControl {
+ public:
+  absl::StatusOr<uint64_t> ResizeExpertCache(uint64_t) override {
+    return absl::UnimplementedError(
+        "the CUDA engine cannot resize its expert cache while it runs yet; restart the worker "
+        "with another --expert-cache-mib (through worker_extra_args)");
+  }
+};
+
 absl::Status WithContext(const absl::Status& status, std::string_view what) {
   return absl::Status(status.code(), absl::StrFormat("%s: %s", what, status.message()));
 }
@@ -98,7 +108,7 @@ absl::Status RunDaemonMode(const WorkerOptions& options, std::FILE* err,
                            const DaemonModeTuning& tuning) {
   // A device that cannot work fails before the daemon is bothered.
   if (options.device != "cpu") {
-    if (absl::Status s = CheckCudaDevice(CudaOrdinal(options.device)); !s.ok()) {
+    if (absl::Status s = CheckCudaDevice(CudaOrdinalOf(options.device)); !s.ok()) {
       return WithContext(s, options.device);
     }
   }
@@ -160,6 +170,8 @@ absl::Status RunDaemonMode(const WorkerOptions& options, std::FILE* err,
   std::unique_ptr<SlotCachedExpertSource> host_cache;
   std::unique_ptr<ForwardEngine> engine;
   const ExpertCacheReport* cache_report = nullptr;
+  ExpertCacheControl* cache_control = nullptr;  // resizes through `moetier budget`
+  CudaCacheNotResizable cuda_cache_control;
   if (on_gpu) {
     absl::StatusOr<CudaWorkerEngine> cuda =
         MakeCudaWorkerEngine(options, *model, engine_options.max_ctx, **source,
@@ -167,12 +179,14 @@ absl::Status RunDaemonMode(const WorkerOptions& options, std::FILE* err,
     if (!cuda.ok()) return WithContext(cuda.status(), options.device);
     engine = std::move(cuda->engine);
     cache_report = cuda->cache_report;
+    if (cache_report != nullptr) cache_control = &cuda_cache_control;
   } else {
     absl::StatusOr<std::unique_ptr<SlotCachedExpertSource>> cache =
         MakeWorkerExpertCache(options, *model, **source, err);
     if (!cache.ok()) return cache.status();
     host_cache = *std::move(cache);
     cache_report = host_cache.get();
+    cache_control = host_cache.get();
     engine_options.expert_source = host_cache != nullptr
                                        ? static_cast<ExpertWeightSource*>(host_cache.get())
                                        : source->get();
@@ -193,6 +207,13 @@ absl::Status RunDaemonMode(const WorkerOptions& options, std::FILE* err,
   server_options.threads = engine_options.n_threads;
   server_options.model_fingerprint = fingerprint;
   server_options.log = err;
+  server_options.expert_cache = cache_control;
+  if (cache_report != nullptr) {
+    store::WorkerStatusPage& page = (*client)->status_page();
+    server_options.expert_cache_resized = [cache_report, &page] {
+      PublishExpertCacheStatus(*cache_report, page);
+    };
+  }
   absl::StatusOr<std::unique_ptr<ControlServer>> server =
       ControlServer::Create(control_fd.get(), serving, server_options);
   if (!server.ok()) return server.status();

@@ -64,7 +64,7 @@ absl::StatusOr<CudaWorkerEngine> MakeCudaWorkerEngine(
     ExpertWeightSource& host_source, std::vector<std::span<const uint8_t>> dma_ranges,
     bool cache_by_default, std::FILE* err) {
   CudaWorkerEngineOptions cuda;
-  cuda.device = CudaOrdinal(options.device);
+  cuda.device = CudaOrdinalOf(options.device);
   if (cuda.device < 0) {
     return absl::InvalidArgumentError(
         absl::StrFormat("device '%s' is not cuda:N", options.device));

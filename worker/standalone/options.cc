@@ -482,15 +482,6 @@ absl::StatusOr<WorkerOptions> ParseWorkerArgs(int argc, const char* const* argv)
   return options;
 }
 
-int CudaOrdinal(std::string_view device) {
-  constexpr std::string_view kCuda = "cuda:";
-  if (!IsDeviceName(device) || device.substr(0, kCuda.size()) != kCuda) return -1;
-  int ordinal = -1;
-  const std::string_view digits = device.substr(kCuda.size());
-  return absl::SimpleAtoi(absl::string_view(digits.data(), digits.size()), &ordinal) ? ordinal
-                                                                                      : -1;
-}
-
 std::string WorkerUsage() {
   return absl::StrFormat(
       R"(moetier-worker: runs one compute device's forward pass for moetierd.

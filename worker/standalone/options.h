@@ -86,7 +86,4 @@ absl::StatusOr<WorkerOptions> ParseWorkerArgs(int argc, const char* const* argv)
 // The --help text.
 std::string WorkerUsage();
 
-// N of a "cuda:N" device name; -1 for anything else.
-int CudaOrdinal(std::string_view device);
-
 }  // namespace moetier

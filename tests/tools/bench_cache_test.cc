@@ -1,0 +1,86 @@
+// moetier-bench-cache, run as a user would run it, on the CPU (where every
+// configuration computes the same numbers, so every row must reproduce the
+// resident configuration's tokens).
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr together
+};
+
+CommandResult RunBench(const std::string& args) {
+  const std::string command = std::string(MOETIER_BINARY_DIR) +
+                              "/tools/bench_cache/moetier-bench-cache " + args + " 2>&1";
+  CommandResult result;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return result;
+  std::array<char, 4096> buffer;
+  size_t n;
+  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) {
+    result.output.append(buffer.data(), n);
+  }
+  const int status = pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+const std::string kModel = std::string(MOETIER_TEST_DATA_DIR) + "/vectors/small-q4_k_m.gguf";
+
+TEST(BenchCacheTest, EveryConfigurationRunsAndReproducesTheResidentTokens) {
+  const std::string json = testing::TempDir() + "/bench-cache.json";
+  const CommandResult r =
+      RunBench("--model " + kModel +
+               " --threads 2 --decode-tokens 8 --prompt-tokens 16 --runs 1 --configs "
+               "resident,50%:copy,25%:cpu:off,static:half --json " + json);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  for (const char* row : {"resident ", "50%:copy ", "25%:cpu:off ", "static:2 "}) {
+    EXPECT_THAT(r.output, HasSubstr(std::string("\n") + row)) << r.output;
+  }
+  EXPECT_THAT(r.output, HasSubstr("memcpy rate"));
+  EXPECT_THAT(r.output, Not(HasSubstr(" no\n")));  // every =res column says yes
+  EXPECT_THAT(r.output, Not(HasSubstr("skipped")));
+  std::ifstream in(json);
+  std::stringstream text;
+  text << in.rdbuf();
+  EXPECT_THAT(text.str(), HasSubstr("\"config\": \"50%:copy\""));
+  EXPECT_THAT(text.str(), HasSubstr("\"same_tokens_as_resident\": true"));
+  EXPECT_THAT(text.str(), Not(HasSubstr("\"same_tokens_as_resident\": false")));
+}
+
+TEST(BenchCacheTest, ACacheTooSmallIsSkippedWithTheReason) {
+  const CommandResult r = RunBench("--model " + kModel +
+                                   " --threads 1 --decode-tokens 2 --prompt-tokens 4 --runs 1 "
+                                   "--configs resident,1%");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("skipped: expert cache"));
+  EXPECT_THAT(r.output, HasSubstr("slots per layer"));
+}
+
+TEST(BenchCacheTest, BadFlagsAreUsageErrors) {
+  EXPECT_EQ(RunBench("--model " + kModel + " --configs 150%").exit_code, 1);
+  EXPECT_EQ(RunBench("--model " + kModel + " --device tpu").exit_code, 2);
+  EXPECT_EQ(RunBench("--configs resident").exit_code, 2);
+  const CommandResult help = RunBench("--help");
+  EXPECT_EQ(help.exit_code, 0);
+  for (const char* flag : {"--model", "--device", "--configs", "--cache-policy", "--decode-tokens",
+                           "--prompt-tokens", "--context", "--runs", "--threads",
+                           "--copy-probe-mib", "--json"}) {
+    EXPECT_THAT(help.output, HasSubstr(flag));
+  }
+}
+
+}  // namespace

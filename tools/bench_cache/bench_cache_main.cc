@@ -1,0 +1,513 @@
+// moetier-bench-cache: decode and prompt speed of a worker whose experts sit
+// in an expert cache of several sizes, against every expert resident, in one
+// run on one machine.
+//
+// The model is loaded once and its experts copied into host memory laid out
+// like the daemon's store (the source every cache fill reads). Each
+// configuration then gets a fresh engine: every expert resident, a dynamic
+// cache of P% of all experts' bytes (miss policy and prefetch as given), or
+// static placement with the experts of the first N layers on the host (like
+// llama.cpp's --n-cpu-moe N). For each it prints the median decode and
+// prompt rates, both also as a ratio to the resident configuration, the
+// decode hit rate, how many misses ran on the host, prefetch accuracy and
+// the copy rate against the pinned-copy rate measured in the same run.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <optional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "cache/slot_cached_expert_source.h"
+#include "engine/cuda_engine_factory.h"
+#include "engine/forward_engine.h"
+#include "gguf/gguf_reader.h"
+#include "host_expert_store.h"
+#include "model/qwen3moe_model.h"
+
+namespace moetier {
+namespace {
+
+constexpr char kUsage[] = R"(moetier-bench-cache: a worker's speed with its expert cache at several sizes
+
+usage: moetier-bench-cache --model FILE [--device cpu|cuda:N] [options]
+
+  --model FILE          qwen3moe GGUF model
+  --device DEV          cpu (default; the cache is slots in RAM) or cuda:N (slots
+                        in VRAM, misses copied over PCIe or computed on the CPU)
+  --configs LIST        comma-separated configurations, run in order (default:
+                        resident,100%,50%,25%,12.5%,25%:cpu,static:half,static:all)
+                          resident         every expert resident: uploaded to the
+                                           device (cuda), read from RAM (cpu)
+                          P%[:MISS[:PF]]   a cache of P% of all experts' bytes;
+                                           MISS copy, cpu or auto (default auto),
+                                           PF prefetch on or off (default on)
+                          static:N         the experts of the first N layers on
+                                           the host, every other expert resident
+                                           (llama.cpp's --n-cpu-moe N); N may be
+                                           half or all
+  --cache-policy NAME   replacement policy (default adaptive)
+  --decode-tokens N     tokens generated greedily per decode run (default 128)
+  --prompt-tokens N     tokens per prompt run (default 512)
+  --context N           tokens in the KV cache before decoding (default 16)
+  --runs N              timed runs per measurement after one warm-up (default 3)
+  --threads N           host threads (default: all cores)
+  --copy-probe-mib N    size of the pinned-copy probe (default 256)
+  --json FILE           also write every figure as JSON
+)";
+
+struct Config {
+  std::string label;
+  enum class Kind { kResident, kCache, kStatic } kind = Kind::kResident;
+  double percent = 0;
+  MissPolicy miss = MissPolicy::kAuto;
+  bool prefetch = true;
+  int host_layers = 0;
+};
+
+struct Options {
+  std::string model;
+  std::string device = "cpu";
+  std::vector<std::string> configs = {"resident", "100%",     "50%",         "25%",
+                                      "12.5%",    "25%:cpu", "static:half", "static:all"};
+  ExpertPolicyKind policy = kDefaultExpertPolicy;
+  int decode_tokens = 128;
+  int prompt_tokens = 512;
+  int context = 16;
+  int runs = 3;
+  int threads = 0;
+  int copy_probe_mib = 256;
+  std::string json;
+};
+
+absl::StatusOr<Config> ParseConfig(const std::string& text, int n_layer) {
+  Config c;
+  c.label = text;
+  if (text == "resident") return c;
+  if (text.rfind("static:", 0) == 0) {
+    c.kind = Config::Kind::kStatic;
+    const std::string n = text.substr(7);
+    if (n == "all") {
+      c.host_layers = n_layer;
+    } else if (n == "half") {
+      c.host_layers = n_layer / 2;
+    } else if (!absl::SimpleAtoi(n, &c.host_layers) || c.host_layers < 0 ||
+               c.host_layers > n_layer) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "configuration '%s': N must be 0..%d, half or all", text, n_layer));
+    }
+    c.label = absl::StrFormat("static:%d", c.host_layers);
+    return c;
+  }
+  std::vector<std::string> parts = absl::StrSplit(text, ':');
+  if (parts[0].empty() || parts[0].back() != '%' || parts.size() > 3 ||
+      !absl::SimpleAtod(parts[0].substr(0, parts[0].size() - 1), &c.percent) || c.percent <= 0 ||
+      c.percent > 100) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "configuration '%s' is not resident, P%%[:MISS[:PF]] with P in (0, 100] or static:N",
+        text));
+  }
+  c.kind = Config::Kind::kCache;
+  if (parts.size() >= 2) {
+    absl::StatusOr<MissPolicy> miss = ParseMissPolicy(parts[1]);
+    if (!miss.ok()) return miss.status();
+    c.miss = *miss;
+  }
+  if (parts.size() == 3) {
+    if (parts[2] != "on" && parts[2] != "off") {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("configuration '%s': prefetch is on or off", text));
+    }
+    c.prefetch = parts[2] == "on";
+  }
+  return c;
+}
+
+absl::StatusOr<Options> ParseOptions(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    }
+    if (i + 1 >= argc) return absl::InvalidArgumentError(absl::StrFormat("%s needs a value", arg));
+    const std::string value = argv[++i];
+    auto int_value = [&](int& dst, int lo, int hi) -> absl::Status {
+      if (!absl::SimpleAtoi(value, &dst) || dst < lo || dst > hi) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("%s expects an integer in %d..%d, got '%s'", arg, lo, hi, value));
+      }
+      return absl::OkStatus();
+    };
+    absl::Status s;
+    if (arg == "--model") {
+      o.model = value;
+    } else if (arg == "--device") {
+      if (value != "cpu" && CudaOrdinalOf(value) < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("--device '%s' is neither cpu nor cuda:N", value));
+      }
+      o.device = value;
+    } else if (arg == "--configs") {
+      o.configs = absl::StrSplit(value, ',', absl::SkipEmpty());
+    } else if (arg == "--cache-policy") {
+      absl::StatusOr<ExpertPolicyKind> p = ParseExpertPolicyKind(value);
+      if (!p.ok()) return p.status();
+      o.policy = *p;
+    } else if (arg == "--decode-tokens") {
+      s = int_value(o.decode_tokens, 1, 1 << 16);
+    } else if (arg == "--prompt-tokens") {
+      s = int_value(o.prompt_tokens, 1, 1 << 16);
+    } else if (arg == "--context") {
+      s = int_value(o.context, 1, 1 << 16);
+    } else if (arg == "--runs") {
+      s = int_value(o.runs, 1, 1000);
+    } else if (arg == "--threads") {
+      s = int_value(o.threads, 1, 1024);
+    } else if (arg == "--copy-probe-mib") {
+      s = int_value(o.copy_probe_mib, 1, 1 << 16);
+    } else if (arg == "--json") {
+      o.json = value;
+    } else {
+      return absl::InvalidArgumentError(absl::StrFormat("unknown flag %s (see --help)", arg));
+    }
+    if (!s.ok()) return s;
+  }
+  if (o.model.empty()) return absl::InvalidArgumentError("--model is required (see --help)");
+  if (o.threads == 0) o.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return o;
+}
+
+double Now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : (v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]));
+}
+
+ExpertSlotCacheStats Minus(const ExpertSlotCacheStats& a, const ExpertSlotCacheStats& b) {
+  return {a.hits - b.hits,
+          a.misses - b.misses,
+          a.misses_on_host - b.misses_on_host,
+          a.demand_fills - b.demand_fills,
+          a.prefetch_issued - b.prefetch_issued,
+          a.prefetch_used - b.prefetch_used,
+          a.prefetch_wasted - b.prefetch_wasted,
+          a.evictions - b.evictions,
+          a.bytes_filled - b.bytes_filled};
+}
+
+// One configuration's engine and the cache it reports.
+struct Engine {
+  std::unique_ptr<SlotCachedExpertSource> host_cache;  // cpu
+  std::unique_ptr<ForwardEngine> engine;
+  const ExpertCacheReport* report = nullptr;
+};
+
+struct Row {
+  Config config;
+  std::string skipped;  // why it did not run; empty when it ran
+  double decode_tok_s = 0, prompt_tok_s = 0;
+  ExpertSlotCacheStats decode;  // over the timed decode runs
+  uint64_t copy_busy_ns = 0;    // over the timed decode runs
+  uint64_t pool_bytes = 0;
+  std::vector<int32_t> tokens;  // the first timed decode run's
+};
+
+class Bench {
+ public:
+  Bench(const Options& o, const Qwen3MoeModel& model, HostExpertStore& store)
+      : o_(o), model_(model), store_(store) {
+    std::mt19937 rng(1234);
+    std::uniform_int_distribution<int32_t> token(0, model.hparams.n_vocab - 1);
+    for (int i = 0; i < o.context; ++i) context_.push_back(token(rng));
+    for (int i = 0; i < o.prompt_tokens; ++i) prompt_.push_back(token(rng));
+  }
+
+  absl::StatusOr<Engine> Make(const Config& c) const {
+    const int max_ctx = std::min(model_.hparams.n_ctx_train,
+                                 std::max(o_.context + o_.decode_tokens, o_.prompt_tokens) + 1);
+    Engine out;
+    if (o_.device == "cpu") {
+      ExpertWeightSource* source = &store_;
+      if (c.kind != Config::Kind::kResident) {
+        HostSlotCacheOptions h;
+        h.policy = o_.policy;
+        h.miss_policy = c.miss;
+        h.prefetch = c.prefetch;
+        const ExpertSlotCacheOptions geometry = SlotCacheOptionsFor(model_, h);
+        if (c.kind == Config::Kind::kStatic) {
+          h.static_host_layers = c.host_layers;
+          h.pool_bytes = StaticPoolBytes(geometry, c.host_layers);
+        } else {
+          h.pool_bytes = static_cast<uint64_t>(c.percent / 100.0 * FullPoolBytes(geometry));
+        }
+        absl::StatusOr<std::unique_ptr<SlotCachedExpertSource>> cache =
+            SlotCachedExpertSource::Create(store_, model_, h);
+        if (!cache.ok()) return cache.status();
+        out.host_cache = *std::move(cache);
+        out.report = out.host_cache.get();
+        source = out.host_cache.get();
+      }
+      EngineOptions e;
+      e.max_ctx = max_ctx;
+      e.n_threads = o_.threads;
+      e.weight_pages = WeightPages::kAuto;
+      e.expert_source = source;
+      absl::StatusOr<std::unique_ptr<ForwardEngine>> engine = CreateCpuEngine(model_, e);
+      if (!engine.ok()) return engine.status();
+      out.engine = *std::move(engine);
+      return out;
+    }
+    CudaWorkerEngineOptions g;
+    g.device = CudaOrdinalOf(o_.device);
+    g.max_ctx = max_ctx;
+    g.policy = o_.policy;
+    g.miss_policy = c.miss;
+    g.prefetch = c.prefetch;
+    g.host_threads = o_.threads;
+    if (c.kind != Config::Kind::kResident) {
+      g.expert_source = &store_;
+      g.dma_ranges = {store_.bytes()};
+      if (c.kind == Config::Kind::kStatic) {
+        g.static_host_layers = c.host_layers;
+      } else {
+        g.cache_fraction = c.percent / 100.0;
+      }
+    }
+    absl::StatusOr<CudaWorkerEngine> cuda = CreateCudaWorkerEngine(model_, g);
+    if (!cuda.ok()) return cuda.status();
+    for (const std::string& line : cuda->description) std::printf("  %s\n", line.c_str());
+    out.engine = std::move(cuda->engine);
+    out.report = cuda->cache_report;
+    return out;
+  }
+
+  absl::StatusOr<Row> Run(const Config& c) const {
+    Row row;
+    row.config = c;
+    absl::StatusOr<Engine> made = Make(c);
+    if (!made.ok()) {
+      row.skipped = std::string(made.status().message());
+      return row;
+    }
+    ForwardEngine& e = *made->engine;
+    const int n_vocab = e.n_vocab();
+    std::vector<float> logits(static_cast<size_t>(n_vocab));
+    auto argmax = [&] {
+      return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) -
+                                  logits.begin());
+    };
+    std::vector<double> decode_rates;
+    ExpertSlotCacheStats before;
+    uint64_t busy_before = 0;
+    for (int r = 0; r <= o_.runs; ++r) {
+      if (r == 1 && made->report != nullptr) {
+        before = made->report->cache().stats();
+        busy_before = made->report->copy_busy_ns();
+      }
+      e.Reset();
+      if (absl::Status s = e.Forward(context_, 0, LogitRows::kLast, logits.data()); !s.ok()) {
+        return s;
+      }
+      std::vector<int32_t> generated;
+      int32_t next = argmax();
+      const double t0 = Now();
+      for (int i = 0; i < o_.decode_tokens; ++i) {
+        const int32_t in[1] = {next};
+        if (absl::Status s = e.Forward(in, o_.context + i, LogitRows::kLast, logits.data());
+            !s.ok()) {
+          return s;
+        }
+        next = argmax();
+        generated.push_back(next);
+      }
+      const double dt = Now() - t0;
+      if (r == 1) row.tokens = generated;
+      if (r >= 1) decode_rates.push_back(o_.decode_tokens / dt);
+    }
+    if (made->report != nullptr) {
+      row.decode = Minus(made->report->cache().stats(), before);
+      row.copy_busy_ns = made->report->copy_busy_ns() - busy_before;
+      row.pool_bytes =
+          uint64_t{made->report->cache().n_slots()} * made->report->cache().options().slot_bytes;
+    }
+    row.decode_tok_s = Median(decode_rates);
+    std::vector<double> prompt_rates;
+    for (int r = 0; r <= o_.runs; ++r) {
+      e.Reset();
+      const double t0 = Now();
+      if (absl::Status s = e.Forward(prompt_, 0, LogitRows::kLast, logits.data()); !s.ok()) {
+        return s;
+      }
+      if (r >= 1) prompt_rates.push_back(o_.prompt_tokens / (Now() - t0));
+    }
+    row.prompt_tok_s = Median(prompt_rates);
+    return row;
+  }
+
+ private:
+  const Options& o_;
+  const Qwen3MoeModel& model_;
+  HostExpertStore& store_;
+  std::vector<int32_t> context_, prompt_;
+};
+
+// Host memcpy rate (cpu "copies" are memcpy), bytes/s, median of 5.
+double MeasureMemcpy(uint64_t bytes) {
+  std::vector<uint8_t> a(bytes, 1), b(bytes);
+  std::vector<double> rates;
+  for (int p = 0; p < 6; ++p) {
+    const double t0 = Now();
+    std::memcpy(b.data(), a.data(), bytes);
+    const double dt = Now() - t0;
+    if (p > 0 && dt > 0) rates.push_back(static_cast<double>(bytes) / dt);
+  }
+  return Median(rates);
+}
+
+int Fail(const absl::Status& s) {
+  std::fprintf(stderr, "moetier-bench-cache: %s\n", std::string(s.message()).c_str());
+  return 1;
+}
+
+int Main(const Options& o) {
+  if (o.device != "cpu") {
+    if (absl::Status s = CheckCudaDevice(CudaOrdinalOf(o.device)); !s.ok()) return Fail(s);
+  }
+  absl::StatusOr<std::unique_ptr<GgufModel>> gguf = GgufModel::Open(o.model);
+  if (!gguf.ok()) return Fail(gguf.status());
+  absl::StatusOr<Qwen3MoeModel> model = LoadQwen3Moe(**gguf);
+  if (!model.ok()) return Fail(model.status());
+  const Qwen3MoeHparams& hp = model->hparams;
+  std::vector<Config> configs;
+  for (const std::string& text : o.configs) {
+    absl::StatusOr<Config> c = ParseConfig(text, hp.n_layer);
+    if (!c.ok()) return Fail(c.status());
+    configs.push_back(*c);
+  }
+  const double t0 = Now();
+  absl::StatusOr<std::unique_ptr<HostExpertStore>> store = HostExpertStore::Create(*model);
+  if (!store.ok()) return Fail(store.status());
+  std::printf("model: %s (%d layers x %d experts, top %d)\n", o.model.c_str(), hp.n_layer,
+              hp.n_expert, hp.n_expert_used);
+  std::printf("experts in host memory: %.2f GiB, copied in %.1f s\n",
+              (*store)->bytes().size() / 1073741824.0, Now() - t0);
+  const uint64_t probe = uint64_t{static_cast<uint32_t>(o.copy_probe_mib)} << 20;
+  double copy_ceiling = 0;
+  if (o.device == "cpu") {
+    copy_ceiling = MeasureMemcpy(probe);
+    std::printf("device: cpu, %d threads; memcpy rate (a slot fill's ceiling): %.2f GB/s\n",
+                o.threads, copy_ceiling / 1e9);
+  } else {
+    absl::StatusOr<double> pinned =
+        MeasurePinnedCopyBytesPerS(CudaOrdinalOf(o.device), probe, 5);
+    if (!pinned.ok()) return Fail(pinned.status());
+    copy_ceiling = *pinned;
+    std::printf("device: %s, %d host threads; pinned host-to-device copy rate: %.2f GB/s\n",
+                o.device.c_str(), o.threads, copy_ceiling / 1e9);
+  }
+  std::printf("decode %d tokens after %d of context, prompt %d tokens; %d timed runs each\n\n",
+              o.decode_tokens, o.context, o.prompt_tokens, o.runs);
+
+  Bench bench(o, *model, **store);
+  std::vector<Row> rows;
+  for (const Config& c : configs) {
+    std::printf("running %s ...\n", c.label.c_str());
+    std::fflush(stdout);
+    absl::StatusOr<Row> row = bench.Run(c);
+    if (!row.ok()) return Fail(row.status());
+    if (!row->skipped.empty()) std::printf("  skipped: %s\n", row->skipped.c_str());
+    rows.push_back(*row);
+  }
+  const Row* resident = nullptr;
+  for (const Row& r : rows) {
+    if (r.config.kind == Config::Kind::kResident && r.skipped.empty()) resident = &r;
+  }
+  std::printf("\n%-14s %10s %7s %10s %7s %7s %7s %13s %10s %9s %6s\n", "config", "decode t/s",
+              "x res", "prompt t/s", "x res", "hit%", "host%", "prefetch u/i", "pool GiB",
+              "copy GB/s", "=res");
+  for (const Row& r : rows) {
+    if (!r.skipped.empty()) {
+      std::printf("%-14s skipped\n", r.config.label.c_str());
+      continue;
+    }
+    const ExpertSlotCacheStats& s = r.decode;
+    const uint64_t placed = s.hits + s.misses;
+    const double copy_s = r.copy_busy_ns * 1e-9;
+    std::printf("%-14s %10.2f %7s %10.1f %7s %7s %7s %13s %10.2f %9s %6s\n",
+                r.config.label.c_str(), r.decode_tok_s,
+                resident ? absl::StrFormat("%.2f", r.decode_tok_s / resident->decode_tok_s).c_str()
+                         : "-",
+                r.prompt_tok_s,
+                resident ? absl::StrFormat("%.2f", r.prompt_tok_s / resident->prompt_tok_s).c_str()
+                         : "-",
+                placed ? absl::StrFormat("%.1f", 100.0 * s.hits / placed).c_str() : "-",
+                placed ? absl::StrFormat("%.1f", 100.0 * s.misses_on_host / placed).c_str() : "-",
+                absl::StrFormat("%u/%u", s.prefetch_used, s.prefetch_issued).c_str(),
+                r.pool_bytes / 1073741824.0,
+                copy_s > 0 ? absl::StrFormat("%.2f", s.bytes_filled / copy_s / 1e9).c_str() : "-",
+                resident ? (r.tokens == resident->tokens ? "yes" : "no") : "-");
+  }
+  std::printf("\nhit%%/host%%: of the experts placed during the timed decode runs, found in a "
+              "slot / computed on the host; copy GB/s: bytes filled over the time a fill was in "
+              "flight (ceiling: %.2f GB/s above); =res: same greedy tokens as resident\n",
+              copy_ceiling / 1e9);
+  if (!o.json.empty()) {
+    std::ofstream out(o.json);
+    out << "{\"model\": \"" << o.model << "\", \"device\": \"" << o.device
+        << "\", \"copy_ceiling_bytes_per_s\": " << copy_ceiling << ", \"rows\": [";
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const Row& r = rows[i];
+      const ExpertSlotCacheStats& s = r.decode;
+      out << (i ? ", " : "") << "{\"config\": \"" << r.config.label << "\"";
+      if (!r.skipped.empty()) {
+        std::string reason = r.skipped;
+        std::replace(reason.begin(), reason.end(), '"', '\'');
+        out << ", \"skipped\": \"" << reason << "\"}";
+        continue;
+      }
+      out << ", \"percent\": " << (r.config.kind == Config::Kind::kCache ? r.config.percent : -1)
+          << ", \"decode_tok_s\": " << r.decode_tok_s << ", \"prompt_tok_s\": " << r.prompt_tok_s
+          << ", \"hits\": " << s.hits << ", \"misses\": " << s.misses
+          << ", \"misses_on_host\": " << s.misses_on_host
+          << ", \"prefetch_issued\": " << s.prefetch_issued
+          << ", \"prefetch_used\": " << s.prefetch_used
+          << ", \"bytes_filled\": " << s.bytes_filled << ", \"copy_busy_ns\": " << r.copy_busy_ns
+          << ", \"pool_bytes\": " << r.pool_bytes << ", \"same_tokens_as_resident\": "
+          << (resident && r.tokens == resident->tokens ? "true" : "false") << "}";
+    }
+    out << "]}\n";
+    if (!out) return Fail(absl::DataLossError("cannot write --json " + o.json));
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace moetier
+
+int main(int argc, char** argv) {
+  absl::StatusOr<moetier::Options> options = moetier::ParseOptions(argc, argv);
+  if (!options.ok()) {
+    std::fprintf(stderr, "moetier-bench-cache: %s\n",
+                 std::string(options.status().message()).c_str());
+    return 2;
+  }
+  return moetier::Main(*options);
+}

@@ -1,0 +1,66 @@
+#include "host_expert_store.h"
+
+#include <sys/mman.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "absl/strings/str_format.h"
+
+namespace moetier {
+namespace {
+
+uint64_t Align64(uint64_t n) { return (n + 63) / 64 * 64; }
+
+uint64_t SliceBytes(const WeightRef& w) { return static_cast<uint64_t>(w.rows()) * w.row_bytes; }
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<HostExpertStore>> HostExpertStore::Create(
+    const Qwen3MoeModel& model) {
+  const int n_expert = model.hparams.n_expert;
+  std::vector<LayerLayout> layout;
+  uint64_t size = 0;
+  for (const Qwen3MoeLayerWeights& lw : model.weights.layers) {
+    LayerLayout l;
+    l.first = size;
+    l.up = Align64(SliceBytes(lw.ffn_gate_exps));
+    l.down = l.up + Align64(SliceBytes(lw.ffn_up_exps));
+    l.expert_bytes = Align64(l.down + SliceBytes(lw.ffn_down_exps));
+    size += l.expert_bytes * static_cast<uint64_t>(n_expert);
+    layout.push_back(l);
+  }
+  void* base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (base == MAP_FAILED) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "cannot allocate %.2f GiB for the experts: %s", size / 1073741824.0, std::strerror(errno)));
+  }
+  (void)madvise(base, size, MADV_HUGEPAGE);
+  auto* bytes = static_cast<uint8_t*>(base);
+  for (size_t li = 0; li < layout.size(); ++li) {
+    const Qwen3MoeLayerWeights& lw = model.weights.layers[li];
+    const LayerLayout& l = layout[li];
+    for (int e = 0; e < n_expert; ++e) {
+      uint8_t* dst = bytes + l.first + l.expert_bytes * static_cast<uint64_t>(e);
+      std::memcpy(dst, lw.ffn_gate_exps.expert(e), SliceBytes(lw.ffn_gate_exps));
+      std::memcpy(dst + l.up, lw.ffn_up_exps.expert(e), SliceBytes(lw.ffn_up_exps));
+      std::memcpy(dst + l.down, lw.ffn_down_exps.expert(e), SliceBytes(lw.ffn_down_exps));
+    }
+  }
+  return std::unique_ptr<HostExpertStore>(
+      new HostExpertStore(bytes, size, n_expert, std::move(layout)));
+}
+
+HostExpertStore::~HostExpertStore() { munmap(base_, size_); }
+
+absl::Status HostExpertStore::Acquire(int layer, std::span<const int32_t> experts,
+                                      std::span<ExpertMatrices> out) {
+  const LayerLayout& l = layout_[static_cast<size_t>(layer)];
+  for (size_t i = 0; i < experts.size(); ++i) {
+    const uint8_t* e = base_ + l.first + l.expert_bytes * static_cast<uint64_t>(experts[i]);
+    out[i] = {e, e + l.up, e + l.down};
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace moetier
