@@ -152,10 +152,12 @@ std::string ExpertCacheLine(const v1::WorkerStatus& w) {
   if (w.copy_bytes_per_s() > 0) {
     absl::StrAppendFormat(&copied, " at %.1f GB/s", w.copy_bytes_per_s() / 1e9);
   }
+  // A cpu worker's slots are RAM: the same cache logic, nothing in VRAM.
+  const char* what = w.device() == "cpu" ? "RAM slot cache" : "VRAM cache";
   std::string line = absl::StrFormat(
-      "   VRAM cache %s, %s resident   hits %s   misses %s (%s on host)   "
+      "   %s %s, %s resident   hits %s   misses %s (%s on host)   "
       "prefetch %s issued, %s used (%s), %s wasted   %s",
-      FormatBytes(w.expert_cache_bytes()), FormatBytes(c.resident_bytes()),
+      what, FormatBytes(w.expert_cache_bytes()), FormatBytes(c.resident_bytes()),
       FormatPercent(HitRate(c.hits(), c.misses())), FormatCount(c.misses()),
       FormatCount(w.misses_on_host()), FormatCount(w.prefetch_issued()),
       FormatCount(w.prefetch_used()), Share(w.prefetch_used(), w.prefetch_issued()),

@@ -212,6 +212,18 @@ TEST(RenderStatusMapTest, AnIdleCacheShowsDashesAndNoRate) {
                              "B\n"));
 }
 
+TEST(RenderStatusMapTest, ACpuWorkersCacheIsNamedAsRamSlots) {
+  v1::Status status = SampleStatus();
+  v1::WorkerStatus* w = status.add_workers();
+  w->set_index(1);
+  w->set_device("cpu");
+  w->set_state("ready");
+  w->set_expert_cache_bytes(uint64_t{1} << 30);
+  const std::string map = RenderStatusMap(status, MapStyle());
+  EXPECT_THAT(map, HasSubstr("\n             RAM slot cache 1.0 GiB, 0 B resident"));
+  EXPECT_THAT(map, Not(HasSubstr("VRAM cache")));
+}
+
 TEST(RenderStatusMapTest, AGpuWorkerWithoutACacheHasNoCacheLine) {
   v1::Status status = SampleStatus();
   v1::WorkerStatus* w = AddSampleGpuWorker(status);
