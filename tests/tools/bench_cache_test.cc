@@ -61,6 +61,25 @@ TEST(BenchCacheTest, EveryConfigurationRunsAndReproducesTheResidentTokens) {
   EXPECT_THAT(text.str(), Not(HasSubstr("\"same_tokens_as_resident\": false")));
 }
 
+TEST(BenchCacheTest, ReplayedRoutingIsLabelledAndDrivesTheCache) {
+  // Three tokens that always route to experts 0 and 1 of every layer: a
+  // cache of two slots per layer hits everything after the first token.
+  const std::string trace = testing::TempDir() + "/bench-cache.trace";
+  {
+    std::ofstream out(trace);
+    out << "moetier-trace v1 layers=4 experts=8 top_k=2 weights=0\n";
+    for (int t = 0; t < 3; ++t) out << "0,1;1,0;0,1;1,0\n";
+  }
+  const CommandResult r = RunBench("--model " + kModel +
+                                   " --threads 1 --decode-tokens 6 --prompt-tokens 4 --runs 1 "
+                                   "--configs resident,25%:copy:off --routing-from-trace " + trace);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("routing replayed from " + trace));
+  // Decode hit rate 100%: the timed run follows a warm-up over the same experts.
+  EXPECT_THAT(r.output, HasSubstr("\n25%:copy:off"));
+  EXPECT_THAT(r.output, HasSubstr("  100.0 "));
+}
+
 TEST(BenchCacheTest, ACacheTooSmallIsSkippedWithTheReason) {
   const CommandResult r = RunBench("--model " + kModel +
                                    " --threads 1 --decode-tokens 2 --prompt-tokens 4 --runs 1 "
@@ -78,7 +97,7 @@ TEST(BenchCacheTest, BadFlagsAreUsageErrors) {
   EXPECT_EQ(help.exit_code, 0);
   for (const char* flag : {"--model", "--device", "--configs", "--cache-policy", "--decode-tokens",
                            "--prompt-tokens", "--context", "--runs", "--threads",
-                           "--copy-probe-mib", "--json"}) {
+                           "--copy-probe-mib", "--json", "--routing-from-trace"}) {
     EXPECT_THAT(help.output, HasSubstr(flag));
   }
 }

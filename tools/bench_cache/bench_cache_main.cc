@@ -34,6 +34,7 @@
 #include "cache/slot_cached_expert_source.h"
 #include "engine/cuda_engine_factory.h"
 #include "engine/forward_engine.h"
+#include "engine/routing_trace_hooks.h"
 #include "gguf/gguf_reader.h"
 #include "host_expert_store.h"
 #include "model/qwen3moe_model.h"
@@ -66,6 +67,11 @@ usage: moetier-bench-cache --model FILE [--device cpu|cuda:N] [options]
   --runs N              timed runs per measurement after one warm-up (default 3)
   --threads N           host threads (default: all cores)
   --copy-probe-mib N    size of the pinned-copy probe (default 256)
+  --routing-from-trace FILE
+                        every configuration takes each token's experts from this
+                        routing trace (from its start, cycling) instead of from
+                        the router: realistic routing on random-weight models.
+                        Every output says "routing replayed from FILE"
   --json FILE           also write every figure as JSON
 )";
 
@@ -90,6 +96,7 @@ struct Options {
   int runs = 3;
   int threads = 0;
   int copy_probe_mib = 256;
+  std::string routing_from_trace;
   std::string json;
 };
 
@@ -182,6 +189,8 @@ absl::StatusOr<Options> ParseOptions(int argc, char** argv) {
       s = int_value(o.copy_probe_mib, 1, 1 << 16);
     } else if (arg == "--json") {
       o.json = value;
+    } else if (arg == "--routing-from-trace") {
+      o.routing_from_trace = value;
     } else {
       return absl::InvalidArgumentError(absl::StrFormat("unknown flag %s (see --help)", arg));
     }
@@ -215,6 +224,7 @@ ExpertSlotCacheStats Minus(const ExpertSlotCacheStats& a, const ExpertSlotCacheS
 
 // One configuration's engine and the cache it reports.
 struct Engine {
+  RoutingTraceHooks hooks;  // a fresh replay cursor per configuration
   std::unique_ptr<SlotCachedExpertSource> host_cache;  // cpu
   std::unique_ptr<ForwardEngine> engine;
   const ExpertCacheReport* report = nullptr;
@@ -244,6 +254,13 @@ class Bench {
     const int max_ctx = std::min(model_.hparams.n_ctx_train,
                                  std::max(o_.context + o_.decode_tokens, o_.prompt_tokens) + 1);
     Engine out;
+    if (!o_.routing_from_trace.empty()) {
+      absl::StatusOr<RoutingTraceHooks> hooks =
+          OpenRoutingTraceHooks("", o_.routing_from_trace, model_.hparams.n_layer,
+                                model_.hparams.n_expert, model_.hparams.n_expert_used);
+      if (!hooks.ok()) return hooks.status();
+      out.hooks = *std::move(hooks);
+    }
     if (o_.device == "cpu") {
       ExpertWeightSource* source = &store_;
       if (c.kind != Config::Kind::kResident) {
@@ -270,6 +287,7 @@ class Bench {
       e.n_threads = o_.threads;
       e.weight_pages = WeightPages::kAuto;
       e.expert_source = source;
+      e.routing_override = out.hooks.replayer.get();
       absl::StatusOr<std::unique_ptr<ForwardEngine>> engine = CreateCpuEngine(model_, e);
       if (!engine.ok()) return engine.status();
       out.engine = *std::move(engine);
@@ -282,6 +300,7 @@ class Bench {
     g.miss_policy = c.miss;
     g.prefetch = c.prefetch;
     g.host_threads = o_.threads;
+    g.routing_override = out.hooks.replayer.get();
     if (c.kind != Config::Kind::kResident) {
       g.expert_source = &store_;
       g.dma_ranges = {store_.bytes()};
@@ -423,8 +442,12 @@ int Main(const Options& o) {
     std::printf("device: %s, %d host threads; pinned host-to-device copy rate: %.2f GB/s\n",
                 o.device.c_str(), o.threads, copy_ceiling / 1e9);
   }
-  std::printf("decode %d tokens after %d of context, prompt %d tokens; %d timed runs each\n\n",
+  std::printf("decode %d tokens after %d of context, prompt %d tokens; %d timed runs each\n",
               o.decode_tokens, o.context, o.prompt_tokens, o.runs);
+  const std::string routing = o.routing_from_trace.empty()
+                                  ? std::string("the router's own choice")
+                                  : "routing replayed from " + o.routing_from_trace;
+  std::printf("experts: %s\n\n", routing.c_str());
 
   Bench bench(o, *model, **store);
   std::vector<Row> rows;
@@ -472,7 +495,8 @@ int Main(const Options& o) {
   if (!o.json.empty()) {
     std::ofstream out(o.json);
     out << "{\"model\": \"" << o.model << "\", \"device\": \"" << o.device
-        << "\", \"copy_ceiling_bytes_per_s\": " << copy_ceiling << ", \"rows\": [";
+        << "\", \"routing\": \"" << routing << "\", \"copy_ceiling_bytes_per_s\": " << copy_ceiling
+        << ", \"rows\": [";
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
       const ExpertSlotCacheStats& s = r.decode;

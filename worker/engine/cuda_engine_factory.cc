@@ -71,6 +71,10 @@ absl::StatusOr<CudaWorkerEngine> CreateCudaWorkerEngine(const Qwen3MoeModel& mod
   if (absl::Status s = CheckCudaDevice(options.device); !s.ok()) return s;
   absl::StatusOr<std::vector<CudaDeviceInfo>> devices = ListCudaDevices();
   if (!devices.ok()) return devices.status();
+  if (options.routing_override != nullptr) {
+    return absl::UnimplementedError(
+        "the CUDA engine has no routing hook yet: replay routing traces on device cpu");
+  }
   if (options.expert_source != nullptr) {
     return absl::UnimplementedError(
         "the CUDA engine's VRAM expert cache is not built yet: run with every expert resident "

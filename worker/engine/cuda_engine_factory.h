@@ -16,6 +16,7 @@
 #include "cache/miss_cost_model.h"
 #include "engine/expert_source.h"
 #include "engine/forward_engine.h"
+#include "engine/routing_hook.h"
 #include "model/qwen3moe_model.h"
 
 namespace moetier {
@@ -41,6 +42,9 @@ struct CudaWorkerEngineOptions {
   bool prefetch = true;
   int static_host_layers = -1;  // >= 0: --n-cpu-moe N
   int host_threads = 1;         // host cores for misses computed on the host
+  // Replaces the router's choice (engine/routing_hook.h; benchmarks replay
+  // routing traces). Not owned; must outlive the engine.
+  RoutingOverride* routing_override = nullptr;
 };
 
 struct CudaWorkerEngine {
