@@ -33,7 +33,8 @@ TEST(StoreLayoutTest, SizesAndOffsetsAreFixed) {
   EXPECT_EQ(sizeof(ExpertRequest), 16u);
   EXPECT_EQ(sizeof(ExpertCompletion), 16u);
   EXPECT_EQ(sizeof(RequestRing), 128u + 16u * kRingCapacity);
-  EXPECT_EQ(offsetof(WorkerStatusPage, vram_residency), 192u);
+  EXPECT_EQ(offsetof(WorkerStatusPage, expert_cache_bytes), 192u);
+  EXPECT_EQ(offsetof(WorkerStatusPage, vram_residency), 256u);
   EXPECT_EQ(sizeof(WorkerRegion), 20480u);
   EXPECT_EQ(sizeof(WorkerHello), 80u);
   EXPECT_EQ(sizeof(DaemonWelcome), 168u);

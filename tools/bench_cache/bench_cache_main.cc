@@ -401,6 +401,22 @@ double MeasureMemcpy(uint64_t bytes) {
   return Median(rates);
 }
 
+// `text` as a JSON string literal.
+std::string JsonString(const std::string& text) {
+  std::string out = "\"";
+  for (const char c : text) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      out += absl::StrFormat("\\u%04x", c);
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
 int Fail(const absl::Status& s) {
   std::fprintf(stderr, "moetier-bench-cache: %s\n", std::string(s.message()).c_str());
   return 1;
@@ -494,17 +510,15 @@ int Main(const Options& o) {
               copy_ceiling / 1e9);
   if (!o.json.empty()) {
     std::ofstream out(o.json);
-    out << "{\"model\": \"" << o.model << "\", \"device\": \"" << o.device
-        << "\", \"routing\": \"" << routing << "\", \"copy_ceiling_bytes_per_s\": " << copy_ceiling
-        << ", \"rows\": [";
+    out << "{\"model\": " << JsonString(o.model) << ", \"device\": " << JsonString(o.device)
+        << ", \"routing\": " << JsonString(routing)
+        << ", \"copy_ceiling_bytes_per_s\": " << copy_ceiling << ", \"rows\": [";
     for (size_t i = 0; i < rows.size(); ++i) {
       const Row& r = rows[i];
       const ExpertSlotCacheStats& s = r.decode;
-      out << (i ? ", " : "") << "{\"config\": \"" << r.config.label << "\"";
+      out << (i ? ", " : "") << "{\"config\": " << JsonString(r.config.label);
       if (!r.skipped.empty()) {
-        std::string reason = r.skipped;
-        std::replace(reason.begin(), reason.end(), '"', '\'');
-        out << ", \"skipped\": \"" << reason << "\"}";
+        out << ", \"skipped\": " << JsonString(r.skipped) << "}";
         continue;
       }
       out << ", \"percent\": " << (r.config.kind == Config::Kind::kCache ? r.config.percent : -1)
