@@ -16,17 +16,18 @@ arch="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr 
 
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
       -DCMAKE_CUDA_ARCHITECTURES="$arch" >/dev/null
-ninja -C "$build" cuda_device_test cuda_kernels_test cuda_engine_test moetier-bench-cuda
+ninja -C "$build" cuda_device_test cuda_kernels_test cuda_engine_test cuda_cache_engine_test \
+      moetier-bench-cuda
 
 status=0
-for t in cuda_device_test cuda_kernels_test cuda_engine_test; do
+for t in cuda_device_test cuda_kernels_test cuda_engine_test cuda_cache_engine_test; do
   log="$build/$t.log"
   if "$build/tests/cuda/$t" --gtest_color=no >"$log" 2>&1; then result=ok; else result=FAILED; status=1; fi
   passed=$(grep -c '^\[       OK \]' "$log" || true)
   # Per-test lines end in "(N ms)"; the summary's repeat of the names does not.
   failed=$(grep -Ec '^\[  FAILED  \] [^ ]+ \([0-9]+ ms\)' "$log" || true)
   skipped=$(grep -Ec '^\[  SKIPPED \] [^ ]+ \([0-9]+ ms\)' "$log" || true)
-  printf '%-20s %-6s passed %s, failed %s, skipped %s (log: %s)\n' "$t" "$result" "$passed" "$failed" "$skipped" "$log"
+  printf '%-24s %-6s passed %s, failed %s, skipped %s (log: %s)\n' "$t" "$result" "$passed" "$failed" "$skipped" "$log"
   grep -E '^\[  FAILED  \]|Failure|error' "$log" | head -20 || true
 done
 # On a GPU the only expected skip is the GPU-less case of cuda_device_test.
@@ -41,6 +42,14 @@ engine_skips="$(grep -E '^\[  SKIPPED \] ([A-Za-z]+/)?CudaEngine(Gemm)?Test\.' \
 if [[ -n "$engine_skips" ]]; then
   echo "engine tests skipped on a machine with a GPU:" >&2
   echo "$engine_skips" | head -20 >&2
+  status=1
+fi
+# The expert cache tests never skip on a GPU.
+cache_skips="$(grep -E '^\[  SKIPPED \] CudaCacheEngineTest\.' "$build/cuda_cache_engine_test.log" |
+               sort -u || true)"
+if [[ -n "$cache_skips" ]]; then
+  echo "expert cache tests skipped on a machine with a GPU:" >&2
+  echo "$cache_skips" | head -20 >&2
   status=1
 fi
 [[ $status == 0 ]] && echo "CUDA checks: all passed on sm_$arch" || echo "CUDA checks: FAILED" >&2

@@ -4,6 +4,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "absl/strings/str_format.h"
 #include "backend/cuda/cuda_device.h"
@@ -75,23 +76,51 @@ absl::StatusOr<CudaWorkerEngine> CreateCudaWorkerEngine(const Qwen3MoeModel& mod
     return absl::UnimplementedError(
         "the CUDA engine has no routing hook yet: replay routing traces on device cpu");
   }
-  if (options.expert_source != nullptr) {
-    return absl::UnimplementedError(
-        "the CUDA engine's VRAM expert cache is not built yet: run with every expert resident "
-        "(standalone) or on device cpu");
-  }
   CudaEngineConfig config;
   config.device = options.device;
   config.max_ctx = options.max_ctx;
+  if (options.expert_source != nullptr) {
+    CudaExpertCacheConfig& cache = config.expert_cache;
+    cache.policy = options.policy;
+    cache.miss_policy = options.miss_policy;
+    cache.prefetch = options.prefetch;
+    cache.static_host_layers = options.static_host_layers;
+    cache.host_threads = options.host_threads;
+    if (options.cache_bytes >= 0) {
+      cache.pool_bytes = options.cache_bytes;
+    } else if (options.cache_fraction >= 0) {
+      // Whole slots of the device's layout: 100% holds every expert.
+      const ExpertSlotCacheOptions geometry = CudaSlotCacheOptions(model, cache);
+      const double slots = std::round(options.cache_fraction * static_cast<double>(
+                                                                   FullPoolBytes(geometry) /
+                                                                   geometry.slot_bytes));
+      cache.pool_bytes = static_cast<int64_t>(slots) * static_cast<int64_t>(geometry.slot_bytes);
+    }
+    config.expert_source = options.expert_source;
+    for (const std::span<const uint8_t> range : options.dma_ranges) {
+      config.dma_ranges.push_back({range.data(), range.size()});
+    }
+  }
   absl::StatusOr<std::unique_ptr<CudaQwen3Moe>> engine = CudaQwen3Moe::Create(model, config);
   if (!engine.ok()) return engine.status();
   const CudaDeviceInfo& d = (*devices)[static_cast<size_t>(options.device)];
   CudaWorkerEngine out;
   out.description.push_back(absl::StrFormat(
-      "cuda:%d %s (sm_%d%d, %.1f GiB): weights %.2f GiB, buffers %.2f GiB, every expert resident",
-      options.device, d.name, d.compute_capability_major, d.compute_capability_minor,
+      "cuda:%d %s (sm_%d%d, %.1f GiB): weights %.2f GiB, buffers %.2f GiB%s", options.device,
+      d.name, d.compute_capability_major, d.compute_capability_minor,
       d.total_memory_bytes / 1073741824.0, (*engine)->weight_bytes() / 1073741824.0,
-      (*engine)->buffer_bytes() / 1073741824.0));
+      (*engine)->buffer_bytes() / 1073741824.0,
+      (*engine)->expert_cache() == nullptr ? ", every expert resident" : ""));
+  if (const CudaExpertCache* cache = (*engine)->expert_cache(); cache != nullptr) {
+    out.description.push_back(cache->cache().Describe());
+    out.description.push_back(absl::StrFormat(
+        "expert cache DMA: %.2f GiB of host memory registered, the rest through pinned staging",
+        cache->registered_bytes() / 1073741824.0));
+    if (options.miss_policy == MissPolicy::kAuto && (*engine)->miss_cost_model() != nullptr) {
+      out.description.push_back("miss cost model: " + (*engine)->miss_cost_model()->ToString());
+    }
+  }
+  out.cache_report = (*engine)->expert_cache_report();
   out.engine = *std::move(engine);
   return out;
 }

@@ -159,6 +159,23 @@ absl::StatusOr<std::unique_ptr<CudaQwen3Moe>> CudaQwen3Moe::Create(const Qwen3Mo
       static_cast<int>(model.weights.layers.size()) != hp.n_layer) {
     return absl::InvalidArgumentError("inconsistent qwen3moe hyperparameters");
   }
+  if (config.device_experts != nullptr && config.expert_source != nullptr) {
+    return absl::InvalidArgumentError(
+        "give the engine either device_experts or an expert_source (with its VRAM cache), not "
+        "both");
+  }
+  if (config.expert_source != nullptr) {
+    const CudaExpertCacheConfig& c = config.expert_cache;
+    if (c.pool_bytes < -1) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "expert cache size %d bytes is negative (-1 sizes it from free VRAM)", c.pool_bytes));
+    }
+    if (c.static_host_layers < -1 || c.static_host_layers > hp.n_layer) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "static placement with %d host layers is outside -1..%d (the model's MoE layers)",
+          c.static_host_layers, hp.n_layer));
+    }
+  }
   if (hp.head_dim > kMaxHeadDim || hp.n_expert > kMaxExperts || hp.n_expert_used > kMaxTopK) {
     return absl::UnimplementedError(absl::StrFormat(
         "the CUDA engine handles head_dim up to %d, %d experts and top-%d routing; this model "
@@ -223,6 +240,8 @@ CudaQwen3Moe::~CudaQwen3Moe() {
   // Errors are ignored here: a failed device leaves nothing to do but free.
   cudaSetDevice(config_.device);
   if (stream_ != nullptr) cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
+  cache_.reset();  // waits for its copies, releases the source, frees the pool
+  if (host_rows_ready_ != nullptr) cudaEventDestroy(static_cast<cudaEvent_t>(host_rows_ready_));
   blas_.reset();  // its stream is ours
   for (void* p : device_blocks_) cudaFree(p);
   for (void* p : pinned_blocks_) cudaFreeHost(p);
@@ -289,12 +308,34 @@ absl::Status CudaQwen3Moe::Init(const Qwen3MoeModel& model) {
       CudaCall(cudaDeviceSynchronize(), "waiting for the weight uploads to the device"));
   expert_count_.assign(static_cast<size_t>(hp_.n_expert), 0);
   expert_offset_.assign(static_cast<size_t>(hp_.n_expert) + 1, 0);
+  if (config_.expert_source == nullptr) return absl::OkStatus();
+
+  // After every other allocation: an automatic pool takes what is left.
+  absl::StatusOr<std::unique_ptr<CudaExpertCache>> cache =
+      CudaExpertCache::Create(model, *config_.expert_source, config_.expert_cache,
+                              config_.dma_ranges, config_.max_batch, stream_);
+  if (!cache.ok()) return cache.status();
+  cache_ = *std::move(cache);
+  cudaEvent_t ready = nullptr;
+  MOETIER_RETURN_IF_ERROR(CudaCall(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming),
+                                   "cudaEventCreate"));
+  host_rows_ready_ = ready;
+  const size_t n_expert = static_cast<size_t>(hp_.n_expert);
+  group_ids_.assign(n_expert, 0);
+  group_rows_.assign(n_expert, 0);
+  placements_.assign(n_expert, {});
+  need_ids_.assign(n_expert, 0);
+  need_index_.assign(n_expert, 0);
+  need_mats_.assign(n_expert, {});
+  fill_jobs_.assign(n_expert, {});
+  prefetch_fills_.assign(n_expert, {});
+  predicted_.assign(n_expert, 0);
   return absl::OkStatus();
 }
 
 absl::Status CudaQwen3Moe::UploadWeights(const Qwen3MoeModel& model) {
   const Qwen3MoeWeights& w = model.weights;
-  const bool own_experts = config_.device_experts == nullptr;
+  const bool own_experts = config_.device_experts == nullptr && config_.expert_source == nullptr;
   std::vector<const WeightRef*> matrices = {&w.token_embd, &w.output};
   for (const Qwen3MoeLayerWeights& l : w.layers) {
     for (const WeightRef* r : {&l.attn_q, &l.attn_k, &l.attn_v, &l.attn_output, &l.ffn_gate_inp}) {
@@ -384,7 +425,7 @@ absl::Status CudaQwen3Moe::UploadWeights(const Qwen3MoeModel& model) {
     own_experts_ = std::make_unique<ResidentExperts>(std::move(resident), hp_.n_expert);
     experts_ = own_experts_.get();
   } else {
-    experts_ = config_.device_experts;
+    experts_ = config_.device_experts;  // null with an expert source: the cache's slots
   }
   return absl::OkStatus();
 }
@@ -459,7 +500,24 @@ absl::Status CudaQwen3Moe::AllocateBuffers() {
     w_scratch_elems_ = static_cast<int64_t>(largest);
     x_scratch_elems_ = static_cast<int64_t>(b * widest);
   }
-  for (auto [dst, elems] : {std::pair{&host_topk_ids_, bk}, std::pair{&host_slot_rows_, 2 * bk}}) {
+  const CudaExpertCacheConfig& cache_config = config_.expert_cache;
+  const bool may_predict = config_.expert_source != nullptr && cache_config.prefetch &&
+                           cache_config.static_host_layers < 0 && hp_.n_layer > 1;
+  // The next layer's router for decode batches (prefetch).
+  const uint64_t pred_rows =
+      static_cast<uint64_t>(std::min(config_.max_batch, kCudaPrefetchMaxTokens));
+  const uint64_t pk = may_predict ? pred_rows * static_cast<uint64_t>(hp_.n_expert_used) : 0;
+  if (may_predict) {
+    MOETIER_RETURN_IF_ERROR(alloc(pred_xn_, pred_rows * n_embd, "predicted router input"));
+    MOETIER_RETURN_IF_ERROR(alloc(pred_logits_, pred_rows * n_expert, "predicted router logits"));
+    MOETIER_RETURN_IF_ERROR(
+        alloc(pred_probs_, pred_rows * n_expert, "predicted router probabilities"));
+    MOETIER_RETURN_IF_ERROR(alloc(pred_ids_, pk, "predicted router choices"));
+    MOETIER_RETURN_IF_ERROR(alloc(pred_weights_, pk, "predicted router weights"));
+  }
+  for (auto [dst, elems] : {std::pair{&host_topk_ids_, bk}, std::pair{&host_slot_rows_, 2 * bk},
+                            std::pair{&host_pred_ids_, pk}}) {
+    if (elems == 0) continue;
     void* p = nullptr;
     MOETIER_RETURN_IF_ERROR(CudaCall(cudaMallocHost(&p, elems * sizeof(int32_t)),
                                      absl::StrFormat("cudaMallocHost of %d bytes",
@@ -525,7 +583,14 @@ absl::Status CudaQwen3Moe::Forward(std::span<const int32_t> tokens, int pos0, Lo
     } else if (done + batch == n) {
       out = logits;
     }
-    MOETIER_RETURN_IF_ERROR(ForwardBatch(tokens.data() + done, batch, pos0 + done, rows, out));
+    absl::Status s = ForwardBatch(tokens.data() + done, batch, pos0 + done, rows, out);
+    if (cache_ != nullptr) {
+      // The last hold of the batch (a prefetch's, or a group's whose copies
+      // nothing waited for) ends with it, also on failure.
+      const absl::Status released = cache_->FinishHold();
+      if (s.ok()) s = released;
+    }
+    MOETIER_RETURN_IF_ERROR(s);
     done += batch;
     cached_tokens_ = pos0 + done;
   }
@@ -600,10 +665,9 @@ absl::Status CudaQwen3Moe::AttentionBlock(int layer, int n, int pos0) {
   return cuda::AddInPlace(x_, sub_out_, static_cast<int64_t>(n) * n_embd, stream_);
 }
 
-absl::Status CudaQwen3Moe::MoeBlock(int layer, int n) {
+absl::Status CudaQwen3Moe::RouteAndGroup(int layer, int n, bool predict) {
   const Layer& l = layers_[static_cast<size_t>(layer)];
   const int n_embd = hp_.n_embd;
-  const int n_ff = hp_.n_ff_exp;
   const int n_expert = hp_.n_expert;
   const int top_k = hp_.n_expert_used;
   const int n_slots = n * top_k;
@@ -618,6 +682,21 @@ absl::Status CudaQwen3Moe::MoeBlock(int layer, int n) {
       cudaMemcpyAsync(host_topk_ids_, topk_ids_, static_cast<size_t>(n_slots) * sizeof(int32_t),
                       cudaMemcpyDeviceToHost, stream),
       "copying the router's choice to the host"));
+  if (predict) {
+    // The next layer's router on the same hidden state: its choice is
+    // usually close to the one that layer will make, early enough to start
+    // the copies during this layer's experts.
+    const Layer& next = layers_[static_cast<size_t>(layer) + 1];
+    MOETIER_RETURN_IF_ERROR(
+        cuda::RmsNorm(x_, next.ffn_norm, n, n_embd, hp_.rms_eps, pred_xn_, stream_));
+    MOETIER_RETURN_IF_ERROR(MatMul(next.router, pred_xn_, n, pred_logits_));
+    MOETIER_RETURN_IF_ERROR(cuda::RouterTopK(pred_logits_, n, n_expert, top_k, true, pred_probs_,
+                                             pred_ids_, pred_weights_, stream_));
+    MOETIER_RETURN_IF_ERROR(CudaCall(
+        cudaMemcpyAsync(host_pred_ids_, pred_ids_, static_cast<size_t>(n_slots) * sizeof(int32_t),
+                        cudaMemcpyDeviceToHost, stream),
+        "copying the predicted choice to the host"));
+  }
   MOETIER_RETURN_IF_ERROR(Sync("the router"));
 
   // Group the (token, choice) pairs by expert, experts ascending. From here
@@ -658,30 +737,222 @@ absl::Status CudaQwen3Moe::MoeBlock(int layer, int n) {
                       2 * static_cast<size_t>(n_slots) * sizeof(int32_t), cudaMemcpyHostToDevice,
                       stream),
       "copying the expert row maps to the device"));
-  MOETIER_RETURN_IF_ERROR(cuda::GatherRows(xn_, slot_rows_, n_slots, n_embd, expert_in_, stream_));
+  return cuda::GatherRows(xn_, slot_rows_, n_slots, n_embd, expert_in_, stream_);
+}
 
-  // Each used expert's rows are contiguous in expert order: gate and up
-  // products, SiLU·mul, down product, all enqueued before the next expert's
-  // pointers are asked for (DeviceExperts' contract).
-  for (int e = 0; e < n_expert; ++e) {
-    const int64_t off = expert_offset_[static_cast<size_t>(e)];
-    const int64_t count = expert_offset_[static_cast<size_t>(e) + 1] - off;
-    if (count == 0) continue;
-    absl::StatusOr<DeviceExpertMatrices> mats = experts_->ExpertPointers(layer, e, stream_);
-    if (!mats.ok()) return mats.status();
-    const Matrix gate{l.gate_type, n_ff, n_embd, mats->gate};
-    const Matrix up{l.up_type, n_ff, n_embd, mats->up};
-    const Matrix down{l.down_type, n_embd, n_ff, mats->down};
-    float* g = gate_out_ + off * n_ff;
-    float* u = up_out_ + off * n_ff;
-    MOETIER_RETURN_IF_ERROR(MatMul(gate, expert_in_ + off * n_embd, count, g));
-    MOETIER_RETURN_IF_ERROR(MatMul(up, expert_in_ + off * n_embd, count, u));
-    MOETIER_RETURN_IF_ERROR(cuda::SiluMul(g, u, count * n_ff, g, stream_));
-    MOETIER_RETURN_IF_ERROR(MatMul(down, g, count, down_out_ + off * n_embd));
+absl::Status CudaQwen3Moe::LaunchExpert(int layer, const void* gate_w, const void* up_w,
+                                        const void* down_w, int64_t off, int64_t count) {
+  const Layer& l = layers_[static_cast<size_t>(layer)];
+  const int64_t n_embd = hp_.n_embd;
+  const int64_t n_ff = hp_.n_ff_exp;
+  const Matrix gate{l.gate_type, n_ff, n_embd, gate_w};
+  const Matrix up{l.up_type, n_ff, n_embd, up_w};
+  const Matrix down{l.down_type, n_embd, n_ff, down_w};
+  float* g = gate_out_ + off * n_ff;
+  float* u = up_out_ + off * n_ff;
+  MOETIER_RETURN_IF_ERROR(MatMul(gate, expert_in_ + off * n_embd, count, g));
+  MOETIER_RETURN_IF_ERROR(MatMul(up, expert_in_ + off * n_embd, count, u));
+  MOETIER_RETURN_IF_ERROR(cuda::SiluMul(g, u, count * n_ff, g, stream_));
+  return MatMul(down, g, count, down_out_ + off * n_embd);
+}
+
+absl::Status CudaQwen3Moe::MoeBlock(int layer, int n) {
+  const int n_expert = hp_.n_expert;
+  const int top_k = hp_.n_expert_used;
+  const bool predict = cache_ != nullptr && cache_->predicts() && n <= kCudaPrefetchMaxTokens &&
+                       layer + 1 < hp_.n_layer;
+  MOETIER_RETURN_IF_ERROR(RouteAndGroup(layer, n, predict));
+  if (cache_ != nullptr) {
+    MOETIER_RETURN_IF_ERROR(CachedExperts(layer, n));
+  } else {
+    // Each used expert's rows are contiguous in expert order: gate and up
+    // products, SiLU·mul, down product, all enqueued before the next
+    // expert's pointers are asked for (DeviceExperts' contract).
+    for (int e = 0; e < n_expert; ++e) {
+      const int64_t off = expert_offset_[static_cast<size_t>(e)];
+      const int64_t count = expert_offset_[static_cast<size_t>(e) + 1] - off;
+      if (count == 0) continue;
+      absl::StatusOr<DeviceExpertMatrices> mats = experts_->ExpertPointers(layer, e, stream_);
+      if (!mats.ok()) return mats.status();
+      MOETIER_RETURN_IF_ERROR(LaunchExpert(layer, mats->gate, mats->up, mats->down, off, count));
+    }
   }
   // Weighted sum in the router's order j = 0..k-1, then the residual.
-  return cuda::MoeCombine(down_out_, slot_rows_ + n_slots, topk_weights_, n, top_k, n_embd, x_,
-                          stream_);
+  MOETIER_RETURN_IF_ERROR(cuda::MoeCombine(down_out_, slot_rows_ + n * top_k, topk_weights_, n,
+                                           top_k, hp_.n_embd, x_, stream_));
+  // The combine is enqueued first: the prefetch copies then overlap it and
+  // the next layer's attention.
+  if (predict) MOETIER_RETURN_IF_ERROR(PrefetchNext(layer, n));
+  return absl::OkStatus();
+}
+
+absl::Status CudaQwen3Moe::CachedExperts(int layer, int n) {
+  const int n_expert = hp_.n_expert;
+  cache_->slots().Route(static_cast<uint32_t>(layer),
+                        std::span<const int32_t>(host_topk_ids_,
+                                                 static_cast<size_t>(n) * hp_.n_expert_used));
+  // The layer's used experts, ascending, in groups that fit the cache.
+  const size_t max_group = static_cast<size_t>(cache_->max_group());
+  size_t count = 0;
+  for (int e = 0; e < n_expert; ++e) {
+    const int32_t rows = expert_offset_[static_cast<size_t>(e) + 1] -
+                         expert_offset_[static_cast<size_t>(e)];
+    if (rows == 0) continue;
+    group_ids_[count] = e;
+    group_rows_[count] = static_cast<uint32_t>(rows);
+    if (++count == max_group) {
+      MOETIER_RETURN_IF_ERROR(CachedGroup(layer, count));
+      count = 0;
+    }
+  }
+  if (count > 0) MOETIER_RETURN_IF_ERROR(CachedGroup(layer, count));
+  return absl::OkStatus();
+}
+
+absl::Status CudaQwen3Moe::CachedGroup(int layer, size_t count) {
+  ExpertSlotCache& cache = cache_->slots();
+  const uint32_t ulayer = static_cast<uint32_t>(layer);
+  const std::span<const int32_t> ids(group_ids_.data(), count);
+  cache.Place(ulayer, ids, std::span<const uint32_t>(group_rows_.data(), count), placements_);
+  // Until Release the placed slots are pinned; on any failure the group's
+  // fills are forgotten, so that no slot is believed to hold an expert its
+  // copy may not have written.
+  auto abandon = [&](absl::Status status) {
+    cache.Release(ulayer);
+    for (size_t i = 0; i < count; ++i) {
+      const uint32_t e = static_cast<uint32_t>(ids[i]);
+      if (placements_[i].fill && cache.Resident(ulayer, e)) cache.Discard(ulayer, e);
+    }
+    return status;
+  };
+  size_t n_need = 0;  // host copies: fills and host-computed experts
+  for (size_t i = 0; i < count; ++i) {
+    if (placements_[i].site == ExpertSite::kHost || placements_[i].fill) {
+      need_ids_[n_need] = ids[i];
+      need_index_[n_need] = static_cast<int32_t>(i);
+      ++n_need;
+    }
+  }
+  if (n_need > 0) {
+    absl::Status s = cache_->Acquire(layer, std::span<const int32_t>(need_ids_.data(), n_need),
+                                     std::span<ExpertMatrices>(need_mats_.data(), n_need));
+    if (!s.ok()) return abandon(std::move(s));
+  }
+  absl::Status s = CachedGroupWork(layer, count, n_need);
+  if (!s.ok()) return abandon(std::move(s));
+  cache.Release(ulayer);
+  return absl::OkStatus();
+}
+
+absl::Status CudaQwen3Moe::CachedGroupWork(int layer, size_t count, size_t n_need) {
+  const int64_t n_embd = hp_.n_embd;
+  auto* stream = static_cast<cudaStream_t>(stream_);
+  auto rows_of = [&](int32_t e, int64_t* off) {
+    *off = expert_offset_[static_cast<size_t>(e)];
+    return expert_offset_[static_cast<size_t>(e) + 1] - *off;
+  };
+  // 1. The host experts' gathered rows go down first, so the host does not
+  //    wait for the slot experts' kernels before computing.
+  bool any_host = false;
+  for (size_t j = 0; j < n_need; ++j) {
+    const ExpertPlacement& p = placements_[static_cast<size_t>(need_index_[j])];
+    if (p.site != ExpertSite::kHost) continue;
+    int64_t off = 0;
+    const int64_t rows = rows_of(need_ids_[j], &off);
+    MOETIER_RETURN_IF_ERROR(CudaCall(
+        cudaMemcpyAsync(cache_->host_in() + off * n_embd, expert_in_ + off * n_embd,
+                        static_cast<size_t>(rows * n_embd) * sizeof(float),
+                        cudaMemcpyDeviceToHost, stream),
+        "copying expert inputs to the host"));
+    any_host = true;
+  }
+  if (any_host) {
+    MOETIER_RETURN_IF_ERROR(CudaCall(
+        cudaEventRecord(static_cast<cudaEvent_t>(host_rows_ready_), stream), "cudaEventRecord"));
+  }
+  // 2. The fills, on the copy stream.
+  size_t n_fill = 0;
+  for (size_t j = 0; j < n_need; ++j) {
+    const ExpertPlacement& p = placements_[static_cast<size_t>(need_index_[j])];
+    if (p.fill) fill_jobs_[n_fill++] = {p.slot, need_mats_[j]};
+  }
+  MOETIER_RETURN_IF_ERROR(
+      cache_->EnqueueFills(layer, std::span<const SlotFillJob>(fill_jobs_.data(), n_fill)));
+  // 3. The slot experts on the device, each after its slot's fill, and each
+  //    slot's last read recorded after its kernels.
+  for (size_t i = 0; i < count; ++i) {
+    const ExpertPlacement& p = placements_[i];
+    if (p.site != ExpertSite::kSlot) continue;
+    int64_t off = 0;
+    const int64_t rows = rows_of(group_ids_[i], &off);
+    MOETIER_RETURN_IF_ERROR(cache_->WaitFilled(p.slot, stream_));
+    const SlotExpertPointers w = cache_->SlotPointers(layer, p.slot);
+    MOETIER_RETURN_IF_ERROR(LaunchExpert(layer, w.gate, w.up, w.down, off, rows));
+    MOETIER_RETURN_IF_ERROR(cache_->MarkRead(p.slot, stream_));
+  }
+  // 4. The host experts, while the device runs the slot experts; their
+  //    outputs go up into their rows of down_out_ before the combine.
+  if (!any_host) return absl::OkStatus();
+  MOETIER_RETURN_IF_ERROR(
+      CudaCall(cudaEventSynchronize(static_cast<cudaEvent_t>(host_rows_ready_)),
+               "waiting for expert inputs on the host"));
+  for (size_t j = 0; j < n_need; ++j) {
+    const ExpertPlacement& p = placements_[static_cast<size_t>(need_index_[j])];
+    if (p.site != ExpertSite::kHost) continue;
+    int64_t off = 0;
+    const int64_t rows = rows_of(need_ids_[j], &off);
+    cache_->ComputeOnHost(layer, need_mats_[j], off, static_cast<int>(rows));
+    MOETIER_RETURN_IF_ERROR(CudaCall(
+        cudaMemcpyAsync(down_out_ + off * n_embd, cache_->host_out() + off * n_embd,
+                        static_cast<size_t>(rows * n_embd) * sizeof(float),
+                        cudaMemcpyHostToDevice, stream),
+        "copying host-computed expert outputs to the device"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaQwen3Moe::PrefetchNext(int layer, int n) {
+  const int next = layer + 1;
+  const int n_expert = hp_.n_expert;
+  // The predicted experts, distinct, in the predicted order.
+  std::fill(predicted_.begin(), predicted_.end(), 0);
+  size_t m = 0;
+  for (int i = 0; i < n * hp_.n_expert_used; ++i) {
+    const int32_t e = host_pred_ids_[i];
+    // A NaN prediction (-1) predicts nothing; the next router reports it.
+    if (e < 0 || e >= n_expert || predicted_[static_cast<size_t>(e)]) continue;
+    predicted_[static_cast<size_t>(e)] = 1;
+    group_ids_[m++] = e;
+  }
+  ExpertSlotCache& cache = cache_->slots();
+  const size_t n_fills = cache.Prefetch(static_cast<uint32_t>(next),
+                                        std::span<const int32_t>(group_ids_.data(), m),
+                                        prefetch_fills_);
+  const size_t group = static_cast<size_t>(config_.expert_source->max_experts_held());
+  for (size_t g0 = 0; g0 < n_fills; g0 += group) {
+    const size_t count = std::min(group, n_fills - g0);
+    for (size_t i = 0; i < count; ++i) {
+      need_ids_[i] = static_cast<int32_t>(prefetch_fills_[g0 + i].expert);
+    }
+    absl::Status s = cache_->Acquire(next, std::span<const int32_t>(need_ids_.data(), count),
+                                     std::span<ExpertMatrices>(need_mats_.data(), count));
+    if (s.ok()) {
+      for (size_t i = 0; i < count; ++i) {
+        fill_jobs_[i] = {prefetch_fills_[g0 + i].slot, need_mats_[i]};
+      }
+      s = cache_->EnqueueFills(next, std::span<const SlotFillJob>(fill_jobs_.data(), count));
+    }
+    if (!s.ok()) {
+      // This group's copies may be partial and the later ones never start;
+      // earlier groups' copies are whole.
+      for (size_t i = g0; i < n_fills; ++i) {
+        const SlotFill& f = prefetch_fills_[i];
+        if (cache.Resident(f.layer, f.expert)) cache.Discard(f.layer, f.expert);
+      }
+      return s;
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::unique_ptr<ForwardEngine>> CreateCudaQwen3MoeEngine(

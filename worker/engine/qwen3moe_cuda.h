@@ -1,14 +1,24 @@
 // The qwen3moe forward pass on one NVIDIA GPU (SPEC.md §3.0–3.1), the
 // counterpart of engine/qwen3moe_cpu with the kernels of backend/cuda.
 //
-// First version: every weight, the routed experts included, is copied to
-// device memory at creation, in the file's own encoding. The KV cache
-// (fp32, head-major like the CPU engine's), the activations and the scratch
-// of the prefill GEMM are allocated at creation too; Forward allocates
-// nothing. All work runs on one stream the engine owns. Per layer the host
+// Every dense weight, and without an expert source every routed expert too,
+// is copied to device memory at creation, in the file's own encoding. The
+// KV cache (fp32, head-major like the CPU engine's), the activations and the
+// scratch of the prefill GEMM are allocated at creation too; Forward
+// allocates nothing. All compute runs on one stream the engine owns (the
+// expert cache adds a copy stream). Per layer the host
 // waits once: after the router's top-k, whose choice it reads to group the
 // batch's tokens by expert (as the CPU engine does) and to launch each used
 // expert's products on exactly its rows.
+//
+// With an expert source (CudaEngineConfig::expert_source) the routed experts
+// stay on the host and a VRAM slot cache (engine/cuda_expert_cache.h) holds
+// some of them: per layer and batch the engine routes the batch through the
+// cache, places the used experts in groups, fills the missing ones on a copy
+// stream, computes slot experts on the device and misses the cache sends to
+// the host on host cores at the same time, and (decode) predicts the next
+// layer's experts to prefetch them. Slots hold the file's bytes, so a slot
+// expert computes exactly what a resident one does.
 //
 // Numerics: activations, norms, attention and logits are fp32. Matrix
 // inputs of up to `gemv_max_rows` rows go through GemvQuant (exact weights,
@@ -28,6 +38,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "backend/cuda/cuda_kernels.h"
+#include "engine/cuda_expert_cache.h"
+#include "engine/expert_source.h"
 #include "engine/forward_engine.h"
 #include "model/qwen3moe_model.h"
 
@@ -41,12 +53,14 @@ struct DeviceExpertMatrices {
   const void* down = nullptr;
 };
 
-// Where the engine finds the routed experts' weights in device memory: the
-// seam between the layer loop and expert residency. The first implementation
+// Where the engine finds the routed experts' weights in device memory when
+// every used expert is computed on the device. The built-in implementation
 // (internal to qwen3moe_cuda.cc) holds every expert of the model, uploaded
-// at creation. A VRAM slot cache replaces it without touching the layer
-// loop: it may enqueue the copy of a missing expert into a slot on `stream`
-// and return that slot's pointers.
+// at creation; a caller may give its own (CudaEngineConfig::device_experts),
+// which may enqueue the copy of a missing expert on `stream` and return its
+// pointers. The engine's VRAM cache (CudaEngineConfig::expert_source) does
+// not go through this seam: it places a layer's experts in groups, and may
+// compute some on the host.
 //
 // Contract: the engine calls ExpertPointers once per used expert per layer
 // and batch, from one thread, and enqueues all of that expert's work (gate,
@@ -73,8 +87,19 @@ struct CudaEngineConfig {
   // error in a build without cuBLAS.
   bool use_cublas = cuda::CudaBlasAvailable();
   // The routed experts' device weights; null: every expert is uploaded at
-  // creation. Not owned; must outlive the engine.
+  // creation (unless expert_source is given). Not owned; must outlive the
+  // engine.
   DeviceExperts* device_experts = nullptr;
+  // Host copies of the routed experts behind a VRAM slot cache (the
+  // daemon's store, or engine/mapped_expert_source.h); null: no cache.
+  // Exclusive with device_experts. Not owned; must outlive the engine.
+  ExpertWeightSource* expert_source = nullptr;
+  CudaExpertCacheConfig expert_cache;
+  // Host memory the expert source serves from, registered for DMA at
+  // creation (the store segment's mapping); copies from elsewhere, or from a
+  // range that cannot be registered, go through pinned staging buffers.
+  // Must stay mapped for the engine's life.
+  std::vector<HostMemoryRange> dma_ranges;
 };
 
 class CudaQwen3Moe final : public ForwardEngine {
@@ -106,6 +131,15 @@ class CudaQwen3Moe final : public ForwardEngine {
   // and scratch.
   uint64_t weight_bytes() const { return weight_bytes_; }
   uint64_t buffer_bytes() const { return buffer_bytes_; }
+
+  // The expert cache (null without an expert source): its counters for the
+  // status page, and the miss cost model it measured at creation (all zero
+  // unless the miss policy is auto).
+  const ExpertCacheReport* expert_cache_report() const { return cache_.get(); }
+  const CudaExpertCache* expert_cache() const { return cache_.get(); }
+  const MissCostModel* miss_cost_model() const {
+    return cache_ ? &cache_->cost_model() : nullptr;
+  }
 
  private:
   struct Matrix {  // a 2-D weight (or one expert's slice) on the device
@@ -139,7 +173,26 @@ class CudaQwen3Moe final : public ForwardEngine {
   absl::Status ForwardBatch(const int32_t* tokens, int n, int pos0, LogitRows rows,
                             float* logits);
   absl::Status AttentionBlock(int layer, int n, int pos0);
+  // The router's choice for the batch's n tokens, on the host (one sync),
+  // grouped by expert; with `predict`, also the next layer's predicted
+  // choice into host_pred_ids_.
+  absl::Status RouteAndGroup(int layer, int n, bool predict);
   absl::Status MoeBlock(int layer, int n);
+  // One expert's products on grouped rows [off, off + count).
+  absl::Status LaunchExpert(int layer, const void* gate, const void* up, const void* down,
+                            int64_t off, int64_t count);
+  // MoeBlock's experts through the slot cache.
+  absl::Status CachedExperts(int layer, int n);
+  // One group of the layer's used experts (ids and rows in group_ids_ and
+  // group_rows_, grouped row offsets in expert_offset_): Place, fills, slot
+  // experts on the device and host experts on the host, Release.
+  absl::Status CachedGroup(int layer, size_t count);
+  // CachedGroup's work between Place and Release; `n_need` host copies are
+  // held (need_ids_, need_index_, need_mats_).
+  absl::Status CachedGroupWork(int layer, size_t count, size_t n_need);
+  // Offers layer + 1's predicted experts (host_pred_ids_) to the cache and
+  // enqueues the fills it grants.
+  absl::Status PrefetchNext(int layer, int n);
   // y[t * w.rows + r] = sum_c w[r, c] * x[t * w.cols + c] for t < n, through
   // the GEMV or the GEMM as gemv_max_rows decides.
   absl::Status MatMul(const Matrix& w, const float* x, int64_t n, float* y);
@@ -161,7 +214,8 @@ class CudaQwen3Moe final : public ForwardEngine {
   float* output_norm_ = nullptr;
   std::vector<Layer> layers_;
   std::unique_ptr<DeviceExperts> own_experts_;  // when the config gives none
-  DeviceExperts* experts_ = nullptr;
+  DeviceExperts* experts_ = nullptr;            // null with the slot cache
+  std::unique_ptr<CudaExpertCache> cache_;
 
   // Device activations for one batch (B = max_batch, K = n_expert_used).
   int32_t* positions_ = nullptr;  // [max_ctx]: 0, 1, 2, ... (rope positions)
@@ -193,6 +247,25 @@ class CudaQwen3Moe final : public ForwardEngine {
   // Host-side grouping by expert.
   std::vector<int32_t> expert_count_;   // [n_expert]
   std::vector<int32_t> expert_offset_;  // [n_expert + 1]
+
+  // The next layer's predicted choice (prefetch; kCudaPrefetchMaxTokens rows).
+  float* pred_xn_ = nullptr;        // [P][n_embd]
+  float* pred_logits_ = nullptr;    // [P][n_expert]
+  float* pred_probs_ = nullptr;     // [P][n_expert]
+  int32_t* pred_ids_ = nullptr;     // [P * K]
+  float* pred_weights_ = nullptr;   // [P * K]
+  int32_t* host_pred_ids_ = nullptr;  // [P * K], pinned
+  void* host_rows_ready_ = nullptr;   // cudaEvent_t: host-computed experts' inputs are down
+  // Slot cache scratch, sized at creation ([n_expert] each).
+  std::vector<int32_t> group_ids_;
+  std::vector<uint32_t> group_rows_;
+  std::vector<ExpertPlacement> placements_;
+  std::vector<int32_t> need_ids_;     // experts whose host copies a group needs
+  std::vector<int32_t> need_index_;   // their index in the group
+  std::vector<ExpertMatrices> need_mats_;
+  std::vector<SlotFillJob> fill_jobs_;
+  std::vector<SlotFill> prefetch_fills_;
+  std::vector<uint8_t> predicted_;    // [n_expert] flags
 };
 
 // The engine as a ForwardEngine, for the worker.
