@@ -61,9 +61,15 @@ constexpr CommandInfo kCommands[] = {
      "phase (from the daemon's status before and after). Other clients' traffic\n"
      "counts too."},
     {Command::kBudget, "budget", "--device DEV --expert-cache-mib MIB",
-     "resize a GPU worker's VRAM expert cache while it runs",
-     "Sets the VRAM expert cache of the worker on DEV (cuda:0, ...) to MIB MiB\n"
-     "without restarting anything; the daemon answers with the size it applied.\n"
+     "resize a worker's expert cache while it runs",
+     "Sets the expert cache of the worker on DEV (cuda:0, ..., or cpu) to MIB MiB\n"
+     "without restarting anything, and prints the size in effect (whole slots,\n"
+     "at most every expert). The resize waits behind the requests already\n"
+     "running or queued; the cache then starts empty and refills on demand.\n"
+     "The worker must have been started with a cache (--expert-cache-mib in\n"
+     "worker_extra_args) and without --n-cpu-moe; the smallest size holds\n"
+     "top_k experts per layer (the error names it). A restarted worker starts\n"
+     "again at its configured size. GPU workers answer UNIMPLEMENTED for now.\n"
      "The RAM budget (ram_budget_bytes) needs a restart of moetierd instead."},
     {Command::kRun, "run", "[--model FILE] [flags] [-- GENERATE-FLAGS]",
      "start a private daemon, generate once, show the map, stop",
@@ -345,9 +351,9 @@ void AddBenchFlags(FlagSet& fs, BenchOptions& o) {
 }
 
 void AddBudgetFlags(FlagSet& fs, BudgetOptions& o) {
-  fs.Add({"--device"}, "DEV", "the worker's device, as in moetierd's devices (cuda:0, ...)",
+  fs.Add({"--device"}, "DEV", "the worker's device: cpu, cuda:0, ...",
          SetString(&o.device));
-  fs.Add({"--expert-cache-mib"}, "MIB", "the new size of its VRAM expert cache, in MiB",
+  fs.Add({"--expert-cache-mib"}, "MIB", "the new size of its expert cache, in MiB",
          SetInt(&o.expert_cache_mib, 0, int64_t{1} << 24));
 }
 

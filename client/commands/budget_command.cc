@@ -22,8 +22,15 @@ int RunBudget(const BudgetOptions& options, const CommandContext& ctx) {
     status = stub->SetBudget(&call, request, &response);
   }
   if (!status.ok()) return ReportRpcError(ctx, "budget", "SetBudget", status);
-  *ctx.out << absl::StrFormat("%s: VRAM expert cache %d MiB\n", options.device,
-                              response.expert_cache_mib());
+  // Whole slots: the size in effect may be a little under the one asked for.
+  if (response.expert_cache_bytes() > 0) {
+    *ctx.out << absl::StrFormat("%s: expert cache %.1f MiB (%d bytes) in effect\n",
+                                options.device, response.expert_cache_bytes() / 1048576.0,
+                                response.expert_cache_bytes());
+  } else {
+    *ctx.out << absl::StrFormat("%s: expert cache %d MiB in effect\n", options.device,
+                                response.expert_cache_mib());
+  }
   ctx.out->flush();
   return kExitOk;
 }

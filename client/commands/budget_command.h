@@ -1,4 +1,4 @@
-// `moetier budget`: resize a GPU worker's VRAM expert cache at run time.
+// `moetier budget`: resize a running worker's expert cache; prints the size in effect.
 #pragma once
 
 #include "cli/command_line.h"

@@ -18,6 +18,9 @@ constexpr int64_t kCancelPollMs = 50;
 // leaving (the scheduler keeps tracking the job either way).
 constexpr int64_t kCancelGraceMs = 5000;
 constexpr int32_t kDefaultRepeatLastN = 64;
+// SetBudget's ceiling: 1 PiB, far above any device, and far from overflowing
+// the bytes the worker is sent.
+constexpr uint64_t kMaxExpertCacheMib = uint64_t{1} << 30;
 
 grpc::Status Invalid(const std::string& message) {
   return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, message);
@@ -382,23 +385,47 @@ grpc::Status MoetierService::WatchStatus(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status MoetierService::SetBudget(grpc::ServerContext*, const v1::SetBudgetRequest* request,
-                                       v1::SetBudgetResponse*) {
+grpc::Status MoetierService::SetBudget(grpc::ServerContext* context,
+                                       const v1::SetBudgetRequest* request,
+                                       v1::SetBudgetResponse* response) {
   bool known = false;
   for (const std::string& d : devices_) known = known || d == request->device();
   if (!known) {
     return grpc::Status(grpc::StatusCode::NOT_FOUND,
                         absl::StrFormat("no worker runs on device '%s'", request->device()));
   }
-  if (request->device() == "cpu") {
-    return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                        "the cpu worker computes experts straight from the RAM store and has no "
-                        "VRAM expert cache to resize");
+  if (request->expert_cache_mib() > kMaxExpertCacheMib) {
+    return Invalid(absl::StrFormat("expert_cache_mib %d is above %d MiB",
+                                   request->expert_cache_mib(), kMaxExpertCacheMib));
   }
-  return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                      absl::StrFormat("device '%s': this build's workers have no CUDA expert "
-                                      "cache yet",
-                                      request->device()));
+  // The worker resizes between two requests: the resize waits in the queue
+  // like any request, behind those before it.
+  control_v1::WorkerRequest work;
+  work.mutable_resize_expert_cache()->set_pool_bytes(request->expert_cache_mib() << 20);
+  absl::StatusOr<std::shared_ptr<RequestJob>> job =
+      scheduler_->SubmitTo(request->device(), std::move(work));
+  if (!job.ok()) return ToGrpc(job.status());
+  while (true) {
+    if (context->IsCancelled()) {
+      scheduler_->Cancel(*job);
+      return grpc::Status(grpc::StatusCode::CANCELLED, "the call was cancelled");
+    }
+    absl::StatusOr<std::optional<control_v1::WorkerReply>> next = (*job)->Next(kCancelPollMs);
+    if (!next.ok()) return ToGrpc(next.status());
+    if (!next->has_value() || !(*next)->has_done()) continue;
+    const control_v1::DoneReply& done = (*next)->done();
+    if (done.stop_reason() == control_v1::STOP_ERROR) {
+      return grpc::Status(static_cast<grpc::StatusCode>(done.error_code()),
+                          absl::StrFormat("device '%s': %s", request->device(),
+                                          done.error_message()));
+    }
+    if (done.stop_reason() == control_v1::STOP_CANCELLED) {
+      return grpc::Status(grpc::StatusCode::CANCELLED, "the call was cancelled");
+    }
+    response->set_expert_cache_bytes(done.expert_cache_bytes());
+    response->set_expert_cache_mib(done.expert_cache_bytes() >> 20);
+    return grpc::Status::OK;
+  }
 }
 
 }  // namespace moetier

@@ -135,36 +135,58 @@ void RequestScheduler::OnClosed(Connection& c, const absl::Status& why) {
   Dispatch();
 }
 
+RequestScheduler::Connection* RequestScheduler::IdleWorkerFor(const Queued& q) {
+  for (std::unique_ptr<Connection>& c : connections_) {
+    if (c->info.ready && !c->info.busy && !c->closed &&
+        (q.device.empty() || q.device == c->info.device)) {
+      return c.get();
+    }
+  }
+  return nullptr;
+}
+
 void RequestScheduler::Dispatch() {
-  while (!queue_.empty() && active_ < limits_.max_active_sequences) {
-    Connection* idle = nullptr;
-    for (std::unique_ptr<Connection>& c : connections_) {
-      if (c->info.ready && !c->info.busy && !c->closed) {
-        idle = c.get();
+  // Each pass hands out the first queued job an idle worker may take (or
+  // marks a worker whose channel failed); a pass that changes nothing ends.
+  bool changed = true;
+  while (changed && !queue_.empty() && active_ < limits_.max_active_sequences) {
+    changed = false;
+    for (auto it = queue_.begin(); it != queue_.end(); ++it) {
+      Connection* idle = IdleWorkerFor(*it);
+      if (idle == nullptr) continue;
+      const absl::Status sent = control::SendControlMessage(idle->fd, it->job->request());
+      if (!sent.ok()) {
+        // The channel is going away; its reader will notice. The job keeps
+        // its place in the queue for the next worker.
+        idle->info.ready = false;
+        changed = true;
         break;
       }
+      Queued next = std::move(*it);
+      queue_.erase(it);
+      const double waited_ms = (store::MonotonicNowNs() - next.submitted_ns) / 1e6;
+      next.job->MarkDispatched(idle->info.device, waited_ms);
+      idle->current = std::move(next.job);
+      idle->info.busy = true;
+      ++active_;
+      changed = true;
+      break;
     }
-    if (idle == nullptr) return;
-    Queued next = std::move(queue_.front());
-    queue_.pop_front();
-    const absl::Status sent = control::SendControlMessage(idle->fd, next.job->request());
-    if (!sent.ok()) {
-      // The channel is going away; its reader will notice. The job keeps
-      // its place at the head of the queue for the next worker.
-      idle->info.ready = false;
-      queue_.push_front(std::move(next));
-      continue;
-    }
-    const double waited_ms = (store::MonotonicNowNs() - next.submitted_ns) / 1e6;
-    next.job->MarkDispatched(idle->info.device, waited_ms);
-    idle->current = std::move(next.job);
-    idle->info.busy = true;
-    ++active_;
   }
 }
 
 absl::StatusOr<std::shared_ptr<RequestJob>> RequestScheduler::Submit(
     control_v1::WorkerRequest request) {
+  return Enqueue(std::string(), std::move(request));
+}
+
+absl::StatusOr<std::shared_ptr<RequestJob>> RequestScheduler::SubmitTo(
+    const std::string& device, control_v1::WorkerRequest request) {
+  return Enqueue(device, std::move(request));
+}
+
+absl::StatusOr<std::shared_ptr<RequestJob>> RequestScheduler::Enqueue(
+    std::string device, control_v1::WorkerRequest request) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (shut_down_) return absl::UnavailableError("moetierd is shutting down");
   if (queue_.size() >= limits_.max_queued_requests) {
@@ -175,7 +197,7 @@ absl::StatusOr<std::shared_ptr<RequestJob>> RequestScheduler::Submit(
   }
   request.set_id(next_id_++);
   auto job = std::make_shared<RequestJob>(std::move(request));
-  queue_.push_back({job, store::MonotonicNowNs()});
+  queue_.push_back({job, store::MonotonicNowNs(), std::move(device)});
   Dispatch();
   return job;
 }

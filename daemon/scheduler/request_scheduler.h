@@ -1,6 +1,9 @@
 // Hands client requests to workers: a bounded queue in front of the workers'
 // control channels. Each worker computes one request at a time (it owns one
-// KV cache); requests wait in arrival order for a ready, idle worker.
+// KV cache); requests wait in arrival order for a ready, idle worker. A
+// request for one worker in particular (SubmitTo: a resize of its expert
+// cache) waits in the same queue for that worker; it holds back no request
+// that another idle worker can take.
 //
 // The scheduler owns the control channel of every admitted worker (the
 // supervisor hands over a duplicate) and reads its replies on a thread per
@@ -70,6 +73,11 @@ class RequestScheduler {
   // when max_queued_requests are already waiting; UNAVAILABLE after
   // Shutdown().
   absl::StatusOr<std::shared_ptr<RequestJob>> Submit(control_v1::WorkerRequest request);
+  // Like Submit, for the worker on `device` only: it runs there after the
+  // requests that worker is serving or that were queued before it and could
+  // go there. While that worker is absent (restarting) the job waits.
+  absl::StatusOr<std::shared_ptr<RequestJob>> SubmitTo(const std::string& device,
+                                                       control_v1::WorkerRequest request);
 
   // Stops a job: a queued one ends at once with a Done(STOP_CANCELLED); a
   // running one is told to stop at its next token, and its own Done follows.
@@ -104,13 +112,17 @@ class RequestScheduler {
   struct Queued {
     std::shared_ptr<RequestJob> job;
     uint64_t submitted_ns = 0;
+    std::string device;  // the only worker that may take it; empty: any
   };
 
   void ReadLoop(Connection* connection);
   void OnReply(Connection& connection, control_v1::WorkerReply reply);  // mutex_ held
   void OnClosed(Connection& connection, const absl::Status& why);       // mutex_ held
   void Dispatch();                                                       // mutex_ held
-
+  // A ready, idle worker that may take `q`; null if none. mutex_ held.
+  Connection* IdleWorkerFor(const Queued& q);
+  absl::StatusOr<std::shared_ptr<RequestJob>> Enqueue(std::string device,
+                                                      control_v1::WorkerRequest request);
 
   const SchedulerLimits limits_;
   mutable std::mutex mutex_;

@@ -272,5 +272,71 @@ TEST(ExpertSlotCacheTest, DescribeNamesTheModeAndPolicies) {
   EXPECT_NE(fixed.find("static placement"), std::string::npos) << fixed;
 }
 
+TEST(ExpertSlotCacheTest, AResizedCacheStartsEmptyWithTheCountersCarriedOn) {
+  std::unique_ptr<ExpertSlotCache> cache = Make(Options(6));
+  Token(*cache, 0, {1, 2});
+  Token(*cache, 0, {1, 3});  // a hit on 1, a miss on 3 that evicts 2
+  std::vector<SlotFill> fills(1);
+  const std::vector<int32_t> predicted = {6};
+  ASSERT_EQ(cache->Prefetch(1, predicted, fills), 1u);  // never used
+  const ExpertSlotCacheStats before = cache->stats();
+  ASSERT_EQ(before.hits, 1u);
+  ASSERT_EQ(before.misses, 3u);
+  ASSERT_EQ(before.prefetch_wasted, 0u);
+
+  absl::StatusOr<std::unique_ptr<ExpertSlotCache>> bigger =
+      ResizedExpertSlotCache(*cache, 20 * kSlot + 999);  // whole slots only
+  ASSERT_TRUE(bigger.ok()) << bigger.status();
+  EXPECT_EQ((*bigger)->n_slots(), 20u);
+  EXPECT_EQ((*bigger)->options().policy, ExpertPolicyKind::kLru);
+  EXPECT_EQ((*bigger)->options().pool_bytes, 20 * kSlot + 999);
+  for (uint32_t e = 0; e < 8; ++e) {
+    EXPECT_FALSE((*bigger)->Resident(0, e));
+    EXPECT_FALSE((*bigger)->Resident(1, e));
+  }
+  const ExpertSlotCacheStats& after = (*bigger)->stats();
+  EXPECT_EQ(after.hits, before.hits);
+  EXPECT_EQ(after.misses, before.misses);
+  EXPECT_EQ(after.evictions, before.evictions);
+  EXPECT_EQ(after.bytes_filled, before.bytes_filled);
+  EXPECT_EQ(after.prefetch_issued, 1u);
+  EXPECT_EQ(after.prefetch_wasted, 1u);  // dropped with the old pool
+  // The old cache is untouched and keeps working.
+  EXPECT_TRUE(cache->Resident(0, 1) && cache->Resident(0, 3));
+  EXPECT_FALSE(Token(*cache, 0, {1, 3})[0].fill);
+  // The new one fills on demand.
+  EXPECT_TRUE(Token(**bigger, 0, {1, 3})[0].fill);
+  EXPECT_EQ((*bigger)->stats().misses, before.misses + 2);
+  // Beyond every expert: capped.
+  EXPECT_EQ(ResizedExpertSlotCache(*cache, 1000 * kSlot).value()->n_slots(), 24u);
+}
+
+TEST(ExpertSlotCacheTest, AResizeBelowTheMinimumOrToZeroOrOfStaticPlacementIsRefused) {
+  std::unique_ptr<ExpertSlotCache> cache = Make(Options(6));
+  absl::StatusOr<std::unique_ptr<ExpertSlotCache>> small =
+      ResizedExpertSlotCache(*cache, 6 * kSlot - 1);
+  ASSERT_FALSE(small.ok());
+  EXPECT_EQ(small.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(small.status().message().find("top_k = 2 slots per layer, 6 in all: give at least "
+                                          "1 MiB"),
+            absl::string_view::npos)
+      << small.status();
+  absl::StatusOr<std::unique_ptr<ExpertSlotCache>> zero = ResizedExpertSlotCache(*cache, 0);
+  ASSERT_FALSE(zero.ok());
+  EXPECT_EQ(zero.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(zero.status().message().find("restart the worker without --expert-cache-mib"),
+            absl::string_view::npos)
+      << zero.status();
+  ExpertSlotCacheOptions o = Options(100);
+  o.static_host_layers = 1;
+  std::unique_ptr<ExpertSlotCache> fixed = Make(o);
+  absl::StatusOr<std::unique_ptr<ExpertSlotCache>> refused =
+      ResizedExpertSlotCache(*fixed, 100 * kSlot);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(refused.status().message().find("--n-cpu-moe 1"), absl::string_view::npos)
+      << refused.status();
+}
+
 }  // namespace
 }  // namespace moetier

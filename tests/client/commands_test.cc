@@ -382,11 +382,14 @@ TEST_F(CommandsTest, BenchReportsMediansAndCounterDeltas) {
 TEST_F(CommandsTest, BudgetReportsWhatTheDaemonApplied) {
   ClientRun run = Run({"budget", "--device", "cuda:0", "--expert-cache-mib", "10000"});
   ASSERT_EQ(run.status, 0) << run.err;
-  EXPECT_EQ(run.out, "cuda:0: VRAM expert cache 8192 MiB\n");
+  EXPECT_EQ(run.out, "cuda:0: expert cache 8190.0 MiB (8587837440 bytes) in effect\n");
+  run = Run({"budget", "--device", "cuda:0", "--expert-cache-mib", "100"});
+  ASSERT_EQ(run.status, 0) << run.err;
+  EXPECT_EQ(run.out, "cuda:0: expert cache 99.0 MiB (103809024 bytes) in effect\n");
   run = Run({"budget", "--device", "cpu", "--expert-cache-mib", "1"});
   EXPECT_EQ(run.status, 1);
   EXPECT_EQ(run.err,
-            "moetier budget: the cpu worker has no VRAM expert cache to resize "
+            "moetier budget: device 'cpu': this worker was started without an expert cache "
             "(FAILED_PRECONDITION)\n");
 }
 

@@ -274,9 +274,12 @@ grpc::Status FakeMoetier::SetBudget(grpc::ServerContext*, const v1::SetBudgetReq
                                     v1::SetBudgetResponse* response) {
   if (request->device() == "cpu") {
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
-                        "the cpu worker has no VRAM expert cache to resize");
+                        "device 'cpu': this worker was started without an expert cache");
   }
-  response->set_expert_cache_mib(std::min<uint64_t>(request->expert_cache_mib(), 8192));
+  // Whole slots of 3 MiB, at most 8190 MiB (every expert).
+  const uint64_t mib = std::min<uint64_t>(request->expert_cache_mib(), 8190) / 3 * 3;
+  response->set_expert_cache_mib(mib);
+  response->set_expert_cache_bytes(mib << 20);
   return grpc::Status::OK;
 }
 

@@ -239,5 +239,115 @@ TEST_F(ExpertCacheEngineTest, TooSmallACacheIsRefusedWithTheSizeItNeeds) {
       << cache.status();
 }
 
+// Between engine calls the cache is rebuilt at the new size: it starts
+// empty, refills, and the logits stay those of the engine without a cache.
+TEST_F(ExpertCacheEngineTest, ResizingKeepsTheLogitsBitForBit) {
+  const ExpertSlotCacheOptions geometry = Geometry();
+  const uint64_t slot = geometry.slot_bytes;
+  MappedExpertSource mapped(model_->weights);
+  HostSlotCacheOptions options;
+  options.pool_bytes = MinDynamicPoolBytes(geometry);
+  options.miss_policy = MissPolicy::kCopy;
+  std::unique_ptr<SlotCachedExpertSource> cache = Cache(mapped, options);
+  ASSERT_NE(cache, nullptr);
+  ASSERT_TRUE(SameBits(Run(cache.get()), *baseline_));
+  uint64_t misses = cache->cache().stats().misses;
+
+  // Bigger, smaller, between (rounded down to whole slots) and beyond every
+  // expert (capped).
+  const uint64_t min = MinDynamicPoolBytes(geometry);
+  const uint64_t full = FullPoolBytes(geometry);
+  const struct {
+    uint64_t asked, in_effect;
+  } steps[] = {{full, full}, {min, min}, {min + 3 * slot + slot / 2, min + 3 * slot},
+               {2 * full, full}, {full / 2, full / 2 / slot * slot}};
+  for (const auto& step : steps) {
+    SCOPED_TRACE(absl::StrFormat("resize to %u bytes", step.asked));
+    absl::StatusOr<uint64_t> bytes = cache->ResizeExpertCache(step.asked);
+    ASSERT_TRUE(bytes.ok()) << bytes.status();
+    EXPECT_EQ(*bytes, step.in_effect);
+    EXPECT_EQ(uint64_t{cache->cache().n_slots()} * slot, step.in_effect);
+    for (uint32_t l = 0; l < geometry.n_layer; ++l) {
+      for (uint32_t e = 0; e < geometry.n_expert; ++e) {
+        EXPECT_FALSE(cache->cache().Resident(l, e)) << "the new cache starts empty";
+      }
+    }
+    EXPECT_EQ(cache->cache().stats().misses, misses) << "the counters carry on";
+    EXPECT_TRUE(SameBits(Run(cache.get()), *baseline_));
+    EXPECT_GT(cache->cache().stats().misses, misses) << "the new cache refilled";
+    misses = cache->cache().stats().misses;
+  }
+  // The same number of slots keeps the cache and what it holds.
+  const uint32_t slots = cache->cache().n_slots();
+  absl::StatusOr<uint64_t> same = cache->ResizeExpertCache(uint64_t{slots} * slot + slot - 1);
+  ASSERT_TRUE(same.ok()) << same.status();
+  EXPECT_EQ(*same, uint64_t{slots} * slot);
+  bool any_resident = false;
+  for (uint32_t e = 0; e < geometry.n_expert; ++e) any_resident |= cache->cache().Resident(0, e);
+  EXPECT_TRUE(any_resident);
+}
+
+TEST_F(ExpertCacheEngineTest, ARefusedResizeLeavesTheOldCacheWorking) {
+  const ExpertSlotCacheOptions geometry = Geometry();
+  MappedExpertSource mapped(model_->weights);
+  HostSlotCacheOptions options;
+  options.pool_bytes = FullPoolBytes(geometry) / 2;
+  options.miss_policy = MissPolicy::kCopy;
+  std::unique_ptr<SlotCachedExpertSource> cache = Cache(mapped, options);
+  ASSERT_NE(cache, nullptr);
+  ASSERT_TRUE(SameBits(Run(cache.get()), *baseline_));
+  const uint32_t slots = cache->cache().n_slots();
+  std::vector<uint8_t> resident;
+  for (uint32_t l = 0; l < geometry.n_layer; ++l) {
+    for (uint32_t e = 0; e < geometry.n_expert; ++e) {
+      resident.push_back(cache->cache().Resident(l, e));
+    }
+  }
+
+  const uint64_t min = MinDynamicPoolBytes(geometry);
+  const uint64_t min_mib = (min + (1 << 20) - 1) >> 20;
+  absl::StatusOr<uint64_t> small = cache->ResizeExpertCache(min - 1);
+  ASSERT_FALSE(small.ok());
+  EXPECT_EQ(small.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(small.status().message().find(absl::StrFormat("give at least %u MiB", min_mib)),
+            absl::string_view::npos)
+      << small.status();
+  absl::StatusOr<uint64_t> zero = cache->ResizeExpertCache(0);
+  ASSERT_FALSE(zero.ok());
+  EXPECT_EQ(zero.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(zero.status().message().find("without --expert-cache-mib"), absl::string_view::npos)
+      << zero.status();
+
+  // Same slots, same residents, and the next run hits them.
+  EXPECT_EQ(cache->cache().n_slots(), slots);
+  size_t i = 0;
+  for (uint32_t l = 0; l < geometry.n_layer; ++l) {
+    for (uint32_t e = 0; e < geometry.n_expert; ++e) {
+      EXPECT_EQ(cache->cache().Resident(l, e), resident[i++] != 0);
+    }
+  }
+  const uint64_t hits = cache->cache().stats().hits;
+  EXPECT_TRUE(SameBits(Run(cache.get()), *baseline_));
+  EXPECT_GT(cache->cache().stats().hits, hits);
+}
+
+TEST_F(ExpertCacheEngineTest, StaticPlacementRefusesToResize) {
+  const int host_layers = model_->hparams.n_layer / 2;
+  MappedExpertSource mapped(model_->weights);
+  HostSlotCacheOptions options;
+  options.static_host_layers = host_layers;
+  options.pool_bytes = StaticPoolBytes(Geometry(), host_layers);
+  std::unique_ptr<SlotCachedExpertSource> cache = Cache(mapped, options);
+  ASSERT_NE(cache, nullptr);
+  absl::StatusOr<uint64_t> resized = cache->ResizeExpertCache(FullPoolBytes(Geometry()));
+  ASSERT_FALSE(resized.ok());
+  EXPECT_EQ(resized.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(resized.status().message().find(absl::StrFormat("--n-cpu-moe %d", host_layers)),
+            absl::string_view::npos)
+      << resized.status();
+  EXPECT_TRUE(cache->cache().is_static());
+  EXPECT_TRUE(SameBits(Run(cache.get()), *baseline_));
+}
+
 }  // namespace
 }  // namespace moetier

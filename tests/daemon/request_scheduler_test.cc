@@ -18,11 +18,12 @@ constexpr int64_t kWaitMs = 5000;
 
 class FakeWorker {
  public:
-  FakeWorker(RequestScheduler& scheduler, uint32_t index, int max_ctx = 128) {
+  FakeWorker(RequestScheduler& scheduler, uint32_t index, int max_ctx = 128,
+             const std::string& device = "cpu") {
     int fds[2];
     EXPECT_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, fds), 0);
     fd_ = fds[1];
-    scheduler.AddWorker(AdmittedWorker{index, "cpu", 1000 + static_cast<pid_t>(index), 1, fds[0]});
+    scheduler.AddWorker(AdmittedWorker{index, device, 1000 + static_cast<pid_t>(index), 1, fds[0]});
     control_v1::WorkerReply ready;
     ready.mutable_ready()->set_n_vocab(32);
     ready.mutable_ready()->set_max_ctx(max_ctx);
@@ -65,6 +66,12 @@ class FakeWorker {
  private:
   int fd_ = -1;
 };
+
+control_v1::WorkerRequest ResizeRequest(uint64_t pool_bytes) {
+  control_v1::WorkerRequest r;
+  r.mutable_resize_expert_cache()->set_pool_bytes(pool_bytes);
+  return r;
+}
 
 control_v1::WorkerRequest GenerateRequest(std::vector<int32_t> prompt) {
   control_v1::WorkerRequest r;
@@ -232,6 +239,88 @@ TEST(RequestSchedulerTest, WorkersRunRequestsAtOnceWithinTheActiveLimit) {
   // Room again: the third request goes to the first idle worker.
   const control_v1::WorkerRequest rc = b.Receive();
   EXPECT_EQ(rc.id(), jobs[2]->id());
+}
+
+TEST(RequestSchedulerTest, ARequestForOneWorkerWaitsForItAndHoldsNothingBack) {
+  RequestScheduler scheduler({8, 8});
+  FakeWorker cpu(scheduler, 0, 128, "cpu");
+  FakeWorker gpu(scheduler, 1, 128, "cuda:0");
+  auto all_ready = [&] {
+    int ready = 0;
+    for (const SchedulerWorkerInfo& w : scheduler.Snapshot().workers) ready += w.ready;
+    return ready == 2;
+  };
+  for (int i = 0; i < 500 && !all_ready(); ++i) usleep(10000);
+  ASSERT_TRUE(all_ready());
+  auto first = scheduler.Submit(GenerateRequest({1}));
+  ASSERT_TRUE(first.ok());
+  const control_v1::WorkerRequest on_cpu = cpu.Receive();
+  EXPECT_EQ(on_cpu.id(), (*first)->id());
+  // The cpu worker is busy: the resize for it waits, and the request after
+  // it goes to the idle GPU worker meanwhile.
+  auto resize = scheduler.SubmitTo("cpu", ResizeRequest(uint64_t{5} << 20));
+  ASSERT_TRUE(resize.ok()) << resize.status();
+  auto second = scheduler.Submit(GenerateRequest({2}));
+  ASSERT_TRUE(second.ok());
+  const control_v1::WorkerRequest on_gpu = gpu.Receive();
+  EXPECT_EQ(on_gpu.id(), (*second)->id());
+  EXPECT_TRUE(cpu.NothingPending()) << "a busy worker was sent the resize";
+  EXPECT_EQ(scheduler.Snapshot().queued, 1u);
+  // The GPU worker, idle again, never takes the cpu worker's resize.
+  gpu.SendDone(on_gpu.id(), control_v1::STOP_MAX_TOKENS);
+  EXPECT_TRUE(gpu.NothingPending());
+  cpu.SendDone(on_cpu.id(), control_v1::STOP_MAX_TOKENS);
+  const control_v1::WorkerRequest resizing = cpu.Receive();
+  ASSERT_TRUE(resizing.has_resize_expert_cache());
+  EXPECT_EQ(resizing.id(), (*resize)->id());
+  EXPECT_EQ(resizing.resize_expert_cache().pool_bytes(), uint64_t{5} << 20);
+  control_v1::WorkerReply done;
+  done.set_id(resizing.id());
+  done.mutable_done()->set_stop_reason(control_v1::STOP_COMPLETE);
+  done.mutable_done()->set_expert_cache_bytes(uint64_t{4} << 20);
+  cpu.Send(done);
+  const std::vector<control_v1::WorkerReply> replies = Drain(**resize);
+  ASSERT_EQ(replies.size(), 1u);
+  EXPECT_EQ(replies[0].done().expert_cache_bytes(), uint64_t{4} << 20);
+  EXPECT_EQ((*resize)->worker_device(), "cpu");
+}
+
+TEST(RequestSchedulerTest, ARequestForOneWorkerKeepsItsPlaceInTheQueue) {
+  RequestScheduler scheduler({8, 8});
+  FakeWorker worker(scheduler, 0);
+  ASSERT_TRUE(scheduler.WaitForReadyWorker(kWaitMs));
+  auto first = scheduler.Submit(GenerateRequest({1}));
+  auto second = scheduler.Submit(GenerateRequest({2}));
+  auto resize = scheduler.SubmitTo("cpu", ResizeRequest(1 << 20));
+  auto third = scheduler.Submit(GenerateRequest({3}));
+  ASSERT_TRUE(first.ok() && second.ok() && resize.ok() && third.ok());
+  // Served in arrival order: the resize after the requests before it, and
+  // before the one after it.
+  for (const std::shared_ptr<RequestJob>& job : {*first, *second, *resize, *third}) {
+    const control_v1::WorkerRequest got = worker.Receive();
+    EXPECT_EQ(got.id(), job->id());
+    EXPECT_EQ(got.has_resize_expert_cache(), job == *resize);
+    worker.SendDone(got.id(), control_v1::STOP_COMPLETE);
+  }
+}
+
+TEST(RequestSchedulerTest, ARequestForAnAbsentWorkerWaitsUntilCancelled) {
+  RequestScheduler scheduler({8, 8});
+  FakeWorker worker(scheduler, 0);
+  ASSERT_TRUE(scheduler.WaitForReadyWorker(kWaitMs));
+  auto resize = scheduler.SubmitTo("cuda:3", ResizeRequest(1 << 20));
+  ASSERT_TRUE(resize.ok());
+  EXPECT_TRUE(worker.NothingPending());
+  EXPECT_EQ(scheduler.Snapshot().queued, 1u);
+  // Other requests pass it.
+  auto other = scheduler.Submit(GenerateRequest({1}));
+  ASSERT_TRUE(other.ok());
+  EXPECT_EQ(worker.Receive().id(), (*other)->id());
+  scheduler.Cancel(*resize);
+  const std::vector<control_v1::WorkerReply> replies = Drain(**resize);
+  ASSERT_EQ(replies.size(), 1u);
+  EXPECT_EQ(replies[0].done().stop_reason(), control_v1::STOP_CANCELLED);
+  EXPECT_EQ(scheduler.Snapshot().queued, 0u);
 }
 
 TEST(RequestSchedulerTest, ShutdownFailsWaitingRequestsAndRefusesNewOnes) {

@@ -2,7 +2,8 @@
 // for cache sizes down to top_k slots per layer, each miss policy, prefetch
 // on and off and static placement, a greedy generation yields the same
 // tokens and Score the same logits, bit for bit, as the worker without a
-// cache; and the status page shows the cache at work.
+// cache; and the status page shows the cache at work. `moetier budget`
+// (SetBudget) resizes a running worker's cache without changing a token.
 #include <fstream>
 #include <string>
 #include <vector>
@@ -32,8 +33,7 @@ struct Outcome {
   v1::Status status;   // after both calls
 };
 
-// Starts a daemon whose worker gets `worker_flags`, generates and scores.
-Outcome RunWith(const std::vector<std::string>& worker_flags) {
+std::unique_ptr<RunningDaemon> StartWith(const std::vector<std::string>& worker_flags) {
   DaemonSetup setup;
   setup.model_path = kModel;
   for (const std::string& flag : worker_flags) {
@@ -41,15 +41,35 @@ Outcome RunWith(const std::vector<std::string>& worker_flags) {
   }
   std::string error;
   std::unique_ptr<RunningDaemon> daemon = RunningDaemon::Start(setup, &error);
-  Outcome out;
   EXPECT_NE(daemon, nullptr) << error;
-  if (daemon == nullptr) return out;
+  return daemon;
+}
+
+v1::GenerateRequest GreedyRequest() {
   v1::GenerateRequest request;
   const std::vector<int32_t> prompt = PromptIds();
   request.mutable_prompt_token_ids()->Add(prompt.begin(), prompt.end());
   request.set_max_new_tokens(kNewTokens);
   request.set_ignore_end_of_generation(true);
-  const Generation g = Generate(daemon->stub(), request);
+  return request;
+}
+
+grpc::Status SetBudget(RunningDaemon& daemon, const std::string& device, uint64_t mib,
+                       v1::SetBudgetResponse* response) {
+  v1::SetBudgetRequest request;
+  request.set_device(device);
+  request.set_expert_cache_mib(mib);
+  grpc::ClientContext context;
+  return daemon.stub().SetBudget(&context, request, response);
+}
+
+// Starts a daemon whose worker gets `worker_flags`, generates and scores.
+Outcome RunWith(const std::vector<std::string>& worker_flags) {
+  std::unique_ptr<RunningDaemon> daemon = StartWith(worker_flags);
+  Outcome out;
+  if (daemon == nullptr) return out;
+  const std::vector<int32_t> prompt = PromptIds();
+  const Generation g = Generate(daemon->stub(), GreedyRequest());
   EXPECT_TRUE(g.status.ok()) << g.status.error_message() << "\n" << daemon->Log();
   out.generated = g.token_ids;
 
@@ -138,6 +158,73 @@ TEST_F(ExpertCacheE2eTest, StaticPlacementLikeNCpuMoe) {
   EXPECT_GT(w.vram().hits(), 0u);
   EXPECT_GT(w.misses_on_host(), 0u);
   EXPECT_EQ(w.misses_on_host(), w.vram().misses());
+}
+
+TEST_F(ExpertCacheE2eTest, BudgetResizesTheRunningWorkersCache) {
+  std::unique_ptr<RunningDaemon> daemon = StartWith({"--expert-cache-mib=25%"});
+  ASSERT_NE(daemon, nullptr);
+  const Generation before = Generate(daemon->stub(), GreedyRequest());
+  ASSERT_TRUE(before.status.ok()) << before.status.error_message();
+  EXPECT_EQ(before.token_ids, baseline_->generated);
+  // 25% is the smallest cache: top_k = 2 of 8 experts in each layer.
+  const uint64_t smallest = daemon->GetStatus().workers(0).expert_cache_bytes();
+  ASSERT_GT(smallest, 0u);
+  const uint64_t slot = smallest / 8;
+  const uint64_t min_mib = (smallest + (1 << 20) - 1) >> 20;
+
+  // Three quarters of every expert, in whole MiB, then rounded down to
+  // whole slots by the worker.
+  const uint64_t mib = (smallest * 3) >> 20;
+  ASSERT_GT(mib << 20, smallest + slot) << "the model's experts are too small for this test";
+  v1::SetBudgetResponse response;
+  grpc::Status s = SetBudget(*daemon, "cpu", mib, &response);
+  ASSERT_TRUE(s.ok()) << s.error_message() << "\n" << daemon->Log();
+  EXPECT_EQ(response.expert_cache_bytes(), (mib << 20) / slot * slot);
+  EXPECT_EQ(response.expert_cache_mib(), response.expert_cache_bytes() >> 20);
+  EXPECT_EQ(daemon->GetStatus().workers(0).expert_cache_bytes(), response.expert_cache_bytes());
+
+  // The bigger cache computes the same tokens, bit for bit.
+  const Generation after = Generate(daemon->stub(), GreedyRequest());
+  ASSERT_TRUE(after.status.ok()) << after.status.error_message();
+  EXPECT_EQ(after.token_ids, before.token_ids);
+
+  // Below the minimum, and 0: refused, naming the minimum; the cache stays.
+  for (const uint64_t too_small : {min_mib - 1, uint64_t{0}}) {
+    SCOPED_TRACE(absl::StrFormat("%d MiB", too_small));
+    v1::SetBudgetResponse refused;
+    s = SetBudget(*daemon, "cpu", too_small, &refused);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+    EXPECT_NE(s.error_message().find(absl::StrFormat("at least %d MiB", min_mib)),
+              std::string::npos)
+        << s.error_message();
+  }
+  EXPECT_EQ(daemon->GetStatus().workers(0).expert_cache_bytes(), response.expert_cache_bytes());
+
+  // Back to the smallest: still the same tokens.
+  s = SetBudget(*daemon, "cpu", min_mib, &response);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(response.expert_cache_bytes(), (min_mib << 20) / slot * slot);
+  const Generation again = Generate(daemon->stub(), GreedyRequest());
+  ASSERT_TRUE(again.status.ok()) << again.status.error_message();
+  EXPECT_EQ(again.token_ids, before.token_ids);
+
+  s = SetBudget(*daemon, "cuda:5", 100, &response);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND) << s.error_message();
+}
+
+TEST_F(ExpertCacheE2eTest, BudgetOfAWorkerWithoutACacheSaysHowToGetOne) {
+  std::unique_ptr<RunningDaemon> daemon = StartWith({});
+  ASSERT_NE(daemon, nullptr);
+  v1::SetBudgetResponse response;
+  const grpc::Status s = SetBudget(*daemon, "cpu", 100, &response);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << s.error_message();
+  EXPECT_NE(s.error_message().find("--expert-cache-mib through worker_extra_args"),
+            std::string::npos)
+      << s.error_message();
+  // The worker goes on serving.
+  const Generation g = Generate(daemon->stub(), GreedyRequest());
+  ASSERT_TRUE(g.status.ok()) << g.status.error_message();
+  EXPECT_EQ(g.token_ids, baseline_->generated);
 }
 
 }  // namespace

@@ -3,13 +3,16 @@
 // Generate equal to a direct engine + sampler loop (greedy and seeded);
 // stop tokens, max_new_tokens and a full context end a generation; Cancel
 // of the running and of a queued request; bad requests answered with
-// STOP_ERROR while serving goes on; closing the channel ends the server.
+// STOP_ERROR while serving goes on; closing the channel ends the server;
+// ResizeExpertCache waits for the running request, resizes the engine's slot
+// cache, tells the status page and answers with the size in effect.
 #include "serve/control_server.h"
 
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <cstring>
 #include <memory>
@@ -18,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "cache/expert_cache_control.h"
 #include "control/control_channel.h"
 #include "engine/qwen3moe_cpu.h"
 #include "gmock/gmock.h"
@@ -46,6 +50,7 @@ class GatedEngine final : public ForwardEngine {
 
   absl::Status Forward(std::span<const int32_t> tokens, int pos0, LogitRows rows,
                        float* logits) override {
+    ++in_forward_;
     if (tokens.size() == 1) {
       std::unique_lock<std::mutex> lock(mutex_);
       ++waiting_;
@@ -54,8 +59,12 @@ class GatedEngine final : public ForwardEngine {
       if (gated_) --permits_;
       --waiting_;
     }
-    return inner_.Forward(tokens, pos0, rows, logits);
+    absl::Status status = inner_.Forward(tokens, pos0, rows, logits);
+    --in_forward_;
+    return status;
   }
+  // Whether a Forward is under way (on the server's thread).
+  bool in_forward() const { return in_forward_.load() > 0; }
   void Reset() override { inner_.Reset(); }
   int n_vocab() const override { return inner_.n_vocab(); }
   int max_ctx() const override { return inner_.max_ctx(); }
@@ -86,6 +95,36 @@ class GatedEngine final : public ForwardEngine {
   bool gated_ = false;
   int permits_ = 0;
   int waiting_ = 0;
+  std::atomic<int> in_forward_{0};
+};
+
+// Stands in for the worker's expert cache: whole slots of kSlotBytes, at
+// least kMinPoolBytes; notes each call and whether the engine was computing.
+class FakeCacheControl final : public ExpertCacheControl {
+ public:
+  static constexpr uint64_t kSlotBytes = 1000;
+  static constexpr uint64_t kMinPoolBytes = 8 * kSlotBytes;
+
+  explicit FakeCacheControl(const GatedEngine* engine) : engine_(engine) {}
+  absl::StatusOr<uint64_t> ResizeExpertCache(uint64_t pool_bytes) override {
+    ++calls_;
+    if (engine_->in_forward()) called_during_forward_ = true;
+    if (pool_bytes < kMinPoolBytes) {
+      return absl::InvalidArgumentError(
+          "expert cache: the cache needs at least top_k = 2 slots per layer: give at least 1 MiB");
+    }
+    bytes_ = pool_bytes / kSlotBytes * kSlotBytes;
+    return bytes_.load();
+  }
+  int calls() const { return calls_.load(); }
+  bool called_during_forward() const { return called_during_forward_.load(); }
+  uint64_t bytes() const { return bytes_.load(); }
+
+ private:
+  const GatedEngine* engine_;
+  std::atomic<int> calls_{0};
+  std::atomic<bool> called_during_forward_{false};
+  std::atomic<uint64_t> bytes_{kMinPoolBytes};
 };
 
 CpuEngineConfig EngineConfig() {
@@ -133,27 +172,31 @@ class ControlServerTest : public ::testing::Test {
         serve_test::LoadModel(serve_test::VectorsModel("tiny-q8_0"));
     ASSERT_TRUE(loaded.ok()) << loaded.status();
     loaded_ = std::move(*loaded);
-    absl::StatusOr<std::unique_ptr<CpuQwen3Moe>> engine =
-        CpuQwen3Moe::Create(model(), EngineConfig());
-    ASSERT_TRUE(engine.ok()) << engine.status();
-    engine_ = std::move(*engine);
-    gated_ = std::make_unique<GatedEngine>(*engine_);
-    int fds[2];
-    ASSERT_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, fds), 0);
-    daemon_fd_ = fds[0];
-    worker_fd_ = fds[1];
-    control::ConfigureControlSocket(daemon_fd_);
+    CpuEngineConfig config = EngineConfig();
     ControlServerOptions options;
     options.threads = 1;
     options.model_fingerprint = 0x1234;
     // Small Score batches: chunks must straddle them.
     options.score_batch_tokens = 7;
+    absl::StatusOr<std::unique_ptr<CpuQwen3Moe>> engine = CpuQwen3Moe::Create(model(), config);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    engine_ = std::move(*engine);
+    gated_ = std::make_unique<GatedEngine>(*engine_);
+    Prepare(options);
+    int fds[2];
+    ASSERT_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, fds), 0);
+    daemon_fd_ = fds[0];
+    worker_fd_ = fds[1];
+    control::ConfigureControlSocket(daemon_fd_);
     absl::StatusOr<std::unique_ptr<ControlServer>> server =
         ControlServer::Create(worker_fd_, *gated_, options);
     ASSERT_TRUE(server.ok()) << server.status();
     server_ = std::move(*server);
     thread_ = std::thread([this] { run_status_ = server_->Run(); });
   }
+
+  // A derived fixture's additions to the server's options.
+  virtual void Prepare(ControlServerOptions&) {}
 
   void TearDown() override {
     CloseChannel();
@@ -202,6 +245,13 @@ class ControlServerTest : public ::testing::Test {
     r.set_id(id);
     r.mutable_generate()->mutable_prompt_token_ids()->Add(prompt.begin(), prompt.end());
     r.mutable_generate()->set_max_new_tokens(max_new);
+    return r;
+  }
+
+  static WorkerRequest ResizeRequest(uint64_t id, uint64_t pool_bytes) {
+    WorkerRequest r;
+    r.set_id(id);
+    r.mutable_resize_expert_cache()->set_pool_bytes(pool_bytes);
     return r;
   }
 
@@ -510,6 +560,98 @@ TEST_F(ControlServerTest, BadRequestsGetErrorsAndServingGoesOn) {
   const char garbage[] = "\xff\xff\xff";
   ASSERT_EQ(send(daemon_fd_, garbage, 3, MSG_NOSIGNAL), 3);
   ExpectScoreServed(101, Prompt(9));
+}
+
+TEST_F(ControlServerTest, ResizeWithoutACacheSaysHowToGetOneAndServingGoesOn) {
+  ReceiveReady();
+  Send(ResizeRequest(1, uint64_t{64} << 20));
+  const WorkerReply reply = Receive();
+  EXPECT_EQ(reply.id(), 1u);
+  ASSERT_EQ(reply.kind_case(), WorkerReply::kDone);
+  EXPECT_EQ(reply.done().stop_reason(), control_v1::STOP_ERROR);
+  EXPECT_EQ(reply.done().error_code(), static_cast<int>(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(reply.done().error_message(),
+              HasSubstr("started without an expert cache; give it --expert-cache-mib through "
+                        "worker_extra_args"));
+  ExpectScoreServed(2, Prompt(5));
+}
+
+// A worker with an expert cache.
+class CachedControlServerTest : public ControlServerTest {
+ protected:
+  void Prepare(ControlServerOptions& options) override {
+    cache_ = std::make_unique<FakeCacheControl>(gated_.get());
+    options.expert_cache = cache_.get();
+    options.expert_cache_resized = [this] {
+      ++published_;
+      published_bytes_ = cache_->bytes();
+    };
+  }
+  void TearDown() override {
+    // The server and its thread go before the cache they use.
+    ControlServerTest::TearDown();
+    server_.reset();
+  }
+
+  std::unique_ptr<FakeCacheControl> cache_;
+  // Written by the server's thread before each Done, read after it.
+  std::atomic<int> published_{0};
+  std::atomic<uint64_t> published_bytes_{0};
+};
+
+TEST_F(CachedControlServerTest, AResizeWaitsForTheRunningRequestThenTakesEffect) {
+  ReceiveReady();
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  const std::vector<int32_t> prompt = Prompt(6);
+  const std::vector<int32_t> expected = DirectGeneration(model(), prompt, 8, greedy);
+
+  gated_->Gate(true);
+  Send(GenerateRequest(1, prompt, 8));
+  const WorkerReply first = Receive();
+  ASSERT_EQ(first.kind_case(), WorkerReply::kToken);
+  ASSERT_TRUE(gated_->WaitUntilBlocked());
+  Send(ResizeRequest(2, 123456));
+  Send(GenerateRequest(3, prompt, 8));
+  // Let the generation read both requests at a token boundary, then pause
+  // it again: the resize waits for it.
+  gated_->Permit(2);
+  ASSERT_TRUE(gated_->WaitUntilBlocked());
+  EXPECT_EQ(cache_->calls(), 0) << "resized in the middle of a generation";
+  gated_->Gate(false);
+
+  Generation running = ReceiveGeneration(1);
+  running.tokens.insert(running.tokens.begin(), first.token().token_id());
+  EXPECT_EQ(running.tokens, expected);
+  EXPECT_EQ(running.done.stop_reason(), control_v1::STOP_MAX_TOKENS);
+  const WorkerReply resized = Receive();
+  EXPECT_EQ(resized.id(), 2u);
+  ASSERT_EQ(resized.kind_case(), WorkerReply::kDone);
+  EXPECT_EQ(resized.done().stop_reason(), control_v1::STOP_COMPLETE)
+      << resized.done().error_message();
+  EXPECT_EQ(resized.done().expert_cache_bytes(), 123000u);  // whole slots
+  EXPECT_EQ(cache_->calls(), 1);
+  EXPECT_FALSE(cache_->called_during_forward());
+  // The status page was told before the Done went out.
+  EXPECT_EQ(published_.load(), 1);
+  EXPECT_EQ(published_bytes_.load(), 123000u);
+  const Generation after = ReceiveGeneration(3);
+  EXPECT_EQ(after.tokens, expected);
+  EXPECT_EQ(server_->requests_finished(), 3u);
+}
+
+TEST_F(CachedControlServerTest, ARefusedResizeIsAnErrorAndServingGoesOn) {
+  ReceiveReady();
+  Send(ResizeRequest(1, FakeCacheControl::kMinPoolBytes - 1));
+  const WorkerReply reply = Receive();
+  EXPECT_EQ(reply.id(), 1u);
+  ASSERT_EQ(reply.kind_case(), WorkerReply::kDone);
+  EXPECT_EQ(reply.done().stop_reason(), control_v1::STOP_ERROR);
+  EXPECT_EQ(reply.done().error_code(), static_cast<int>(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(reply.done().error_message(), HasSubstr("give at least 1 MiB"));
+  EXPECT_EQ(reply.done().expert_cache_bytes(), 0u);
+  EXPECT_EQ(published_.load(), 0);
+  ExpectScoreServed(2, Prompt(5));
 }
 
 TEST_F(ControlServerTest, ClosingTheChannelEndsTheServer) {

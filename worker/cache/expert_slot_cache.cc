@@ -290,6 +290,45 @@ void ExpertSlotCache::Discard(uint32_t layer, uint32_t expert) {
   prefetched_unused_[Index(layer, expert)] = 0;
 }
 
+void ExpertSlotCache::ContinueCountsOf(const ExpertSlotCache& replaced) {
+  MOETIER_CHECK(pinned_.empty());
+  stats_ = replaced.stats_;
+  for (const uint8_t unused : replaced.prefetched_unused_) stats_.prefetch_wasted += unused;
+}
+
+absl::StatusOr<std::unique_ptr<ExpertSlotCache>> ResizedExpertSlotCache(
+    const ExpertSlotCache& current, uint64_t pool_bytes) {
+  const ExpertSlotCacheOptions& o = current.options();
+  if (current.is_static()) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "expert cache: static placement (--n-cpu-moe %d) gives every expert of the other "
+        "layers its own slot, so --n-cpu-moe fixes the cache's size (%.1f MiB); restart the "
+        "worker with another --n-cpu-moe, or with --expert-cache-mib alone for a resizable cache",
+        o.static_host_layers, uint64_t{current.n_slots()} * o.slot_bytes / kMiB));
+  }
+  const uint64_t min_bytes = MinDynamicPoolBytes(o);
+  const uint64_t min_mib = (min_bytes + (1 << 20) - 1) >> 20;
+  if (pool_bytes == 0) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "expert cache: 0 MiB would remove the cache, which a running worker cannot do; restart "
+        "the worker without --expert-cache-mib to run without one, or give at least %u MiB",
+        min_mib));
+  }
+  if (pool_bytes < min_bytes) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "expert cache: %.1f MiB holds %u slots of %.2f MiB; the cache needs at least top_k = %u "
+        "slots per layer, %u in all: give at least %u MiB",
+        pool_bytes / kMiB, pool_bytes / o.slot_bytes, o.slot_bytes / kMiB, o.top_k,
+        o.n_layer * o.top_k, min_mib));
+  }
+  ExpertSlotCacheOptions options = o;
+  options.pool_bytes = pool_bytes;
+  absl::StatusOr<std::unique_ptr<ExpertSlotCache>> cache = ExpertSlotCache::Create(options);
+  if (!cache.ok()) return cache.status();
+  (*cache)->ContinueCountsOf(current);
+  return cache;
+}
+
 bool ExpertSlotCache::Resident(uint32_t layer, uint32_t expert) const {
   if (is_static()) return static_cast<int>(layer) >= options_.static_host_layers;
   return policy_->Resident(layer, expert);

@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "cache/expert_cache_control.h"
 #include "cache/expert_cache_policy.h"
 #include "cache/miss_cost_model.h"
 
@@ -149,6 +150,12 @@ class ExpertSlotCache {
   bool Resident(uint32_t layer, uint32_t expert) const;
   const ExpertSlotCacheStats& stats() const { return stats_; }
 
+  // Takes over the counters of the cache this one replaces (a resize), so
+  // that the status page's counters keep counting up; the replaced cache's
+  // prefetched experts that were never used count as wasted. Call before
+  // the first Place.
+  void ContinueCountsOf(const ExpertSlotCache& replaced);
+
  private:
   ExpertSlotCache(const ExpertSlotCacheOptions& options, uint32_t n_slots);
   size_t Index(uint32_t layer, uint32_t expert) const {
@@ -182,5 +189,12 @@ class ExpertCacheReport {
   // Nanoseconds during which at least one fill was in flight.
   virtual uint64_t copy_busy_ns() const = 0;
 };
+
+// The checks every ExpertCacheControl::ResizeExpertCache
+// (cache/expert_cache_control.h) makes before allocating, and the cache it
+// then installs: `current`'s options with `pool_bytes`, its counters
+// continued. Errors as ExpertCacheControl::ResizeExpertCache describes.
+absl::StatusOr<std::unique_ptr<ExpertSlotCache>> ResizedExpertSlotCache(
+    const ExpertSlotCache& current, uint64_t pool_bytes);
 
 }  // namespace moetier

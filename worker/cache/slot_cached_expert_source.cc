@@ -71,22 +71,44 @@ absl::StatusOr<std::unique_ptr<SlotCachedExpertSource>> SlotCachedExpertSource::
     g.down_offset = g.up_offset + AlignUp(g.up_bytes, kAlign);
     geometry.push_back(g);
   }
+  // No pool when static placement keeps every layer on the host.
   const uint64_t pool_bytes = uint64_t{(*cache)->n_slots()} * cache_options.slot_bytes;
-  void* pool = nullptr;  // none when static placement keeps every layer on the host
-  if (pool_bytes > 0) {
-    pool = mmap(nullptr, pool_bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (pool == MAP_FAILED) {
-      return absl::ResourceExhaustedError(absl::StrFormat(
-          "expert cache: cannot allocate the %.1f MiB slot pool: %s", pool_bytes / 1048576.0,
-          std::strerror(errno)));
-    }
-    // Advice only: without transparent huge pages the pool works on 4 KiB pages.
-    (void)madvise(pool, pool_bytes, MADV_HUGEPAGE);
-  }
+  absl::StatusOr<uint8_t*> pool = MapPool(pool_bytes);
+  if (!pool.ok()) return pool.status();
   auto source = std::unique_ptr<SlotCachedExpertSource>(new SlotCachedExpertSource(
-      inner, *std::move(cache), std::move(geometry), static_cast<uint8_t*>(pool), pool_bytes));
+      inner, *std::move(cache), std::move(geometry), *pool, pool_bytes));
   if (absl::Status s = source->FillInitialSlots(); !s.ok()) return s;
   return source;
+}
+
+absl::StatusOr<uint8_t*> SlotCachedExpertSource::MapPool(uint64_t bytes) {
+  if (bytes == 0) return nullptr;
+  void* pool = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (pool == MAP_FAILED) {
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "expert cache: cannot allocate the %.1f MiB slot pool: %s", bytes / 1048576.0,
+        std::strerror(errno)));
+  }
+  // Advice only: without transparent huge pages the pool works on 4 KiB pages.
+  (void)madvise(pool, bytes, MADV_HUGEPAGE);
+  return static_cast<uint8_t*>(pool);
+}
+
+absl::StatusOr<uint64_t> SlotCachedExpertSource::ResizeExpertCache(uint64_t pool_bytes) {
+  MOETIER_CHECK(!inner_held_);  // between engine calls
+  absl::StatusOr<std::unique_ptr<ExpertSlotCache>> cache =
+      ResizedExpertSlotCache(*cache_, pool_bytes);
+  if (!cache.ok()) return cache.status();
+  if ((*cache)->n_slots() == cache_->n_slots()) return pool_bytes_;
+  const uint64_t new_bytes = uint64_t{(*cache)->n_slots()} * (*cache)->options().slot_bytes;
+  absl::StatusOr<uint8_t*> pool = MapPool(new_bytes);
+  if (!pool.ok()) return pool.status();
+  if (pool_ != nullptr) munmap(pool_, pool_bytes_);
+  pool_ = *pool;
+  pool_bytes_ = new_bytes;
+  cache_ = *std::move(cache);
+  route_layer_ = -1;  // the routing seen belongs to the old cache's pass
+  return pool_bytes_;
 }
 
 SlotCachedExpertSource::SlotCachedExpertSource(ExpertWeightSource& inner,

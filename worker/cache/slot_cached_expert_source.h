@@ -36,7 +36,9 @@ struct HostSlotCacheOptions {
 ExpertSlotCacheOptions SlotCacheOptionsFor(const Qwen3MoeModel& model,
                                            const HostSlotCacheOptions& host);
 
-class SlotCachedExpertSource final : public ExpertWeightSource, public ExpertCacheReport {
+class SlotCachedExpertSource final : public ExpertWeightSource,
+                                     public ExpertCacheReport,
+                                     public ExpertCacheControl {
  public:
   // `inner` (not owned; outlives this) serves the host copies: the store in
   // daemon mode, the model's mapping otherwise. Static placement fills its
@@ -59,6 +61,11 @@ class SlotCachedExpertSource final : public ExpertWeightSource, public ExpertCac
   const ExpertSlotCache& cache() const override { return *cache_; }
   uint64_t copy_busy_ns() const override { return copy_busy_ns_; }
 
+  // A new pool of whole slots, mapped before the old one is unmapped
+  // (ExpertCacheControl). Only between engine calls: aborts while experts
+  // are held.
+  absl::StatusOr<uint64_t> ResizeExpertCache(uint64_t pool_bytes) override;
+
  private:
   struct LayerGeometry {
     uint64_t gate_bytes = 0, up_bytes = 0, down_bytes = 0;
@@ -66,6 +73,8 @@ class SlotCachedExpertSource final : public ExpertWeightSource, public ExpertCac
   };
   SlotCachedExpertSource(ExpertWeightSource& inner, std::unique_ptr<ExpertSlotCache> cache,
                          std::vector<LayerGeometry> geometry, uint8_t* pool, uint64_t pool_bytes);
+  // An anonymous pool of `bytes` (none for 0), advised for huge pages.
+  static absl::StatusOr<uint8_t*> MapPool(uint64_t bytes);
   absl::Status FillInitialSlots();
   // Copies the experts of `fills` (all of `layer`) into their slots, reading
   // them through inner_ in groups; on error the failed fills are discarded.

@@ -256,11 +256,15 @@ absl::Status ControlServer::Serve(const WorkerRequest& request) {
     case WorkerRequest::kGenerate:
       status = Generate(request.id(), request.generate());
       break;
+    case WorkerRequest::kResizeExpertCache:
+      status = ResizeExpertCache(request.id(), request.resize_expert_cache());
+      break;
     default:
-      status = SendError(
-          request.id(),
-          absl::InvalidArgumentError(absl::StrFormat(
-              "request %d has no kind this worker knows (score or generate)", request.id())));
+      status = SendError(request.id(),
+                         absl::InvalidArgumentError(absl::StrFormat(
+                             "request %d has no kind this worker knows (score, generate or "
+                             "resize_expert_cache)",
+                             request.id())));
       break;
   }
   running_ = false;
@@ -411,6 +415,31 @@ absl::Status ControlServer::Generate(uint64_t id, const control_v1::GenerateRequ
       return fail(s, decode_start);
     }
   }
+}
+
+absl::Status ControlServer::ResizeExpertCache(uint64_t id,
+                                              const control_v1::ResizeExpertCacheRequest& request) {
+  if (options_.expert_cache == nullptr) {
+    return SendError(id, absl::FailedPreconditionError(
+                             "this worker was started without an expert cache; give it "
+                             "--expert-cache-mib through worker_extra_args"));
+  }
+  // Requests run one at a time and each releases its experts before its
+  // Done, so the engine holds none here.
+  absl::StatusOr<uint64_t> bytes = options_.expert_cache->ResizeExpertCache(request.pool_bytes());
+  if (!bytes.ok()) return SendError(id, bytes.status());
+  if (options_.expert_cache_resized) options_.expert_cache_resized();
+  if (options_.log != nullptr) {
+    std::fprintf(options_.log,
+                 "moetier-worker: expert cache resized to %.1f MiB (%.1f MiB asked); it refills "
+                 "on demand\n",
+                 *bytes / 1048576.0, request.pool_bytes() / 1048576.0);
+    std::fflush(options_.log);
+  }
+  DoneReply done;
+  done.set_stop_reason(control_v1::STOP_COMPLETE);
+  done.set_expert_cache_bytes(*bytes);
+  return SendDone(id, done);
 }
 
 }  // namespace moetier

@@ -10,6 +10,10 @@
 //               full context or a Cancel, then Done with counts and times
 //   Cancel   -> the running request stops at its next token boundary; a
 //               queued one is dropped at once with Done(STOP_CANCELLED)
+//   ResizeExpertCache
+//            -> the expert cache resized between engine calls (the engine
+//               holds no expert then), Done(STOP_COMPLETE) with the pool in
+//               effect, or Done(STOP_ERROR) saying why not
 //
 // While a request runs, the channel is polled without blocking between
 // tokens (and between Score batches): a Cancel takes effect there, other
@@ -25,12 +29,14 @@
 #include <cstdint>
 #include <cstdio>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "cache/expert_cache_control.h"
 #include "engine/forward_engine.h"
 #include "moetier/worker/v1/control.pb.h"
 #include "sampling/sampler.h"
@@ -46,8 +52,14 @@ struct ControlServerOptions {
   // Positions of a Score computed per engine call (bounds its buffer to
   // score_batch_tokens x n_vocab floats; results do not depend on it).
   int score_batch_tokens = 32;
-  // Where notes about malformed datagrams go; null: nowhere.
+  // Where notes about malformed datagrams go, and resizes; null: nowhere.
   std::FILE* log = nullptr;
+  // What ResizeExpertCache resizes (not owned; outlives the server); null
+  // when the worker has no expert cache, which the request is then told.
+  ExpertCacheControl* expert_cache = nullptr;
+  // Called after each resize that took effect, before its Done is sent
+  // (daemon mode: shows the new cache on the status page at once).
+  std::function<void()> expert_cache_resized;
 };
 
 // The engine's sampling parameters for a request's. proto3 cannot tell an
@@ -83,6 +95,7 @@ class ControlServer {
   absl::Status Serve(const control_v1::WorkerRequest& request);
   absl::Status Score(uint64_t id, const control_v1::ScoreRequest& request);
   absl::Status Generate(uint64_t id, const control_v1::GenerateRequest& request);
+  absl::Status ResizeExpertCache(uint64_t id, const control_v1::ResizeExpertCacheRequest& request);
 
   // Sends one reply through the fixed buffer. A peer that has gone sets
   // closed_ and is not an error.
