@@ -17,10 +17,11 @@ arch="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr 
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
       -DCMAKE_CUDA_ARCHITECTURES="$arch" >/dev/null
 ninja -C "$build" cuda_device_test cuda_kernels_test cuda_engine_test cuda_cache_engine_test \
-      moetier-bench-cuda
+      cuda_routing_hooks_test moetier-bench-cuda
 
 status=0
-for t in cuda_device_test cuda_kernels_test cuda_engine_test cuda_cache_engine_test; do
+for t in cuda_device_test cuda_kernels_test cuda_engine_test cuda_cache_engine_test \
+         cuda_routing_hooks_test; do
   log="$build/$t.log"
   if "$build/tests/cuda/$t" --gtest_color=no >"$log" 2>&1; then result=ok; else result=FAILED; status=1; fi
   passed=$(grep -c '^\[       OK \]' "$log" || true)
@@ -50,6 +51,14 @@ cache_skips="$(grep -E '^\[  SKIPPED \] CudaCacheEngineTest\.' "$build/cuda_cach
 if [[ -n "$cache_skips" ]]; then
   echo "expert cache tests skipped on a machine with a GPU:" >&2
   echo "$cache_skips" | head -20 >&2
+  status=1
+fi
+# Nor do the routing hook tests.
+hook_skips="$(grep -E '^\[  SKIPPED \] CudaRoutingHooksTest\.' "$build/cuda_routing_hooks_test.log" |
+              sort -u || true)"
+if [[ -n "$hook_skips" ]]; then
+  echo "routing hook tests skipped on a machine with a GPU:" >&2
+  echo "$hook_skips" | head -20 >&2
   status=1
 fi
 [[ $status == 0 ]] && echo "CUDA checks: all passed on sm_$arch" || echo "CUDA checks: FAILED" >&2

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_format.h"
 #include "backend/cuda/cuda_device.h"
+#include "engine/cuda_check.h"
 #include "engine/qwen3moe_cuda.h"
 
 namespace moetier {
@@ -25,36 +26,27 @@ absl::Status CheckCudaDevice(int ordinal) {
   return absl::OkStatus();
 }
 
-namespace {
-
-absl::Status Check(cudaError_t err, const char* what) {
-  if (err == cudaSuccess) return absl::OkStatus();
-  return absl::InternalError(absl::StrFormat("%s failed: %s", what, cudaGetErrorString(err)));
-}
-
-}  // namespace
-
 absl::StatusOr<double> MeasurePinnedCopyBytesPerS(int device, uint64_t bytes, int passes) {
   if (absl::Status s = CheckCudaDevice(device); !s.ok()) return s;
-  absl::Status s = Check(cudaSetDevice(device), "cudaSetDevice");
+  absl::Status s = CudaCall(cudaSetDevice(device), "cudaSetDevice");
   void* host = nullptr;
   void* dev = nullptr;
   cudaEvent_t start = nullptr, stop = nullptr;
-  if (s.ok()) s = Check(cudaMallocHost(&host, bytes), "cudaMallocHost");
-  if (s.ok()) s = Check(cudaMalloc(&dev, bytes), "cudaMalloc");
-  if (s.ok()) s = Check(cudaEventCreate(&start), "cudaEventCreate");
-  if (s.ok()) s = Check(cudaEventCreate(&stop), "cudaEventCreate");
+  if (s.ok()) s = CudaCall(cudaMallocHost(&host, bytes), "cudaMallocHost");
+  if (s.ok()) s = CudaCall(cudaMalloc(&dev, bytes), "cudaMalloc");
+  if (s.ok()) s = CudaCall(cudaEventCreate(&start), "cudaEventCreate");
+  if (s.ok()) s = CudaCall(cudaEventCreate(&stop), "cudaEventCreate");
   std::vector<double> rates;
   for (int p = 0; s.ok() && p <= passes; ++p) {
-    s = Check(cudaEventRecord(start, nullptr), "cudaEventRecord");
+    s = CudaCall(cudaEventRecord(start, nullptr), "cudaEventRecord");
     if (s.ok()) {
-      s = Check(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, nullptr),
-                "cudaMemcpyAsync (pinned host to device)");
+      s = CudaCall(cudaMemcpyAsync(dev, host, bytes, cudaMemcpyHostToDevice, nullptr),
+                   "cudaMemcpyAsync (pinned host to device)");
     }
-    if (s.ok()) s = Check(cudaEventRecord(stop, nullptr), "cudaEventRecord");
-    if (s.ok()) s = Check(cudaEventSynchronize(stop), "cudaEventSynchronize");
+    if (s.ok()) s = CudaCall(cudaEventRecord(stop, nullptr), "cudaEventRecord");
+    if (s.ok()) s = CudaCall(cudaEventSynchronize(stop), "cudaEventSynchronize");
     float ms = 0;
-    if (s.ok()) s = Check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+    if (s.ok()) s = CudaCall(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
     if (s.ok() && p > 0 && ms > 0) rates.push_back(static_cast<double>(bytes) / (ms * 1e-3));
   }
   if (start != nullptr) cudaEventDestroy(start);
@@ -72,13 +64,11 @@ absl::StatusOr<CudaWorkerEngine> CreateCudaWorkerEngine(const Qwen3MoeModel& mod
   if (absl::Status s = CheckCudaDevice(options.device); !s.ok()) return s;
   absl::StatusOr<std::vector<CudaDeviceInfo>> devices = ListCudaDevices();
   if (!devices.ok()) return devices.status();
-  if (options.routing_override != nullptr) {
-    return absl::UnimplementedError(
-        "the CUDA engine has no routing hook yet: replay routing traces on device cpu");
-  }
   CudaEngineConfig config;
   config.device = options.device;
   config.max_ctx = options.max_ctx;
+  config.routing_observer = options.routing_observer;
+  config.routing_override = options.routing_override;
   if (options.expert_source != nullptr) {
     CudaExpertCacheConfig& cache = config.expert_cache;
     cache.policy = options.policy;

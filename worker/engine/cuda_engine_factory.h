@@ -42,8 +42,11 @@ struct CudaWorkerEngineOptions {
   bool prefetch = true;
   int static_host_layers = -1;  // >= 0: --n-cpu-moe N
   int host_threads = 1;         // host cores for misses computed on the host
-  // Replaces the router's choice (engine/routing_hook.h; benchmarks replay
-  // routing traces). Not owned; must outlive the engine.
+  // Routing hooks (engine/routing_hook.h), as CudaEngineConfig's: the
+  // override replaces the router's choice (benchmarks replay routing
+  // traces), the observer sees the choice used (recording traces). Not
+  // owned; must outlive the engine.
+  RoutingObserver* routing_observer = nullptr;
   RoutingOverride* routing_override = nullptr;
 };
 

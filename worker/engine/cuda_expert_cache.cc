@@ -10,8 +10,10 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
+#include "absl/strings/string_view.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "base/check.h"
+#include "engine/cuda_check.h"
 
 namespace moetier {
 namespace {
@@ -26,19 +28,9 @@ constexpr uint64_t kCopyProbeMaxBytes = uint64_t{64} << 20;
 constexpr int kProbeReps = 5;
 constexpr int kProbeRows = 8;
 
-#define MOETIER_RETURN_IF_ERROR(expr)           \
-  do {                                          \
-    if (absl::Status _st = (expr); !_st.ok()) { \
-      return _st;                               \
-    }                                           \
-  } while (false)
-
-absl::Status CudaCall(cudaError_t err, const std::string& what) {
-  if (err == cudaSuccess) return absl::OkStatus();
-  cudaGetLastError();  // clear a non-sticky error so that the next call starts clean
-  return absl::InternalError(
-      absl::StrFormat("expert cache: %s failed: %s", what, cudaGetErrorString(err)));
-}
+// Prefixes the cache's CUDA errors, which reach the user through the
+// engine's Forward.
+constexpr absl::string_view kCacheContext = "expert cache: ";
 
 uint64_t AlignUp(uint64_t n, uint64_t a) { return (n + a - 1) / a * a; }
 
@@ -68,9 +60,9 @@ struct ProbeBlocks {
   }
   absl::StatusOr<void*> Device(uint64_t bytes, const char* what) {
     void* p = nullptr;
-    MOETIER_RETURN_IF_ERROR(
-        CudaCall(cudaMalloc(&p, std::max<uint64_t>(bytes, 1)),
-                 absl::StrFormat("cudaMalloc of %d bytes for %s", bytes, what)));
+    MOETIER_RETURN_IF_ERROR(CudaCall(cudaMalloc(&p, std::max<uint64_t>(bytes, 1)),
+                                     absl::StrFormat("cudaMalloc of %d bytes for %s", bytes, what),
+                                     kCacheContext));
     device.push_back(p);
     return p;
   }
@@ -78,13 +70,13 @@ struct ProbeBlocks {
     void* p = nullptr;
     MOETIER_RETURN_IF_ERROR(
         CudaCall(cudaMallocHost(&p, std::max<uint64_t>(bytes, 1)),
-                 absl::StrFormat("cudaMallocHost of %d bytes for %s", bytes, what)));
+                 absl::StrFormat("cudaMallocHost of %d bytes for %s", bytes, what), kCacheContext));
     pinned.push_back(p);
     return p;
   }
   absl::StatusOr<cudaEvent_t> Event() {
     cudaEvent_t e = nullptr;
-    MOETIER_RETURN_IF_ERROR(CudaCall(cudaEventCreate(&e), "cudaEventCreate"));
+    MOETIER_RETURN_IF_ERROR(CudaCall(cudaEventCreate(&e), "cudaEventCreate", kCacheContext));
     events.push_back(e);
     return e;
   }
@@ -93,9 +85,11 @@ struct ProbeBlocks {
 // Seconds between two timing events already recorded on `stream`, after
 // waiting for it.
 absl::StatusOr<double> ElapsedSeconds(cudaEvent_t start, cudaEvent_t end) {
-  MOETIER_RETURN_IF_ERROR(CudaCall(cudaEventSynchronize(end), "waiting for a timing event"));
+  MOETIER_RETURN_IF_ERROR(
+      CudaCall(cudaEventSynchronize(end), "waiting for a timing event", kCacheContext));
   float ms = 0;
-  MOETIER_RETURN_IF_ERROR(CudaCall(cudaEventElapsedTime(&ms, start, end), "cudaEventElapsedTime"));
+  MOETIER_RETURN_IF_ERROR(
+      CudaCall(cudaEventElapsedTime(&ms, start, end), "cudaEventElapsedTime", kCacheContext));
   // The events' resolution is about half a microsecond; a zero would make
   // an infinite rate.
   return std::max(1e-6, static_cast<double>(ms) * 1e-3);
@@ -212,22 +206,23 @@ absl::Status CudaExpertCache::Init(const Qwen3MoeModel& model, const CudaExpertC
 
   cudaStream_t copy = nullptr;
   MOETIER_RETURN_IF_ERROR(CudaCall(cudaStreamCreateWithFlags(&copy, cudaStreamNonBlocking),
-                                   "creating the copy stream"));
+                                   "creating the copy stream", kCacheContext));
   copy_stream_ = copy;
   for (void** e : {&copy_start_, &copy_end_}) {
     cudaEvent_t ev = nullptr;
-    MOETIER_RETURN_IF_ERROR(CudaCall(cudaEventCreate(&ev), "cudaEventCreate"));
+    MOETIER_RETURN_IF_ERROR(CudaCall(cudaEventCreate(&ev), "cudaEventCreate", kCacheContext));
     *e = ev;
   }
   for (int i = 0; i < kStagingBuffers; ++i) {
     void* p = nullptr;
-    MOETIER_RETURN_IF_ERROR(CudaCall(
-        cudaMallocHost(&p, options.slot_bytes),
-        absl::StrFormat("cudaMallocHost of a %d-byte staging buffer", options.slot_bytes)));
+    MOETIER_RETURN_IF_ERROR(
+        CudaCall(cudaMallocHost(&p, options.slot_bytes),
+                 absl::StrFormat("cudaMallocHost of a %d-byte staging buffer", options.slot_bytes),
+                 kCacheContext));
     staging_[i] = static_cast<uint8_t*>(p);
     cudaEvent_t ev = nullptr;
-    MOETIER_RETURN_IF_ERROR(
-        CudaCall(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreate"));
+    MOETIER_RETURN_IF_ERROR(CudaCall(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming),
+                                     "cudaEventCreate", kCacheContext));
     staging_done_[i] = ev;
   }
   const uint64_t host_rows_bytes = static_cast<uint64_t>(max_rows_) *
@@ -238,7 +233,8 @@ absl::Status CudaExpertCache::Init(const Qwen3MoeModel& model, const CudaExpertC
     MOETIER_RETURN_IF_ERROR(
         CudaCall(cudaMallocHost(&p, host_rows_bytes),
                  absl::StrFormat("cudaMallocHost of %d bytes for host-computed expert rows",
-                                 host_rows_bytes)));
+                                 host_rows_bytes),
+                 kCacheContext));
     *dst = static_cast<float*>(p);
   }
   RegisterRanges(dma_ranges);
@@ -282,8 +278,8 @@ absl::Status CudaExpertCache::Init(const Qwen3MoeModel& model, const CudaExpertC
   for (uint32_t s = 0; s < cache_->n_slots(); ++s) {
     for (std::vector<void*>* events : {&filled_, &last_read_}) {
       cudaEvent_t ev = nullptr;
-      MOETIER_RETURN_IF_ERROR(
-          CudaCall(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming), "cudaEventCreate"));
+      MOETIER_RETURN_IF_ERROR(CudaCall(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming),
+                                       "cudaEventCreate", kCacheContext));
       events->push_back(ev);
     }
   }
@@ -357,11 +353,13 @@ absl::Status CudaExpertCache::MeasureCosts(const Qwen3MoeModel& model, void* com
   std::memset(*host, 0, copy_bytes);
   std::vector<double> seconds;
   for (int rep = 0; rep <= kProbeReps; ++rep) {  // rep 0 warms up
-    MOETIER_RETURN_IF_ERROR(CudaCall(cudaEventRecord(*start, copy), "cudaEventRecord"));
+    MOETIER_RETURN_IF_ERROR(
+        CudaCall(cudaEventRecord(*start, copy), "cudaEventRecord", kCacheContext));
     MOETIER_RETURN_IF_ERROR(
         CudaCall(cudaMemcpyAsync(*dst, *host, copy_bytes, cudaMemcpyHostToDevice, copy),
-                 "the copy-rate probe"));
-    MOETIER_RETURN_IF_ERROR(CudaCall(cudaEventRecord(*end, copy), "cudaEventRecord"));
+                 "the copy-rate probe", kCacheContext));
+    MOETIER_RETURN_IF_ERROR(
+        CudaCall(cudaEventRecord(*end, copy), "cudaEventRecord", kCacheContext));
     absl::StatusOr<double> s = ElapsedSeconds(*start, *end);
     if (!s.ok()) return s.status();
     if (rep > 0) seconds.push_back(*s);
@@ -382,8 +380,9 @@ absl::Status CudaExpertCache::MeasureCosts(const Qwen3MoeModel& model, void* com
   std::memcpy(staging_[0] + g.down_offset, mats[0].down, g.down_bytes);
   absl::Status copied = CudaCall(
       cudaMemcpyAsync(w, staging_[0], g.down_offset + g.down_bytes, cudaMemcpyHostToDevice, copy),
-      "copying the probe expert");
-  if (copied.ok()) copied = CudaCall(cudaStreamSynchronize(copy), "copying the probe expert");
+      "copying the probe expert", kCacheContext);
+  if (copied.ok())
+    copied = CudaCall(cudaStreamSynchronize(copy), "copying the probe expert", kCacheContext);
   MOETIER_RETURN_IF_ERROR(FinishHold());
   MOETIER_RETURN_IF_ERROR(copied);
 
@@ -394,11 +393,12 @@ absl::Status CudaExpertCache::MeasureCosts(const Qwen3MoeModel& model, void* com
   float* up_out = gate_out + ff_elems;
   float* y = up_out + ff_elems;
   MOETIER_RETURN_IF_ERROR(CudaCall(cudaMemsetAsync(x, 0, x_elems * sizeof(float), compute),
-                                   "clearing the probe's input"));
+                                   "clearing the probe's input", kCacheContext));
   auto expert_seconds = [&](int rows) -> absl::StatusOr<double> {
     std::vector<double> times;
     for (int rep = 0; rep <= kProbeReps; ++rep) {
-      MOETIER_RETURN_IF_ERROR(CudaCall(cudaEventRecord(*start, compute), "cudaEventRecord"));
+      MOETIER_RETURN_IF_ERROR(
+          CudaCall(cudaEventRecord(*start, compute), "cudaEventRecord", kCacheContext));
       MOETIER_RETURN_IF_ERROR(
           cuda::GemvQuant(shape.gate_type, w, x, n_ff, n_embd, rows, gate_out, compute));
       MOETIER_RETURN_IF_ERROR(
@@ -406,7 +406,8 @@ absl::Status CudaExpertCache::MeasureCosts(const Qwen3MoeModel& model, void* com
       MOETIER_RETURN_IF_ERROR(cuda::SiluMul(gate_out, up_out, rows * n_ff, gate_out, compute));
       MOETIER_RETURN_IF_ERROR(cuda::GemvQuant(shape.down_type, w + g.down_offset, gate_out, n_embd,
                                               n_ff, rows, y, compute));
-      MOETIER_RETURN_IF_ERROR(CudaCall(cudaEventRecord(*end, compute), "cudaEventRecord"));
+      MOETIER_RETURN_IF_ERROR(
+          CudaCall(cudaEventRecord(*end, compute), "cudaEventRecord", kCacheContext));
       absl::StatusOr<double> s = ElapsedSeconds(*start, *end);
       if (!s.ok()) return s.status();
       if (rep > 0) times.push_back(*s);
@@ -420,7 +421,7 @@ absl::Status CudaExpertCache::MeasureCosts(const Qwen3MoeModel& model, void* com
   cost_.device.per_row_s = std::max(0.0, (*many - *one) / (kProbeRows - 1));
   cost_.device.fixed_s = std::max(0.0, *one - cost_.device.per_row_s);
   cost_.sites_overlap = true;
-  return CudaCall(cudaStreamSynchronize(compute), "the expert compute probe");
+  return CudaCall(cudaStreamSynchronize(compute), "the expert compute probe", kCacheContext);
 }
 
 absl::StatusOr<uint64_t> CudaExpertCache::ChoosePoolBytes(
@@ -432,8 +433,8 @@ absl::StatusOr<uint64_t> CudaExpertCache::ChoosePoolBytes(
   const uint64_t full = FullPoolBytes(options);
   if (config.pool_bytes >= 0) return std::min(static_cast<uint64_t>(config.pool_bytes), full);
   size_t free_bytes = 0, total_bytes = 0;
-  MOETIER_RETURN_IF_ERROR(
-      CudaCall(cudaMemGetInfo(&free_bytes, &total_bytes), "reading the free device memory"));
+  MOETIER_RETURN_IF_ERROR(CudaCall(cudaMemGetInfo(&free_bytes, &total_bytes),
+                                   "reading the free device memory", kCacheContext));
   const uint64_t reserve = std::max<uint64_t>(uint64_t{1} << 30, total_bytes / 20);
   const uint64_t available = free_bytes > reserve ? free_bytes - reserve : 0;
   const uint64_t need = MinDynamicPoolBytes(options);
@@ -523,26 +524,28 @@ absl::Status CudaExpertCache::CopyFill(int layer, const SlotFillJob& job) {
       MOETIER_RETURN_IF_ERROR(
           CudaCall(cudaMemcpyAsync(dst + offsets[i], parts[i].first, parts[i].second,
                                    cudaMemcpyHostToDevice, copy),
-                   absl::StrFormat("copying an expert of layer %d into slot %d", layer, job.slot)));
+                   absl::StrFormat("copying an expert of layer %d into slot %d", layer, job.slot),
+                   kCacheContext));
     }
   } else {
     // The ring's oldest buffer: its previous copy must have left it.
     const int i = next_staging_;
     next_staging_ = (next_staging_ + 1) % kStagingBuffers;
-    MOETIER_RETURN_IF_ERROR(
-        CudaCall(cudaEventSynchronize(AsEvent(staging_done_[i])), "waiting for a staging buffer"));
+    MOETIER_RETURN_IF_ERROR(CudaCall(cudaEventSynchronize(AsEvent(staging_done_[i])),
+                                     "waiting for a staging buffer", kCacheContext));
     for (int m = 0; m < 3; ++m) {
       std::memcpy(staging_[i] + offsets[m], parts[m].first, parts[m].second);
     }
     MOETIER_RETURN_IF_ERROR(
         CudaCall(cudaMemcpyAsync(dst, staging_[i], g.down_offset + g.down_bytes,
                                  cudaMemcpyHostToDevice, copy),
-                 absl::StrFormat("copying an expert of layer %d into slot %d", layer, job.slot)));
-    MOETIER_RETURN_IF_ERROR(
-        CudaCall(cudaEventRecord(AsEvent(staging_done_[i]), copy), "cudaEventRecord"));
+                 absl::StrFormat("copying an expert of layer %d into slot %d", layer, job.slot),
+                 kCacheContext));
+    MOETIER_RETURN_IF_ERROR(CudaCall(cudaEventRecord(AsEvent(staging_done_[i]), copy),
+                                     "cudaEventRecord", kCacheContext));
   }
   return CudaCall(cudaEventRecord(AsEvent(filled_[static_cast<size_t>(job.slot)]), copy),
-                  "cudaEventRecord");
+                  "cudaEventRecord", kCacheContext);
 }
 
 absl::Status CudaExpertCache::EnqueueFills(int layer, std::span<const SlotFillJob> jobs) {
@@ -554,11 +557,11 @@ absl::Status CudaExpertCache::EnqueueFills(int layer, std::span<const SlotFillJo
     MOETIER_CHECK(job.slot >= 0 && static_cast<uint32_t>(job.slot) < cache_->n_slots());
     MOETIER_RETURN_IF_ERROR(
         CudaCall(cudaStreamWaitEvent(copy, AsEvent(last_read_[static_cast<size_t>(job.slot)]), 0),
-                 "ordering a fill after the slot's last read"));
+                 "ordering a fill after the slot's last read", kCacheContext));
   }
   if (!hold_copies_) {
     MOETIER_RETURN_IF_ERROR(
-        CudaCall(cudaEventRecord(AsEvent(copy_start_), copy), "cudaEventRecord"));
+        CudaCall(cudaEventRecord(AsEvent(copy_start_), copy), "cudaEventRecord", kCacheContext));
   }
   // From here the hold's end must wait for the copies, whatever fails.
   hold_copies_ = true;
@@ -568,7 +571,7 @@ absl::Status CudaExpertCache::EnqueueFills(int layer, std::span<const SlotFillJo
     if (!status.ok()) break;
   }
   const absl::Status recorded =
-      CudaCall(cudaEventRecord(AsEvent(copy_end_), copy), "cudaEventRecord");
+      CudaCall(cudaEventRecord(AsEvent(copy_end_), copy), "cudaEventRecord", kCacheContext);
   return status.ok() ? recorded : status;
 }
 
@@ -578,11 +581,11 @@ absl::Status CudaExpertCache::FinishHold() {
   if (hold_copies_) {
     // The copies read the source's bytes until they complete.
     status = CudaCall(cudaStreamSynchronize(AsStream(copy_stream_)),
-                      "waiting for expert copies to the device");
+                      "waiting for expert copies to the device", kCacheContext);
     if (status.ok()) {
       float ms = 0;
       status = CudaCall(cudaEventElapsedTime(&ms, AsEvent(copy_start_), AsEvent(copy_end_)),
-                        "cudaEventElapsedTime");
+                        "cudaEventElapsedTime", kCacheContext);
       if (status.ok()) copy_busy_ns_ += static_cast<uint64_t>(static_cast<double>(ms) * 1e6);
     }
     hold_copies_ = false;
@@ -596,14 +599,14 @@ absl::Status CudaExpertCache::WaitFilled(int32_t slot, void* compute_stream) {
   MOETIER_CHECK(slot >= 0 && static_cast<uint32_t>(slot) < cache_->n_slots());
   return CudaCall(
       cudaStreamWaitEvent(AsStream(compute_stream), AsEvent(filled_[static_cast<size_t>(slot)]), 0),
-      "ordering a kernel after its slot's fill");
+      "ordering a kernel after its slot's fill", kCacheContext);
 }
 
 absl::Status CudaExpertCache::MarkRead(int32_t slot, void* compute_stream) {
   MOETIER_CHECK(slot >= 0 && static_cast<uint32_t>(slot) < cache_->n_slots());
   return CudaCall(
       cudaEventRecord(AsEvent(last_read_[static_cast<size_t>(slot)]), AsStream(compute_stream)),
-      "cudaEventRecord");
+      "cudaEventRecord", kCacheContext);
 }
 
 void CudaExpertCache::ComputeOnHost(int layer, const ExpertMatrices& expert, int64_t first_row,

@@ -13,6 +13,7 @@
 #include "absl/strings/str_join.h"
 #include "backend/cuda/cuda_device.h"
 #include "base/check.h"
+#include "engine/cuda_check.h"
 #include "tensor/quant_codec.h"
 
 namespace moetier {
@@ -26,19 +27,6 @@ constexpr int kMaxTopK = 64;
 constexpr int kMaxHeadDim = 256;
 // Attention and RoPE put tokens on the grid's y dimension.
 constexpr int kMaxBatch = 8192;
-
-#define MOETIER_RETURN_IF_ERROR(expr)          \
-  do {                                         \
-    if (absl::Status _st = (expr); !_st.ok()) { \
-      return _st;                              \
-    }                                          \
-  } while (false)
-
-absl::Status CudaCall(cudaError_t err, const std::string& what) {
-  if (err == cudaSuccess) return absl::OkStatus();
-  cudaGetLastError();  // clear a non-sticky error so that the next call starts clean
-  return absl::InternalError(absl::StrFormat("%s failed: %s", what, cudaGetErrorString(err)));
-}
 
 absl::Status CheckMatrix(const WeightRef& ref, int64_t cols, int64_t rows, int64_t experts) {
   if (ref.data == nullptr) {
@@ -525,6 +513,18 @@ absl::Status CudaQwen3Moe::AllocateBuffers() {
     pinned_blocks_.push_back(p);
     *dst = static_cast<int32_t*>(p);
   }
+  const bool any_hook = config_.routing_observer != nullptr || config_.routing_override != nullptr;
+  const uint64_t probs_elems = config_.routing_override != nullptr ? b * n_expert : 0;
+  for (auto [dst, elems] : {std::pair{&host_topk_weights_, any_hook ? bk : 0},
+                            std::pair{&host_router_probs_, probs_elems}}) {
+    if (elems == 0) continue;
+    void* p = nullptr;
+    MOETIER_RETURN_IF_ERROR(CudaCall(cudaMallocHost(&p, elems * sizeof(float)),
+                                     absl::StrFormat("cudaMallocHost of %d bytes for routing",
+                                                     elems * sizeof(float))));
+    pinned_blocks_.push_back(p);
+    *dst = static_cast<float*>(p);
+  }
   return absl::OkStatus();
 }
 
@@ -610,7 +610,7 @@ absl::Status CudaQwen3Moe::ForwardBatch(const int32_t* tokens, int n, int pos0, 
   }
   for (int l = 0; l < hp_.n_layer; ++l) {
     MOETIER_RETURN_IF_ERROR(AttentionBlock(l, n, pos0));
-    MOETIER_RETURN_IF_ERROR(MoeBlock(l, n));
+    MOETIER_RETURN_IF_ERROR(MoeBlock(l, n, pos0));
   }
   if (logits != nullptr) {
     // Final norm and output projection, for every row or just the last.
@@ -665,7 +665,7 @@ absl::Status CudaQwen3Moe::AttentionBlock(int layer, int n, int pos0) {
   return cuda::AddInPlace(x_, sub_out_, static_cast<int64_t>(n) * n_embd, stream_);
 }
 
-absl::Status CudaQwen3Moe::RouteAndGroup(int layer, int n, bool predict) {
+absl::Status CudaQwen3Moe::RouteAndGroup(int layer, int n, int pos0, bool predict) {
   const Layer& l = layers_[static_cast<size_t>(layer)];
   const int n_embd = hp_.n_embd;
   const int n_expert = hp_.n_expert;
@@ -682,10 +682,27 @@ absl::Status CudaQwen3Moe::RouteAndGroup(int layer, int n, bool predict) {
       cudaMemcpyAsync(host_topk_ids_, topk_ids_, static_cast<size_t>(n_slots) * sizeof(int32_t),
                       cudaMemcpyDeviceToHost, stream),
       "copying the router's choice to the host"));
+  const bool hooks = config_.routing_override != nullptr || config_.routing_observer != nullptr;
+  if (config_.routing_override != nullptr) {
+    // The override's weights come from the router's probabilities.
+    MOETIER_RETURN_IF_ERROR(CudaCall(
+        cudaMemcpyAsync(host_router_probs_, router_probs_,
+                        static_cast<size_t>(n) * n_expert * sizeof(float), cudaMemcpyDeviceToHost,
+                        stream),
+        "copying the router's probabilities to the host"));
+  } else if (hooks) {
+    MOETIER_RETURN_IF_ERROR(CudaCall(
+        cudaMemcpyAsync(host_topk_weights_, topk_weights_,
+                        static_cast<size_t>(n_slots) * sizeof(float), cudaMemcpyDeviceToHost,
+                        stream),
+        "copying the router's weights to the host"));
+  }
   if (predict) {
     // The next layer's router on the same hidden state: its choice is
     // usually close to the one that layer will make, early enough to start
-    // the copies during this layer's experts.
+    // the copies during this layer's experts. A routing override is not
+    // asked (it answers once per layer, when the layer runs), so while a
+    // trace is replayed this predicts the router, not the trace.
     const Layer& next = layers_[static_cast<size_t>(layer) + 1];
     MOETIER_RETURN_IF_ERROR(
         cuda::RmsNorm(x_, next.ffn_norm, n, n_embd, hp_.rms_eps, pred_xn_, stream_));
@@ -698,11 +715,6 @@ absl::Status CudaQwen3Moe::RouteAndGroup(int layer, int n, bool predict) {
         "copying the predicted choice to the host"));
   }
   MOETIER_RETURN_IF_ERROR(Sync("the router"));
-
-  // Group the (token, choice) pairs by expert, experts ascending. From here
-  // until the next layer's Sync the device may still read host_slot_rows_
-  // (the copy below), and nothing on the host writes it before that Sync.
-  std::fill(expert_count_.begin(), expert_count_.end(), 0);
   for (int i = 0; i < n_slots; ++i) {
     const int32_t e = host_topk_ids_[i];
     if (e < 0 || e >= n_expert) {
@@ -712,8 +724,16 @@ absl::Status CudaQwen3Moe::RouteAndGroup(int layer, int n, bool predict) {
           "activations?)",
           layer, e, i / top_k));
     }
-    ++expert_count_[static_cast<size_t>(e)];
   }
+  // An override's ids are checked there: from here every id is a valid
+  // expert.
+  if (hooks) MOETIER_RETURN_IF_ERROR(ApplyRoutingHooks(layer, n, pos0));
+
+  // Group the (token, choice) pairs by expert, experts ascending. From here
+  // until the next layer's Sync the device may still read host_slot_rows_
+  // (the copy below), and nothing on the host writes it before that Sync.
+  std::fill(expert_count_.begin(), expert_count_.end(), 0);
+  for (int i = 0; i < n_slots; ++i) ++expert_count_[static_cast<size_t>(host_topk_ids_[i])];
   expert_offset_[0] = 0;
   for (int e = 0; e < n_expert; ++e) {
     expert_offset_[static_cast<size_t>(e) + 1] =
@@ -727,7 +747,8 @@ absl::Status CudaQwen3Moe::RouteAndGroup(int layer, int n, bool predict) {
   for (int t = 0; t < n; ++t) {
     for (int j = 0; j < top_k; ++j) {
       const int e = host_topk_ids_[t * top_k + j];
-      const int slot = expert_offset_[static_cast<size_t>(e)] + expert_count_[static_cast<size_t>(e)]++;
+      const size_t ue = static_cast<size_t>(e);
+      const int slot = expert_offset_[ue] + expert_count_[ue]++;
       slot_token[slot] = t;
       token_slot[t * top_k + j] = slot;
     }
@@ -738,6 +759,66 @@ absl::Status CudaQwen3Moe::RouteAndGroup(int layer, int n, bool predict) {
                       stream),
       "copying the expert row maps to the device"));
   return cuda::GatherRows(xn_, slot_rows_, n_slots, n_embd, expert_in_, stream_);
+}
+
+absl::Status CudaQwen3Moe::ApplyRoutingHooks(int layer, int n, int pos0) {
+  const int n_expert = hp_.n_expert;
+  const int top_k = hp_.n_expert_used;
+  const size_t n_choices = static_cast<size_t>(n) * top_k;
+  auto* stream = static_cast<cudaStream_t>(stream_);
+  RoutingBatch batch{.layer = layer,
+                     .n_layer = hp_.n_layer,
+                     .n_expert = n_expert,
+                     .top_k = top_k,
+                     .pos0 = pos0,
+                     .n_tokens = n,
+                     .experts = {},
+                     .weights = {}};
+  if (RoutingOverride* override = config_.routing_override; override != nullptr) {
+    const std::span<int32_t> ids(host_topk_ids_, n_choices);
+    MOETIER_RETURN_IF_ERROR(override->Override(batch, ids));
+    for (int t = 0; t < n; ++t) {
+      const int32_t* chosen = ids.data() + static_cast<size_t>(t) * top_k;
+      for (int j = 0; j < top_k; ++j) {
+        if (chosen[j] < 0 || chosen[j] >= n_expert) {
+          return absl::InternalError(absl::StrFormat(
+              "routing override chose expert %d for layer %d at position %d; the model has "
+              "experts 0..%d",
+              chosen[j], layer, pos0 + t, n_expert - 1));
+        }
+      }
+      // The router's probabilities of the chosen experts, summed and
+      // divided in RouterTopK's order and precision (IEEE fp32 on both
+      // sides), so that the router's own choice gets its own weights bit
+      // for bit.
+      const float* probs = host_router_probs_ + static_cast<size_t>(t) * n_expert;
+      float* weights = host_topk_weights_ + static_cast<size_t>(t) * top_k;
+      float sum = 0.0f;
+      for (int j = 0; j < top_k; ++j) {
+        weights[j] = probs[chosen[j]];
+        sum += weights[j];
+      }
+      const float denom = std::fmax(sum, 6.1035e-5f);
+      for (int j = 0; j < top_k; ++j) weights[j] /= denom;
+    }
+    // On the stream before anything that reads them (the combine reads the
+    // weights). The host writes these pinned buffers again only after the
+    // next layer's Sync, by when both copies are done.
+    MOETIER_RETURN_IF_ERROR(CudaCall(
+        cudaMemcpyAsync(topk_ids_, host_topk_ids_, n_choices * sizeof(int32_t),
+                        cudaMemcpyHostToDevice, stream),
+        "copying the overridden choice to the device"));
+    MOETIER_RETURN_IF_ERROR(CudaCall(
+        cudaMemcpyAsync(topk_weights_, host_topk_weights_, n_choices * sizeof(float),
+                        cudaMemcpyHostToDevice, stream),
+        "copying the overridden weights to the device"));
+  }
+  if (RoutingObserver* observer = config_.routing_observer; observer != nullptr) {
+    batch.experts = std::span<const int32_t>(host_topk_ids_, n_choices);
+    batch.weights = std::span<const float>(host_topk_weights_, n_choices);
+    MOETIER_RETURN_IF_ERROR(observer->OnRouting(batch));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status CudaQwen3Moe::LaunchExpert(int layer, const void* gate_w, const void* up_w,
@@ -756,12 +837,12 @@ absl::Status CudaQwen3Moe::LaunchExpert(int layer, const void* gate_w, const voi
   return MatMul(down, g, count, down_out_ + off * n_embd);
 }
 
-absl::Status CudaQwen3Moe::MoeBlock(int layer, int n) {
+absl::Status CudaQwen3Moe::MoeBlock(int layer, int n, int pos0) {
   const int n_expert = hp_.n_expert;
   const int top_k = hp_.n_expert_used;
   const bool predict = cache_ != nullptr && cache_->predicts() && n <= kCudaPrefetchMaxTokens &&
                        layer + 1 < hp_.n_layer;
-  MOETIER_RETURN_IF_ERROR(RouteAndGroup(layer, n, predict));
+  MOETIER_RETURN_IF_ERROR(RouteAndGroup(layer, n, pos0, predict));
   if (cache_ != nullptr) {
     MOETIER_RETURN_IF_ERROR(CachedExperts(layer, n));
   } else {
@@ -777,7 +858,9 @@ absl::Status CudaQwen3Moe::MoeBlock(int layer, int n) {
       MOETIER_RETURN_IF_ERROR(LaunchExpert(layer, mats->gate, mats->up, mats->down, off, count));
     }
   }
-  // Weighted sum in the router's order j = 0..k-1, then the residual.
+  // Weighted sum in the choice's order j = 0..k-1 (the router's, or the
+  // override's with the weights ApplyRoutingHooks copied down before any
+  // kernel of this block), then the residual.
   MOETIER_RETURN_IF_ERROR(cuda::MoeCombine(down_out_, slot_rows_ + n * top_k, topk_weights_, n,
                                            top_k, hp_.n_embd, x_, stream_));
   // The combine is enqueued first: the prefetch copies then overlap it and

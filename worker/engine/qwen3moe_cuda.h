@@ -20,6 +20,15 @@
 // layer's experts to prefetch them. Slots hold the file's bytes, so a slot
 // expert computes exactly what a resident one does.
 //
+// Routing hooks (engine/routing_hook.h; CudaEngineConfig::routing_override
+// and routing_observer) act at the per-layer wait, on the host, exactly as
+// in the CPU engine: the override's choice replaces the router's for
+// everything that follows (grouping, the cache's Route and Place, the
+// weighted sum), mixed with the router's probabilities of the chosen
+// experts renormalized as the router does, and the observer sees the choice
+// used. The cache's prefetch still predicts from the next layer's router,
+// so while a trace is replayed it predicts the router, not the trace.
+//
 // Numerics: activations, norms, attention and logits are fp32. Matrix
 // inputs of up to `gemv_max_rows` rows go through GemvQuant (exact weights,
 // fp32 sums); larger ones through GemmQuant, which rounds weights and
@@ -41,6 +50,7 @@
 #include "engine/cuda_expert_cache.h"
 #include "engine/expert_source.h"
 #include "engine/forward_engine.h"
+#include "engine/routing_hook.h"
 #include "model/qwen3moe_model.h"
 
 namespace moetier {
@@ -100,6 +110,15 @@ struct CudaEngineConfig {
   // range that cannot be registered, go through pinned staging buffers.
   // Must stay mapped for the engine's life.
   std::vector<HostMemoryRange> dma_ranges;
+  // Routing hooks (engine/routing_hook.h), called per MoE layer and batch
+  // once the router's top-k is on the host: the override replaces the
+  // choice, then the observer sees the choice used. Null: the router
+  // decides, nothing is told (the engine tests the two pointers once per
+  // layer). With an override every layer copies the batch's router
+  // probabilities to the host with its choice ([n][n_expert] floats) and
+  // the new choice and weights back. Not owned; must outlive the engine.
+  RoutingObserver* routing_observer = nullptr;
+  RoutingOverride* routing_override = nullptr;
 };
 
 class CudaQwen3Moe final : public ForwardEngine {
@@ -117,8 +136,10 @@ class CudaQwen3Moe final : public ForwardEngine {
   CudaQwen3Moe& operator=(const CudaQwen3Moe&) = delete;
 
   // ForwardEngine's contract. Errors from the device (a kernel fault, an
-  // expert source failure, a router that chose no valid expert) come back
-  // as a Status; the cache is then valid up to the last whole batch.
+  // expert source failure, a router that chose no valid expert) and from a
+  // routing hook (its own Status, or an override's expert id outside the
+  // model: Internal, naming layer, position and id) come back as a Status;
+  // the cache is then valid up to the last whole batch.
   absl::Status Forward(std::span<const int32_t> tokens, int pos0, LogitRows rows,
                        float* logits) override;
   void Reset() override { cached_tokens_ = 0; }
@@ -173,11 +194,15 @@ class CudaQwen3Moe final : public ForwardEngine {
   absl::Status ForwardBatch(const int32_t* tokens, int n, int pos0, LogitRows rows,
                             float* logits);
   absl::Status AttentionBlock(int layer, int n, int pos0);
-  // The router's choice for the batch's n tokens, on the host (one sync),
-  // grouped by expert; with `predict`, also the next layer's predicted
-  // choice into host_pred_ids_.
-  absl::Status RouteAndGroup(int layer, int n, bool predict);
-  absl::Status MoeBlock(int layer, int n);
+  // The router's choice for the batch's n tokens at positions pos0.., on
+  // the host (one sync), after the routing hooks, grouped by expert; with
+  // `predict`, also the next layer's predicted choice into host_pred_ids_.
+  absl::Status RouteAndGroup(int layer, int n, int pos0, bool predict);
+  // The override (host_topk_ids_ and host_topk_weights_ replaced, and
+  // copies of both enqueued to topk_ids_ and topk_weights_), then the
+  // observer.
+  absl::Status ApplyRoutingHooks(int layer, int n, int pos0);
+  absl::Status MoeBlock(int layer, int n, int pos0);
   // One expert's products on grouped rows [off, off + count).
   absl::Status LaunchExpert(int layer, const void* gate, const void* up, const void* down,
                             int64_t off, int64_t count);
@@ -244,6 +269,10 @@ class CudaQwen3Moe final : public ForwardEngine {
   // Pinned host memory for the per-layer exchange with the device.
   int32_t* host_topk_ids_ = nullptr;   // [B * K]
   int32_t* host_slot_rows_ = nullptr;  // [2][B * K], as slot_rows_
+  // Routing hooks only: the choice's weights (with either hook) and the
+  // router's probabilities (with an override).
+  float* host_topk_weights_ = nullptr;  // [B * K]
+  float* host_router_probs_ = nullptr;  // [B][n_expert]
   // Host-side grouping by expert.
   std::vector<int32_t> expert_count_;   // [n_expert]
   std::vector<int32_t> expert_offset_;  // [n_expert + 1]

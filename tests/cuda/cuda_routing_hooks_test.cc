@@ -1,0 +1,552 @@
+// The CUDA engine's routing hooks (engine/routing_hook.h) on the test
+// vectors: a 6-token prompt in one call, then one token per call.
+//
+// Every product goes through the GEMV (gemv_max_rows = max_batch), so that
+// each row's arithmetic does not depend on the batch:
+// - an override that keeps the router's choice, and a replayed trace that
+//   the observer recorded from the same tokens, give the hook-less logits
+//   bit for bit (the weights are recomputed on the host from the router's
+//   probabilities in RouterTopK's fp32 order);
+// - an override that forces other experts gives the CPU engine's logits
+//   with the same override, within the bounds the CUDA engine tests use
+//   against the fp32 reference (tiny-f32: 1e-4 of each row's range; the
+//   CPU engine's activations are fp32 there) and those the cache tests use
+//   for 8-bit host activations (tiny-q8_0: mean KL 1e-2, top-1 90%). A
+//   forced choice has no router near-ties to flip;
+// - the observer sees each batch's layers in order with n_tokens * top_k
+//   ids and weights, the override's ids when there is one;
+// - an override id outside the model fails Forward with a message naming
+//   it, and the engine computes correctly afterwards;
+// - with the VRAM cache, a replayed trace of the same two experts per layer
+//   decides what is placed: after the first token every placement is a hit.
+//
+// Everything skips without a device.
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "backend/cuda/cuda_device.h"
+#include "engine/mapped_expert_source.h"
+#include "engine/qwen3moe_cpu.h"
+#include "engine/qwen3moe_cuda.h"
+#include "engine/routing_trace_hooks.h"
+#include "gguf/gguf_reader.h"
+#include "gtest/gtest.h"
+#include "model/qwen3moe_model.h"
+
+namespace moetier {
+namespace {
+
+constexpr int kMaxCtx = 64;
+constexpr int kMaxBatch = 8;
+constexpr size_t kPrompt = 6;
+
+std::string VectorPath(const std::string& name) {
+  return std::string(MOETIER_TEST_DATA_DIR) + "/vectors/" + name;
+}
+
+std::vector<int32_t> ReadIds(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<int32_t> ids;
+  std::string part;
+  while (std::getline(in, part, ',')) ids.push_back(std::stoi(part));
+  return ids;
+}
+
+struct Loaded {
+  std::unique_ptr<GgufModel> gguf;
+  Qwen3MoeModel model;
+  std::vector<int32_t> ids;
+  const Qwen3MoeHparams& hp() const { return model.hparams; }
+};
+
+std::unique_ptr<Loaded> Load(const std::string& name) {
+  auto out = std::make_unique<Loaded>();
+  absl::StatusOr<std::unique_ptr<GgufModel>> gguf = GgufModel::Open(VectorPath(name + ".gguf"));
+  EXPECT_TRUE(gguf.ok()) << gguf.status();
+  if (!gguf.ok()) return nullptr;
+  out->gguf = *std::move(gguf);
+  absl::StatusOr<Qwen3MoeModel> model = LoadQwen3Moe(*out->gguf);
+  EXPECT_TRUE(model.ok()) << model.status();
+  if (!model.ok()) return nullptr;
+  out->model = *std::move(model);
+  out->ids = ReadIds(VectorPath(name + ".ids"));
+  EXPECT_GT(out->ids.size(), kPrompt);
+  return out;
+}
+
+CudaEngineConfig BaseConfig() {
+  CudaEngineConfig config;
+  config.max_ctx = kMaxCtx;
+  config.max_batch = kMaxBatch;
+  config.gemv_max_rows = kMaxBatch;  // every product on the GEMV
+  return config;
+}
+
+std::unique_ptr<CudaQwen3Moe> Engine(const Loaded& m, const CudaEngineConfig& config) {
+  absl::StatusOr<std::unique_ptr<CudaQwen3Moe>> engine = CudaQwen3Moe::Create(m.model, config);
+  EXPECT_TRUE(engine.ok()) << engine.status();
+  return engine.ok() ? *std::move(engine) : nullptr;
+}
+
+// The prompt's rows in one call, then one token per call: logits of every
+// position. Stops at the first error, which it returns.
+absl::Status RunSequence(ForwardEngine& engine, const std::vector<int32_t>& ids,
+                         std::vector<float>* out) {
+  const size_t n_vocab = engine.n_vocab();
+  out->assign(ids.size() * n_vocab, 0.0f);
+  engine.Reset();
+  const std::vector<int32_t> prompt(ids.begin(), ids.begin() + kPrompt);
+  if (absl::Status s = engine.Forward(prompt, 0, LogitRows::kAll, out->data()); !s.ok()) return s;
+  for (size_t i = kPrompt; i < ids.size(); ++i) {
+    const int32_t token[1] = {ids[i]};
+    if (absl::Status s =
+            engine.Forward(token, static_cast<int>(i), LogitRows::kLast, out->data() + i * n_vocab);
+        !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+std::vector<float> RunOk(ForwardEngine& engine, const std::vector<int32_t>& ids) {
+  std::vector<float> logits;
+  const absl::Status s = RunSequence(engine, ids, &logits);
+  EXPECT_TRUE(s.ok()) << s;
+  return logits;
+}
+
+size_t Differing(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return std::max(a.size(), b.size());
+  size_t n = 0;
+  for (size_t i = 0; i < a.size(); ++i) n += a[i] != b[i];
+  return n;
+}
+
+// max |a - b| / (max - min of b) over every row.
+double WorstRowError(const std::vector<float>& a, const std::vector<float>& b, size_t n_vocab) {
+  double worst = 0.0;
+  for (size_t row = 0; row < b.size() / n_vocab; ++row) {
+    const float* pa = a.data() + row * n_vocab;
+    const float* pb = b.data() + row * n_vocab;
+    const auto [lo, hi] = std::minmax_element(pb, pb + n_vocab);
+    double max_abs = 0.0;
+    for (size_t i = 0; i < n_vocab; ++i) {
+      const double d = std::fabs(static_cast<double>(pa[i]) - pb[i]);
+      max_abs = std::isnan(d) ? INFINITY : std::max(max_abs, d);
+    }
+    worst = std::max(worst, max_abs / (static_cast<double>(*hi) - *lo));
+  }
+  return worst;
+}
+
+struct Agreement {
+  double mean_kl = 0.0;        // KL(expected || actual), mean over positions
+  double top1_fraction = 0.0;  // positions whose argmax agrees
+};
+
+Agreement Compare(const std::vector<float>& actual, const std::vector<float>& expected,
+                  size_t n_vocab) {
+  Agreement a;
+  const size_t n_pos = expected.size() / n_vocab;
+  int same = 0;
+  for (size_t p = 0; p < n_pos; ++p) {
+    const float* x = actual.data() + p * n_vocab;
+    const float* y = expected.data() + p * n_vocab;
+    const double mx = *std::max_element(x, x + n_vocab);
+    const double my = *std::max_element(y, y + n_vocab);
+    double zx = 0.0, zy = 0.0;
+    for (size_t i = 0; i < n_vocab; ++i) {
+      zx += std::exp(x[i] - mx);
+      zy += std::exp(y[i] - my);
+    }
+    double kl = 0.0;
+    for (size_t i = 0; i < n_vocab; ++i) {
+      const double log_py = y[i] - my - std::log(zy);
+      const double log_px = x[i] - mx - std::log(zx);
+      kl += std::exp(log_py) * (log_py - log_px);
+    }
+    a.mean_kl += kl / n_pos;
+    same += std::max_element(x, x + n_vocab) - x == std::max_element(y, y + n_vocab) - y;
+  }
+  a.top1_fraction = static_cast<double>(same) / n_pos;
+  if (std::isnan(a.mean_kl)) a.mean_kl = INFINITY;  // NaN logits must not pass
+  return a;
+}
+
+// Every batch the observer saw, in call order.
+struct SeenBatch {
+  int layer, n_layer, n_expert, top_k, pos0, n_tokens;
+  std::vector<int32_t> experts;
+  std::vector<float> weights;
+};
+
+class Recorder final : public RoutingObserver {
+ public:
+  absl::Status OnRouting(const RoutingBatch& b) override {
+    seen.push_back({b.layer, b.n_layer, b.n_expert, b.top_k, b.pos0, b.n_tokens,
+                    std::vector<int32_t>(b.experts.begin(), b.experts.end()),
+                    std::vector<float>(b.weights.begin(), b.weights.end())});
+    return absl::OkStatus();
+  }
+  std::vector<SeenBatch> seen;
+};
+
+// Leaves the router's choice as it is (it holds it on entry), checking
+// that the batch carries no experts or weights yet.
+class KeepRouterChoice final : public RoutingOverride {
+ public:
+  absl::Status Override(const RoutingBatch& b, std::span<int32_t> experts) override {
+    ++calls;
+    if (!b.experts.empty() || !b.weights.empty()) ++bad_batches;
+    if (experts.size() != static_cast<size_t>(b.n_tokens) * b.top_k) ++bad_batches;
+    return absl::OkStatus();
+  }
+  int calls = 0;
+  int bad_batches = 0;
+};
+
+// Token at position p, layer l: experts (5p + 3l + j * stride) mod
+// n_expert for j < top_k, distinct (stride 3 is prime to 8), in an order
+// unrelated to the router's scores. Counts the tokens whose choice it
+// changed, and can put `bad_id` into layer `bad_layer`'s first token.
+class ForceExperts final : public RoutingOverride {
+ public:
+  absl::Status Override(const RoutingBatch& b, std::span<int32_t> experts) override {
+    for (int t = 0; t < b.n_tokens; ++t) {
+      const int p = b.pos0 + t;
+      bool changed = false;
+      for (int j = 0; j < b.top_k; ++j) {
+        int32_t& e = experts[static_cast<size_t>(t) * b.top_k + j];
+        const int32_t want = (5 * p + 3 * b.layer + 3 * j) % b.n_expert;
+        changed = changed || e != want;
+        e = want;
+      }
+      changed_tokens += changed;
+      ++tokens;
+    }
+    if (b.layer == bad_layer) experts[0] = bad_id;
+    if (b.layer == fail_layer) return absl::FailedPreconditionError("test override gave up");
+    return absl::OkStatus();
+  }
+  static int32_t Expected(int pos, int layer, int j, int n_expert) {
+    return (5 * pos + 3 * layer + 3 * j) % n_expert;
+  }
+  int tokens = 0;
+  int changed_tokens = 0;
+  int bad_layer = -1;
+  int32_t bad_id = 0;
+  int fail_layer = -1;
+};
+
+class CudaRoutingHooksTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (CudaDeviceCount() == 0) {
+      GTEST_SKIP() << "no CUDA device or driver on this machine; run tests/cuda/run-on-gpu.sh "
+                      "where a GPU exists";
+    }
+  }
+};
+
+const char* const kModels[] = {"tiny-f32", "tiny-q8_0", "small-q4_k_m"};
+
+TEST_F(CudaRoutingHooksTest, TheRoutersOwnChoiceGivesBitIdenticalLogits) {
+  for (const char* name : kModels) {
+    SCOPED_TRACE(name);
+    std::unique_ptr<Loaded> m = Load(name);
+    ASSERT_NE(m, nullptr);
+    const Qwen3MoeHparams& hp = m->hp();
+    std::unique_ptr<CudaQwen3Moe> plain = Engine(*m, BaseConfig());
+    ASSERT_NE(plain, nullptr);
+    const std::vector<float> want = RunOk(*plain, m->ids);
+
+    // An override that keeps the router's choice.
+    KeepRouterChoice keep;
+    CudaEngineConfig config = BaseConfig();
+    config.routing_override = &keep;
+    std::unique_ptr<CudaQwen3Moe> kept = Engine(*m, config);
+    ASSERT_NE(kept, nullptr);
+    EXPECT_EQ(Differing(RunOk(*kept, m->ids), want), 0u) << "of " << want.size() << " logits";
+    // One call per layer and batch: the prompt's batch and each decode token.
+    EXPECT_EQ(keep.calls, hp.n_layer * static_cast<int>(1 + m->ids.size() - kPrompt));
+    EXPECT_EQ(keep.bad_batches, 0);
+
+    // The observer's recording, replayed: also the same logits, and the
+    // recording itself changes nothing.
+    const std::string path = absl::StrCat(testing::TempDir(), "/cuda-hooks-", name, ".trace");
+    absl::StatusOr<std::unique_ptr<RoutingTraceRecorder>> recorder =
+        RoutingTraceRecorder::Create(path, hp.n_layer, hp.n_expert, hp.n_expert_used);
+    ASSERT_TRUE(recorder.ok()) << recorder.status();
+    config = BaseConfig();
+    config.routing_observer = recorder->get();
+    std::unique_ptr<CudaQwen3Moe> recording = Engine(*m, config);
+    ASSERT_NE(recording, nullptr);
+    EXPECT_EQ(Differing(RunOk(*recording, m->ids), want), 0u);
+    ASSERT_TRUE((*recorder)->Close().ok());
+    EXPECT_EQ((*recorder)->tokens_written(), m->ids.size());
+
+    absl::StatusOr<std::unique_ptr<RoutingTraceReplayer>> replayer =
+        RoutingTraceReplayer::Create(path, hp.n_layer, hp.n_expert, hp.n_expert_used);
+    ASSERT_TRUE(replayer.ok()) << replayer.status();
+    config = BaseConfig();
+    config.routing_override = replayer->get();
+    std::unique_ptr<CudaQwen3Moe> replaying = Engine(*m, config);
+    ASSERT_NE(replaying, nullptr);
+    EXPECT_EQ(Differing(RunOk(*replaying, m->ids), want), 0u);
+    EXPECT_EQ((*replayer)->next_token(), 0u) << "the trace's tokens were all used once";
+    std::remove(path.c_str());
+  }
+}
+
+TEST_F(CudaRoutingHooksTest, ForcedExpertsGiveTheCpuEnginesLogits) {
+  for (const char* name : {"tiny-f32", "tiny-q8_0"}) {
+    SCOPED_TRACE(name);
+    std::unique_ptr<Loaded> m = Load(name);
+    ASSERT_NE(m, nullptr);
+    const Qwen3MoeHparams& hp = m->hp();
+    ForceExperts cpu_force;
+    Recorder cpu_seen;
+    CpuEngineConfig cpu_config;
+    cpu_config.max_ctx = kMaxCtx;
+    cpu_config.max_batch = kMaxBatch;
+    cpu_config.n_threads = 2;
+    cpu_config.routing_override = &cpu_force;
+    cpu_config.routing_observer = &cpu_seen;
+    absl::StatusOr<std::unique_ptr<CpuQwen3Moe>> cpu = CpuQwen3Moe::Create(m->model, cpu_config);
+    ASSERT_TRUE(cpu.ok()) << cpu.status();
+    const std::vector<float> want = RunOk(**cpu, m->ids);
+
+    ForceExperts force;
+    Recorder seen;
+    CudaEngineConfig config = BaseConfig();
+    config.routing_override = &force;
+    config.routing_observer = &seen;
+    std::unique_ptr<CudaQwen3Moe> engine = Engine(*m, config);
+    ASSERT_NE(engine, nullptr);
+    const std::vector<float> got = RunOk(*engine, m->ids);
+    // Most tokens are forced away from the router's choice.
+    EXPECT_GT(force.changed_tokens, force.tokens / 2) << "of " << force.tokens;
+    const size_t n_vocab = engine->n_vocab();
+    const Agreement a = Compare(got, want, n_vocab);
+    std::printf("  %s: worst |error| / range %.3g, mean KL %.3g, top-1 %.2f\n", name,
+                WorstRowError(got, want, n_vocab), a.mean_kl, a.top1_fraction);
+    if (std::string(name) == "tiny-f32") {
+      EXPECT_LT(WorstRowError(got, want, n_vocab), 1e-4);
+    } else {
+      EXPECT_LE(a.mean_kl, 1e-2);
+      EXPECT_GE(a.top1_fraction, 0.9);
+    }
+    // The forced routing is not the router's: the logits moved.
+    std::unique_ptr<CudaQwen3Moe> plain = Engine(*m, BaseConfig());
+    ASSERT_NE(plain, nullptr);
+    EXPECT_GT(WorstRowError(got, RunOk(*plain, m->ids), n_vocab), 1e-3);
+
+    // The observer saw the forced experts, mixed with the CPU engine's
+    // weights (the router's probabilities of those experts, renormalized;
+    // on tiny-q8_0 the CPU's router reads 8-bit activations).
+    const float weight_tolerance = std::string(name) == "tiny-f32" ? 1e-4f : 2e-2f;
+    ASSERT_EQ(seen.seen.size(), cpu_seen.seen.size());
+    ASSERT_FALSE(seen.seen.empty());
+    for (size_t k = 0; k < seen.seen.size(); ++k) {
+      const SeenBatch& b = seen.seen[k];
+      const SeenBatch& c = cpu_seen.seen[k];
+      ASSERT_EQ(b.layer, c.layer);
+      ASSERT_EQ(b.pos0, c.pos0);
+      ASSERT_EQ(b.n_tokens, c.n_tokens);
+      ASSERT_EQ(b.experts.size(), static_cast<size_t>(b.n_tokens) * hp.n_expert_used);
+      ASSERT_EQ(b.weights.size(), b.experts.size());
+      ASSERT_EQ(c.weights.size(), b.weights.size());
+      for (int t = 0; t < b.n_tokens; ++t) {
+        float sum = 0.0f;
+        for (int j = 0; j < b.top_k; ++j) {
+          const size_t i = static_cast<size_t>(t) * b.top_k + j;
+          EXPECT_EQ(b.experts[i], ForceExperts::Expected(b.pos0 + t, b.layer, j, hp.n_expert))
+              << "layer " << b.layer << " position " << b.pos0 + t;
+          EXPECT_EQ(b.experts[i], c.experts[i]);
+          EXPECT_NEAR(b.weights[i], c.weights[i], weight_tolerance)
+              << "layer " << b.layer << " position " << b.pos0 + t;
+          EXPECT_GT(b.weights[i], 0.0f);
+          sum += b.weights[i];
+        }
+        // 1 unless the chosen probabilities sum below RouterTopK's floor.
+        EXPECT_LE(sum, 1.0f + 1e-5f);
+      }
+    }
+  }
+}
+
+TEST_F(CudaRoutingHooksTest, TheObserverSeesEveryLayerOfEveryBatchInOrder) {
+  std::unique_ptr<Loaded> m = Load("tiny-q8_0");
+  ASSERT_NE(m, nullptr);
+  const Qwen3MoeHparams& hp = m->hp();
+  Recorder seen;
+  CudaEngineConfig config = BaseConfig();
+  config.max_batch = 4;  // the 6-token prompt: batches of 4 and 2
+  config.gemv_max_rows = 4;
+  config.routing_observer = &seen;
+  std::unique_ptr<CudaQwen3Moe> engine = Engine(*m, config);
+  ASSERT_NE(engine, nullptr);
+  const std::vector<float> got = RunOk(*engine, m->ids);
+  // Observing changes nothing.
+  CudaEngineConfig plain_config = config;
+  plain_config.routing_observer = nullptr;
+  std::unique_ptr<CudaQwen3Moe> plain = Engine(*m, plain_config);
+  ASSERT_NE(plain, nullptr);
+  EXPECT_EQ(Differing(got, RunOk(*plain, m->ids)), 0u);
+
+  // Batches (pos0, n_tokens) in order, each with every layer in order.
+  std::vector<std::pair<int, int>> batches = {{0, 4}, {4, 2}};
+  for (size_t i = kPrompt; i < m->ids.size(); ++i) batches.push_back({static_cast<int>(i), 1});
+  ASSERT_EQ(seen.seen.size(), batches.size() * hp.n_layer);
+  for (size_t b = 0; b < batches.size(); ++b) {
+    for (int l = 0; l < hp.n_layer; ++l) {
+      const SeenBatch& s = seen.seen[b * hp.n_layer + static_cast<size_t>(l)];
+      SCOPED_TRACE(::testing::Message() << "batch " << b << " layer " << l);
+      EXPECT_EQ(s.layer, l);
+      EXPECT_EQ(s.n_layer, hp.n_layer);
+      EXPECT_EQ(s.n_expert, hp.n_expert);
+      EXPECT_EQ(s.top_k, hp.n_expert_used);
+      EXPECT_EQ(s.pos0, batches[b].first);
+      EXPECT_EQ(s.n_tokens, batches[b].second);
+      ASSERT_EQ(s.experts.size(), static_cast<size_t>(s.n_tokens) * hp.n_expert_used);
+      ASSERT_EQ(s.weights.size(), s.experts.size());
+      for (int t = 0; t < s.n_tokens; ++t) {
+        float sum = 0.0f;
+        for (int j = 0; j < hp.n_expert_used; ++j) {
+          const size_t i = static_cast<size_t>(t) * hp.n_expert_used + j;
+          EXPECT_GE(s.experts[i], 0);
+          EXPECT_LT(s.experts[i], hp.n_expert);
+          // The router's choice: highest score first, distinct.
+          if (j > 0) {
+            EXPECT_GE(s.weights[i - 1], s.weights[i]);
+            EXPECT_NE(s.experts[i - 1], s.experts[i]);
+          }
+          sum += s.weights[i];
+        }
+        EXPECT_NEAR(sum, 1.0f, 1e-5f);
+      }
+    }
+  }
+}
+
+TEST_F(CudaRoutingHooksTest, AnOverrideOutsideTheModelFailsForwardNamingIt) {
+  std::unique_ptr<Loaded> m = Load("tiny-q8_0");
+  ASSERT_NE(m, nullptr);
+  const Qwen3MoeHparams& hp = m->hp();
+  ForceExperts force;
+  CudaEngineConfig config = BaseConfig();
+  config.routing_override = &force;
+  std::unique_ptr<CudaQwen3Moe> engine = Engine(*m, config);
+  ASSERT_NE(engine, nullptr);
+  const std::vector<float> want = RunOk(*engine, m->ids);
+
+  std::vector<float> logits(static_cast<size_t>(engine->n_vocab()) * kPrompt);
+  const std::vector<int32_t> prompt(m->ids.begin(), m->ids.begin() + kPrompt);
+  for (const int32_t bad : {hp.n_expert, -1}) {
+    SCOPED_TRACE(bad);
+    force.bad_layer = 2;
+    force.bad_id = bad;
+    engine->Reset();
+    absl::Status s = engine->Forward(prompt, 0, LogitRows::kAll, logits.data());
+    EXPECT_EQ(s.code(), absl::StatusCode::kInternal) << s;
+    EXPECT_NE(s.message().find(absl::StrCat("expert ", bad)), absl::string_view::npos) << s;
+    EXPECT_NE(s.message().find("layer 2"), absl::string_view::npos) << s;
+    EXPECT_NE(s.message().find("position 0"), absl::string_view::npos) << s;
+    EXPECT_EQ(engine->cached_tokens(), 0);
+  }
+  // The override's own error comes back as it is.
+  force.bad_layer = -1;
+  force.fail_layer = 1;
+  engine->Reset();
+  absl::Status s = engine->Forward(prompt, 0, LogitRows::kAll, logits.data());
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_NE(s.message().find("test override gave up"), absl::string_view::npos) << s;
+  // Nothing was left half-done.
+  force.fail_layer = -1;
+  EXPECT_EQ(Differing(RunOk(*engine, m->ids), want), 0u);
+}
+
+TEST_F(CudaRoutingHooksTest, AReplayedTraceDrivesTheVramCache) {
+  std::unique_ptr<Loaded> m = Load("tiny-q8_0");
+  ASSERT_NE(m, nullptr);
+  const Qwen3MoeHparams& hp = m->hp();
+  ASSERT_EQ(hp.n_expert_used, 2);
+  // One token whose every layer routes to experts 3 and 6, replayed for
+  // every token.
+  const std::string path = testing::TempDir() + "/cuda-hooks-two-experts.trace";
+  {
+    std::ofstream out(path);
+    out << "moetier-trace v1 layers=" << hp.n_layer << " experts=" << hp.n_expert
+        << " top_k=2 weights=0\n";
+    for (int l = 0; l < hp.n_layer; ++l) out << (l > 0 ? ";" : "") << (l % 2 ? "6,3" : "3,6");
+    out << "\n";
+  }
+  absl::StatusOr<std::unique_ptr<RoutingTraceReplayer>> replayer =
+      RoutingTraceReplayer::Create(path, hp.n_layer, hp.n_expert, hp.n_expert_used);
+  ASSERT_TRUE(replayer.ok()) << replayer.status();
+  std::remove(path.c_str());
+
+  CudaEngineConfig config = BaseConfig();
+  config.routing_override = replayer->get();
+  std::unique_ptr<CudaQwen3Moe> resident = Engine(*m, config);
+  ASSERT_NE(resident, nullptr);
+  const std::vector<float> want = RunOk(*resident, m->ids);
+
+  const ExpertSlotCacheOptions options = CudaSlotCacheOptions(m->model, CudaExpertCacheConfig{});
+  // Prefetch off in the smallest pool (top_k slots a layer): nothing but
+  // the trace's experts is ever placed. Prefetch on in a pool of every
+  // expert: its guesses (the router's, not the trace's) evict nothing.
+  struct Case {
+    uint64_t pool;
+    bool prefetch;
+  };
+  for (const Case c : {Case{MinDynamicPoolBytes(options), false},
+                       Case{FullPoolBytes(options), true}}) {
+    SCOPED_TRACE(::testing::Message() << "pool " << c.pool << " prefetch " << c.prefetch);
+    MappedExpertSource source(m->model.weights);
+    config.expert_source = &source;
+    config.expert_cache.pool_bytes = static_cast<int64_t>(c.pool);
+    config.expert_cache.miss_policy = MissPolicy::kCopy;
+    config.expert_cache.prefetch = c.prefetch;
+    std::unique_ptr<CudaQwen3Moe> engine = Engine(*m, config);
+    ASSERT_NE(engine, nullptr);
+    const ExpertSlotCache& cache = engine->expert_cache_report()->cache();
+
+    // The prompt: every token on the same two experts, so each layer places
+    // two, both missing.
+    std::vector<float> got(want.size());
+    engine->Reset();
+    const std::vector<int32_t> prompt(m->ids.begin(), m->ids.begin() + kPrompt);
+    ASSERT_TRUE(engine->Forward(prompt, 0, LogitRows::kAll, got.data()).ok());
+    const uint64_t per_token = uint64_t(hp.n_layer) * hp.n_expert_used;
+    EXPECT_EQ(cache.stats().misses, per_token);
+    EXPECT_EQ(cache.stats().hits, 0u);
+    for (size_t i = kPrompt; i < m->ids.size(); ++i) {
+      const int32_t token[1] = {m->ids[i]};
+      const absl::Status s = engine->Forward(token, static_cast<int>(i), LogitRows::kLast,
+                                             got.data() + i * engine->n_vocab());
+      ASSERT_TRUE(s.ok()) << s;
+    }
+    // Every decode placement hit.
+    EXPECT_EQ(cache.stats().misses, per_token);
+    EXPECT_EQ(cache.stats().hits, per_token * (m->ids.size() - kPrompt));
+    EXPECT_EQ(cache.stats().misses_on_host, 0u);
+    // The slots hold the file's bytes: the resident engine's logits.
+    EXPECT_EQ(Differing(got, want), 0u);
+    if (c.prefetch) {
+      std::printf("  prefetch issued %llu (the router's guesses)\n",
+                  static_cast<unsigned long long>(cache.stats().prefetch_issued));
+    } else {
+      EXPECT_EQ(cache.stats().prefetch_issued, 0u);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace moetier
