@@ -204,7 +204,7 @@ TEST(WorkerTraceFlagsTest, BadTracesAndMisuseFailWithOneLine) {
   r = RunWorker({"--standalone", "--model", TinyModel(), "--backend", "reference", "--prompt",
                  "hi", "--routing-from-trace", bad});
   EXPECT_EQ(r.exit_code, 2);
-  EXPECT_THAT(r.err, HasSubstr("cpu backend"));
+  EXPECT_THAT(r.err, HasSubstr("cpu or cuda backend"));
   r = RunWorker({"--standalone", "--model", TinyModel(), "--prompt", "hi", "--routing-trace-out",
                  bad, "--routing-from-trace", bad});
   EXPECT_EQ(r.exit_code, 2);

@@ -161,10 +161,6 @@ absl::Status RunDaemonMode(const WorkerOptions& options, std::FILE* err,
                             : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   engine_options.weight_pages = options.weight_pages;
   const bool on_gpu = options.device != "cpu";
-  if (on_gpu && (hooks->recorder != nullptr || hooks->replayer != nullptr)) {
-    return absl::InvalidArgumentError(
-        "routing traces need device cpu: the CUDA engine has no routing hook yet");
-  }
   // The engine, and the expert cache (if any) whose state the status page
   // follows after every engine call.
   std::unique_ptr<SlotCachedExpertSource> host_cache;
@@ -175,7 +171,7 @@ absl::Status RunDaemonMode(const WorkerOptions& options, std::FILE* err,
   if (on_gpu) {
     absl::StatusOr<CudaWorkerEngine> cuda =
         MakeCudaWorkerEngine(options, *model, engine_options.max_ctx, **source,
-                             {(*client)->slot_area()}, /*cache_by_default=*/true, err);
+                             {(*client)->slot_area()}, *hooks, /*cache_by_default=*/true, err);
     if (!cuda.ok()) return WithContext(cuda.status(), options.device);
     engine = std::move(cuda->engine);
     cache_report = cuda->cache_report;

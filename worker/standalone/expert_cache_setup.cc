@@ -62,7 +62,7 @@ std::string ExpertCacheSummary(const ExpertCacheReport& source) {
 absl::StatusOr<CudaWorkerEngine> MakeCudaWorkerEngine(
     const WorkerOptions& options, const Qwen3MoeModel& model, int max_ctx,
     ExpertWeightSource& host_source, std::vector<std::span<const uint8_t>> dma_ranges,
-    bool cache_by_default, std::FILE* err) {
+    const RoutingTraceHooks& hooks, bool cache_by_default, std::FILE* err) {
   CudaWorkerEngineOptions cuda;
   cuda.device = CudaOrdinalOf(options.device);
   if (cuda.device < 0) {
@@ -73,6 +73,8 @@ absl::StatusOr<CudaWorkerEngine> MakeCudaWorkerEngine(
   cuda.policy = options.cache_policy;
   cuda.miss_policy = options.miss_policy;
   cuda.prefetch = options.prefetch;
+  cuda.routing_observer = hooks.recorder.get();
+  cuda.routing_override = hooks.replayer.get();
   cuda.static_host_layers = options.n_cpu_moe;
   cuda.host_threads =
       options.n_threads > 0

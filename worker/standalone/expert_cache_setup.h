@@ -13,6 +13,7 @@
 #include "cache/slot_cached_expert_source.h"
 #include "engine/cuda_engine_factory.h"
 #include "engine/expert_source.h"
+#include "engine/routing_trace_hooks.h"
 #include "model/qwen3moe_model.h"
 #include "standalone/options.h"
 
@@ -32,10 +33,11 @@ std::string ExpertCacheSummary(const ExpertCacheReport& cache);
 // its expert cache filled from `host_source` whose memory `dma_ranges`
 // cover. Standalone (`cache_by_default` false) uploads every expert unless
 // a cache flag is given; daemon mode always caches (auto-sized by default).
+// `hooks` (which must outlive the engine) record or replay routing.
 // Describes the engine on `err`.
 absl::StatusOr<CudaWorkerEngine> MakeCudaWorkerEngine(
     const WorkerOptions& options, const Qwen3MoeModel& model, int max_ctx,
     ExpertWeightSource& host_source, std::vector<std::span<const uint8_t>> dma_ranges,
-    bool cache_by_default, std::FILE* err);
+    const RoutingTraceHooks& hooks, bool cache_by_default, std::FILE* err);
 
 }  // namespace moetier

@@ -366,9 +366,9 @@ absl::Status CheckStandalone(const WorkerOptions& o) {
           absl::StrFormat("%s goes only with --tokens or --prompt (tokenizing routes nothing)",
                           flag));
     }
-    if (o.backend != BackendKind::kCpu) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("%s needs the cpu backend (the reference has no routing hook)", flag));
+    if (o.backend == BackendKind::kReference) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "%s needs the cpu or cuda backend (the reference has no routing hook)", flag));
     }
   }
   if (!o.routing_trace_out.empty() && o.routing_trace_out == o.routing_from_trace) {
@@ -379,11 +379,6 @@ absl::Status CheckStandalone(const WorkerOptions& o) {
     return absl::InvalidArgumentError(
         "the expert cache flags need the cpu or cuda backend (the reference reads every weight "
         "itself)");
-  }
-  if (o.backend == BackendKind::kCuda &&
-      (!o.routing_trace_out.empty() || !o.routing_from_trace.empty())) {
-    return absl::InvalidArgumentError(
-        "routing traces need the cpu backend (the CUDA engine has no routing hook yet)");
   }
   return absl::OkStatus();
 }
@@ -562,7 +557,7 @@ Engine:
                        pages are enabled, the weights exceed 1 GiB and fit
                        in available RAM with 2 GiB to spare
 
-Routing traces (cpu backend; with --tokens, --prompt or --daemon):
+Routing traces (cpu or cuda; with --tokens, --prompt or --daemon):
   --routing-trace-out FILE
                        record which experts the router chose: one line per
                        computed token (prompt and generated, in order), per

@@ -83,7 +83,7 @@ absl::StatusOr<StandaloneEngine> MakeEngine(const WorkerOptions& options,
     case BackendKind::kCuda: {
       out.mapped = std::make_unique<MappedExpertSource>(model.weights);
       absl::StatusOr<CudaWorkerEngine> cuda = MakeCudaWorkerEngine(
-          options, model, ctx, *out.mapped, {}, /*cache_by_default=*/false, err);
+          options, model, ctx, *out.mapped, {}, hooks, /*cache_by_default=*/false, err);
       if (!cuda.ok()) return cuda.status();
       out.report = cuda->cache_report;
       out.engine = std::move(cuda->engine);
