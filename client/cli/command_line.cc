@@ -69,7 +69,8 @@ constexpr CommandInfo kCommands[] = {
      "The worker must have been started with a cache (--expert-cache-mib in\n"
      "worker_extra_args) and without --n-cpu-moe; the smallest size holds\n"
      "top_k experts per layer (the error names it). A restarted worker starts\n"
-     "again at its configured size. GPU workers answer UNIMPLEMENTED for now.\n"
+     "again at its configured size. A GPU worker grows its VRAM pool only when\n"
+     "the device has room for the new pool next to the old one.\n"
      "The RAM budget (ram_budget_bytes) needs a restart of moetierd instead."},
     {Command::kRun, "run", "[--model FILE] [flags] [-- GENERATE-FLAGS]",
      "start a private daemon, generate once, show the map, stop",

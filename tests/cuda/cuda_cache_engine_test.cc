@@ -595,6 +595,47 @@ TEST_F(CudaCacheEngineTest, FailedAcquireLeavesNoBadSlot) {
   }
 }
 
+// `moetier budget` on a GPU worker: the pool grows and shrinks between
+// calls, each size still gives the resident logits bit for bit (copy
+// policy), and sizes that cannot work are refused with the old cache intact.
+TEST_F(CudaCacheEngineTest, ResizeKeepsTheLogitsAndRefusesWhatCannotWork) {
+  for (const char* name : kModels) {
+    SCOPED_TRACE(name);
+    std::unique_ptr<Loaded> m = Load(name);
+    ASSERT_NE(m, nullptr);
+    std::unique_ptr<CudaQwen3Moe> resident = Engine(*m, BaseConfig());
+    ASSERT_NE(resident, nullptr);
+    EXPECT_EQ(resident->ResizeExpertCache(1 << 20).status().code(),
+              absl::StatusCode::kFailedPrecondition);
+    const std::vector<float> want = RunOk(*resident, m->ids);
+    const ExpertSlotCacheOptions options = CacheOptions(*m);
+    MappedExpertSource source(m->model.weights);
+    CudaEngineConfig config = BaseConfig();
+    config.expert_source = &source;
+    config.expert_cache.pool_bytes = static_cast<int64_t>(MinDynamicPoolBytes(options));
+    config.expert_cache.miss_policy = MissPolicy::kCopy;
+    std::unique_ptr<CudaQwen3Moe> engine = Engine(*m, config);
+    ASSERT_NE(engine, nullptr);
+    EXPECT_EQ(Differing(RunOk(*engine, m->ids), want), 0u);
+    for (const uint64_t bytes : {FullPoolBytes(options), FullPoolBytes(options) / 2,
+                                 MinDynamicPoolBytes(options)}) {
+      const absl::StatusOr<uint64_t> got = engine->ResizeExpertCache(bytes);
+      ASSERT_TRUE(got.ok()) << got.status();
+      EXPECT_LE(*got, bytes);
+      EXPECT_EQ(*got % options.slot_bytes, 0u);
+      EXPECT_EQ(engine->expert_cache_report()->cache().n_slots() * options.slot_bytes, *got);
+      EXPECT_EQ(Differing(RunOk(*engine, m->ids), want), 0u);
+      ExpectCountersAddUp(engine->expert_cache_report()->cache().stats());
+    }
+    const uint32_t slots = engine->expert_cache_report()->cache().n_slots();
+    EXPECT_EQ(engine->ResizeExpertCache(MinDynamicPoolBytes(options) - 1).status().code(),
+              absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(engine->ResizeExpertCache(0).status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(engine->expert_cache_report()->cache().n_slots(), slots);
+    EXPECT_EQ(Differing(RunOk(*engine, m->ids), want), 0u);
+  }
+}
+
 TEST_F(CudaCacheEngineTest, FailedInitialFillFailsCreation) {
   std::unique_ptr<Loaded> m = Load("tiny-q8_0");
   ASSERT_NE(m, nullptr);

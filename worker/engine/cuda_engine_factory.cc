@@ -111,6 +111,7 @@ absl::StatusOr<CudaWorkerEngine> CreateCudaWorkerEngine(const Qwen3MoeModel& mod
     }
   }
   out.cache_report = (*engine)->expert_cache_report();
+  if (out.cache_report != nullptr) out.cache_control = engine->get();
   out.engine = *std::move(engine);
   return out;
 }

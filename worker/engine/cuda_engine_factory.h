@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "cache/expert_cache_control.h"
 #include "cache/expert_slot_cache.h"
 #include "cache/miss_cost_model.h"
 #include "engine/expert_source.h"
@@ -55,6 +56,9 @@ struct CudaWorkerEngine {
   // The engine's expert cache, for the status page; null when every expert
   // is resident. Owned by the engine.
   const ExpertCacheReport* cache_report = nullptr;
+  // Resizes that cache at run time (`moetier budget`); null with no cache.
+  // Owned by the engine.
+  ExpertCacheControl* cache_control = nullptr;
   // One line each: the device, its memory use, the cache and the measured
   // cost model.
   std::vector<std::string> description;

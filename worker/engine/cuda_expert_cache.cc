@@ -286,6 +286,51 @@ absl::Status CudaExpertCache::Init(const Qwen3MoeModel& model, const CudaExpertC
   return FillInitialSlots();
 }
 
+absl::StatusOr<uint64_t> CudaExpertCache::Resize(uint64_t pool_bytes, void* compute_stream) {
+  absl::StatusOr<std::unique_ptr<ExpertSlotCache>> next = ResizedExpertSlotCache(*cache_, pool_bytes);
+  if (!next.ok()) return next.status();
+  if ((*next)->n_slots() == cache_->n_slots()) return pool_bytes_;
+  MOETIER_RETURN_IF_ERROR(FinishHold());
+  MOETIER_RETURN_IF_ERROR(CudaCall(cudaStreamSynchronize(AsStream(compute_stream)),
+                                   "cudaStreamSynchronize", kCacheContext));
+  MOETIER_RETURN_IF_ERROR(CudaCall(cudaStreamSynchronize(AsStream(copy_stream_)),
+                                   "cudaStreamSynchronize", kCacheContext));
+  const uint32_t n_slots = (*next)->n_slots();
+  const uint64_t bytes = uint64_t{n_slots} * slot_bytes();
+  void* p = nullptr;
+  if (const cudaError_t err = cudaMalloc(&p, bytes); err != cudaSuccess) {
+    cudaGetLastError();
+    return absl::ResourceExhaustedError(absl::StrFormat(
+        "expert cache: cudaMalloc of a %.1f MiB slot pool failed (%s); the %.1f MiB cache stays",
+        bytes / kMiB, cudaGetErrorString(err), pool_bytes_ / kMiB));
+  }
+  // One fill and one last-read event per slot: create the missing ones,
+  // drop the extra ones (idle after the synchronizations above).
+  while (filled_.size() < n_slots) {
+    for (std::vector<void*>* events : {&filled_, &last_read_}) {
+      cudaEvent_t ev = nullptr;
+      const absl::Status s = CudaCall(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming),
+                                      "cudaEventCreate", kCacheContext);
+      if (!s.ok()) {
+        cudaFree(p);
+        return s;
+      }
+      events->push_back(ev);
+    }
+  }
+  while (filled_.size() > n_slots) {
+    cudaEventDestroy(AsEvent(filled_.back()));
+    cudaEventDestroy(AsEvent(last_read_.back()));
+    filled_.pop_back();
+    last_read_.pop_back();
+  }
+  if (pool_ != nullptr) cudaFree(pool_);
+  pool_ = static_cast<uint8_t*>(p);
+  pool_bytes_ = bytes;
+  cache_ = *std::move(next);
+  return pool_bytes_;
+}
+
 void CudaExpertCache::RegisterRanges(std::span<const HostMemoryRange> ranges) {
   int device = 0;
   int read_only = 0;

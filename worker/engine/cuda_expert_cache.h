@@ -137,6 +137,12 @@ class CudaExpertCache final : public ExpertCacheReport {
   // releases the source. No-op without a hold.
   absl::Status FinishHold();
 
+  // A new pool of `pool_bytes` (ExpertCacheControl::ResizeExpertCache's
+  // contract): waits until nothing on `compute_stream` or the copy stream
+  // touches the old pool, allocates the new one before freeing the old, and
+  // starts it empty with the counters continued. Between engine calls only.
+  absl::StatusOr<uint64_t> Resize(uint64_t pool_bytes, void* compute_stream);
+
   // The compute stream waits for `slot`'s last fill before reading it.
   absl::Status WaitFilled(int32_t slot, void* compute_stream);
   // Records `slot`'s last read after the kernels enqueued on the compute

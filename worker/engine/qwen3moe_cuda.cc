@@ -530,6 +530,16 @@ absl::Status CudaQwen3Moe::AllocateBuffers() {
 
 // ------------------------------------------------------------------ forward
 
+absl::StatusOr<uint64_t> CudaQwen3Moe::ResizeExpertCache(uint64_t pool_bytes) {
+  if (cache_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "this CUDA worker holds every expert in device memory and has no expert cache to resize");
+  }
+  MOETIER_RETURN_IF_ERROR(CudaCall(cudaSetDevice(config_.device),
+                                   absl::StrFormat("cudaSetDevice(%d)", config_.device)));
+  return cache_->Resize(pool_bytes, stream_);
+}
+
 absl::Status CudaQwen3Moe::Sync(const char* where) {
   return CudaCall(cudaStreamSynchronize(static_cast<cudaStream_t>(stream_)),
                   absl::StrFormat("CUDA work of %s", where));

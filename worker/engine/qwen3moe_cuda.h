@@ -47,6 +47,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "backend/cuda/cuda_kernels.h"
+#include "cache/expert_cache_control.h"
 #include "engine/cuda_expert_cache.h"
 #include "engine/expert_source.h"
 #include "engine/forward_engine.h"
@@ -121,7 +122,7 @@ struct CudaEngineConfig {
   RoutingOverride* routing_override = nullptr;
 };
 
-class CudaQwen3Moe final : public ForwardEngine {
+class CudaQwen3Moe final : public ForwardEngine, public ExpertCacheControl {
  public:
   // Fails when there is no usable device, a weight type has no CUDA kernel
   // or a shape is inconsistent (the message names the tensor), the
@@ -161,6 +162,9 @@ class CudaQwen3Moe final : public ForwardEngine {
   const MissCostModel* miss_cost_model() const {
     return cache_ ? &cache_->cost_model() : nullptr;
   }
+  // ExpertCacheControl: a new VRAM pool for the cache (between Forward
+  // calls). FAILED_PRECONDITION when every expert is resident (no cache).
+  absl::StatusOr<uint64_t> ResizeExpertCache(uint64_t pool_bytes) override;
 
  private:
   struct Matrix {  // a 2-D weight (or one expert's slice) on the device

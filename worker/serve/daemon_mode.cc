@@ -75,16 +75,6 @@ class HeartbeatThread {
   std::thread thread_;  // last: starts once the members above exist
 };
 
-// A GPU worker's cache until the CUDA engine resizes its own: says so.
-class CudaCacheNotResizable final : public ExpertCacheControl {
- public:
-  absl::StatusOr<uint64_t> ResizeExpertCache(uint64_t) override {
-    return absl::UnimplementedError(
-        "the CUDA engine cannot resize its expert cache while it runs yet; restart the worker "
-        "with another --expert-cache-mib (through worker_extra_args)");
-  }
-};
-
 absl::Status WithContext(const absl::Status& status, std::string_view what) {
   return absl::Status(status.code(), absl::StrFormat("%s: %s", what, status.message()));
 }
@@ -167,7 +157,6 @@ absl::Status RunDaemonMode(const WorkerOptions& options, std::FILE* err,
   std::unique_ptr<ForwardEngine> engine;
   const ExpertCacheReport* cache_report = nullptr;
   ExpertCacheControl* cache_control = nullptr;  // resizes through `moetier budget`
-  CudaCacheNotResizable cuda_cache_control;
   if (on_gpu) {
     absl::StatusOr<CudaWorkerEngine> cuda =
         MakeCudaWorkerEngine(options, *model, engine_options.max_ctx, **source,
@@ -175,7 +164,7 @@ absl::Status RunDaemonMode(const WorkerOptions& options, std::FILE* err,
     if (!cuda.ok()) return WithContext(cuda.status(), options.device);
     engine = std::move(cuda->engine);
     cache_report = cuda->cache_report;
-    if (cache_report != nullptr) cache_control = &cuda_cache_control;
+    cache_control = cuda->cache_control;
   } else {
     absl::StatusOr<std::unique_ptr<SlotCachedExpertSource>> cache =
         MakeWorkerExpertCache(options, *model, **source, err);
