@@ -10,9 +10,7 @@
 namespace moetier {
 namespace {
 
-uint64_t Align64(uint64_t n) { return (n + 63) / 64 * 64; }
-
-uint64_t SliceBytes(const WeightRef& w) { return static_cast<uint64_t>(w.rows()) * w.row_bytes; }
+constexpr uint64_t kAlign = 64;
 
 }  // namespace
 
@@ -24,9 +22,8 @@ absl::StatusOr<std::unique_ptr<HostExpertStore>> HostExpertStore::Create(
   for (const Qwen3MoeLayerWeights& lw : model.weights.layers) {
     LayerLayout l;
     l.first = size;
-    l.up = Align64(SliceBytes(lw.ffn_gate_exps));
-    l.down = l.up + Align64(SliceBytes(lw.ffn_up_exps));
-    l.expert_bytes = Align64(l.down + SliceBytes(lw.ffn_down_exps));
+    l.slot = ExpertSlotLayoutOf(lw, kAlign);
+    l.expert_bytes = AlignUp(l.slot.end(), kAlign);
     size += l.expert_bytes * static_cast<uint64_t>(n_expert);
     layout.push_back(l);
   }
@@ -42,9 +39,9 @@ absl::StatusOr<std::unique_ptr<HostExpertStore>> HostExpertStore::Create(
     const LayerLayout& l = layout[li];
     for (int e = 0; e < n_expert; ++e) {
       uint8_t* dst = bytes + l.first + l.expert_bytes * static_cast<uint64_t>(e);
-      std::memcpy(dst, lw.ffn_gate_exps.expert(e), SliceBytes(lw.ffn_gate_exps));
-      std::memcpy(dst + l.up, lw.ffn_up_exps.expert(e), SliceBytes(lw.ffn_up_exps));
-      std::memcpy(dst + l.down, lw.ffn_down_exps.expert(e), SliceBytes(lw.ffn_down_exps));
+      std::memcpy(dst, lw.ffn_gate_exps.expert(e), l.slot.gate_bytes);
+      std::memcpy(dst + l.slot.up_offset, lw.ffn_up_exps.expert(e), l.slot.up_bytes);
+      std::memcpy(dst + l.slot.down_offset, lw.ffn_down_exps.expert(e), l.slot.down_bytes);
     }
   }
   return std::unique_ptr<HostExpertStore>(
@@ -58,7 +55,7 @@ absl::Status HostExpertStore::Acquire(int layer, std::span<const int32_t> expert
   const LayerLayout& l = layout_[static_cast<size_t>(layer)];
   for (size_t i = 0; i < experts.size(); ++i) {
     const uint8_t* e = base_ + l.first + l.expert_bytes * static_cast<uint64_t>(experts[i]);
-    out[i] = {e, e + l.up, e + l.down};
+    out[i] = {e, e + l.slot.up_offset, e + l.slot.down_offset};
   }
   return absl::OkStatus();
 }

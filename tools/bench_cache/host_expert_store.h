@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "cache/expert_slot_layout.h"
 #include "engine/expert_source.h"
 #include "model/qwen3moe_model.h"
 
@@ -35,7 +36,7 @@ class HostExpertStore final : public ExpertWeightSource {
   struct LayerLayout {
     uint64_t first = 0;         // offset of expert 0
     uint64_t expert_bytes = 0;  // stride between experts
-    uint64_t up = 0, down = 0;  // offsets inside an expert
+    ExpertSlotLayout slot;      // the matrices inside an expert
   };
   HostExpertStore(uint8_t* base, uint64_t size, int n_expert, std::vector<LayerLayout> layout)
       : base_(base), size_(size), n_expert_(n_expert), layout_(std::move(layout)) {}

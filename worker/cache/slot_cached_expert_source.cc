@@ -15,12 +15,6 @@ namespace {
 
 constexpr uint64_t kAlign = 64;
 
-uint64_t AlignUp(uint64_t n, uint64_t a) { return (n + a - 1) / a * a; }
-
-uint64_t ExpertMatrixBytes(const WeightRef& w) {
-  return static_cast<uint64_t>(w.rows()) * w.row_bytes;
-}
-
 uint64_t NowNs() {
   return static_cast<uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(
                                    std::chrono::steady_clock::now().time_since_epoch())
@@ -31,19 +25,7 @@ uint64_t NowNs() {
 
 ExpertSlotCacheOptions SlotCacheOptionsFor(const Qwen3MoeModel& model,
                                            const HostSlotCacheOptions& host) {
-  const Qwen3MoeHparams& hp = model.hparams;
-  ExpertSlotCacheOptions o;
-  o.n_layer = static_cast<uint32_t>(hp.n_layer);
-  o.n_expert = static_cast<uint32_t>(hp.n_expert);
-  o.top_k = static_cast<uint32_t>(hp.n_expert_used);
-  for (const Qwen3MoeLayerWeights& lw : model.weights.layers) {
-    const uint64_t gate = ExpertMatrixBytes(lw.ffn_gate_exps);
-    const uint64_t up = ExpertMatrixBytes(lw.ffn_up_exps);
-    const uint64_t down = ExpertMatrixBytes(lw.ffn_down_exps);
-    o.expert_bytes.push_back(gate + up + down);
-    o.slot_bytes = std::max(o.slot_bytes,
-                            AlignUp(AlignUp(gate, kAlign) + AlignUp(up, kAlign) + down, kAlign));
-  }
+  ExpertSlotCacheOptions o = ExpertSlotGeometry(model, kAlign);
   o.pool_bytes = host.pool_bytes;
   o.policy = host.policy;
   o.miss_policy = host.miss_policy;
@@ -61,15 +43,9 @@ absl::StatusOr<std::unique_ptr<SlotCachedExpertSource>> SlotCachedExpertSource::
   const ExpertSlotCacheOptions cache_options = SlotCacheOptionsFor(model, options);
   absl::StatusOr<std::unique_ptr<ExpertSlotCache>> cache = ExpertSlotCache::Create(cache_options);
   if (!cache.ok()) return cache.status();
-  std::vector<LayerGeometry> geometry;
+  std::vector<ExpertSlotLayout> geometry;
   for (const Qwen3MoeLayerWeights& lw : model.weights.layers) {
-    LayerGeometry g;
-    g.gate_bytes = ExpertMatrixBytes(lw.ffn_gate_exps);
-    g.up_bytes = ExpertMatrixBytes(lw.ffn_up_exps);
-    g.down_bytes = ExpertMatrixBytes(lw.ffn_down_exps);
-    g.up_offset = AlignUp(g.gate_bytes, kAlign);
-    g.down_offset = g.up_offset + AlignUp(g.up_bytes, kAlign);
-    geometry.push_back(g);
+    geometry.push_back(ExpertSlotLayoutOf(lw, kAlign));
   }
   // No pool when static placement keeps every layer on the host.
   const uint64_t pool_bytes = uint64_t{(*cache)->n_slots()} * cache_options.slot_bytes;
@@ -113,7 +89,7 @@ absl::StatusOr<uint64_t> SlotCachedExpertSource::ResizeExpertCache(uint64_t pool
 
 SlotCachedExpertSource::SlotCachedExpertSource(ExpertWeightSource& inner,
                                                std::unique_ptr<ExpertSlotCache> cache,
-                                               std::vector<LayerGeometry> geometry, uint8_t* pool,
+                                               std::vector<ExpertSlotLayout> geometry, uint8_t* pool,
                                                uint64_t pool_bytes)
     : inner_(inner),
       cache_(std::move(cache)),
@@ -136,13 +112,13 @@ SlotCachedExpertSource::~SlotCachedExpertSource() {
 }
 
 ExpertMatrices SlotCachedExpertSource::SlotMatrices(int layer, int32_t slot) const {
-  const LayerGeometry& g = geometry_[layer];
+  const ExpertSlotLayout& g = geometry_[layer];
   const uint8_t* base = pool_ + static_cast<uint64_t>(slot) * cache_->options().slot_bytes;
   return {base, base + g.up_offset, base + g.down_offset};
 }
 
 void SlotCachedExpertSource::CopyIntoSlot(int layer, int32_t slot, const ExpertMatrices& from) {
-  const LayerGeometry& g = geometry_[layer];
+  const ExpertSlotLayout& g = geometry_[layer];
   const ExpertMatrices to = SlotMatrices(layer, slot);
   const uint64_t start = NowNs();
   std::memcpy(const_cast<uint8_t*>(to.gate), from.gate, g.gate_bytes);

@@ -18,6 +18,7 @@
 
 #include "absl/status/statusor.h"
 #include "cache/expert_slot_cache.h"
+#include "cache/expert_slot_layout.h"
 #include "engine/expert_source.h"
 #include "model/qwen3moe_model.h"
 
@@ -67,12 +68,8 @@ class SlotCachedExpertSource final : public ExpertWeightSource,
   absl::StatusOr<uint64_t> ResizeExpertCache(uint64_t pool_bytes) override;
 
  private:
-  struct LayerGeometry {
-    uint64_t gate_bytes = 0, up_bytes = 0, down_bytes = 0;
-    uint64_t up_offset = 0, down_offset = 0;
-  };
   SlotCachedExpertSource(ExpertWeightSource& inner, std::unique_ptr<ExpertSlotCache> cache,
-                         std::vector<LayerGeometry> geometry, uint8_t* pool, uint64_t pool_bytes);
+                         std::vector<ExpertSlotLayout> geometry, uint8_t* pool, uint64_t pool_bytes);
   // An anonymous pool of `bytes` (none for 0), advised for huge pages.
   static absl::StatusOr<uint8_t*> MapPool(uint64_t bytes);
   absl::Status FillInitialSlots();
@@ -84,7 +81,7 @@ class SlotCachedExpertSource final : public ExpertWeightSource,
 
   ExpertWeightSource& inner_;
   std::unique_ptr<ExpertSlotCache> cache_;
-  std::vector<LayerGeometry> geometry_;
+  std::vector<ExpertSlotLayout> geometry_;
   uint8_t* pool_ = nullptr;
   uint64_t pool_bytes_ = 0;
   uint64_t copy_busy_ns_ = 0;

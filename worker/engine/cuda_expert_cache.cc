@@ -32,12 +32,6 @@ constexpr int kProbeRows = 8;
 // engine's Forward.
 constexpr absl::string_view kCacheContext = "expert cache: ";
 
-uint64_t AlignUp(uint64_t n, uint64_t a) { return (n + a - 1) / a * a; }
-
-uint64_t ExpertMatrixBytes(const WeightRef& w) {
-  return static_cast<uint64_t>(w.rows()) * w.row_bytes;
-}
-
 cudaStream_t AsStream(void* s) { return static_cast<cudaStream_t>(s); }
 cudaEvent_t AsEvent(void* e) { return static_cast<cudaEvent_t>(e); }
 
@@ -95,37 +89,12 @@ absl::StatusOr<double> ElapsedSeconds(cudaEvent_t start, cudaEvent_t end) {
   return std::max(1e-6, static_cast<double>(ms) * 1e-3);
 }
 
-// Where each matrix of one expert sits in a slot.
-struct SlotLayout {
-  uint64_t gate_bytes = 0, up_bytes = 0, down_bytes = 0;
-  uint64_t up_offset = 0, down_offset = 0;
-  uint64_t end() const { return down_offset + down_bytes; }
-};
-
-SlotLayout LayoutOf(const Qwen3MoeLayerWeights& lw) {
-  SlotLayout g;
-  g.gate_bytes = ExpertMatrixBytes(lw.ffn_gate_exps);
-  g.up_bytes = ExpertMatrixBytes(lw.ffn_up_exps);
-  g.down_bytes = ExpertMatrixBytes(lw.ffn_down_exps);
-  g.up_offset = AlignUp(g.gate_bytes, kSlotAlign);
-  g.down_offset = g.up_offset + AlignUp(g.up_bytes, kSlotAlign);
-  return g;
-}
 
 }  // namespace
 
 ExpertSlotCacheOptions CudaSlotCacheOptions(const Qwen3MoeModel& model,
                                             const CudaExpertCacheConfig& config) {
-  const Qwen3MoeHparams& hp = model.hparams;
-  ExpertSlotCacheOptions options;
-  options.n_layer = static_cast<uint32_t>(hp.n_layer);
-  options.n_expert = static_cast<uint32_t>(hp.n_expert);
-  options.top_k = static_cast<uint32_t>(hp.n_expert_used);
-  for (const Qwen3MoeLayerWeights& lw : model.weights.layers) {
-    const SlotLayout g = LayoutOf(lw);
-    options.expert_bytes.push_back(g.gate_bytes + g.up_bytes + g.down_bytes);
-    options.slot_bytes = std::max(options.slot_bytes, AlignUp(g.end(), kSlotAlign));
-  }
+  ExpertSlotCacheOptions options = ExpertSlotGeometry(model, kSlotAlign);
   options.policy = config.policy;
   options.miss_policy = config.miss_policy;
   options.prefetch = config.prefetch;
@@ -196,8 +165,7 @@ absl::Status CudaExpertCache::Init(const Qwen3MoeModel& model, const CudaExpertC
                                    void* compute_stream) {
   ExpertSlotCacheOptions options = CudaSlotCacheOptions(model, config);
   for (const Qwen3MoeLayerWeights& lw : model.weights.layers) {
-    const SlotLayout l = LayoutOf(lw);
-    geometry_.push_back({l.gate_bytes, l.up_bytes, l.down_bytes, l.up_offset, l.down_offset});
+    geometry_.push_back(ExpertSlotLayoutOf(lw, kSlotAlign));
     shapes_.push_back(ExpertFfnShape::ForLayer(lw));
   }
   if (geometry_.empty() || options.slot_bytes == 0) {
@@ -371,9 +339,9 @@ bool CudaExpertCache::IsRegistered(const uint8_t* p, uint64_t bytes) const {
 
 absl::Status CudaExpertCache::MeasureCosts(const Qwen3MoeModel& model, void* compute_stream) {
   const Qwen3MoeHparams& hp = model.hparams;
-  const LayerGeometry& g = geometry_[0];
+  const ExpertSlotLayout& g = geometry_[0];
   const ExpertFfnShape& shape = shapes_[0];
-  const uint64_t slot_bytes = AlignUp(g.down_offset + g.down_bytes, kSlotAlign);
+  const uint64_t slot_bytes = AlignUp(g.end(), kSlotAlign);
   const uint64_t copy_bytes = std::min(kCopyProbeMaxBytes, 16 * slot_bytes);
   const int64_t n_embd = hp.n_embd;
   const int64_t n_ff = hp.n_ff_exp;
@@ -537,7 +505,7 @@ bool CudaExpertCache::predicts() const {
 
 SlotExpertPointers CudaExpertCache::SlotPointers(int layer, int32_t slot) const {
   MOETIER_CHECK(slot >= 0 && static_cast<uint32_t>(slot) < cache_->n_slots());
-  const LayerGeometry& g = geometry_[static_cast<size_t>(layer)];
+  const ExpertSlotLayout& g = geometry_[static_cast<size_t>(layer)];
   const uint8_t* base = pool_ + static_cast<uint64_t>(slot) * cache_->options().slot_bytes;
   return {base, base + g.up_offset, base + g.down_offset};
 }
@@ -554,7 +522,7 @@ absl::Status CudaExpertCache::Acquire(int layer, std::span<const int32_t> expert
 }
 
 absl::Status CudaExpertCache::CopyFill(int layer, const SlotFillJob& job) {
-  const LayerGeometry& g = geometry_[static_cast<size_t>(layer)];
+  const ExpertSlotLayout& g = geometry_[static_cast<size_t>(layer)];
   const uint64_t slot_bytes = cache_->options().slot_bytes;
   MOETIER_CHECK(job.slot >= 0 && static_cast<uint32_t>(job.slot) < cache_->n_slots());
   uint8_t* dst = pool_ + static_cast<uint64_t>(job.slot) * slot_bytes;

@@ -34,6 +34,7 @@
 #include "absl/status/statusor.h"
 #include "backend/cpu/thread_pool.h"
 #include "cache/expert_slot_cache.h"
+#include "cache/expert_slot_layout.h"
 #include "engine/expert_source.h"
 #include "engine/host_expert_ffn.h"
 #include "model/qwen3moe_model.h"
@@ -156,10 +157,6 @@ class CudaExpertCache final : public ExpertCacheReport {
   float* host_out() const { return host_out_; }  // [max_rows * top_k][n_embd], pinned
 
  private:
-  struct LayerGeometry {
-    uint64_t gate_bytes = 0, up_bytes = 0, down_bytes = 0;
-    uint64_t up_offset = 0, down_offset = 0;
-  };
   struct Registered {
     const uint8_t* begin;
     const uint8_t* end;
@@ -182,7 +179,7 @@ class CudaExpertCache final : public ExpertCacheReport {
   const int max_rows_;
   const int64_t n_embd_;
   const int top_k_;
-  std::vector<LayerGeometry> geometry_;
+  std::vector<ExpertSlotLayout> geometry_;
   std::vector<ExpertFfnShape> shapes_;
   std::unique_ptr<ExpertSlotCache> cache_;
   MissCostModel cost_;
