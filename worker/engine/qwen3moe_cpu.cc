@@ -625,24 +625,8 @@ absl::Status CpuQwen3Moe::MoeFfn(int layer, int n, int pos0) {
   const int n_expert = hp_.n_expert;
   const int top_k = hp_.n_expert_used;
   float* x = x_.floats();
-  float* xn = xn_.floats();
-  for (int t = 0; t < n; ++t) {
-    cpu::RmsNorm(x + t * n_embd, norms_[layer].ffn_norm.data(), n_embd, hp_.rms_eps,
-                 xn + t * n_embd);
-  }
-  ForgetInputs();
   MatJob* jobs = jobs_.data();
-
-  // Router: softmax over all experts, top-k, renormalized.
-  const WeightRef& router = lw.ffn_gate_inp;
-  const uint8_t* act = PrepareInput(n, router.type);
-  jobs[0] = Job(router, router.data, act, n, router_logits_.floats());
-  RunJobs(jobs, 1, CpuPhase::kRouter);
-  for (int t = 0; t < n; ++t) {
-    cpu::RouterTopK(router_logits_.floats() + t * n_expert, n_expert, top_k, true,
-                    router_probs_.floats() + t * n_expert, topk_ids_.data() + t * top_k,
-                    topk_weights_.data() + t * top_k);
-  }
+  RouteTokens(layer, n);
   if (config_.routing_override != nullptr || config_.routing_observer != nullptr) {
     if (absl::Status s = ApplyRoutingHooks(layer, n, pos0); !s.ok()) return s;
   }
@@ -761,9 +745,7 @@ absl::Status CpuQwen3Moe::MoeFfn(int layer, int n, int pos0) {
   return absl::OkStatus();
 }
 
-absl::Status CpuQwen3Moe::PrefetchNextLayer(int layer, int n) {
-  // The next layer's router on the hidden state as it stands now, before
-  // that layer's attention: a close enough guess of its real input.
+void CpuQwen3Moe::RouteTokens(int layer, int n) {
   const int64_t n_embd = hp_.n_embd;
   const int n_expert = hp_.n_expert;
   const int top_k = hp_.n_expert_used;
@@ -773,15 +755,25 @@ absl::Status CpuQwen3Moe::PrefetchNextLayer(int layer, int n) {
                  xn + t * n_embd);
   }
   ForgetInputs();
+  // Softmax over all experts, top-k, renormalized.
   const WeightRef& router = weights_.layers[layer].ffn_gate_inp;
   const uint8_t* act = PrepareInput(n, router.type);
   jobs_[0] = Job(router, router.data, act, n, router_logits_.floats());
   RunJobs(jobs_.data(), 1, CpuPhase::kRouter);
-  int n_predicted = 0;
   for (int t = 0; t < n; ++t) {
     cpu::RouterTopK(router_logits_.floats() + t * n_expert, n_expert, top_k, true,
                     router_probs_.floats() + t * n_expert, topk_ids_.data() + t * top_k,
                     topk_weights_.data() + t * top_k);
+  }
+}
+
+absl::Status CpuQwen3Moe::PrefetchNextLayer(int layer, int n) {
+  // The next layer's router on the hidden state as it stands now, before
+  // that layer's attention: a close enough guess of its real input.
+  const int top_k = hp_.n_expert_used;
+  RouteTokens(layer, n);
+  int n_predicted = 0;
+  for (int t = 0; t < n; ++t) {
     for (int j = 0; j < top_k; ++j) {
       const int32_t e = topk_ids_[t * top_k + j];
       if (std::find(predicted_.begin(), predicted_.begin() + n_predicted, e) ==

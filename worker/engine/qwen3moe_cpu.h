@@ -130,6 +130,10 @@ class CpuQwen3Moe final : public ForwardEngine {
   absl::Status ForwardBatch(const int32_t* tokens, int n, int pos0, LogitRows rows, float* logits);
   void Attention(int layer, int n, int pos0);
   absl::Status MoeFfn(int layer, int n, int pos0);
+  // `layer`'s router on the residual stream x_: its ffn-normed input in xn_
+  // (prepared inputs forgotten), probabilities in router_probs_, the top-k
+  // in topk_ids_ / topk_weights_.
+  void RouteTokens(int layer, int n);
   // Offers the expert source the experts `layer`'s router picks for the
   // current hidden state (engine/expert_source.h, Prefetch).
   absl::Status PrefetchNextLayer(int layer, int n);
