@@ -21,8 +21,8 @@
 #include "store/expert_store.h"
 #include "scheduler/request_scheduler.h"
 #include "supervisor/worker_supervisor.h"
-#include "tokenizer/chat_template.h"
-#include "tokenizer/tokenizer.h"
+#include "gguf/tokenizer/chat_template.h"
+#include "gguf/tokenizer/tokenizer.h"
 #include "util/byte_size.h"
 #include "util/systemd_notify.h"
 

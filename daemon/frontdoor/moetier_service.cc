@@ -7,7 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_format.h"
-#include "tokenizer/unicode.h"
+#include "gguf/tokenizer/unicode.h"
 
 namespace moetier {
 namespace {

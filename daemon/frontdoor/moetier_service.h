@@ -11,8 +11,8 @@
 #include "frontdoor/status_report.h"
 #include "moetier/v1/moetier.grpc.pb.h"
 #include "scheduler/request_scheduler.h"
-#include "tokenizer/chat_template.h"
-#include "tokenizer/tokenizer.h"
+#include "gguf/tokenizer/chat_template.h"
+#include "gguf/tokenizer/tokenizer.h"
 
 namespace moetier {
 

@@ -5,7 +5,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_format.h"
-#include "store/model_fingerprint.h"
+#include "gguf/model_fingerprint.h"
 #include "base/check.h"
 
 namespace moetier {

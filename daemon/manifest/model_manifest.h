@@ -16,7 +16,7 @@
 #include "absl/status/statusor.h"
 #include "gguf/gguf_reader.h"
 #include "store/store_layout.h"
-#include "tensor/tensor_type.h"
+#include "gguf/tensor/tensor_type.h"
 
 namespace moetier {
 

@@ -9,7 +9,7 @@
 #include "gguf/gguf_reader.h"
 #include "gtest/gtest.h"
 #include "model/qwen3moe_model.h"
-#include "tensor/quant_codec.h"
+#include "gguf/tensor/quant_codec.h"
 
 namespace moetier {
 namespace {

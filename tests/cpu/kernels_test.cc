@@ -14,8 +14,8 @@
 #include "backend/cpu/block_layouts.h"
 #include "backend/cpu/cpu_kernels.h"
 #include "gtest/gtest.h"
-#include "tensor/half.h"
-#include "tensor/quant_codec.h"
+#include "gguf/tensor/half.h"
+#include "gguf/tensor/quant_codec.h"
 
 namespace moetier::cpu {
 namespace {

@@ -7,7 +7,7 @@
 #include "backend/cpu/cpu_kernels.h"
 #include "backend/cpu/cpu_ops.h"
 #include "gtest/gtest.h"
-#include "tensor/quant_codec.h"
+#include "gguf/tensor/quant_codec.h"
 
 namespace moetier::cpu {
 namespace {

@@ -17,9 +17,9 @@
 #include "backend/cuda/cuda_device.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "gtest/gtest.h"
-#include "tensor/half.h"
-#include "tensor/quant_codec.h"
-#include "tensor/tensor_type.h"
+#include "gguf/tensor/half.h"
+#include "gguf/tensor/quant_codec.h"
+#include "gguf/tensor/tensor_type.h"
 
 namespace moetier::cuda {
 namespace {

@@ -26,7 +26,7 @@
 
 #include "absl/strings/str_format.h"
 #include "gguf/gguf_reader.h"
-#include "store/model_fingerprint.h"
+#include "gguf/model_fingerprint.h"
 #include "store/store_client.h"
 #include "store/worker_channel.h"
 

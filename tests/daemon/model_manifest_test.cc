@@ -12,10 +12,10 @@
 
 #include "absl/strings/str_format.h"
 #include "gguf/gguf_reader.h"
-#include "gguf/gguf_writer.h"
+#include "gguf/writer/gguf_writer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "store/model_fingerprint.h"
+#include "gguf/model_fingerprint.h"
 #include "test_model.h"
 
 namespace moetier {

@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_format.h"
 #include "gguf/gguf_reader.h"
-#include "gguf/gguf_writer.h"
+#include "gguf/writer/gguf_writer.h"
 
 namespace moetier::daemon_test {
 namespace {

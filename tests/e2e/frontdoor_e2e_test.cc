@@ -23,7 +23,7 @@
 #include "daemon_harness.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tokenizer/unicode.h"
+#include "gguf/tokenizer/unicode.h"
 
 namespace moetier::e2e {
 namespace {

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "gguf/gguf_reader.h"
-#include "gguf/gguf_writer.h"
+#include "gguf/writer/gguf_writer.h"
 #include "gguf_test_util.h"
 #include "gtest/gtest.h"
 

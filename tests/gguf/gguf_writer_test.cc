@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "gguf/gguf_reader.h"
-#include "gguf/gguf_writer.h"
+#include "gguf/writer/gguf_writer.h"
 #include "gguf_test_util.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

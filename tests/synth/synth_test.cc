@@ -28,10 +28,10 @@
 #include "synth/synth_random.h"
 #include "synth/synth_tokenizer.h"
 #include "synth/synth_writer.h"
-#include "tensor/quant_codec.h"
-#include "tensor/tensor_type.h"
-#include "tokenizer/chat_template.h"
-#include "tokenizer/tokenizer.h"
+#include "gguf/tensor/quant_codec.h"
+#include "gguf/tensor/tensor_type.h"
+#include "gguf/tokenizer/chat_template.h"
+#include "gguf/tokenizer/tokenizer.h"
 
 namespace moetier {
 namespace {

@@ -1,6 +1,6 @@
 // binary16 and bfloat16 conversions against slow references built from the
 // IEEE definitions (value tables, exact double arithmetic), not from bit tricks.
-#include "tensor/half.h"
+#include "gguf/tensor/half.h"
 
 #include <bit>
 #include <cmath>

@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "tensor/half.h"
-#include "tensor/quant_codec.h"
+#include "gguf/tensor/half.h"
+#include "gguf/tensor/quant_codec.h"
 
 namespace moetier {
 namespace {

@@ -1,11 +1,11 @@
-#include "tensor/tensor_type.h"
+#include "gguf/tensor/tensor_type.h"
 
 #include <cstdint>
 #include <set>
 #include <string>
 
 #include "gtest/gtest.h"
-#include "tensor/quant_blocks.h"
+#include "gguf/tensor/quant_blocks.h"
 
 namespace moetier {
 namespace {

@@ -7,9 +7,9 @@
 #include "absl/container/flat_hash_set.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tokenizer/bpe_trainer.h"
-#include "tokenizer/byte_level.h"
-#include "tokenizer/tokenizer.h"
+#include "synth/bpe_trainer.h"
+#include "gguf/tokenizer/byte_level.h"
+#include "gguf/tokenizer/tokenizer.h"
 
 namespace moetier {
 namespace {

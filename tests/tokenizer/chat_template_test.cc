@@ -1,4 +1,4 @@
-#include "tokenizer/chat_template.h"
+#include "gguf/tokenizer/chat_template.h"
 
 #include <string>
 #include <vector>

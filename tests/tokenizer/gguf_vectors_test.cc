@@ -13,10 +13,10 @@
 #include "gguf/gguf_reader.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tokenizer/byte_level.h"
-#include "tokenizer/chat_template.h"
-#include "tokenizer/tokenizer.h"
-#include "tokenizer/unicode.h"
+#include "gguf/tokenizer/byte_level.h"
+#include "gguf/tokenizer/chat_template.h"
+#include "gguf/tokenizer/tokenizer.h"
+#include "gguf/tokenizer/unicode.h"
 
 namespace moetier {
 namespace {

@@ -1,4 +1,4 @@
-#include "tokenizer/pre_tokenizer.h"
+#include "gguf/tokenizer/pre_tokenizer.h"
 
 #include <random>
 #include <string>

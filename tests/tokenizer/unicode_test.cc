@@ -1,9 +1,9 @@
-#include "tokenizer/unicode.h"
+#include "gguf/tokenizer/unicode.h"
 
 #include <string>
 
 #include "gtest/gtest.h"
-#include "tokenizer/byte_level.h"
+#include "gguf/tokenizer/byte_level.h"
 
 namespace moetier {
 namespace {

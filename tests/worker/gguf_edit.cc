@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gguf/gguf_reader.h"
-#include "gguf/gguf_writer.h"
+#include "gguf/writer/gguf_writer.h"
 #include "gtest/gtest.h"
 
 namespace moetier::testing {

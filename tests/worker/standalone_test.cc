@@ -20,7 +20,7 @@
 #include "model/qwen3moe_model.h"
 #include "reference/reference_qwen3moe.h"
 #include "sampling/sampler.h"
-#include "tokenizer/tokenizer.h"
+#include "gguf/tokenizer/tokenizer.h"
 #include "vectors.h"
 
 extern char** environ;

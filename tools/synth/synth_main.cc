@@ -20,7 +20,7 @@
 #include "gguf/gguf_value.h"
 #include "synth/synth_model.h"
 #include "synth/synth_writer.h"
-#include "tensor/tensor_type.h"
+#include "gguf/tensor/tensor_type.h"
 
 namespace moetier {
 namespace {

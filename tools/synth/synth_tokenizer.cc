@@ -5,7 +5,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "tokenizer/bpe_trainer.h"
+#include "synth/bpe_trainer.h"
 
 namespace moetier {
 namespace {

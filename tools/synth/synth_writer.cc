@@ -19,9 +19,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "gguf/gguf_reader.h"
-#include "gguf/gguf_writer.h"
+#include "gguf/writer/gguf_writer.h"
 #include "synth/synth_random.h"
-#include "tensor/quant_codec.h"
+#include "gguf/tensor/quant_codec.h"
 
 namespace moetier {
 namespace {

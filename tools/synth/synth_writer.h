@@ -15,7 +15,7 @@
 #include "absl/status/statusor.h"
 #include "gguf/gguf_value.h"
 #include "synth/synth_model.h"
-#include "tensor/tensor_type.h"
+#include "gguf/tensor/tensor_type.h"
 
 namespace moetier {
 

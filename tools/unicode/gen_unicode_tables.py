@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes proto/tokenizer/unicode_tables.cc: sorted, merged codepoint ranges
+"""Writes gguf/tokenizer/unicode_tables.cc: sorted, merged codepoint ranges
 for the character classes the pre-tokenizers need (\\p{L}, \\p{N}, \\p{M} and
 the regex class \\s, which is the Unicode White_Space property).
 
@@ -7,7 +7,7 @@ The data comes from this Python's unicodedata module; its Unicode version is
 recorded in the output. Rerun after upgrading Python to pick up a newer
 Unicode version:
 
-    python3 tools/unicode/gen_unicode_tables.py > proto/tokenizer/unicode_tables.cc
+    python3 tools/unicode/gen_unicode_tables.py > gguf/tokenizer/unicode_tables.cc
 """
 
 import sys

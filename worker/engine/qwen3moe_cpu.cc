@@ -13,7 +13,7 @@
 #include "backend/cpu/cpu_check.h"
 #include "backend/cpu/cpu_kernels.h"
 #include "backend/cpu/cpu_ops.h"
-#include "tensor/quant_codec.h"
+#include "gguf/tensor/quant_codec.h"
 
 namespace moetier {
 namespace {

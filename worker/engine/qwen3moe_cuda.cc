@@ -14,7 +14,7 @@
 #include "backend/cuda/cuda_device.h"
 #include "base/check.h"
 #include "engine/cuda_check.h"
-#include "tensor/quant_codec.h"
+#include "gguf/tensor/quant_codec.h"
 
 namespace moetier {
 namespace {

@@ -11,7 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "gguf/gguf_reader.h"
-#include "tensor/tensor_type.h"
+#include "gguf/tensor/tensor_type.h"
 
 namespace moetier {
 

@@ -10,7 +10,7 @@
 #include <numeric>
 
 #include "absl/strings/str_format.h"
-#include "tensor/quant_codec.h"
+#include "gguf/tensor/quant_codec.h"
 
 namespace moetier {
 namespace {

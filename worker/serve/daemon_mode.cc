@@ -22,7 +22,7 @@
 #include "serve/expert_cache_status.h"
 #include "serve/store_expert_source.h"
 #include "standalone/expert_cache_setup.h"
-#include "store/model_fingerprint.h"
+#include "gguf/model_fingerprint.h"
 #include "store/store_client.h"
 #include "store/worker_channel.h"
 

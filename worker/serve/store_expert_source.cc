@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_format.h"
 #include "base/check.h"
-#include "tensor/tensor_type.h"
+#include "gguf/tensor/tensor_type.h"
 
 namespace moetier {
 namespace {

@@ -24,8 +24,8 @@
 #include "reference/reference_qwen3moe.h"
 #include "sampling/sampler.h"
 #include "standalone/expert_cache_setup.h"
-#include "tokenizer/chat_template.h"
-#include "tokenizer/tokenizer.h"
+#include "gguf/tokenizer/chat_template.h"
+#include "gguf/tokenizer/tokenizer.h"
 
 namespace moetier {
 namespace {

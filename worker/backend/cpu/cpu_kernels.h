@@ -14,7 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "tensor/tensor_type.h"
+#include "gguf/tensor/tensor_type.h"
 
 namespace moetier::cpu {
 

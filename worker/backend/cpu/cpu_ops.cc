@@ -5,7 +5,7 @@
 
 #include "backend/cpu/cpu_check.h"
 #include "backend/cpu/cpu_kernels.h"
-#include "tensor/quant_codec.h"
+#include "gguf/tensor/quant_codec.h"
 
 namespace moetier::cpu {
 

@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "tensor/tensor_type.h"
+#include "gguf/tensor/tensor_type.h"
 
 namespace moetier::cpu {
 

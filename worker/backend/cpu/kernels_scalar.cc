@@ -6,7 +6,7 @@
 
 #include "backend/cpu/block_layouts.h"
 #include "backend/cpu/kernel_table.h"
-#include "tensor/half.h"
+#include "gguf/tensor/half.h"
 
 namespace moetier::cpu {
 namespace {

@@ -35,7 +35,7 @@
 #include "engine/routing_trace_hooks.h"
 #include "gguf/gguf_reader.h"
 #include "model/qwen3moe_model.h"
-#include "tensor/tensor_type.h"
+#include "gguf/tensor/tensor_type.h"
 
 namespace moetier {
 namespace {

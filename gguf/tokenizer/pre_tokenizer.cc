@@ -1,10 +1,10 @@
-#include "tokenizer/pre_tokenizer.h"
+#include "gguf/tokenizer/pre_tokenizer.h"
 
 #include <cstdint>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "tokenizer/unicode.h"
+#include "gguf/tokenizer/unicode.h"
 
 namespace moetier {
 namespace {

@@ -1,4 +1,4 @@
-#include "tensor/quant_codec.h"
+#include "gguf/tensor/quant_codec.h"
 
 #include <algorithm>
 #include <cmath>
@@ -6,8 +6,8 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "tensor/codec_internal.h"
-#include "tensor/half.h"
+#include "gguf/tensor/codec_internal.h"
+#include "gguf/tensor/half.h"
 
 namespace moetier {
 

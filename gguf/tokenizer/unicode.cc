@@ -1,4 +1,4 @@
-#include "tokenizer/unicode.h"
+#include "gguf/tokenizer/unicode.h"
 
 #include <algorithm>
 #include <array>
@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <span>
 
-#include "tokenizer/unicode_tables.h"
+#include "gguf/tokenizer/unicode_tables.h"
 
 namespace moetier {
 namespace {

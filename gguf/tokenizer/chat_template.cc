@@ -1,8 +1,8 @@
-#include "tokenizer/chat_template.h"
+#include "gguf/tokenizer/chat_template.h"
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "tokenizer/unicode.h"
+#include "gguf/tokenizer/unicode.h"
 
 namespace moetier {
 namespace {

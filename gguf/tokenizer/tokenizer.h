@@ -12,7 +12,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "tokenizer/pre_tokenizer.h"
+#include "gguf/tokenizer/pre_tokenizer.h"
 
 namespace moetier {
 

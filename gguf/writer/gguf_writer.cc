@@ -1,4 +1,4 @@
-#include "gguf/gguf_writer.h"
+#include "gguf/writer/gguf_writer.h"
 
 #include <algorithm>
 #include <cerrno>

@@ -8,7 +8,7 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
-#include "tokenizer/tokenizer.h"
+#include "gguf/tokenizer/tokenizer.h"
 
 namespace moetier {
 

@@ -1,4 +1,4 @@
-#include "tensor/tensor_type.h"
+#include "gguf/tensor/tensor_type.h"
 
 #include <array>
 #include <cstdio>

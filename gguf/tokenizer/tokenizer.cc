@@ -1,4 +1,4 @@
-#include "tokenizer/tokenizer.h"
+#include "gguf/tokenizer/tokenizer.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -8,8 +8,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "tokenizer/byte_level.h"
-#include "tokenizer/unicode.h"
+#include "gguf/tokenizer/byte_level.h"
+#include "gguf/tokenizer/unicode.h"
 
 namespace moetier {
 namespace {

@@ -6,7 +6,7 @@
 #include <cstdint>
 
 #include "base/check.h"
-#include "tensor/quant_blocks.h"
+#include "gguf/tensor/quant_blocks.h"
 
 namespace moetier::codec_internal {
 

@@ -17,7 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "gguf/gguf_value.h"
-#include "tensor/tensor_type.h"
+#include "gguf/tensor/tensor_type.h"
 
 namespace moetier {
 

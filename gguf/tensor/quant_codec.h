@@ -6,8 +6,8 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "tensor/quant_blocks.h"
-#include "tensor/tensor_type.h"
+#include "gguf/tensor/quant_blocks.h"
+#include "gguf/tensor/tensor_type.h"
 
 namespace moetier {
 

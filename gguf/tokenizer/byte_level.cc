@@ -1,8 +1,8 @@
-#include "tokenizer/byte_level.h"
+#include "gguf/tokenizer/byte_level.h"
 
 #include <array>
 
-#include "tokenizer/unicode.h"
+#include "gguf/tokenizer/unicode.h"
 
 namespace moetier {
 namespace {

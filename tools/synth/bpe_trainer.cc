@@ -1,4 +1,4 @@
-#include "tokenizer/bpe_trainer.h"
+#include "synth/bpe_trainer.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -6,8 +6,8 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
-#include "tokenizer/byte_level.h"
-#include "tokenizer/pre_tokenizer.h"
+#include "gguf/tokenizer/byte_level.h"
+#include "gguf/tokenizer/pre_tokenizer.h"
 
 namespace moetier {
 namespace {

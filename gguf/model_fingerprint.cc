@@ -1,4 +1,4 @@
-#include "store/model_fingerprint.h"
+#include "gguf/model_fingerprint.h"
 
 #include <string_view>
 

@@ -4,8 +4,8 @@
 #include <cmath>
 #include <cstring>
 
-#include "tensor/codec_internal.h"
-#include "tensor/half.h"
+#include "gguf/tensor/codec_internal.h"
+#include "gguf/tensor/half.h"
 
 namespace moetier::codec_internal {
 

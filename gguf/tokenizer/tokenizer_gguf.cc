@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gguf/gguf_reader.h"
-#include "tokenizer/tokenizer.h"
+#include "gguf/tokenizer/tokenizer.h"
 
 namespace moetier {
 namespace {

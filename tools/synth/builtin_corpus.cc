@@ -3,7 +3,7 @@
 // merges for words, identifiers, punctuation runs and CJK byte sequences.
 #include <string>
 
-#include "tokenizer/bpe_trainer.h"
+#include "synth/bpe_trainer.h"
 
 namespace moetier {
 namespace {
