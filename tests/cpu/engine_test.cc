@@ -12,11 +12,12 @@
 #include <vector>
 
 #include "backend/cpu/cpu_kernels.h"
-#include "engine/qwen3moe_cpu.h"
+#include "engine/cpu_engine.h"
+#include "engine_run.h"
 #include "gguf/gguf_reader.h"
 #include "gtest/gtest.h"
-#include "model/qwen3moe_model.h"
-#include "reference/reference_qwen3moe.h"
+#include "model/architectures.h"
+#include "reference/reference_engine.h"
 
 namespace moetier {
 namespace {
@@ -43,7 +44,7 @@ std::vector<float> ReadFloats(const std::string& path) {
 
 struct Loaded {
   std::unique_ptr<GgufModel> gguf;
-  Qwen3MoeModel model;
+  Model model;
   std::vector<int32_t> ids;
 };
 
@@ -53,7 +54,7 @@ std::unique_ptr<Loaded> Load(const std::string& name) {
   EXPECT_TRUE(gguf.ok()) << gguf.status();
   if (!gguf.ok()) return nullptr;
   out->gguf = *std::move(gguf);
-  absl::StatusOr<Qwen3MoeModel> model = LoadQwen3Moe(*out->gguf);
+  absl::StatusOr<Model> model = LoadModel(*out->gguf);
   EXPECT_TRUE(model.ok()) << model.status();
   if (!model.ok()) return nullptr;
   out->model = *std::move(model);
@@ -62,23 +63,25 @@ std::unique_ptr<Loaded> Load(const std::string& name) {
   return out;
 }
 
-std::unique_ptr<CpuQwen3Moe> Engine(const Loaded& m, int n_threads = 2, int max_batch = 256,
+std::unique_ptr<CpuEngine> Engine(const Loaded& m, int n_threads = 2, int max_batch = 256,
                                     int max_ctx = 64) {
   CpuEngineConfig config;
   config.max_ctx = max_ctx;
   config.n_threads = n_threads;
   config.max_batch = max_batch;
-  absl::StatusOr<std::unique_ptr<CpuQwen3Moe>> engine = CpuQwen3Moe::Create(m.model, config);
+  absl::StatusOr<std::unique_ptr<CpuEngine>> engine = CpuEngine::Create(m.model, config);
   EXPECT_TRUE(engine.ok()) << engine.status();
   return engine.ok() ? *std::move(engine) : nullptr;
 }
 
 std::vector<float> RunAll(ForwardEngine& engine, const std::vector<int32_t>& ids) {
-  std::vector<float> logits(ids.size() * engine.n_vocab());
-  engine.Reset();
-  const absl::Status s = engine.Forward(ids, 0, LogitRows::kAll, logits.data());
-  EXPECT_TRUE(s.ok()) << s;
-  return logits;
+  return testing::RunNewSequence(engine, ids);
+}
+
+std::unique_ptr<Sequence> NewSequenceOrDie(ForwardEngine& engine) {
+  absl::StatusOr<std::unique_ptr<Sequence>> seq = engine.NewSequence();
+  EXPECT_TRUE(seq.ok()) << seq.status();
+  return seq.ok() ? *std::move(seq) : nullptr;
 }
 
 // max |a - b| / (max - min of b) over every row.
@@ -132,7 +135,7 @@ Agreement Compare(const std::vector<float>& actual, const std::vector<float>& ex
 TEST(CpuEngineTest, F32MatchesExactLogits) {
   std::unique_ptr<Loaded> m = Load("tiny-f32");
   ASSERT_NE(m, nullptr);
-  std::unique_ptr<CpuQwen3Moe> engine = Engine(*m);
+  std::unique_ptr<CpuEngine> engine = Engine(*m);
   ASSERT_NE(engine, nullptr);
   const std::vector<float> expected = ReadFloats(VectorPath("tiny-f32.exact.f32"));
   ASSERT_EQ(expected.size(), m->ids.size() * engine->n_vocab());
@@ -147,17 +150,29 @@ TEST(CpuEngineTest, F32MatchesExactLogits) {
   ASSERT_TRUE(cpu::SetSimdLevel(cpu::BestSupportedSimdLevel()).ok());
 }
 
-TEST(CpuEngineTest, F32MatchesReferenceEngine) {
-  std::unique_ptr<Loaded> m = Load("tiny-f32");
+class F32VectorTest : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(F32VectorTest, MatchesReferenceEngine) {
+  std::unique_ptr<Loaded> m = Load(GetParam());
   ASSERT_NE(m, nullptr);
-  absl::StatusOr<std::unique_ptr<ReferenceQwen3Moe>> ref = ReferenceQwen3Moe::Create(m->model, 64);
+  absl::StatusOr<std::unique_ptr<ReferenceEngine>> ref = ReferenceEngine::Create(m->model, 64);
   ASSERT_TRUE(ref.ok()) << ref.status();
-  std::unique_ptr<CpuQwen3Moe> engine = Engine(*m);
+  std::unique_ptr<CpuEngine> engine = Engine(*m);
   ASSERT_NE(engine, nullptr);
   const std::vector<float> want = RunAll(**ref, m->ids);
   const std::vector<float> got = RunAll(*engine, m->ids);
   EXPECT_LT(WorstRowError(got, want, engine->n_vocab()), 1e-4);
 }
+
+// qwen3moe, llama with experts (NORM rope, no q/k norm) and olmoe (q/k norm
+// over the whole projection, no renormalization): one set of blocks.
+INSTANTIATE_TEST_SUITE_P(Vectors, F32VectorTest,
+                         ::testing::Values("tiny-f32", "mixtral-tiny-f32", "olmoe-tiny-f32"),
+                         [](const ::testing::TestParamInfo<const char*>& param_info) {
+                           std::string s = param_info.param;
+                           std::replace(s.begin(), s.end(), '-', '_');
+                           return s;
+                         });
 
 class QuantizedVectorTest : public ::testing::TestWithParam<const char*> {};
 
@@ -165,7 +180,7 @@ TEST_P(QuantizedVectorTest, AgreesWithLlamaCpp) {
   const std::string name = GetParam();
   std::unique_ptr<Loaded> m = Load(name);
   ASSERT_NE(m, nullptr);
-  std::unique_ptr<CpuQwen3Moe> engine = Engine(*m);
+  std::unique_ptr<CpuEngine> engine = Engine(*m);
   ASSERT_NE(engine, nullptr);
   const std::vector<float> expected = ReadFloats(VectorPath(name + ".llamacpp.f32"));
   ASSERT_EQ(expected.size(), m->ids.size() * engine->n_vocab());
@@ -193,7 +208,7 @@ TEST_P(QuantizedVectorTest, AgreesWithLlamaCpp) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Vectors, QuantizedVectorTest,
-                         ::testing::Values("tiny-q8_0", "small-q4_k_m"),
+                         ::testing::Values("tiny-q8_0", "small-q4_k_m", "mixtral-small-q4_k_m"),
                          [](const ::testing::TestParamInfo<const char*>& param_info) {
                            std::string s = param_info.param;
                            std::replace(s.begin(), s.end(), '-', '_');
@@ -203,20 +218,22 @@ INSTANTIATE_TEST_SUITE_P(Vectors, QuantizedVectorTest,
 TEST(CpuEngineTest, IncrementalDecodeEqualsWholeSequence) {
   std::unique_ptr<Loaded> m = Load("small-q4_k_m");
   ASSERT_NE(m, nullptr);
-  std::unique_ptr<CpuQwen3Moe> engine = Engine(*m);
+  std::unique_ptr<CpuEngine> engine = Engine(*m);
   ASSERT_NE(engine, nullptr);
   const size_t n_vocab = engine->n_vocab();
   const std::vector<float> whole = RunAll(*engine, m->ids);
   // A prompt of 5, then one token at a time.
-  engine->Reset();
+  std::unique_ptr<Sequence> seq = NewSequenceOrDie(*engine);
+  ASSERT_NE(seq, nullptr);
   std::vector<float> step(m->ids.size() * n_vocab);
-  ASSERT_TRUE(engine->Forward(std::span(m->ids).first(5), 0, LogitRows::kAll, step.data()).ok());
+  ASSERT_TRUE(
+      engine->Forward(*seq, std::span(m->ids).first(5), LogitRows::kAll, step.data()).ok());
   for (size_t i = 5; i < m->ids.size(); ++i) {
     ASSERT_TRUE(engine
-                    ->Forward(std::span(m->ids).subspan(i, 1), static_cast<int>(i), LogitRows::kAll,
+                    ->Forward(*seq, std::span(m->ids).subspan(i, 1), LogitRows::kAll,
                               step.data() + i * n_vocab)
                     .ok());
-    EXPECT_EQ(engine->cached_tokens(), static_cast<int>(i + 1));
+    EXPECT_EQ(seq->length(), static_cast<int>(i + 1));
   }
   EXPECT_LT(WorstRowError(step, whole, n_vocab), 1e-5);
 }
@@ -224,12 +241,12 @@ TEST(CpuEngineTest, IncrementalDecodeEqualsWholeSequence) {
 TEST(CpuEngineTest, BatchSizeAndThreadCountDoNotChangeLogits) {
   std::unique_ptr<Loaded> m = Load("tiny-q8_0");
   ASSERT_NE(m, nullptr);
-  std::unique_ptr<CpuQwen3Moe> base = Engine(*m, 1, 256);
+  std::unique_ptr<CpuEngine> base = Engine(*m, 1, 256);
   ASSERT_NE(base, nullptr);
   const std::vector<float> want = RunAll(*base, m->ids);
   for (auto [threads, batch] :
        {std::pair{3, 256}, std::pair{2, 3}, std::pair{1, 1}, std::pair{4, 7}}) {
-    std::unique_ptr<CpuQwen3Moe> engine = Engine(*m, threads, batch);
+    std::unique_ptr<CpuEngine> engine = Engine(*m, threads, batch);
     ASSERT_NE(engine, nullptr);
     const std::vector<float> got = RunAll(*engine, m->ids);
     EXPECT_LT(WorstRowError(got, want, engine->n_vocab()), 1e-5)
@@ -240,14 +257,14 @@ TEST(CpuEngineTest, BatchSizeAndThreadCountDoNotChangeLogits) {
 TEST(CpuEngineTest, HugePageCopyGivesIdenticalLogits) {
   std::unique_ptr<Loaded> m = Load("small-q4_k_m");
   ASSERT_NE(m, nullptr);
-  std::unique_ptr<CpuQwen3Moe> mapped = Engine(*m);
+  std::unique_ptr<CpuEngine> mapped = Engine(*m);
   ASSERT_NE(mapped, nullptr);
   const std::vector<float> want = RunAll(*mapped, m->ids);
   CpuEngineConfig config;
   config.max_ctx = 64;
   config.n_threads = 2;
   config.copy_weights_to_huge_pages = true;
-  absl::StatusOr<std::unique_ptr<CpuQwen3Moe>> copied = CpuQwen3Moe::Create(m->model, config);
+  absl::StatusOr<std::unique_ptr<CpuEngine>> copied = CpuEngine::Create(m->model, config);
   if (!copied.ok() && copied.status().code() == absl::StatusCode::kFailedPrecondition) {
     GTEST_SKIP() << copied.status();  // no transparent huge pages on this kernel
   }
@@ -258,56 +275,108 @@ TEST(CpuEngineTest, HugePageCopyGivesIdenticalLogits) {
   EXPECT_EQ(RunAll(*mapped, m->ids), want);
 }
 
-TEST(CpuEngineTest, LastRowOnlyAndRecomputeFromMidway) {
+TEST(CpuEngineTest, LastRowOnlyAndSampleFromTheKeptRow) {
   std::unique_ptr<Loaded> m = Load("tiny-q8_0");
   ASSERT_NE(m, nullptr);
-  std::unique_ptr<CpuQwen3Moe> engine = Engine(*m, 2, 4);
+  std::unique_ptr<CpuEngine> engine = Engine(*m, 2, 4);
   ASSERT_NE(engine, nullptr);
   const size_t n_vocab = engine->n_vocab();
   const std::vector<float> all = RunAll(*engine, m->ids);
-  std::vector<float> last(n_vocab);
-  engine->Reset();
-  ASSERT_TRUE(engine->Forward(m->ids, 0, LogitRows::kLast, last.data()).ok());
   const std::vector<float> want_last(all.end() - n_vocab, all.end());
-  EXPECT_LT(WorstRowError(last, want_last, n_vocab), 1e-5);
-  // Rewind to position 6 with different tokens, then back to the original.
-  std::vector<int32_t> other(m->ids.begin() + 6, m->ids.end());
+  std::vector<float> last(n_vocab);
+  std::unique_ptr<Sequence> seq = NewSequenceOrDie(*engine);
+  ASSERT_NE(seq, nullptr);
+  ASSERT_TRUE(engine->Forward(*seq, m->ids, LogitRows::kLast, last.data()).ok());
+  EXPECT_EQ(last, want_last);
+  // Without host rows the engine still keeps the last row for Sample.
+  seq.reset();
+  seq = NewSequenceOrDie(*engine);
+  ASSERT_NE(seq, nullptr);
+  ASSERT_TRUE(engine->Forward(*seq, m->ids, LogitRows::kNone, nullptr).ok());
+  absl::StatusOr<Sampler> greedy = Sampler::Create(engine->n_vocab(), {.temperature = 0});
+  ASSERT_TRUE(greedy.ok());
+  absl::StatusOr<int32_t> token = engine->Sample(*greedy);
+  ASSERT_TRUE(token.ok()) << token.status();
+  EXPECT_EQ(*token, std::max_element(want_last.begin(), want_last.end()) - want_last.begin());
+}
+
+TEST(CpuEngineTest, SequencesKeepTheirOwnState) {
+  std::unique_ptr<Loaded> m = Load("tiny-q8_0");
+  ASSERT_NE(m, nullptr);
+  CpuEngineConfig config;
+  config.max_ctx = 64;
+  config.n_threads = 2;
+  config.max_sequences = 2;
+  absl::StatusOr<std::unique_ptr<CpuEngine>> engine = CpuEngine::Create(m->model, config);
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  CpuEngine& e = **engine;
+  const size_t n_vocab = e.n_vocab();
+  std::vector<int32_t> other = m->ids;
   std::reverse(other.begin(), other.end());
-  std::vector<float> scratch(other.size() * n_vocab);
-  ASSERT_TRUE(engine->Forward(other, 6, LogitRows::kAll, scratch.data()).ok());
-  std::vector<float> tail((m->ids.size() - 6) * n_vocab);
-  ASSERT_TRUE(engine->Forward(std::span(m->ids).subspan(6), 6, LogitRows::kAll, tail.data()).ok());
-  const std::vector<float> want_tail(all.begin() + 6 * n_vocab, all.end());
-  EXPECT_LT(WorstRowError(tail, want_tail, n_vocab), 1e-5);
+  const std::vector<float> want_a = RunAll(e, m->ids);
+  const std::vector<float> want_b = RunAll(e, other);
+  // Both at once, a token of each in turn.
+  std::unique_ptr<Sequence> a = NewSequenceOrDie(e);
+  std::unique_ptr<Sequence> b = NewSequenceOrDie(e);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  EXPECT_NE(a->slot(), b->slot());
+  EXPECT_EQ(e.NewSequence().status().code(), absl::StatusCode::kResourceExhausted);
+  std::vector<float> got_a(want_a.size()), got_b(want_b.size());
+  for (size_t i = 0; i < m->ids.size(); ++i) {
+    ASSERT_TRUE(e.Forward(*a, std::span(m->ids).subspan(i, 1), LogitRows::kAll,
+                          &got_a[i * n_vocab])
+                    .ok());
+    ASSERT_TRUE(
+        e.Forward(*b, std::span(other).subspan(i, 1), LogitRows::kAll, &got_b[i * n_vocab]).ok());
+  }
+  EXPECT_EQ(got_a, want_a);
+  EXPECT_EQ(got_b, want_b);
+  // A finished sequence gives its slot back.
+  a.reset();
+  EXPECT_TRUE(e.NewSequence().ok());
 }
 
 TEST(CpuEngineTest, RejectsBadInputsWithStatus) {
   std::unique_ptr<Loaded> m = Load("tiny-q8_0");
   ASSERT_NE(m, nullptr);
-  std::unique_ptr<CpuQwen3Moe> engine = Engine(*m, 1, 8, 16);
+  std::unique_ptr<CpuEngine> engine = Engine(*m, 1, 8, 16);
   ASSERT_NE(engine, nullptr);
+  std::unique_ptr<Sequence> seq = NewSequenceOrDie(*engine);
+  ASSERT_NE(seq, nullptr);
   std::vector<float> logits(32 * engine->n_vocab());
   const std::vector<int32_t> ok = {1, 2, 3};
-  EXPECT_EQ(engine->Forward({}, 0, LogitRows::kAll, logits.data()).code(),
+  EXPECT_EQ(engine->Forward(*seq, {}, LogitRows::kAll, logits.data()).code(),
             absl::StatusCode::kInvalidArgument);
   const std::vector<int32_t> bad = {1, engine->n_vocab()};
-  EXPECT_EQ(engine->Forward(bad, 0, LogitRows::kAll, logits.data()).code(),
+  EXPECT_EQ(engine->Forward(*seq, bad, LogitRows::kAll, logits.data()).code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(engine->Forward(ok, 1, LogitRows::kAll, logits.data()).code(),
-            absl::StatusCode::kInvalidArgument);  // nothing cached yet
+  EXPECT_EQ(engine->Forward(*seq, ok, LogitRows::kAll, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
   const std::vector<int32_t> long_input(17, 1);
-  EXPECT_EQ(engine->Forward(long_input, 0, LogitRows::kAll, logits.data()).code(),
+  EXPECT_EQ(engine->Forward(*seq, long_input, LogitRows::kAll, logits.data()).code(),
             absl::StatusCode::kOutOfRange);
-  ASSERT_TRUE(engine->Forward(ok, 0, LogitRows::kAll, logits.data()).ok());
-  EXPECT_EQ(engine->cached_tokens(), 3);
+  absl::StatusOr<Sampler> greedy = Sampler::Create(engine->n_vocab(), {.temperature = 0});
+  ASSERT_TRUE(greedy.ok());
+  EXPECT_EQ(engine->Sample(*greedy).status().code(), absl::StatusCode::kFailedPrecondition);
+  ASSERT_TRUE(engine->Forward(*seq, ok, LogitRows::kAll, logits.data()).ok());
+  EXPECT_EQ(seq->length(), 3);
+  // 3 + 14 > 16.
+  const std::vector<int32_t> too_many_more(14, 1);
+  EXPECT_EQ(engine->Forward(*seq, too_many_more, LogitRows::kNone, nullptr).code(),
+            absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(seq->length(), 3);
 
   CpuEngineConfig config;
   config.max_ctx = m->model.hparams.n_ctx_train + 1;
-  EXPECT_EQ(CpuQwen3Moe::Create(m->model, config).status().code(),
+  EXPECT_EQ(CpuEngine::Create(m->model, config).status().code(),
             absl::StatusCode::kInvalidArgument);
   config.max_ctx = 16;
   config.n_threads = 0;
-  EXPECT_FALSE(CpuQwen3Moe::Create(m->model, config).ok());
+  EXPECT_FALSE(CpuEngine::Create(m->model, config).ok());
+  config.n_threads = 1;
+  config.max_sequences = 0;
+  EXPECT_FALSE(CpuEngine::Create(m->model, config).ok());
 }
 
 TEST(CpuEngineTest, FactoryFromEngineOptions) {

@@ -13,10 +13,10 @@
 #include "absl/strings/str_format.h"
 #include "cache/slot_cached_expert_source.h"
 #include "engine/mapped_expert_source.h"
-#include "engine/qwen3moe_cpu.h"
+#include "engine/cpu_engine.h"
 #include "gguf/gguf_reader.h"
 #include "gtest/gtest.h"
-#include "model/qwen3moe_model.h"
+#include "model/architectures.h"
 
 namespace moetier {
 namespace {
@@ -63,9 +63,9 @@ class ExpertCacheEngineTest : public ::testing::Test {
     absl::StatusOr<std::unique_ptr<GgufModel>> gguf = GgufModel::Open(kModel);
     ASSERT_TRUE(gguf.ok()) << gguf.status();
     gguf_ = gguf->release();
-    absl::StatusOr<Qwen3MoeModel> model = LoadQwen3Moe(*gguf_);
+    absl::StatusOr<Model> model = LoadModel(*gguf_);
     ASSERT_TRUE(model.ok()) << model.status();
-    model_ = new Qwen3MoeModel(*std::move(model));
+    model_ = new Model(*std::move(model));
     ids_ = new std::vector<int32_t>(ReadIds());
     ASSERT_GT(ids_->size(), static_cast<size_t>(kPrefill) + 8);
     baseline_ = new std::vector<float>(Run(nullptr));
@@ -83,14 +83,16 @@ class ExpertCacheEngineTest : public ::testing::Test {
     config.max_ctx = 64;
     config.n_threads = 2;
     config.expert_source = source;
-    absl::StatusOr<std::unique_ptr<CpuQwen3Moe>> engine = CpuQwen3Moe::Create(*model_, config);
+    absl::StatusOr<std::unique_ptr<CpuEngine>> engine = CpuEngine::Create(*model_, config);
     EXPECT_TRUE(engine.ok()) << engine.status();
     const size_t n_vocab = static_cast<size_t>(model_->hparams.n_vocab);
     std::vector<float> logits(ids_->size() * n_vocab);
     const std::span<const int32_t> ids(*ids_);
-    absl::Status s = (*engine)->Forward(ids.first(kPrefill), 0, LogitRows::kAll, logits.data());
+    absl::StatusOr<std::unique_ptr<Sequence>> seq = (*engine)->NewSequence();
+    EXPECT_TRUE(seq.ok()) << seq.status();
+    absl::Status s = (*engine)->Forward(**seq, ids.first(kPrefill), LogitRows::kAll, logits.data());
     for (size_t t = kPrefill; t < ids.size() && s.ok(); ++t) {
-      s = (*engine)->Forward(ids.subspan(t, 1), static_cast<int>(t), LogitRows::kAll,
+      s = (*engine)->Forward(**seq, ids.subspan(t, 1), LogitRows::kAll,
                              logits.data() + t * n_vocab);
     }
     if (status != nullptr) {
@@ -101,12 +103,12 @@ class ExpertCacheEngineTest : public ::testing::Test {
     return logits;
   }
 
-  static ExpertSlotCacheOptions Geometry() { return SlotCacheOptionsFor(*model_, {}); }
+  static ExpertSlotCacheOptions Geometry() { return SlotCacheOptionsFor(RoutedExpertShapesOf(*model_), {}); }
 
   static std::unique_ptr<SlotCachedExpertSource> Cache(ExpertWeightSource& inner,
                                                        const HostSlotCacheOptions& options) {
     absl::StatusOr<std::unique_ptr<SlotCachedExpertSource>> cache =
-        SlotCachedExpertSource::Create(inner, *model_, options);
+        SlotCachedExpertSource::Create(inner, RoutedExpertShapesOf(*model_), options);
     EXPECT_TRUE(cache.ok()) << cache.status();
     return cache.ok() ? *std::move(cache) : nullptr;
   }
@@ -116,12 +118,12 @@ class ExpertCacheEngineTest : public ::testing::Test {
   }
 
   static GgufModel* gguf_;
-  static Qwen3MoeModel* model_;
+  static Model* model_;
   static std::vector<int32_t>* ids_;
   static std::vector<float>* baseline_;
 };
 GgufModel* ExpertCacheEngineTest::gguf_ = nullptr;
-Qwen3MoeModel* ExpertCacheEngineTest::model_ = nullptr;
+Model* ExpertCacheEngineTest::model_ = nullptr;
 std::vector<int32_t>* ExpertCacheEngineTest::ids_ = nullptr;
 std::vector<float>* ExpertCacheEngineTest::baseline_ = nullptr;
 
@@ -233,7 +235,7 @@ TEST_F(ExpertCacheEngineTest, TooSmallACacheIsRefusedWithTheSizeItNeeds) {
   HostSlotCacheOptions options;
   options.pool_bytes = MinDynamicPoolBytes(Geometry()) - 1;
   const absl::StatusOr<std::unique_ptr<SlotCachedExpertSource>> cache =
-      SlotCachedExpertSource::Create(mapped, *model_, options);
+      SlotCachedExpertSource::Create(mapped, RoutedExpertShapesOf(*model_), options);
   ASSERT_FALSE(cache.ok());
   EXPECT_NE(cache.status().message().find("slots per layer"), absl::string_view::npos)
       << cache.status();

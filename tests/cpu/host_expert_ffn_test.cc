@@ -1,5 +1,5 @@
 // HostExpertFfn: one expert's SwiGLU on host cores, from the file's blocks.
-#include "engine/host_expert_ffn.h"
+#include "blocks/cpu/host_expert_ffn.h"
 
 #include <cmath>
 #include <cstring>
@@ -8,7 +8,7 @@
 
 #include "gguf/gguf_reader.h"
 #include "gtest/gtest.h"
-#include "model/qwen3moe_model.h"
+#include "model/architectures.h"
 #include "gguf/tensor/quant_codec.h"
 
 namespace moetier {
@@ -22,14 +22,14 @@ class HostExpertFfnTest : public ::testing::Test {
     absl::StatusOr<std::unique_ptr<GgufModel>> gguf = GgufModel::Open(kModel);
     ASSERT_TRUE(gguf.ok()) << gguf.status();
     gguf_ = *std::move(gguf);
-    absl::StatusOr<Qwen3MoeModel> model = LoadQwen3Moe(*gguf_);
+    absl::StatusOr<Model> model = LoadModel(*gguf_);
     ASSERT_TRUE(model.ok()) << model.status();
     model_ = *std::move(model);
   }
 
   ExpertMatrices Expert(int layer, int e) const {
-    const Qwen3MoeLayerWeights& lw = model_.weights.layers[layer];
-    return {lw.ffn_gate_exps.expert(e), lw.ffn_up_exps.expert(e), lw.ffn_down_exps.expert(e)};
+    const LayerWeights& lw = model_.weights.layers[layer];
+    return {lw.moe.gate_exps.expert(e), lw.moe.up_exps.expert(e), lw.moe.down_exps.expert(e)};
   }
 
   std::vector<float> Input(int rows) const {
@@ -40,7 +40,7 @@ class HostExpertFfnTest : public ::testing::Test {
 
   // The same expert in double precision from the dequantized weights.
   std::vector<double> Reference(int layer, int e, const std::vector<float>& x, int rows) const {
-    const Qwen3MoeLayerWeights& lw = model_.weights.layers[layer];
+    const LayerWeights& lw = model_.weights.layers[layer];
     const int64_t n_embd = model_.hparams.n_embd, n_ff = model_.hparams.n_ff_exp;
     auto matrix = [](const WeightRef& w, int e2) {
       std::vector<float> m(static_cast<size_t>(w.rows() * w.cols()));
@@ -49,8 +49,8 @@ class HostExpertFfnTest : public ::testing::Test {
       }
       return m;
     };
-    const std::vector<float> g = matrix(lw.ffn_gate_exps, e), u = matrix(lw.ffn_up_exps, e),
-                             d = matrix(lw.ffn_down_exps, e);
+    const std::vector<float> g = matrix(lw.moe.gate_exps, e), u = matrix(lw.moe.up_exps, e),
+                             d = matrix(lw.moe.down_exps, e);
     std::vector<double> out(static_cast<size_t>(rows * n_embd));
     std::vector<double> h(static_cast<size_t>(n_ff));
     for (int t = 0; t < rows; ++t) {
@@ -73,14 +73,14 @@ class HostExpertFfnTest : public ::testing::Test {
   }
 
   std::unique_ptr<GgufModel> gguf_;
-  Qwen3MoeModel model_;
+  Model model_;
 };
 
 TEST_F(HostExpertFfnTest, MatchesTheDequantizedExpertWithinActivationRounding) {
   cpu::ThreadPool pool(2);
-  HostExpertFfn ffn(model_, 4, pool);
+  HostExpertFfn ffn(RoutedExpertShapesOf(model_), 4, pool);
   for (int layer = 0; layer < model_.hparams.n_layer; ++layer) {
-    const ExpertFfnShape shape = ExpertFfnShape::ForLayer(model_.weights.layers[layer]);
+    const ExpertLayerShape shape = RoutedExpertShapesOf(model_).layers[layer];
     const int e = layer % model_.hparams.n_expert;
     const std::vector<float> x = Input(3);
     std::vector<float> out(x.size());
@@ -99,10 +99,11 @@ TEST_F(HostExpertFfnTest, MatchesTheDequantizedExpertWithinActivationRounding) {
 }
 
 TEST_F(HostExpertFfnTest, RowsAndThreadsDoNotChangeTheBits) {
-  const ExpertFfnShape shape = ExpertFfnShape::ForLayer(model_.weights.layers[1]);
+  const ExpertLayerShape shape = RoutedExpertShapesOf(model_).layers[1];
   const std::vector<float> x = Input(4);
   cpu::ThreadPool one(1), two(2);
-  HostExpertFfn ffn1(model_, 4, one), ffn2(model_, 4, two);
+  HostExpertFfn ffn1(RoutedExpertShapesOf(model_), 4, one),
+      ffn2(RoutedExpertShapesOf(model_), 4, two);
   std::vector<float> together(x.size()), threaded(x.size()), apart(x.size());
   ffn1.Compute(shape, Expert(1, 5), x.data(), 4, together.data());
   ffn2.Compute(shape, Expert(1, 5), x.data(), 4, threaded.data());
@@ -116,8 +117,8 @@ TEST_F(HostExpertFfnTest, RowsAndThreadsDoNotChangeTheBits) {
 
 TEST_F(HostExpertFfnTest, MeasuredCostIsPositiveAndGrowsWithRows) {
   cpu::ThreadPool pool(1);
-  HostExpertFfn ffn(model_, 16, pool);
-  const ExpertFfnShape shape = ExpertFfnShape::ForLayer(model_.weights.layers[0]);
+  HostExpertFfn ffn(RoutedExpertShapesOf(model_), 16, pool);
+  const ExpertLayerShape shape = RoutedExpertShapesOf(model_).layers[0];
   const ComputeCost cost = MeasureHostExpertCost(ffn, shape, Expert(0, 0), 16, 3);
   EXPECT_GT(cost.fixed_s + cost.per_row_s, 0);
   EXPECT_GE(cost.per_row_s, 0);

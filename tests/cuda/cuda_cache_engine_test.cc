@@ -40,57 +40,47 @@
 #include "absl/strings/str_format.h"
 #include "backend/cuda/cuda_device.h"
 #include "engine/mapped_expert_source.h"
-#include "engine/qwen3moe_cuda.h"
+#include "engine/cuda_engine.h"
 #include "gguf/gguf_reader.h"
+#include "cuda_test_util.h"
 #include "gtest/gtest.h"
-#include "model/qwen3moe_model.h"
+#include "model/architectures.h"
 
 namespace moetier {
 namespace {
+
+using cuda_test::Agreement;
+using cuda_test::Compare;
+using cuda_test::Load;
+using cuda_test::Loaded;
+using cuda_test::NewSequence;
+using cuda_test::ReadFloats;
+using cuda_test::ReadIds;
+using cuda_test::RunAll;
+using cuda_test::RunDecode;
+using cuda_test::VectorPath;
+using cuda_test::WorstRowError;
 
 constexpr int kMaxCtx = 64;
 constexpr int kMaxBatch = 8;
 constexpr size_t kPrompt = 6;
 
-std::string VectorPath(const std::string& name) {
-  return std::string(MOETIER_TEST_DATA_DIR) + "/vectors/" + name;
+// kPrompt rows in one call, then one token per call: logits of every position.
+absl::Status RunSequence(ForwardEngine& engine, const std::vector<int32_t>& ids,
+                         std::vector<float>* out) {
+  return cuda_test::RunSequence(engine, ids, kPrompt, out);
 }
 
-std::vector<int32_t> ReadIds(const std::string& path) {
-  std::ifstream in(path);
-  std::vector<int32_t> ids;
-  std::string part;
-  while (std::getline(in, part, ',')) ids.push_back(std::stoi(part));
-  return ids;
-}
-
-struct Loaded {
-  std::unique_ptr<GgufModel> gguf;
-  Qwen3MoeModel model;
-  std::vector<int32_t> ids;
-};
-
-std::unique_ptr<Loaded> Load(const std::string& name) {
-  auto out = std::make_unique<Loaded>();
-  absl::StatusOr<std::unique_ptr<GgufModel>> gguf = GgufModel::Open(VectorPath(name + ".gguf"));
-  EXPECT_TRUE(gguf.ok()) << gguf.status();
-  if (!gguf.ok()) return nullptr;
-  out->gguf = *std::move(gguf);
-  absl::StatusOr<Qwen3MoeModel> model = LoadQwen3Moe(*out->gguf);
-  EXPECT_TRUE(model.ok()) << model.status();
-  if (!model.ok()) return nullptr;
-  out->model = *std::move(model);
-  out->ids = ReadIds(VectorPath(name + ".ids"));
-  EXPECT_GT(out->ids.size(), kPrompt);
-  return out;
+std::vector<float> RunOk(ForwardEngine& engine, const std::vector<int32_t>& ids) {
+  return cuda_test::RunOk(engine, ids, kPrompt);
 }
 
 // The host bytes of every routed expert tensor: one range over the mapping.
-HostMemoryRange ExpertBytes(const Qwen3MoeModel& model) {
+HostMemoryRange ExpertBytes(const Model& model) {
   const uint8_t* begin = nullptr;
   const uint8_t* end = nullptr;
-  for (const Qwen3MoeLayerWeights& l : model.weights.layers) {
-    for (const WeightRef* r : {&l.ffn_gate_exps, &l.ffn_up_exps, &l.ffn_down_exps}) {
+  for (const LayerWeights& l : model.weights.layers) {
+    for (const WeightRef* r : {&l.moe.gate_exps, &l.moe.up_exps, &l.moe.down_exps}) {
       const uint8_t* e = r->data + static_cast<uint64_t>(r->ne[2] - 1) * r->expert_stride_bytes +
                          static_cast<uint64_t>(r->ne[1]) * r->row_bytes;
       begin = begin == nullptr ? r->data : std::min(begin, r->data);
@@ -108,94 +98,34 @@ CudaEngineConfig BaseConfig() {
   return config;
 }
 
-absl::StatusOr<std::unique_ptr<CudaQwen3Moe>> MakeEngine(const Loaded& m,
+absl::StatusOr<std::unique_ptr<CudaEngine>> MakeEngine(const Loaded& m,
                                                          const CudaEngineConfig& config) {
-  return CudaQwen3Moe::Create(m.model, config);
+  return CudaEngine::Create(m.model, config);
 }
 
-std::unique_ptr<CudaQwen3Moe> Engine(const Loaded& m, const CudaEngineConfig& config) {
-  absl::StatusOr<std::unique_ptr<CudaQwen3Moe>> engine = MakeEngine(m, config);
+std::unique_ptr<CudaEngine> Engine(const Loaded& m, const CudaEngineConfig& config) {
+  absl::StatusOr<std::unique_ptr<CudaEngine>> engine = MakeEngine(m, config);
   EXPECT_TRUE(engine.ok()) << engine.status();
   return engine.ok() ? *std::move(engine) : nullptr;
-}
-
-// The prompt's rows in one call, then one token per call: logits of every
-// position. Stops at the first error, which it returns.
-absl::Status RunSequence(ForwardEngine& engine, const std::vector<int32_t>& ids,
-                         std::vector<float>* out) {
-  const size_t n_vocab = engine.n_vocab();
-  out->assign(ids.size() * n_vocab, 0.0f);
-  engine.Reset();
-  const std::vector<int32_t> prompt(ids.begin(), ids.begin() + kPrompt);
-  if (absl::Status s = engine.Forward(prompt, 0, LogitRows::kAll, out->data()); !s.ok()) return s;
-  for (size_t i = kPrompt; i < ids.size(); ++i) {
-    const int32_t token[1] = {ids[i]};
-    if (absl::Status s =
-            engine.Forward(token, static_cast<int>(i), LogitRows::kLast, out->data() + i * n_vocab);
-        !s.ok()) {
-      return s;
-    }
-  }
-  return absl::OkStatus();
-}
-
-std::vector<float> RunOk(ForwardEngine& engine, const std::vector<int32_t>& ids) {
-  std::vector<float> logits;
-  const absl::Status s = RunSequence(engine, ids, &logits);
-  EXPECT_TRUE(s.ok()) << s;
-  return logits;
 }
 
 // Greedy continuation of the prompt, `n` tokens.
 std::vector<int32_t> Greedy(ForwardEngine& engine, const std::vector<int32_t>& prompt, int n) {
   std::vector<float> logits(static_cast<size_t>(engine.n_vocab()));
   std::vector<int32_t> out;
-  engine.Reset();
-  absl::Status s = engine.Forward(prompt, 0, LogitRows::kLast, logits.data());
+  std::unique_ptr<Sequence> seq = NewSequence(engine);
+  if (seq == nullptr) return out;
+  absl::Status s = engine.Forward(*seq, prompt, LogitRows::kLast, logits.data());
   EXPECT_TRUE(s.ok()) << s;
   for (int i = 0; i < n && s.ok(); ++i) {
     const int32_t next =
         static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
     out.push_back(next);
     const int32_t in[1] = {next};
-    s = engine.Forward(in, static_cast<int>(prompt.size()) + i, LogitRows::kLast, logits.data());
+    s = engine.Forward(*seq, in, LogitRows::kLast, logits.data());
     EXPECT_TRUE(s.ok()) << s;
   }
   return out;
-}
-
-struct Agreement {
-  double mean_kl = 0.0;        // KL(expected || actual), mean over positions
-  double top1_fraction = 0.0;  // positions whose argmax agrees
-};
-
-Agreement Compare(const std::vector<float>& actual, const std::vector<float>& expected,
-                  size_t n_vocab) {
-  Agreement a;
-  const size_t n_pos = expected.size() / n_vocab;
-  int same = 0;
-  for (size_t p = 0; p < n_pos; ++p) {
-    const float* x = actual.data() + p * n_vocab;
-    const float* y = expected.data() + p * n_vocab;
-    const double mx = *std::max_element(x, x + n_vocab);
-    const double my = *std::max_element(y, y + n_vocab);
-    double zx = 0.0, zy = 0.0;
-    for (size_t i = 0; i < n_vocab; ++i) {
-      zx += std::exp(x[i] - mx);
-      zy += std::exp(y[i] - my);
-    }
-    double kl = 0.0;
-    for (size_t i = 0; i < n_vocab; ++i) {
-      const double log_py = y[i] - my - std::log(zy);
-      const double log_px = x[i] - mx - std::log(zx);
-      kl += std::exp(log_py) * (log_py - log_px);
-    }
-    a.mean_kl += kl / n_pos;
-    same += std::max_element(x, x + n_vocab) - x == std::max_element(y, y + n_vocab) - y;
-  }
-  a.top1_fraction = static_cast<double>(same) / n_pos;
-  if (std::isnan(a.mean_kl)) a.mean_kl = INFINITY;  // NaN logits must not pass
-  return a;
 }
 
 void ExpectHostAgreement(const std::string& name, const std::vector<float>& got,
@@ -233,10 +163,10 @@ class ScratchSource final : public ExpertWeightSource {
  public:
   static constexpr int kHeld = 4;
 
-  explicit ScratchSource(const Qwen3MoeWeights& weights) : weights_(weights) {
-    for (const Qwen3MoeLayerWeights& l : weights.layers) {
+  explicit ScratchSource(const ModelWeights& weights) : weights_(weights) {
+    for (const LayerWeights& l : weights.layers) {
       stride_ =
-          std::max(stride_, Bytes(l.ffn_gate_exps) + Bytes(l.ffn_up_exps) + Bytes(l.ffn_down_exps));
+          std::max(stride_, Bytes(l.moe.gate_exps) + Bytes(l.moe.up_exps) + Bytes(l.moe.down_exps));
     }
     buffer_.assign(kHeld * stride_, 0xFF);
   }
@@ -244,13 +174,13 @@ class ScratchSource final : public ExpertWeightSource {
   absl::Status Acquire(int layer, std::span<const int32_t> experts,
                        std::span<ExpertMatrices> out) override {
     if (held_ >= 0 || experts.size() > static_cast<size_t>(kHeld)) ++violations_;
-    const Qwen3MoeLayerWeights& l = weights_.layers[static_cast<size_t>(layer)];
+    const LayerWeights& l = weights_.layers[static_cast<size_t>(layer)];
     for (size_t i = 0; i < experts.size() && i < static_cast<size_t>(kHeld); ++i) {
       uint8_t* base = buffer_.data() + i * stride_;
       uint8_t* p = base;
       const uint8_t* m[3] = {};
       int k = 0;
-      for (const WeightRef* r : {&l.ffn_gate_exps, &l.ffn_up_exps, &l.ffn_down_exps}) {
+      for (const WeightRef* r : {&l.moe.gate_exps, &l.moe.up_exps, &l.moe.down_exps}) {
         std::memcpy(p, r->expert(experts[i]), Bytes(*r));
         m[k++] = p;
         p += Bytes(*r);
@@ -274,7 +204,7 @@ class ScratchSource final : public ExpertWeightSource {
  private:
   static uint64_t Bytes(const WeightRef& r) { return uint64_t(r.rows()) * r.row_bytes; }
 
-  const Qwen3MoeWeights& weights_;
+  const ModelWeights& weights_;
   uint64_t stride_ = 0;
   std::vector<uint8_t> buffer_;
   int held_ = -1;
@@ -298,20 +228,20 @@ class CudaCacheEngineTest : public ::testing::Test {
   }
 };
 
-const char* const kModels[] = {"small-q4_k_m", "tiny-q8_0"};
+const char* const kModels[] = {"small-q4_k_m", "tiny-q8_0", "mixtral-small-q4_k_m"};
 
 // The slot geometry the engine uses for `m`.
 ExpertSlotCacheOptions CacheOptions(const Loaded& m) {
-  return CudaSlotCacheOptions(m.model, CudaExpertCacheConfig{});
+  return CudaSlotCacheOptions(RoutedExpertShapesOf(m.model), CudaExpertCacheConfig{});
 }
 
 TEST_F(CudaCacheEngineTest, CopyMissesGiveTheResidentLogitsBitForBit) {
   for (const char* name : kModels) {
     SCOPED_TRACE(name);
-    std::unique_ptr<Loaded> m = Load(name);
+    std::unique_ptr<Loaded> m = Load(name, kPrompt);
     ASSERT_NE(m, nullptr);
-    const Qwen3MoeHparams& hp = m->model.hparams;
-    std::unique_ptr<CudaQwen3Moe> resident = Engine(*m, BaseConfig());
+    const ModelHparams& hp = m->model.hparams;
+    std::unique_ptr<CudaEngine> resident = Engine(*m, BaseConfig());
     ASSERT_NE(resident, nullptr);
     EXPECT_EQ(resident->expert_cache_report(), nullptr);
     const std::vector<float> want = RunOk(*resident, m->ids);
@@ -342,7 +272,7 @@ TEST_F(CudaCacheEngineTest, CopyMissesGiveTheResidentLogitsBitForBit) {
             config.expert_source = &scratch;
             config.dma_ranges.push_back(scratch.range());
           }
-          std::unique_ptr<CudaQwen3Moe> engine = Engine(*m, config);
+          std::unique_ptr<CudaEngine> engine = Engine(*m, config);
           ASSERT_NE(engine, nullptr);
           const ExpertCacheReport* report = engine->expert_cache_report();
           ASSERT_NE(report, nullptr);
@@ -360,9 +290,10 @@ TEST_F(CudaCacheEngineTest, CopyMissesGiveTheResidentLogitsBitForBit) {
 
           // The prompt: each layer places between top_k and every expert.
           std::vector<float> got(want.size());
-          engine->Reset();
+          std::unique_ptr<Sequence> seq = NewSequence(*engine);
+          ASSERT_NE(seq, nullptr);
           const std::vector<int32_t> prompt(m->ids.begin(), m->ids.begin() + kPrompt);
-          ASSERT_TRUE(engine->Forward(prompt, 0, LogitRows::kAll, got.data()).ok());
+          ASSERT_TRUE(engine->Forward(*seq, prompt, LogitRows::kAll, got.data()).ok());
           const ExpertSlotCacheStats after_prompt = report->cache().stats();
           const uint64_t prompt_placements = after_prompt.hits + after_prompt.misses;
           EXPECT_GE(prompt_placements, uint64_t(hp.n_layer) * hp.n_expert_used);
@@ -372,8 +303,8 @@ TEST_F(CudaCacheEngineTest, CopyMissesGiveTheResidentLogitsBitForBit) {
           // Decoding: exactly top_k distinct experts per layer and token.
           for (size_t i = kPrompt; i < m->ids.size(); ++i) {
             const int32_t token[1] = {m->ids[i]};
-            const absl::Status s = engine->Forward(token, static_cast<int>(i), LogitRows::kLast,
-                                                   got.data() + i * engine->n_vocab());
+            const absl::Status s =
+                engine->Forward(*seq, token, LogitRows::kLast, got.data() + i * engine->n_vocab());
             ASSERT_TRUE(s.ok()) << s;
           }
           EXPECT_EQ(Differing(got, want), 0u) << "of " << want.size() << " logits";
@@ -429,10 +360,10 @@ TEST_F(CudaCacheEngineTest, HostComputedExpertsAgreeWithinActivationQuantization
   };
   for (const char* name : kModels) {
     SCOPED_TRACE(name);
-    std::unique_ptr<Loaded> m = Load(name);
+    std::unique_ptr<Loaded> m = Load(name, kPrompt);
     ASSERT_NE(m, nullptr);
-    const Qwen3MoeHparams& hp = m->model.hparams;
-    std::unique_ptr<CudaQwen3Moe> resident = Engine(*m, BaseConfig());
+    const ModelHparams& hp = m->model.hparams;
+    std::unique_ptr<CudaEngine> resident = Engine(*m, BaseConfig());
     ASSERT_NE(resident, nullptr);
     const std::vector<float> want = RunOk(*resident, m->ids);
     const std::vector<int32_t> prompt(m->ids.begin(), m->ids.begin() + 8);
@@ -450,7 +381,7 @@ TEST_F(CudaCacheEngineTest, HostComputedExpertsAgreeWithinActivationQuantization
       if (host_layers == -3) host_layers = hp.n_layer;
       config.expert_cache.static_host_layers = host_layers;
       if (host_layers < 0) config.expert_cache.pool_bytes = MinDynamicPoolBytes(options);
-      std::unique_ptr<CudaQwen3Moe> engine = Engine(*m, config);
+      std::unique_ptr<CudaEngine> engine = Engine(*m, config);
       ASSERT_NE(engine, nullptr);
       const ExpertCacheReport* report = engine->expert_cache_report();
       ASSERT_NE(report, nullptr);
@@ -510,7 +441,7 @@ TEST_F(CudaCacheEngineTest, HostComputedExpertsAgreeWithinActivationQuantization
 // layer.
 class FlakySource final : public ExpertWeightSource {
  public:
-  explicit FlakySource(const Qwen3MoeWeights& weights) : inner_(weights) {}
+  explicit FlakySource(const ModelWeights& weights) : inner_(weights) {}
 
   absl::Status Acquire(int layer, std::span<const int32_t> experts,
                        std::span<ExpertMatrices> out) override {
@@ -550,9 +481,9 @@ class FlakySource final : public ExpertWeightSource {
 TEST_F(CudaCacheEngineTest, FailedAcquireLeavesNoBadSlot) {
   for (const char* name : kModels) {
     SCOPED_TRACE(name);
-    std::unique_ptr<Loaded> m = Load(name);
+    std::unique_ptr<Loaded> m = Load(name, kPrompt);
     ASSERT_NE(m, nullptr);
-    std::unique_ptr<CudaQwen3Moe> resident = Engine(*m, BaseConfig());
+    std::unique_ptr<CudaEngine> resident = Engine(*m, BaseConfig());
     ASSERT_NE(resident, nullptr);
     const std::vector<float> want = RunOk(*resident, m->ids);
     const ExpertSlotCacheOptions options = CacheOptions(*m);
@@ -564,7 +495,7 @@ TEST_F(CudaCacheEngineTest, FailedAcquireLeavesNoBadSlot) {
       config.expert_cache.pool_bytes = static_cast<int64_t>(MinDynamicPoolBytes(options));
       config.expert_cache.miss_policy = policy;
       config.expert_cache.host_threads = 2;
-      std::unique_ptr<CudaQwen3Moe> engine = Engine(*m, config);
+      std::unique_ptr<CudaEngine> engine = Engine(*m, config);
       ASSERT_NE(engine, nullptr);
       // Failures in the prompt's groups, in decode groups and in prefetches.
       for (const int fail_at : {1, 2, 3, 5, 9, 17, 30, 60}) {
@@ -601,9 +532,9 @@ TEST_F(CudaCacheEngineTest, FailedAcquireLeavesNoBadSlot) {
 TEST_F(CudaCacheEngineTest, ResizeKeepsTheLogitsAndRefusesWhatCannotWork) {
   for (const char* name : kModels) {
     SCOPED_TRACE(name);
-    std::unique_ptr<Loaded> m = Load(name);
+    std::unique_ptr<Loaded> m = Load(name, kPrompt);
     ASSERT_NE(m, nullptr);
-    std::unique_ptr<CudaQwen3Moe> resident = Engine(*m, BaseConfig());
+    std::unique_ptr<CudaEngine> resident = Engine(*m, BaseConfig());
     ASSERT_NE(resident, nullptr);
     EXPECT_EQ(resident->ResizeExpertCache(1 << 20).status().code(),
               absl::StatusCode::kFailedPrecondition);
@@ -614,7 +545,7 @@ TEST_F(CudaCacheEngineTest, ResizeKeepsTheLogitsAndRefusesWhatCannotWork) {
     config.expert_source = &source;
     config.expert_cache.pool_bytes = static_cast<int64_t>(MinDynamicPoolBytes(options));
     config.expert_cache.miss_policy = MissPolicy::kCopy;
-    std::unique_ptr<CudaQwen3Moe> engine = Engine(*m, config);
+    std::unique_ptr<CudaEngine> engine = Engine(*m, config);
     ASSERT_NE(engine, nullptr);
     EXPECT_EQ(Differing(RunOk(*engine, m->ids), want), 0u);
     for (const uint64_t bytes : {FullPoolBytes(options), FullPoolBytes(options) / 2,
@@ -655,7 +586,7 @@ TEST_F(CudaCacheEngineTest, FailedInitialFillFailsCreation) {
 TEST_F(CudaCacheEngineTest, AutomaticPoolAndSizeErrors) {
   std::unique_ptr<Loaded> m = Load("tiny-q8_0");
   ASSERT_NE(m, nullptr);
-  const Qwen3MoeHparams& hp = m->model.hparams;
+  const ModelHparams& hp = m->model.hparams;
   const ExpertSlotCacheOptions options = CacheOptions(*m);
   MappedExpertSource source(m->model.weights);
   CudaEngineConfig config = BaseConfig();
@@ -664,7 +595,7 @@ TEST_F(CudaCacheEngineTest, AutomaticPoolAndSizeErrors) {
   {
     // A test model's experts fit any GPU's free memory: every expert gets
     // a slot.
-    std::unique_ptr<CudaQwen3Moe> engine = Engine(*m, config);
+    std::unique_ptr<CudaEngine> engine = Engine(*m, config);
     ASSERT_NE(engine, nullptr);
     EXPECT_EQ(engine->expert_cache_report()->cache().n_slots(),
               static_cast<uint32_t>(hp.n_layer * hp.n_expert));
@@ -686,14 +617,14 @@ TEST_F(CudaCacheEngineTest, AutomaticPoolAndSizeErrors) {
 TEST(CudaCacheEngineArgsTest, SlotGeometry) {
   for (const char* name : kModels) {
     SCOPED_TRACE(name);
-    std::unique_ptr<Loaded> m = Load(name);
+    std::unique_ptr<Loaded> m = Load(name, kPrompt);
     ASSERT_NE(m, nullptr);
     CudaExpertCacheConfig config;
     config.miss_policy = MissPolicy::kHost;
     config.prefetch = false;
     config.static_host_layers = 2;
-    const ExpertSlotCacheOptions o = CudaSlotCacheOptions(m->model, config);
-    const Qwen3MoeHparams& hp = m->model.hparams;
+    const ExpertSlotCacheOptions o = CudaSlotCacheOptions(RoutedExpertShapesOf(m->model), config);
+    const ModelHparams& hp = m->model.hparams;
     EXPECT_EQ(o.n_layer, static_cast<uint32_t>(hp.n_layer));
     EXPECT_EQ(o.n_expert, static_cast<uint32_t>(hp.n_expert));
     EXPECT_EQ(o.top_k, static_cast<uint32_t>(hp.n_expert_used));
@@ -704,10 +635,10 @@ TEST(CudaCacheEngineArgsTest, SlotGeometry) {
     ASSERT_EQ(o.expert_bytes.size(), static_cast<size_t>(hp.n_layer));
     uint64_t widest = 0;
     for (size_t l = 0; l < o.expert_bytes.size(); ++l) {
-      const Qwen3MoeLayerWeights& w = m->model.weights.layers[l];
-      const uint64_t gate = uint64_t(w.ffn_gate_exps.rows()) * w.ffn_gate_exps.row_bytes;
-      const uint64_t up = uint64_t(w.ffn_up_exps.rows()) * w.ffn_up_exps.row_bytes;
-      const uint64_t down = uint64_t(w.ffn_down_exps.rows()) * w.ffn_down_exps.row_bytes;
+      const LayerWeights& w = m->model.weights.layers[l];
+      const uint64_t gate = uint64_t(w.moe.gate_exps.rows()) * w.moe.gate_exps.row_bytes;
+      const uint64_t up = uint64_t(w.moe.up_exps.rows()) * w.moe.up_exps.row_bytes;
+      const uint64_t down = uint64_t(w.moe.down_exps.rows()) * w.moe.down_exps.row_bytes;
       EXPECT_EQ(o.expert_bytes[l], gate + up + down);
       auto align = [](uint64_t n) { return (n + 255) / 256 * 256; };
       widest = std::max(widest, align(align(gate) + align(up) + down));

@@ -1,8 +1,8 @@
-// The CUDA qwen3moe engine against the fp32 reference engine on the test
-// vectors of tests/data/vectors: decoding one token at a time, prompts
-// through the fp16 GEMM (cuBLAS and the tiled kernel), continuation and
-// rewinding at arbitrary pos0, Reset, the experts seam, greedy generation,
-// and the preconditions of ForwardEngine. Everything that needs a device
+// The CUDA engine against the fp32 reference engine on the test vectors of
+// tests/data/vectors: decoding one token at a time, prompts through the fp16
+// GEMM (cuBLAS and the tiled kernel), continuing sequences, new sequences,
+// sampling on the device, the experts seam, greedy generation, and the
+// preconditions of ForwardEngine. Everything that needs a device
 // skips without one; the configuration and weight-type checks, which run
 // before any device call, run everywhere.
 //
@@ -34,154 +34,48 @@
 
 #include "backend/cuda/cuda_device.h"
 #include "backend/cuda/cuda_kernels.h"
-#include "engine/qwen3moe_cuda.h"
+#include "engine/cuda_engine.h"
 #include "gguf/gguf_reader.h"
+#include "cuda_test_util.h"
 #include "gtest/gtest.h"
-#include "model/qwen3moe_model.h"
-#include "reference/reference_qwen3moe.h"
+#include "model/architectures.h"
+#include "reference/reference_engine.h"
 
 namespace moetier {
 namespace {
 
+using cuda_test::Agreement;
+using cuda_test::Compare;
+using cuda_test::Load;
+using cuda_test::Loaded;
+using cuda_test::NewSequence;
+using cuda_test::ReadFloats;
+using cuda_test::ReadIds;
+using cuda_test::RunAll;
+using cuda_test::RunDecode;
+using cuda_test::VectorPath;
+using cuda_test::WorstRowError;
+
 constexpr int kMaxCtx = 64;
 
-std::string VectorPath(const std::string& name) {
-  return std::string(MOETIER_TEST_DATA_DIR) + "/vectors/" + name;
-}
-
-std::vector<int32_t> ReadIds(const std::string& path) {
-  std::ifstream in(path);
-  std::vector<int32_t> ids;
-  std::string part;
-  while (std::getline(in, part, ',')) ids.push_back(std::stoi(part));
-  return ids;
-}
-
-std::vector<float> ReadFloats(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::vector<float> values(bytes.size() / sizeof(float));
-  std::memcpy(values.data(), bytes.data(), values.size() * sizeof(float));
-  return values;
-}
-
-struct Loaded {
-  std::unique_ptr<GgufModel> gguf;
-  Qwen3MoeModel model;
-  std::vector<int32_t> ids;
-};
-
-std::unique_ptr<Loaded> Load(const std::string& name) {
-  auto out = std::make_unique<Loaded>();
-  absl::StatusOr<std::unique_ptr<GgufModel>> gguf = GgufModel::Open(VectorPath(name + ".gguf"));
-  EXPECT_TRUE(gguf.ok()) << gguf.status();
-  if (!gguf.ok()) return nullptr;
-  out->gguf = *std::move(gguf);
-  absl::StatusOr<Qwen3MoeModel> model = LoadQwen3Moe(*out->gguf);
-  EXPECT_TRUE(model.ok()) << model.status();
-  if (!model.ok()) return nullptr;
-  out->model = *std::move(model);
-  out->ids = ReadIds(VectorPath(name + ".ids"));
-  EXPECT_FALSE(out->ids.empty());
-  return out;
-}
-
-std::unique_ptr<CudaQwen3Moe> Engine(const Loaded& m, CudaEngineConfig config = {}) {
+std::unique_ptr<CudaEngine> Engine(const Loaded& m, CudaEngineConfig config = {}) {
   config.max_ctx = kMaxCtx;
-  absl::StatusOr<std::unique_ptr<CudaQwen3Moe>> engine = CudaQwen3Moe::Create(m.model, config);
+  absl::StatusOr<std::unique_ptr<CudaEngine>> engine = CudaEngine::Create(m.model, config);
   EXPECT_TRUE(engine.ok()) << engine.status();
   return engine.ok() ? *std::move(engine) : nullptr;
 }
 
-std::unique_ptr<ReferenceQwen3Moe> Reference(const Loaded& m) {
-  absl::StatusOr<std::unique_ptr<ReferenceQwen3Moe>> ref =
-      ReferenceQwen3Moe::Create(m.model, kMaxCtx);
+std::unique_ptr<ReferenceEngine> Reference(const Loaded& m) {
+  absl::StatusOr<std::unique_ptr<ReferenceEngine>> ref =
+      ReferenceEngine::Create(m.model, kMaxCtx);
   EXPECT_TRUE(ref.ok()) << ref.status();
   return ref.ok() ? *std::move(ref) : nullptr;
-}
-
-// Every row of `ids` from position 0 in one call.
-std::vector<float> RunAll(ForwardEngine& engine, const std::vector<int32_t>& ids) {
-  std::vector<float> logits(ids.size() * engine.n_vocab());
-  engine.Reset();
-  const absl::Status s = engine.Forward(ids, 0, LogitRows::kAll, logits.data());
-  EXPECT_TRUE(s.ok()) << s;
-  return logits;
-}
-
-// Every row of `ids`, one token per call (decode).
-std::vector<float> RunDecode(ForwardEngine& engine, const std::vector<int32_t>& ids) {
-  const size_t n_vocab = engine.n_vocab();
-  std::vector<float> logits(ids.size() * n_vocab);
-  engine.Reset();
-  for (size_t i = 0; i < ids.size(); ++i) {
-    const int32_t token[1] = {ids[i]};
-    const absl::Status s =
-        engine.Forward(token, static_cast<int>(i), LogitRows::kLast, logits.data() + i * n_vocab);
-    EXPECT_TRUE(s.ok()) << s;
-    if (!s.ok()) break;
-    EXPECT_EQ(engine.cached_tokens(), static_cast<int>(i + 1));
-  }
-  return logits;
-}
-
-// max |a - b| / (max - min of b) over every row.
-double WorstRowError(const std::vector<float>& a, const std::vector<float>& b, size_t n_vocab) {
-  double worst = 0.0;
-  for (size_t row = 0; row < b.size() / n_vocab; ++row) {
-    const float* pa = a.data() + row * n_vocab;
-    const float* pb = b.data() + row * n_vocab;
-    const auto [lo, hi] = std::minmax_element(pb, pb + n_vocab);
-    double max_abs = 0.0;
-    for (size_t i = 0; i < n_vocab; ++i) {
-      // NaN must fail the comparison, so it counts as infinitely wrong.
-      const double d = std::fabs(static_cast<double>(pa[i]) - pb[i]);
-      max_abs = std::isnan(d) ? INFINITY : std::max(max_abs, d);
-    }
-    worst = std::max(worst, max_abs / (static_cast<double>(*hi) - *lo));
-  }
-  return worst;
-}
-
-struct Agreement {
-  double mean_kl = 0.0;        // KL(expected || actual), mean over positions
-  double top1_fraction = 0.0;  // positions whose argmax agrees
-};
-
-Agreement Compare(const std::vector<float>& actual, const std::vector<float>& expected,
-                  size_t n_vocab) {
-  Agreement a;
-  const size_t n_pos = expected.size() / n_vocab;
-  int same = 0;
-  for (size_t p = 0; p < n_pos; ++p) {
-    const float* x = actual.data() + p * n_vocab;
-    const float* y = expected.data() + p * n_vocab;
-    const double mx = *std::max_element(x, x + n_vocab);
-    const double my = *std::max_element(y, y + n_vocab);
-    double zx = 0.0, zy = 0.0;
-    for (size_t i = 0; i < n_vocab; ++i) {
-      zx += std::exp(x[i] - mx);
-      zy += std::exp(y[i] - my);
-    }
-    double kl = 0.0;
-    for (size_t i = 0; i < n_vocab; ++i) {
-      const double log_py = y[i] - my - std::log(zy);
-      const double log_px = x[i] - mx - std::log(zx);
-      kl += std::exp(log_py) * (log_py - log_px);
-    }
-    a.mean_kl += kl / n_pos;
-    same += std::max_element(x, x + n_vocab) - x == std::max_element(y, y + n_vocab) - y;
-  }
-  a.top1_fraction = static_cast<double>(same) / n_pos;
-  // NaN logits must not pass.
-  if (std::isnan(a.mean_kl)) a.mean_kl = INFINITY;
-  return a;
 }
 
 // The GEMV-path bound for `name` (see the file comment).
 void ExpectGemvAgreement(const std::string& name, const std::vector<float>& got,
                          const std::vector<float>& want, size_t n_vocab) {
-  if (name == "small-q4_k_m") {
+  if (name == "small-q4_k_m" || name == "mixtral-small-q4_k_m") {
     const Agreement a = Compare(got, want, n_vocab);
     EXPECT_LE(a.mean_kl, 1e-3) << name;
     EXPECT_GE(a.top1_fraction, 0.9) << name;
@@ -200,15 +94,18 @@ class CudaEngineTest : public ::testing::Test {
   }
 };
 
-const char* const kModels[] = {"tiny-f32", "tiny-q8_0", "small-q4_k_m"};
+// qwen3moe, llama with experts (NORM rope, no q/k norm) and olmoe (q/k norm
+// over the whole projection, no renormalization).
+const char* const kModels[] = {"tiny-f32",         "tiny-q8_0",      "small-q4_k_m",
+                               "mixtral-tiny-f32", "olmoe-tiny-f32", "mixtral-small-q4_k_m"};
 
 TEST_F(CudaEngineTest, DecodeMatchesReference) {
   for (const char* name : kModels) {
     SCOPED_TRACE(name);
     std::unique_ptr<Loaded> m = Load(name);
     ASSERT_NE(m, nullptr);
-    std::unique_ptr<ReferenceQwen3Moe> ref = Reference(*m);
-    std::unique_ptr<CudaQwen3Moe> engine = Engine(*m);
+    std::unique_ptr<ReferenceEngine> ref = Reference(*m);
+    std::unique_ptr<CudaEngine> engine = Engine(*m);
     ASSERT_NE(ref, nullptr);
     ASSERT_NE(engine, nullptr);
     const size_t n_vocab = engine->n_vocab();
@@ -217,9 +114,9 @@ TEST_F(CudaEngineTest, DecodeMatchesReference) {
     std::printf("%s decode: worst |error| / range %.3g\n", name,
                 WorstRowError(got, want, n_vocab));
     ExpectGemvAgreement(name, got, want, n_vocab);
-    // An independent float64 implementation, for the all-f32 model.
-    if (std::string(name) == "tiny-f32") {
-      const std::vector<float> exact = ReadFloats(VectorPath("tiny-f32.exact.f32"));
+    // An independent float64 implementation, for the all-f32 models.
+    if (std::string(name).ends_with("-f32")) {
+      const std::vector<float> exact = ReadFloats(VectorPath(std::string(name) + ".exact.f32"));
       ASSERT_EQ(exact.size(), got.size());
       EXPECT_LT(WorstRowError(got, exact, n_vocab), 1e-3);
     }
@@ -237,7 +134,7 @@ TEST_F(CudaEngineTest, GemvPrefillEqualsDecodeBitForBit) {
     CudaEngineConfig config;
     config.max_batch = 16;  // 24 tokens: one batch of 16, one of 8
     config.gemv_max_rows = config.max_batch;
-    std::unique_ptr<CudaQwen3Moe> engine = Engine(*m, config);
+    std::unique_ptr<CudaEngine> engine = Engine(*m, config);
     ASSERT_NE(engine, nullptr);
     const std::vector<float> batched = RunAll(*engine, m->ids);
     const std::vector<float> decoded = RunDecode(*engine, m->ids);
@@ -266,13 +163,13 @@ TEST_P(CudaEngineGemmTest, PrefillAgreesWithReference) {
     SCOPED_TRACE(name);
     std::unique_ptr<Loaded> m = Load(name);
     ASSERT_NE(m, nullptr);
-    std::unique_ptr<ReferenceQwen3Moe> ref = Reference(*m);
+    std::unique_ptr<ReferenceEngine> ref = Reference(*m);
     ASSERT_NE(ref, nullptr);
     CudaEngineConfig config;
     config.max_batch = 16;  // two batches, the second one of 8 rows
     config.use_cublas = c.use_cublas;
     config.gemv_max_rows = c.gemv_max_rows;
-    std::unique_ptr<CudaQwen3Moe> engine = Engine(*m, config);
+    std::unique_ptr<CudaEngine> engine = Engine(*m, config);
     ASSERT_NE(engine, nullptr);
     const size_t n_vocab = engine->n_vocab();
     const std::vector<float> want = RunAll(*ref, m->ids);
@@ -284,8 +181,9 @@ TEST_P(CudaEngineGemmTest, PrefillAgreesWithReference) {
     EXPECT_GE(a.top1_fraction, 0.85);
     // kLast over the same batches gives the last row of kAll.
     std::vector<float> last(n_vocab);
-    engine->Reset();
-    ASSERT_TRUE(engine->Forward(m->ids, 0, LogitRows::kLast, last.data()).ok());
+    std::unique_ptr<Sequence> seq = NewSequence(*engine);
+    ASSERT_NE(seq, nullptr);
+    ASSERT_TRUE(engine->Forward(*seq, m->ids, LogitRows::kLast, last.data()).ok());
     // Only the output projection differs (1 row against the batch's rows):
     // the tiled kernel and the GEMV compute each row alone, while cuBLAS
     // may pick another algorithm for another shape.
@@ -307,65 +205,84 @@ INSTANTIATE_TEST_SUITE_P(Paths, CudaEngineGemmTest,
                            return std::string(param_info.param.name);
                          });
 
-// Continuing at pos0 = cached_tokens(), and rewinding to an earlier pos0
-// (which drops the later cache entries), as the reference does.
-TEST_F(CudaEngineTest, ContinuationAndRewindMatchReference) {
+// Continuing a sequence in pieces of any size, as the reference does, and
+// a new sequence forgetting what an earlier one held.
+TEST_F(CudaEngineTest, ContinuationAndNewSequencesMatchReference) {
   for (const char* name : {"tiny-f32", "tiny-q8_0"}) {
     SCOPED_TRACE(name);
     std::unique_ptr<Loaded> m = Load(name);
     ASSERT_NE(m, nullptr);
-    std::unique_ptr<ReferenceQwen3Moe> ref = Reference(*m);
+    std::unique_ptr<ReferenceEngine> ref = Reference(*m);
     ASSERT_NE(ref, nullptr);
     CudaEngineConfig config;
     config.max_batch = 4;
-    std::unique_ptr<CudaQwen3Moe> engine = Engine(*m, config);
+    std::unique_ptr<CudaEngine> engine = Engine(*m, config);
     ASSERT_NE(engine, nullptr);
     const size_t n_vocab = engine->n_vocab();
     const std::vector<int32_t>& ids = m->ids;
     std::vector<int32_t> other(ids.rbegin(), ids.rend());
-    // (start, count, source) steps: a prompt, a continuation, a rewind into
-    // the middle with different tokens, a decode step.
-    struct Step {
-      int pos0;
-      int count;
-      const std::vector<int32_t>* src;
-    };
-    const Step steps[] = {{0, 10, &ids}, {10, 6, &ids}, {5, 7, &other}, {12, 1, &ids}};
-    for (ForwardEngine* e : {static_cast<ForwardEngine*>(ref.get()),
-                             static_cast<ForwardEngine*>(engine.get())}) {
-      e->Reset();
-    }
-    for (const Step& s : steps) {
-      SCOPED_TRACE(::testing::Message() << "pos0 " << s.pos0 << " count " << s.count);
-      const std::vector<int32_t> tokens(s.src->begin() + s.pos0,
-                                        s.src->begin() + s.pos0 + s.count);
+    // A sequence of other tokens first, then the test's in pieces: a
+    // prompt, a continuation longer than a batch, a decode step.
+    (void)RunAll(*engine, other);
+    std::unique_ptr<Sequence> ref_seq = NewSequence(*ref);
+    std::unique_ptr<Sequence> seq = NewSequence(*engine);
+    ASSERT_NE(ref_seq, nullptr);
+    ASSERT_NE(seq, nullptr);
+    int pos = 0;
+    for (int count : {10, 6, 1}) {
+      SCOPED_TRACE(::testing::Message() << "from " << pos << ", " << count << " tokens");
+      const std::vector<int32_t> tokens(ids.begin() + pos, ids.begin() + pos + count);
       std::vector<float> want(tokens.size() * n_vocab), got(tokens.size() * n_vocab);
-      ASSERT_TRUE(ref->Forward(tokens, s.pos0, LogitRows::kAll, want.data()).ok());
-      const absl::Status status = engine->Forward(tokens, s.pos0, LogitRows::kAll, got.data());
+      ASSERT_TRUE(ref->Forward(*ref_seq, tokens, LogitRows::kAll, want.data()).ok());
+      const absl::Status status = engine->Forward(*seq, tokens, LogitRows::kAll, got.data());
       ASSERT_TRUE(status.ok()) << status;
-      EXPECT_EQ(engine->cached_tokens(), s.pos0 + s.count);
+      pos += count;
+      EXPECT_EQ(seq->length(), pos);
       EXPECT_LT(WorstRowError(got, want, n_vocab), 1e-4);
     }
   }
 }
 
-TEST_F(CudaEngineTest, ResetForgetsTheCache) {
+TEST_F(CudaEngineTest, ANewSequenceStartsFresh) {
   std::unique_ptr<Loaded> m = Load("tiny-q8_0");
   ASSERT_NE(m, nullptr);
-  std::unique_ptr<CudaQwen3Moe> engine = Engine(*m);
+  std::unique_ptr<CudaEngine> engine = Engine(*m);
   ASSERT_NE(engine, nullptr);
   const std::vector<float> first = RunAll(*engine, m->ids);
-  EXPECT_EQ(engine->cached_tokens(), static_cast<int>(m->ids.size()));
-  engine->Reset();
-  EXPECT_EQ(engine->cached_tokens(), 0);
-  // Only position 0 may start after Reset.
-  std::vector<float> logits(engine->n_vocab());
-  const int32_t token[1] = {m->ids[0]};
-  EXPECT_EQ(engine->Forward(token, 1, LogitRows::kLast, logits.data()).code(),
-            absl::StatusCode::kInvalidArgument);
-  std::vector<float> again(first.size());
-  ASSERT_TRUE(engine->Forward(m->ids, 0, LogitRows::kAll, again.data()).ok());
-  EXPECT_EQ(again, first);
+  std::vector<int32_t> other(m->ids.rbegin(), m->ids.rend());
+  (void)RunAll(*engine, other);
+  EXPECT_EQ(RunAll(*engine, m->ids), first);
+}
+
+TEST_F(CudaEngineTest, SampleIsTheArgmaxOfTheLastRowOnTheDevice) {
+  std::unique_ptr<Loaded> m = Load("tiny-q8_0");
+  ASSERT_NE(m, nullptr);
+  std::unique_ptr<CudaEngine> engine = Engine(*m);
+  ASSERT_NE(engine, nullptr);
+  const size_t n_vocab = engine->n_vocab();
+  absl::StatusOr<Sampler> greedy = Sampler::Create(engine->n_vocab(), {.temperature = 0});
+  ASSERT_TRUE(greedy.ok());
+  EXPECT_EQ(engine->Sample(*greedy).status().code(), absl::StatusCode::kFailedPrecondition);
+  const std::vector<float> all = RunAll(*engine, m->ids);
+  const float* last = all.data() + all.size() - n_vocab;
+  const int32_t want = static_cast<int32_t>(std::max_element(last, last + n_vocab) - last);
+  // With every row on the host, and with none.
+  absl::StatusOr<int32_t> token = engine->Sample(*greedy);
+  ASSERT_TRUE(token.ok()) << token.status();
+  EXPECT_EQ(*token, want);
+  std::unique_ptr<Sequence> seq = NewSequence(*engine);
+  ASSERT_NE(seq, nullptr);
+  ASSERT_TRUE(engine->Forward(*seq, m->ids, LogitRows::kNone, nullptr).ok());
+  token = engine->Sample(*greedy);
+  ASSERT_TRUE(token.ok()) << token.status();
+  EXPECT_EQ(*token, want);
+  // A sampler with a temperature draws on the host from the same row.
+  absl::StatusOr<Sampler> hot =
+      Sampler::Create(engine->n_vocab(), {.temperature = 1e-4f, .top_k = 1});
+  ASSERT_TRUE(hot.ok());
+  token = engine->Sample(*hot);
+  ASSERT_TRUE(token.ok()) << token.status();
+  EXPECT_EQ(*token, want);
 }
 
 TEST_F(CudaEngineTest, GreedyGenerationMatchesReference) {
@@ -374,8 +291,8 @@ TEST_F(CudaEngineTest, GreedyGenerationMatchesReference) {
     SCOPED_TRACE(name);
     std::unique_ptr<Loaded> m = Load(name);
     ASSERT_NE(m, nullptr);
-    std::unique_ptr<ReferenceQwen3Moe> ref = Reference(*m);
-    std::unique_ptr<CudaQwen3Moe> engine = Engine(*m);
+    std::unique_ptr<ReferenceEngine> ref = Reference(*m);
+    std::unique_ptr<CudaEngine> engine = Engine(*m);
     ASSERT_NE(ref, nullptr);
     ASSERT_NE(engine, nullptr);
     const int n_vocab = engine->n_vocab();
@@ -385,16 +302,15 @@ TEST_F(CudaEngineTest, GreedyGenerationMatchesReference) {
     for (ForwardEngine* e : {static_cast<ForwardEngine*>(ref.get()),
                              static_cast<ForwardEngine*>(engine.get())}) {
       std::vector<float> logits(static_cast<size_t>(n_vocab));
-      e->Reset();
-      ASSERT_TRUE(e->Forward(prompt, 0, LogitRows::kLast, logits.data()).ok());
+      std::unique_ptr<Sequence> seq = NewSequence(*e);
+      ASSERT_NE(seq, nullptr);
+      ASSERT_TRUE(e->Forward(*seq, prompt, LogitRows::kLast, logits.data()).ok());
       for (int i = 0; i < kGenerate; ++i) {
         const int32_t next =
             static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
         generated[static_cast<size_t>(which)].push_back(next);
         const int32_t in[1] = {next};
-        ASSERT_TRUE(e->Forward(in, static_cast<int>(prompt.size()) + i, LogitRows::kLast,
-                               logits.data())
-                        .ok());
+        ASSERT_TRUE(e->Forward(*seq, in, LogitRows::kLast, logits.data()).ok());
       }
       ++which;
     }
@@ -407,12 +323,12 @@ TEST_F(CudaEngineTest, GreedyGenerationMatchesReference) {
 // request per used expert and layer.
 class TestExperts final : public DeviceExperts {
  public:
-  explicit TestExperts(const Qwen3MoeModel& model) {
-    for (const Qwen3MoeLayerWeights& l : model.weights.layers) {
+  explicit TestExperts(const Model& model) {
+    for (const LayerWeights& l : model.weights.layers) {
       Layer layer;
-      for (auto [dst, ref] : {std::pair{&layer.gate, &l.ffn_gate_exps},
-                              std::pair{&layer.up, &l.ffn_up_exps},
-                              std::pair{&layer.down, &l.ffn_down_exps}}) {
+      for (auto [dst, ref] : {std::pair{&layer.gate, &l.moe.gate_exps},
+                              std::pair{&layer.up, &l.moe.up_exps},
+                              std::pair{&layer.down, &l.moe.down_exps}}) {
         for (int64_t e = 0; e < ref->ne[2]; ++e) {
           const size_t bytes = static_cast<size_t>(ref->ne[1] * ref->row_bytes);
           void* p = nullptr;
@@ -459,15 +375,15 @@ TEST_F(CudaEngineTest, ExternalDeviceExpertsGiveTheSameLogits) {
   ASSERT_TRUE(experts.ok());
   CudaEngineConfig config;
   config.device_experts = &experts;
-  std::unique_ptr<CudaQwen3Moe> external = Engine(*m, config);
-  std::unique_ptr<CudaQwen3Moe> resident = Engine(*m);
+  std::unique_ptr<CudaEngine> external = Engine(*m, config);
+  std::unique_ptr<CudaEngine> resident = Engine(*m);
   ASSERT_NE(external, nullptr);
   ASSERT_NE(resident, nullptr);
   // The external engine holds no expert bytes.
   EXPECT_LT(external->weight_bytes(), resident->weight_bytes());
   EXPECT_EQ(RunDecode(*external, m->ids), RunDecode(*resident, m->ids));
   // One token per call: k distinct experts per layer.
-  const Qwen3MoeHparams& hp = m->model.hparams;
+  const ModelHparams& hp = m->model.hparams;
   EXPECT_EQ(experts.requests(),
             static_cast<int>(m->ids.size()) * hp.n_layer * hp.n_expert_used);
 }
@@ -475,38 +391,37 @@ TEST_F(CudaEngineTest, ExternalDeviceExpertsGiveTheSameLogits) {
 TEST_F(CudaEngineTest, ForwardChecksItsPreconditions) {
   std::unique_ptr<Loaded> m = Load("tiny-f32");
   ASSERT_NE(m, nullptr);
-  std::unique_ptr<CudaQwen3Moe> engine = Engine(*m);
+  std::unique_ptr<CudaEngine> engine = Engine(*m);
   ASSERT_NE(engine, nullptr);
   const int n_vocab = engine->n_vocab();
   std::vector<float> logits(static_cast<size_t>(kMaxCtx + 1) * n_vocab);
+  std::unique_ptr<Sequence> seq = NewSequence(*engine);
+  ASSERT_NE(seq, nullptr);
+  EXPECT_EQ(engine->NewSequence().status().code(), absl::StatusCode::kResourceExhausted);
   const std::vector<int32_t> two = {m->ids[0], m->ids[1]};
-  ASSERT_TRUE(engine->Forward(two, 0, LogitRows::kAll, logits.data()).ok());
-  ASSERT_EQ(engine->cached_tokens(), 2);
+  ASSERT_TRUE(engine->Forward(*seq, two, LogitRows::kAll, logits.data()).ok());
+  ASSERT_EQ(seq->length(), 2);
 
   const std::vector<int32_t> empty;
-  EXPECT_EQ(engine->Forward(empty, 0, LogitRows::kAll, logits.data()).code(),
+  EXPECT_EQ(engine->Forward(*seq, empty, LogitRows::kAll, logits.data()).code(),
             absl::StatusCode::kInvalidArgument);
   for (int32_t bad : {-1, n_vocab}) {
     const std::vector<int32_t> tokens = {m->ids[0], bad};
-    const absl::Status s = engine->Forward(tokens, 2, LogitRows::kAll, logits.data());
+    const absl::Status s = engine->Forward(*seq, tokens, LogitRows::kAll, logits.data());
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
     EXPECT_NE(s.message().find("vocabulary"), absl::string_view::npos) << s;
   }
-  EXPECT_EQ(engine->Forward(two, 3, LogitRows::kAll, logits.data()).code(),
-            absl::StatusCode::kInvalidArgument);  // pos0 > cached_tokens
-  EXPECT_EQ(engine->Forward(two, -1, LogitRows::kAll, logits.data()).code(),
-            absl::StatusCode::kInvalidArgument);
   const std::vector<int32_t> too_long(static_cast<size_t>(kMaxCtx - 1), m->ids[0]);
-  EXPECT_EQ(engine->Forward(too_long, 2, LogitRows::kAll, logits.data()).code(),
+  EXPECT_EQ(engine->Forward(*seq, too_long, LogitRows::kAll, logits.data()).code(),
             absl::StatusCode::kOutOfRange);  // 2 + 63 > 64
-  EXPECT_EQ(engine->Forward(two, 2, LogitRows::kAll, nullptr).code(),
+  EXPECT_EQ(engine->Forward(*seq, two, LogitRows::kAll, nullptr).code(),
             absl::StatusCode::kInvalidArgument);
-  // Rejected calls leave the cache as it was.
-  EXPECT_EQ(engine->cached_tokens(), 2);
+  // Rejected calls leave the sequence as it was.
+  EXPECT_EQ(seq->length(), 2);
   // Exactly filling the context works.
   const std::vector<int32_t> rest(static_cast<size_t>(kMaxCtx - 2), m->ids[0]);
-  EXPECT_TRUE(engine->Forward(rest, 2, LogitRows::kLast, logits.data()).ok());
-  EXPECT_EQ(engine->cached_tokens(), kMaxCtx);
+  EXPECT_TRUE(engine->Forward(*seq, rest, LogitRows::kLast, logits.data()).ok());
+  EXPECT_EQ(seq->length(), kMaxCtx);
 }
 
 // Checks that come before any device call: they run on every machine.
@@ -514,7 +429,7 @@ TEST(CudaEngineArgsTest, RejectsBadConfigurationsAndWeightTypes) {
   std::unique_ptr<Loaded> m = Load("tiny-f32");
   ASSERT_NE(m, nullptr);
   auto create = [&](const CudaEngineConfig& config) {
-    return CudaQwen3Moe::Create(m->model, config).status();
+    return CudaEngine::Create(m->model, config).status();
   };
   CudaEngineConfig config;
   config.max_ctx = 0;
@@ -531,11 +446,11 @@ TEST(CudaEngineArgsTest, RejectsBadConfigurationsAndWeightTypes) {
   config.gemv_max_rows = 8;
 
   // A type the CUDA kernels lack is named with its tensor.
-  Qwen3MoeModel unsupported = m->model;
-  unsupported.weights.layers[1].ffn_down_exps.type = TensorType::kQ2_K;
-  const absl::Status s = CudaQwen3Moe::Create(unsupported, config).status();
+  Model unsupported = m->model;
+  unsupported.weights.layers[1].moe.down_exps.type = TensorType::kQ2_K;
+  const absl::Status s = CudaEngine::Create(unsupported, config).status();
   EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << s;
-  EXPECT_NE(s.message().find(unsupported.weights.layers[1].ffn_down_exps.name),
+  EXPECT_NE(s.message().find(unsupported.weights.layers[1].moe.down_exps.name),
             absl::string_view::npos)
       << s;
   EXPECT_NE(s.message().find("Q2_K"), absl::string_view::npos) << s;

@@ -32,52 +32,36 @@
 #include "absl/strings/str_cat.h"
 #include "backend/cuda/cuda_device.h"
 #include "engine/mapped_expert_source.h"
-#include "engine/qwen3moe_cpu.h"
-#include "engine/qwen3moe_cuda.h"
+#include "engine/cpu_engine.h"
+#include "engine/cuda_engine.h"
 #include "engine/routing_trace_hooks.h"
 #include "gguf/gguf_reader.h"
+#include "cuda_test_util.h"
 #include "gtest/gtest.h"
-#include "model/qwen3moe_model.h"
+#include "model/architectures.h"
 
 namespace moetier {
 namespace {
+
+using cuda_test::Agreement;
+using cuda_test::Compare;
+using cuda_test::Load;
+using cuda_test::Loaded;
+using cuda_test::NewSequence;
+using cuda_test::ReadFloats;
+using cuda_test::ReadIds;
+using cuda_test::RunAll;
+using cuda_test::RunDecode;
+using cuda_test::VectorPath;
+using cuda_test::WorstRowError;
 
 constexpr int kMaxCtx = 64;
 constexpr int kMaxBatch = 8;
 constexpr size_t kPrompt = 6;
 
-std::string VectorPath(const std::string& name) {
-  return std::string(MOETIER_TEST_DATA_DIR) + "/vectors/" + name;
-}
-
-std::vector<int32_t> ReadIds(const std::string& path) {
-  std::ifstream in(path);
-  std::vector<int32_t> ids;
-  std::string part;
-  while (std::getline(in, part, ',')) ids.push_back(std::stoi(part));
-  return ids;
-}
-
-struct Loaded {
-  std::unique_ptr<GgufModel> gguf;
-  Qwen3MoeModel model;
-  std::vector<int32_t> ids;
-  const Qwen3MoeHparams& hp() const { return model.hparams; }
-};
-
-std::unique_ptr<Loaded> Load(const std::string& name) {
-  auto out = std::make_unique<Loaded>();
-  absl::StatusOr<std::unique_ptr<GgufModel>> gguf = GgufModel::Open(VectorPath(name + ".gguf"));
-  EXPECT_TRUE(gguf.ok()) << gguf.status();
-  if (!gguf.ok()) return nullptr;
-  out->gguf = *std::move(gguf);
-  absl::StatusOr<Qwen3MoeModel> model = LoadQwen3Moe(*out->gguf);
-  EXPECT_TRUE(model.ok()) << model.status();
-  if (!model.ok()) return nullptr;
-  out->model = *std::move(model);
-  out->ids = ReadIds(VectorPath(name + ".ids"));
-  EXPECT_GT(out->ids.size(), kPrompt);
-  return out;
+// kPrompt rows in one call, then one token per call: logits of every position.
+std::vector<float> RunOk(ForwardEngine& engine, const std::vector<int32_t>& ids) {
+  return cuda_test::RunOk(engine, ids, kPrompt);
 }
 
 CudaEngineConfig BaseConfig() {
@@ -88,37 +72,10 @@ CudaEngineConfig BaseConfig() {
   return config;
 }
 
-std::unique_ptr<CudaQwen3Moe> Engine(const Loaded& m, const CudaEngineConfig& config) {
-  absl::StatusOr<std::unique_ptr<CudaQwen3Moe>> engine = CudaQwen3Moe::Create(m.model, config);
+std::unique_ptr<CudaEngine> Engine(const Loaded& m, const CudaEngineConfig& config) {
+  absl::StatusOr<std::unique_ptr<CudaEngine>> engine = CudaEngine::Create(m.model, config);
   EXPECT_TRUE(engine.ok()) << engine.status();
   return engine.ok() ? *std::move(engine) : nullptr;
-}
-
-// The prompt's rows in one call, then one token per call: logits of every
-// position. Stops at the first error, which it returns.
-absl::Status RunSequence(ForwardEngine& engine, const std::vector<int32_t>& ids,
-                         std::vector<float>* out) {
-  const size_t n_vocab = engine.n_vocab();
-  out->assign(ids.size() * n_vocab, 0.0f);
-  engine.Reset();
-  const std::vector<int32_t> prompt(ids.begin(), ids.begin() + kPrompt);
-  if (absl::Status s = engine.Forward(prompt, 0, LogitRows::kAll, out->data()); !s.ok()) return s;
-  for (size_t i = kPrompt; i < ids.size(); ++i) {
-    const int32_t token[1] = {ids[i]};
-    if (absl::Status s =
-            engine.Forward(token, static_cast<int>(i), LogitRows::kLast, out->data() + i * n_vocab);
-        !s.ok()) {
-      return s;
-    }
-  }
-  return absl::OkStatus();
-}
-
-std::vector<float> RunOk(ForwardEngine& engine, const std::vector<int32_t>& ids) {
-  std::vector<float> logits;
-  const absl::Status s = RunSequence(engine, ids, &logits);
-  EXPECT_TRUE(s.ok()) << s;
-  return logits;
 }
 
 size_t Differing(const std::vector<float>& a, const std::vector<float>& b) {
@@ -126,57 +83,6 @@ size_t Differing(const std::vector<float>& a, const std::vector<float>& b) {
   size_t n = 0;
   for (size_t i = 0; i < a.size(); ++i) n += a[i] != b[i];
   return n;
-}
-
-// max |a - b| / (max - min of b) over every row.
-double WorstRowError(const std::vector<float>& a, const std::vector<float>& b, size_t n_vocab) {
-  double worst = 0.0;
-  for (size_t row = 0; row < b.size() / n_vocab; ++row) {
-    const float* pa = a.data() + row * n_vocab;
-    const float* pb = b.data() + row * n_vocab;
-    const auto [lo, hi] = std::minmax_element(pb, pb + n_vocab);
-    double max_abs = 0.0;
-    for (size_t i = 0; i < n_vocab; ++i) {
-      const double d = std::fabs(static_cast<double>(pa[i]) - pb[i]);
-      max_abs = std::isnan(d) ? INFINITY : std::max(max_abs, d);
-    }
-    worst = std::max(worst, max_abs / (static_cast<double>(*hi) - *lo));
-  }
-  return worst;
-}
-
-struct Agreement {
-  double mean_kl = 0.0;        // KL(expected || actual), mean over positions
-  double top1_fraction = 0.0;  // positions whose argmax agrees
-};
-
-Agreement Compare(const std::vector<float>& actual, const std::vector<float>& expected,
-                  size_t n_vocab) {
-  Agreement a;
-  const size_t n_pos = expected.size() / n_vocab;
-  int same = 0;
-  for (size_t p = 0; p < n_pos; ++p) {
-    const float* x = actual.data() + p * n_vocab;
-    const float* y = expected.data() + p * n_vocab;
-    const double mx = *std::max_element(x, x + n_vocab);
-    const double my = *std::max_element(y, y + n_vocab);
-    double zx = 0.0, zy = 0.0;
-    for (size_t i = 0; i < n_vocab; ++i) {
-      zx += std::exp(x[i] - mx);
-      zy += std::exp(y[i] - my);
-    }
-    double kl = 0.0;
-    for (size_t i = 0; i < n_vocab; ++i) {
-      const double log_py = y[i] - my - std::log(zy);
-      const double log_px = x[i] - mx - std::log(zx);
-      kl += std::exp(log_py) * (log_py - log_px);
-    }
-    a.mean_kl += kl / n_pos;
-    same += std::max_element(x, x + n_vocab) - x == std::max_element(y, y + n_vocab) - y;
-  }
-  a.top1_fraction = static_cast<double>(same) / n_pos;
-  if (std::isnan(a.mean_kl)) a.mean_kl = INFINITY;  // NaN logits must not pass
-  return a;
 }
 
 // Every batch the observer saw, in call order.
@@ -259,10 +165,10 @@ const char* const kModels[] = {"tiny-f32", "tiny-q8_0", "small-q4_k_m"};
 TEST_F(CudaRoutingHooksTest, TheRoutersOwnChoiceGivesBitIdenticalLogits) {
   for (const char* name : kModels) {
     SCOPED_TRACE(name);
-    std::unique_ptr<Loaded> m = Load(name);
+    std::unique_ptr<Loaded> m = Load(name, kPrompt);
     ASSERT_NE(m, nullptr);
-    const Qwen3MoeHparams& hp = m->hp();
-    std::unique_ptr<CudaQwen3Moe> plain = Engine(*m, BaseConfig());
+    const ModelHparams& hp = m->hp();
+    std::unique_ptr<CudaEngine> plain = Engine(*m, BaseConfig());
     ASSERT_NE(plain, nullptr);
     const std::vector<float> want = RunOk(*plain, m->ids);
 
@@ -270,7 +176,7 @@ TEST_F(CudaRoutingHooksTest, TheRoutersOwnChoiceGivesBitIdenticalLogits) {
     KeepRouterChoice keep;
     CudaEngineConfig config = BaseConfig();
     config.routing_override = &keep;
-    std::unique_ptr<CudaQwen3Moe> kept = Engine(*m, config);
+    std::unique_ptr<CudaEngine> kept = Engine(*m, config);
     ASSERT_NE(kept, nullptr);
     EXPECT_EQ(Differing(RunOk(*kept, m->ids), want), 0u) << "of " << want.size() << " logits";
     // One call per layer and batch: the prompt's batch and each decode token.
@@ -285,7 +191,7 @@ TEST_F(CudaRoutingHooksTest, TheRoutersOwnChoiceGivesBitIdenticalLogits) {
     ASSERT_TRUE(recorder.ok()) << recorder.status();
     config = BaseConfig();
     config.routing_observer = recorder->get();
-    std::unique_ptr<CudaQwen3Moe> recording = Engine(*m, config);
+    std::unique_ptr<CudaEngine> recording = Engine(*m, config);
     ASSERT_NE(recording, nullptr);
     EXPECT_EQ(Differing(RunOk(*recording, m->ids), want), 0u);
     ASSERT_TRUE((*recorder)->Close().ok());
@@ -296,7 +202,7 @@ TEST_F(CudaRoutingHooksTest, TheRoutersOwnChoiceGivesBitIdenticalLogits) {
     ASSERT_TRUE(replayer.ok()) << replayer.status();
     config = BaseConfig();
     config.routing_override = replayer->get();
-    std::unique_ptr<CudaQwen3Moe> replaying = Engine(*m, config);
+    std::unique_ptr<CudaEngine> replaying = Engine(*m, config);
     ASSERT_NE(replaying, nullptr);
     EXPECT_EQ(Differing(RunOk(*replaying, m->ids), want), 0u);
     EXPECT_EQ((*replayer)->next_token(), 0u) << "the trace's tokens were all used once";
@@ -307,9 +213,9 @@ TEST_F(CudaRoutingHooksTest, TheRoutersOwnChoiceGivesBitIdenticalLogits) {
 TEST_F(CudaRoutingHooksTest, ForcedExpertsGiveTheCpuEnginesLogits) {
   for (const char* name : {"tiny-f32", "tiny-q8_0"}) {
     SCOPED_TRACE(name);
-    std::unique_ptr<Loaded> m = Load(name);
+    std::unique_ptr<Loaded> m = Load(name, kPrompt);
     ASSERT_NE(m, nullptr);
-    const Qwen3MoeHparams& hp = m->hp();
+    const ModelHparams& hp = m->hp();
     ForceExperts cpu_force;
     Recorder cpu_seen;
     CpuEngineConfig cpu_config;
@@ -318,7 +224,7 @@ TEST_F(CudaRoutingHooksTest, ForcedExpertsGiveTheCpuEnginesLogits) {
     cpu_config.n_threads = 2;
     cpu_config.routing_override = &cpu_force;
     cpu_config.routing_observer = &cpu_seen;
-    absl::StatusOr<std::unique_ptr<CpuQwen3Moe>> cpu = CpuQwen3Moe::Create(m->model, cpu_config);
+    absl::StatusOr<std::unique_ptr<CpuEngine>> cpu = CpuEngine::Create(m->model, cpu_config);
     ASSERT_TRUE(cpu.ok()) << cpu.status();
     const std::vector<float> want = RunOk(**cpu, m->ids);
 
@@ -327,7 +233,7 @@ TEST_F(CudaRoutingHooksTest, ForcedExpertsGiveTheCpuEnginesLogits) {
     CudaEngineConfig config = BaseConfig();
     config.routing_override = &force;
     config.routing_observer = &seen;
-    std::unique_ptr<CudaQwen3Moe> engine = Engine(*m, config);
+    std::unique_ptr<CudaEngine> engine = Engine(*m, config);
     ASSERT_NE(engine, nullptr);
     const std::vector<float> got = RunOk(*engine, m->ids);
     // Most tokens are forced away from the router's choice.
@@ -343,7 +249,7 @@ TEST_F(CudaRoutingHooksTest, ForcedExpertsGiveTheCpuEnginesLogits) {
       EXPECT_GE(a.top1_fraction, 0.9);
     }
     // The forced routing is not the router's: the logits moved.
-    std::unique_ptr<CudaQwen3Moe> plain = Engine(*m, BaseConfig());
+    std::unique_ptr<CudaEngine> plain = Engine(*m, BaseConfig());
     ASSERT_NE(plain, nullptr);
     EXPECT_GT(WorstRowError(got, RunOk(*plain, m->ids), n_vocab), 1e-3);
 
@@ -384,19 +290,19 @@ TEST_F(CudaRoutingHooksTest, ForcedExpertsGiveTheCpuEnginesLogits) {
 TEST_F(CudaRoutingHooksTest, TheObserverSeesEveryLayerOfEveryBatchInOrder) {
   std::unique_ptr<Loaded> m = Load("tiny-q8_0");
   ASSERT_NE(m, nullptr);
-  const Qwen3MoeHparams& hp = m->hp();
+  const ModelHparams& hp = m->hp();
   Recorder seen;
   CudaEngineConfig config = BaseConfig();
   config.max_batch = 4;  // the 6-token prompt: batches of 4 and 2
   config.gemv_max_rows = 4;
   config.routing_observer = &seen;
-  std::unique_ptr<CudaQwen3Moe> engine = Engine(*m, config);
+  std::unique_ptr<CudaEngine> engine = Engine(*m, config);
   ASSERT_NE(engine, nullptr);
   const std::vector<float> got = RunOk(*engine, m->ids);
   // Observing changes nothing.
   CudaEngineConfig plain_config = config;
   plain_config.routing_observer = nullptr;
-  std::unique_ptr<CudaQwen3Moe> plain = Engine(*m, plain_config);
+  std::unique_ptr<CudaEngine> plain = Engine(*m, plain_config);
   ASSERT_NE(plain, nullptr);
   EXPECT_EQ(Differing(got, RunOk(*plain, m->ids)), 0u);
 
@@ -438,11 +344,11 @@ TEST_F(CudaRoutingHooksTest, TheObserverSeesEveryLayerOfEveryBatchInOrder) {
 TEST_F(CudaRoutingHooksTest, AnOverrideOutsideTheModelFailsForwardNamingIt) {
   std::unique_ptr<Loaded> m = Load("tiny-q8_0");
   ASSERT_NE(m, nullptr);
-  const Qwen3MoeHparams& hp = m->hp();
+  const ModelHparams& hp = m->hp();
   ForceExperts force;
   CudaEngineConfig config = BaseConfig();
   config.routing_override = &force;
-  std::unique_ptr<CudaQwen3Moe> engine = Engine(*m, config);
+  std::unique_ptr<CudaEngine> engine = Engine(*m, config);
   ASSERT_NE(engine, nullptr);
   const std::vector<float> want = RunOk(*engine, m->ids);
 
@@ -452,30 +358,33 @@ TEST_F(CudaRoutingHooksTest, AnOverrideOutsideTheModelFailsForwardNamingIt) {
     SCOPED_TRACE(bad);
     force.bad_layer = 2;
     force.bad_id = bad;
-    engine->Reset();
-    absl::Status s = engine->Forward(prompt, 0, LogitRows::kAll, logits.data());
+    std::unique_ptr<Sequence> seq = NewSequence(*engine);
+    ASSERT_NE(seq, nullptr);
+    absl::Status s = engine->Forward(*seq, prompt, LogitRows::kAll, logits.data());
     EXPECT_EQ(s.code(), absl::StatusCode::kInternal) << s;
     EXPECT_NE(s.message().find(absl::StrCat("expert ", bad)), absl::string_view::npos) << s;
     EXPECT_NE(s.message().find("layer 2"), absl::string_view::npos) << s;
     EXPECT_NE(s.message().find("position 0"), absl::string_view::npos) << s;
-    EXPECT_EQ(engine->cached_tokens(), 0);
+    EXPECT_EQ(seq->length(), 0);
   }
   // The override's own error comes back as it is.
   force.bad_layer = -1;
   force.fail_layer = 1;
-  engine->Reset();
-  absl::Status s = engine->Forward(prompt, 0, LogitRows::kAll, logits.data());
+  std::unique_ptr<Sequence> seq = NewSequence(*engine);
+  ASSERT_NE(seq, nullptr);
+  absl::Status s = engine->Forward(*seq, prompt, LogitRows::kAll, logits.data());
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
   EXPECT_NE(s.message().find("test override gave up"), absl::string_view::npos) << s;
   // Nothing was left half-done.
   force.fail_layer = -1;
+  seq.reset();
   EXPECT_EQ(Differing(RunOk(*engine, m->ids), want), 0u);
 }
 
 TEST_F(CudaRoutingHooksTest, AReplayedTraceDrivesTheVramCache) {
   std::unique_ptr<Loaded> m = Load("tiny-q8_0");
   ASSERT_NE(m, nullptr);
-  const Qwen3MoeHparams& hp = m->hp();
+  const ModelHparams& hp = m->hp();
   ASSERT_EQ(hp.n_expert_used, 2);
   // One token whose every layer routes to experts 3 and 6, replayed for
   // every token.
@@ -494,11 +403,11 @@ TEST_F(CudaRoutingHooksTest, AReplayedTraceDrivesTheVramCache) {
 
   CudaEngineConfig config = BaseConfig();
   config.routing_override = replayer->get();
-  std::unique_ptr<CudaQwen3Moe> resident = Engine(*m, config);
+  std::unique_ptr<CudaEngine> resident = Engine(*m, config);
   ASSERT_NE(resident, nullptr);
   const std::vector<float> want = RunOk(*resident, m->ids);
 
-  const ExpertSlotCacheOptions options = CudaSlotCacheOptions(m->model, CudaExpertCacheConfig{});
+  const ExpertSlotCacheOptions options = CudaSlotCacheOptions(RoutedExpertShapesOf(m->model), CudaExpertCacheConfig{});
   // Prefetch off in the smallest pool (top_k slots a layer): nothing but
   // the trace's experts is ever placed. Prefetch on in a pool of every
   // expert: its guesses (the router's, not the trace's) evict nothing.
@@ -514,23 +423,24 @@ TEST_F(CudaRoutingHooksTest, AReplayedTraceDrivesTheVramCache) {
     config.expert_cache.pool_bytes = static_cast<int64_t>(c.pool);
     config.expert_cache.miss_policy = MissPolicy::kCopy;
     config.expert_cache.prefetch = c.prefetch;
-    std::unique_ptr<CudaQwen3Moe> engine = Engine(*m, config);
+    std::unique_ptr<CudaEngine> engine = Engine(*m, config);
     ASSERT_NE(engine, nullptr);
     const ExpertSlotCache& cache = engine->expert_cache_report()->cache();
 
     // The prompt: every token on the same two experts, so each layer places
     // two, both missing.
     std::vector<float> got(want.size());
-    engine->Reset();
+    std::unique_ptr<Sequence> seq = NewSequence(*engine);
+    ASSERT_NE(seq, nullptr);
     const std::vector<int32_t> prompt(m->ids.begin(), m->ids.begin() + kPrompt);
-    ASSERT_TRUE(engine->Forward(prompt, 0, LogitRows::kAll, got.data()).ok());
+    ASSERT_TRUE(engine->Forward(*seq, prompt, LogitRows::kAll, got.data()).ok());
     const uint64_t per_token = uint64_t(hp.n_layer) * hp.n_expert_used;
     EXPECT_EQ(cache.stats().misses, per_token);
     EXPECT_EQ(cache.stats().hits, 0u);
     for (size_t i = kPrompt; i < m->ids.size(); ++i) {
       const int32_t token[1] = {m->ids[i]};
-      const absl::Status s = engine->Forward(token, static_cast<int>(i), LogitRows::kLast,
-                                             got.data() + i * engine->n_vocab());
+      const absl::Status s =
+          engine->Forward(*seq, token, LogitRows::kLast, got.data() + i * engine->n_vocab());
       ASSERT_TRUE(s.ok()) << s;
     }
     // Every decode placement hit.

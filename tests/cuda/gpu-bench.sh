@@ -67,7 +67,7 @@ fi
 ls -la "$model"
 
 step "moetier-bench-cuda (every expert resident)"
-"$build/worker/backend/cuda/bench/moetier-bench-cuda" --model "$model" --runs "$runs" \
+"$build/worker/bench/moetier-bench-cuda" --model "$model" --runs "$runs" \
   --decode-tokens "$decode" --prompt-tokens "$prompt" --batch "$prompt" 2>&1 |
   tee "$out/bench-cuda.log"
 

@@ -24,7 +24,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-const char kBench[] = MOETIER_BINARY_DIR "/worker/backend/cpu/bench/moetier-bench-cpu";
+const char kBench[] = MOETIER_BINARY_DIR "/worker/bench/moetier-bench-cpu";
 
 std::string TempPath(const std::string& name) {
   const char* dir = std::getenv("TEST_TMPDIR");

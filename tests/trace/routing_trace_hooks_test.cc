@@ -15,12 +15,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "cache/routing_trace.h"
-#include "engine/qwen3moe_cpu.h"
+#include "engine/cpu_engine.h"
 #include "engine/routing_trace_hooks.h"
 #include "gguf/gguf_reader.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "model/qwen3moe_model.h"
+#include "model/architectures.h"
 
 namespace moetier {
 namespace {
@@ -48,9 +48,9 @@ std::vector<int32_t> ReadIds(const std::string& path) {
 
 struct Tiny {
   std::unique_ptr<GgufModel> gguf;
-  Qwen3MoeModel model;
+  Model model;
   std::vector<int32_t> ids;
-  const Qwen3MoeHparams& hp() const { return model.hparams; }
+  const ModelHparams& hp() const { return model.hparams; }
 };
 
 // tiny-f32: 4 layers, 8 experts, top-2, vocab 512.
@@ -60,7 +60,7 @@ const Tiny& TinyModel() {
     absl::StatusOr<std::unique_ptr<GgufModel>> gguf = GgufModel::Open(DataPath("tiny-f32.gguf"));
     EXPECT_TRUE(gguf.ok()) << gguf.status();
     t->gguf = *std::move(gguf);
-    absl::StatusOr<Qwen3MoeModel> model = LoadQwen3Moe(*t->gguf);
+    absl::StatusOr<Model> model = LoadModel(*t->gguf);
     EXPECT_TRUE(model.ok()) << model.status();
     t->model = *std::move(model);
     t->ids = ReadIds(DataPath("tiny-f32.ids"));
@@ -69,7 +69,7 @@ const Tiny& TinyModel() {
   return *tiny;
 }
 
-std::unique_ptr<CpuQwen3Moe> MakeEngine(int max_batch, RoutingObserver* observer = nullptr,
+std::unique_ptr<CpuEngine> MakeEngine(int max_batch, RoutingObserver* observer = nullptr,
                                         RoutingOverride* override = nullptr) {
   CpuEngineConfig config;
   config.max_ctx = 64;
@@ -77,8 +77,8 @@ std::unique_ptr<CpuQwen3Moe> MakeEngine(int max_batch, RoutingObserver* observer
   config.max_batch = max_batch;
   config.routing_observer = observer;
   config.routing_override = override;
-  absl::StatusOr<std::unique_ptr<CpuQwen3Moe>> engine =
-      CpuQwen3Moe::Create(TinyModel().model, config);
+  absl::StatusOr<std::unique_ptr<CpuEngine>> engine =
+      CpuEngine::Create(TinyModel().model, config);
   EXPECT_TRUE(engine.ok()) << engine.status();
   return engine.ok() ? *std::move(engine) : nullptr;
 }
@@ -89,16 +89,18 @@ std::vector<float> RunTokens(ForwardEngine& engine, const std::vector<int32_t>& 
                              bool one_by_one) {
   const size_t n_vocab = static_cast<size_t>(engine.n_vocab());
   std::vector<float> logits(ids.size() * n_vocab);
-  engine.Reset();
+  absl::StatusOr<std::unique_ptr<Sequence>> seq = engine.NewSequence();
+  EXPECT_TRUE(seq.ok()) << seq.status();
+  if (!seq.ok()) return logits;
   if (!one_by_one) {
-    const absl::Status s = engine.Forward(ids, 0, LogitRows::kAll, logits.data());
+    const absl::Status s = engine.Forward(**seq, ids, LogitRows::kAll, logits.data());
     EXPECT_TRUE(s.ok()) << s;
     return logits;
   }
   for (size_t i = 0; i < ids.size(); ++i) {
     const int32_t one[1] = {ids[i]};
     const absl::Status s =
-        engine.Forward(one, static_cast<int>(i), LogitRows::kAll, logits.data() + i * n_vocab);
+        engine.Forward(**seq, one, LogitRows::kAll, logits.data() + i * n_vocab);
     EXPECT_TRUE(s.ok()) << s;
   }
   return logits;
@@ -155,14 +157,14 @@ RoutingTrace ReadTrace(const std::string& path) {
 // token, and checks the file against what the engine's hooks saw.
 RoutingTrace RecordAndCheck(const std::string& name, int max_batch, bool one_by_one) {
   const Tiny& tiny = TinyModel();
-  const Qwen3MoeHparams& hp = tiny.hp();
+  const ModelHparams& hp = tiny.hp();
   const std::string path = TempPath(name);
   absl::StatusOr<std::unique_ptr<RoutingTraceRecorder>> recorder =
       RoutingTraceRecorder::Create(path, hp.n_layer, hp.n_expert, hp.n_expert_used);
   EXPECT_TRUE(recorder.ok()) << recorder.status();
   if (!recorder.ok()) return {};
   Capture capture(recorder->get());
-  std::unique_ptr<CpuQwen3Moe> engine = MakeEngine(max_batch, &capture, &capture);
+  std::unique_ptr<CpuEngine> engine = MakeEngine(max_batch, &capture, &capture);
   RunTokens(*engine, tiny.ids, one_by_one);
   EXPECT_TRUE((*recorder)->Close().ok());
   EXPECT_EQ((*recorder)->tokens_written(), tiny.ids.size());
@@ -219,12 +221,12 @@ TEST(RoutingTraceRecorderTest, DecodingRecordsTheSameAsAPrompt) {
 
 TEST(RoutingTraceRecorderTest, SuccessiveCallsAppendToTheOneFile) {
   const Tiny& tiny = TinyModel();
-  const Qwen3MoeHparams& hp = tiny.hp();
+  const ModelHparams& hp = tiny.hp();
   const std::string path = TempPath("appended.trace");
   absl::StatusOr<std::unique_ptr<RoutingTraceRecorder>> recorder =
       RoutingTraceRecorder::Create(path, hp.n_layer, hp.n_expert, hp.n_expert_used);
   ASSERT_TRUE(recorder.ok()) << recorder.status();
-  std::unique_ptr<CpuQwen3Moe> engine = MakeEngine(7, recorder->get());
+  std::unique_ptr<CpuEngine> engine = MakeEngine(7, recorder->get());
   RunTokens(*engine, tiny.ids, false);  // one request
   RunTokens(*engine, tiny.ids, true);   // another, from position 0 again
   ASSERT_TRUE((*recorder)->Close().ok());
@@ -239,12 +241,12 @@ TEST(RoutingTraceRecorderTest, SuccessiveCallsAppendToTheOneFile) {
 // A worker may be killed at any time; what it recorded so far must be on disk.
 TEST(RoutingTraceRecorderTest, EveryForwardCallReachesTheFileBeforeClose) {
   const Tiny& tiny = TinyModel();
-  const Qwen3MoeHparams& hp = tiny.hp();
+  const ModelHparams& hp = tiny.hp();
   const std::string path = TempPath("flushed.trace");
   absl::StatusOr<std::unique_ptr<RoutingTraceRecorder>> recorder =
       RoutingTraceRecorder::Create(path, hp.n_layer, hp.n_expert, hp.n_expert_used);
   ASSERT_TRUE(recorder.ok()) << recorder.status();
-  std::unique_ptr<CpuQwen3Moe> engine = MakeEngine(7, recorder->get());
+  std::unique_ptr<CpuEngine> engine = MakeEngine(7, recorder->get());
   RunTokens(*engine, tiny.ids, true);
   const RoutingTrace before_close = ReadTrace(path);  // the recorder is still open
   EXPECT_EQ(before_close.n_token(), tiny.ids.size());
@@ -254,15 +256,15 @@ TEST(RoutingTraceRecorderTest, EveryForwardCallReachesTheFileBeforeClose) {
 
 TEST(RoutingTraceRecorderTest, RecordingLeavesLogitsBitIdentical) {
   const Tiny& tiny = TinyModel();
-  const Qwen3MoeHparams& hp = tiny.hp();
+  const ModelHparams& hp = tiny.hp();
   for (const bool one_by_one : {false, true}) {
-    std::unique_ptr<CpuQwen3Moe> plain = MakeEngine(5);
+    std::unique_ptr<CpuEngine> plain = MakeEngine(5);
     const std::vector<float> expected = RunTokens(*plain, tiny.ids, one_by_one);
     const std::string path = TempPath("logits.trace");
     absl::StatusOr<std::unique_ptr<RoutingTraceRecorder>> recorder =
         RoutingTraceRecorder::Create(path, hp.n_layer, hp.n_expert, hp.n_expert_used);
     ASSERT_TRUE(recorder.ok()) << recorder.status();
-    std::unique_ptr<CpuQwen3Moe> recording = MakeEngine(5, recorder->get());
+    std::unique_ptr<CpuEngine> recording = MakeEngine(5, recorder->get());
     EXPECT_EQ(RunTokens(*recording, tiny.ids, one_by_one), expected);
     std::remove(path.c_str());
   }
@@ -270,24 +272,24 @@ TEST(RoutingTraceRecorderTest, RecordingLeavesLogitsBitIdentical) {
 
 TEST(RoutingTraceReplayerTest, ReplayingTheSameTextIsBitIdentical) {
   const Tiny& tiny = TinyModel();
-  const Qwen3MoeHparams& hp = tiny.hp();
+  const ModelHparams& hp = tiny.hp();
   const std::string path = TempPath("same.trace");
   {
     absl::StatusOr<std::unique_ptr<RoutingTraceRecorder>> recorder =
         RoutingTraceRecorder::Create(path, hp.n_layer, hp.n_expert, hp.n_expert_used);
     ASSERT_TRUE(recorder.ok()) << recorder.status();
-    std::unique_ptr<CpuQwen3Moe> engine = MakeEngine(256, recorder->get());
+    std::unique_ptr<CpuEngine> engine = MakeEngine(256, recorder->get());
     RunTokens(*engine, tiny.ids, false);
     ASSERT_TRUE((*recorder)->Close().ok());
   }
-  std::unique_ptr<CpuQwen3Moe> plain = MakeEngine(256);
+  std::unique_ptr<CpuEngine> plain = MakeEngine(256);
   for (const bool one_by_one : {false, true}) {
     const std::vector<float> expected = RunTokens(*plain, tiny.ids, one_by_one);
     // Batches of 3 walk the trace across batch boundaries.
     absl::StatusOr<std::unique_ptr<RoutingTraceReplayer>> replayer =
         RoutingTraceReplayer::Create(path, hp.n_layer, hp.n_expert, hp.n_expert_used);
     ASSERT_TRUE(replayer.ok()) << replayer.status();
-    std::unique_ptr<CpuQwen3Moe> replaying = MakeEngine(3, nullptr, replayer->get());
+    std::unique_ptr<CpuEngine> replaying = MakeEngine(3, nullptr, replayer->get());
     EXPECT_EQ(RunTokens(*replaying, tiny.ids, one_by_one), expected);
     // The whole trace was used once: the next token is its first again.
     EXPECT_EQ((*replayer)->next_token(), 0u);
@@ -298,7 +300,7 @@ TEST(RoutingTraceReplayerTest, ReplayingTheSameTextIsBitIdentical) {
 // A trace of `n_token` tokens whose experts are a fixed pattern unlike the
 // router's.
 RoutingTrace PatternTrace(size_t n_token) {
-  const Qwen3MoeHparams& hp = TinyModel().hp();
+  const ModelHparams& hp = TinyModel().hp();
   RoutingTrace trace;
   trace.name = "pattern";
   trace.n_layer = hp.n_layer;
@@ -316,7 +318,7 @@ RoutingTrace PatternTrace(size_t n_token) {
 
 TEST(RoutingTraceReplayerTest, ADifferentTraceRoutesExactlyToItsExpertsCyclically) {
   const Tiny& tiny = TinyModel();
-  const Qwen3MoeHparams& hp = tiny.hp();
+  const ModelHparams& hp = tiny.hp();
   const RoutingTrace pattern = PatternTrace(5);  // shorter than the 24 tokens: cycles
   const std::string path = TempPath("pattern.trace");
   ASSERT_TRUE(WriteRoutingTrace(path, pattern).ok());
@@ -325,7 +327,7 @@ TEST(RoutingTraceReplayerTest, ADifferentTraceRoutesExactlyToItsExpertsCyclicall
   ASSERT_TRUE(hooks.ok()) << hooks.status();
   EXPECT_EQ(hooks->ReplayLabel(), "routing replayed from " + path);
   Capture capture(hooks->recorder.get());
-  std::unique_ptr<CpuQwen3Moe> engine = MakeEngine(4, &capture, hooks->replayer.get());
+  std::unique_ptr<CpuEngine> engine = MakeEngine(4, &capture, hooks->replayer.get());
   const std::vector<float> replayed = RunTokens(*engine, tiny.ids, false);
   ASSERT_TRUE(hooks->recorder->Close().ok());
   const RoutingTrace observed = ReadTrace(TempPath("observed.trace"));
@@ -348,7 +350,7 @@ TEST(RoutingTraceReplayerTest, ADifferentTraceRoutesExactlyToItsExpertsCyclicall
       EXPECT_NEAR(sum, 1.0f, 1e-6f);
     }
   }
-  std::unique_ptr<CpuQwen3Moe> plain = MakeEngine(4);
+  std::unique_ptr<CpuEngine> plain = MakeEngine(4);
   EXPECT_NE(RunTokens(*plain, tiny.ids, false), replayed);
 }
 
@@ -359,10 +361,10 @@ TEST(RoutingTraceReplayerTest, WeightsAreTheRoutersProbabilitiesOfTheTracesExper
   // swapped, exactly. Later layers see a residual stream summed in the
   // other order, so only nearly the same probabilities.
   const Tiny& tiny = TinyModel();
-  const Qwen3MoeHparams& hp = tiny.hp();
+  const ModelHparams& hp = tiny.hp();
   ASSERT_EQ(hp.n_expert_used, 2);
   Capture normal;
-  std::unique_ptr<CpuQwen3Moe> plain = MakeEngine(256, &normal);
+  std::unique_ptr<CpuEngine> plain = MakeEngine(256, &normal);
   RunTokens(*plain, tiny.ids, false);
   RoutingTrace reversed;
   reversed.name = "reversed";
@@ -379,7 +381,7 @@ TEST(RoutingTraceReplayerTest, WeightsAreTheRoutersProbabilitiesOfTheTracesExper
       RoutingTraceReplayer::FromTrace(reversed, hp.n_layer, hp.n_expert, 2);
   ASSERT_TRUE(replayer.ok()) << replayer.status();
   Capture swapped;
-  std::unique_ptr<CpuQwen3Moe> engine = MakeEngine(256, &swapped, replayer->get());
+  std::unique_ptr<CpuEngine> engine = MakeEngine(256, &swapped, replayer->get());
   RunTokens(*engine, tiny.ids, false);
   for (size_t t = 0; t < tiny.ids.size(); ++t) {
     for (int l = 0; l < hp.n_layer; ++l) {
@@ -397,7 +399,7 @@ TEST(RoutingTraceReplayerTest, WeightsAreTheRoutersProbabilitiesOfTheTracesExper
 }
 
 absl::Status ReplayText(const std::string& name, const std::string& text) {
-  const Qwen3MoeHparams& hp = TinyModel().hp();
+  const ModelHparams& hp = TinyModel().hp();
   const std::string path = TempPath(name);
   {
     std::ofstream out(path);
@@ -442,7 +444,7 @@ TEST(RoutingTraceReplayerTest, TracesThatDoNotFitTheModelAreRejectedClearly) {
   EXPECT_FALSE(s.ok());
   EXPECT_THAT(s.message(), HasSubstr("dup.trace"));
   // No such file.
-  const Qwen3MoeHparams& hp = TinyModel().hp();
+  const ModelHparams& hp = TinyModel().hp();
   absl::StatusOr<std::unique_ptr<RoutingTraceReplayer>> missing = RoutingTraceReplayer::Create(
       TempPath("no-such.trace"), hp.n_layer, hp.n_expert, hp.n_expert_used);
   EXPECT_FALSE(missing.ok());
@@ -450,7 +452,7 @@ TEST(RoutingTraceReplayerTest, TracesThatDoNotFitTheModelAreRejectedClearly) {
 }
 
 TEST(RoutingTraceHooksTest, RecordingAndReplayingOneFileIsRefused) {
-  const Qwen3MoeHparams& hp = TinyModel().hp();
+  const ModelHparams& hp = TinyModel().hp();
   const std::string path = TempPath("both.trace");
   absl::StatusOr<RoutingTraceHooks> hooks =
       OpenRoutingTraceHooks(path, path, hp.n_layer, hp.n_expert, hp.n_expert_used);
@@ -465,15 +467,17 @@ TEST(RoutingTraceHooksTest, RecordingAndReplayingOneFileIsRefused) {
 }
 
 TEST(RoutingTraceHooksTest, ARecorderOfAnotherShapeFailsTheForwardCall) {
-  const Qwen3MoeHparams& hp = TinyModel().hp();
+  const ModelHparams& hp = TinyModel().hp();
   const std::string path = TempPath("shape.trace");
   absl::StatusOr<std::unique_ptr<RoutingTraceRecorder>> recorder =
       RoutingTraceRecorder::Create(path, hp.n_layer + 1, hp.n_expert, hp.n_expert_used);
   ASSERT_TRUE(recorder.ok());
-  std::unique_ptr<CpuQwen3Moe> engine = MakeEngine(8, recorder->get());
+  std::unique_ptr<CpuEngine> engine = MakeEngine(8, recorder->get());
   std::vector<float> logits(static_cast<size_t>(hp.n_vocab));
   const int32_t one[1] = {5};
-  const absl::Status s = engine->Forward(one, 0, LogitRows::kLast, logits.data());
+  absl::StatusOr<std::unique_ptr<Sequence>> seq = engine->NewSequence();
+  ASSERT_TRUE(seq.ok()) << seq.status();
+  const absl::Status s = engine->Forward(**seq, one, LogitRows::kLast, logits.data());
   EXPECT_EQ(s.code(), absl::StatusCode::kInternal);
   EXPECT_THAT(s.message(), HasSubstr("made for 5 layers"));
   std::remove(path.c_str());

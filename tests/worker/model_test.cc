@@ -7,7 +7,7 @@
 #include "gguf_edit.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "model/qwen3moe_model.h"
+#include "model/architectures.h"
 
 namespace moetier {
 namespace {
@@ -36,13 +36,13 @@ class Qwen3MoeLoaderTest : public ::testing::Test {
   }
 
   // Writes `g` and loads it; the GgufModel stays open for the test.
-  absl::StatusOr<Qwen3MoeModel> Load(const EditableGguf& g) {
+  absl::StatusOr<Model> Load(const EditableGguf& g) {
     const std::string path = TempPath(std::to_string(written_.size()) + ".gguf");
     written_.push_back(path);
     if (absl::Status s = g.Write(path); !s.ok()) return s;
     gguf_ = OpenOrDie(path);
     if (gguf_ == nullptr) return absl::InternalError("reopen failed");
-    return LoadQwen3Moe(*gguf_);
+    return LoadModel(*gguf_);
   }
 
   EditableGguf tiny_;
@@ -53,9 +53,9 @@ class Qwen3MoeLoaderTest : public ::testing::Test {
 TEST_F(Qwen3MoeLoaderTest, ReadsTinyHparamsAndWeights) {
   std::unique_ptr<GgufModel> gguf = OpenOrDie(TestDataPath("vectors/tiny-f32.gguf"));
   ASSERT_NE(gguf, nullptr);
-  absl::StatusOr<Qwen3MoeModel> model = LoadQwen3Moe(*gguf);
+  absl::StatusOr<Model> model = LoadModel(*gguf);
   ASSERT_TRUE(model.ok()) << model.status();
-  const Qwen3MoeHparams& hp = model->hparams;
+  const ModelHparams& hp = model->hparams;
   EXPECT_EQ(hp.n_layer, 4);
   EXPECT_EQ(hp.n_embd, 64);
   EXPECT_EQ(hp.n_head, 4);
@@ -70,22 +70,22 @@ TEST_F(Qwen3MoeLoaderTest, ReadsTinyHparamsAndWeights) {
   ASSERT_EQ(model->weights.layers.size(), 4u);
   EXPECT_FALSE(model->weights.output_tied);
 
-  const Qwen3MoeLayerWeights& l1 = model->weights.layers[1];
+  const LayerWeights& l1 = model->weights.layers[1];
   const GgufTensorInfo* down = gguf->FindTensor("blk.1.ffn_down_exps.weight");
   ASSERT_NE(down, nullptr);
-  EXPECT_EQ(l1.ffn_down_exps.data, gguf->TensorData(*down).data());
-  EXPECT_EQ(l1.ffn_down_exps.ne, (std::array<int64_t, 4>{32, 64, 8, 1}));
-  EXPECT_EQ(l1.ffn_down_exps.row_bytes, 32u * 4u);
-  EXPECT_EQ(l1.ffn_down_exps.expert_stride_bytes, 32u * 4u * 64u);
-  EXPECT_EQ(l1.ffn_down_exps.expert(3), l1.ffn_down_exps.data + 3 * 32 * 4 * 64);
-  EXPECT_EQ(l1.attn_k.ne, (std::array<int64_t, 4>{64, 32, 1, 1}));
-  EXPECT_EQ(l1.attn_k.name, "blk.1.attn_k.weight");
+  EXPECT_EQ(l1.moe.down_exps.data, gguf->TensorData(*down).data());
+  EXPECT_EQ(l1.moe.down_exps.ne, (std::array<int64_t, 4>{32, 64, 8, 1}));
+  EXPECT_EQ(l1.moe.down_exps.row_bytes, 32u * 4u);
+  EXPECT_EQ(l1.moe.down_exps.expert_stride_bytes, 32u * 4u * 64u);
+  EXPECT_EQ(l1.moe.down_exps.expert(3), l1.moe.down_exps.data + 3 * 32 * 4 * 64);
+  EXPECT_EQ(l1.attn.k.ne, (std::array<int64_t, 4>{64, 32, 1, 1}));
+  EXPECT_EQ(l1.attn.k.name, "blk.1.attn_k.weight");
 }
 
 TEST_F(Qwen3MoeLoaderTest, ReadsQuantizedTypes) {
   std::unique_ptr<GgufModel> gguf = OpenOrDie(TestDataPath("vectors/small-q4_k_m.gguf"));
   ASSERT_NE(gguf, nullptr);
-  absl::StatusOr<Qwen3MoeModel> model = LoadQwen3Moe(*gguf);
+  absl::StatusOr<Model> model = LoadModel(*gguf);
   ASSERT_TRUE(model.ok()) << model.status();
   EXPECT_EQ(model->hparams.head_dim, 128);
   EXPECT_EQ(model->hparams.n_vocab, 1024);
@@ -94,17 +94,35 @@ TEST_F(Qwen3MoeLoaderTest, ReadsQuantizedTypes) {
   EXPECT_EQ(model->weights.output.type, TensorType::kQ6_K);
 }
 
-TEST_F(Qwen3MoeLoaderTest, RejectsOtherArchitecture) {
-  tiny_.Set("general.architecture", GgufValue::String("llama"));
-  absl::StatusOr<Qwen3MoeModel> model = Load(tiny_);
+TEST_F(Qwen3MoeLoaderTest, UnknownArchitectureIsRefusedWithTheSupportedOnes) {
+  tiny_.Set("general.architecture", GgufValue::String("deepseek2"));
+  absl::StatusOr<Model> model = Load(tiny_);
   ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_THAT(model.status().message(),
-              AllOf(HasSubstr("'llama'"), HasSubstr("architecture"), HasSubstr("qwen3moe")));
+              AllOf(HasSubstr("'deepseek2'"), HasSubstr("architecture"), HasSubstr("qwen3moe"),
+                    HasSubstr("olmoe"), HasSubstr("llama")));
+}
+
+TEST_F(Qwen3MoeLoaderTest, LayerPlanIsAttentionAndRoutedExperts) {
+  absl::StatusOr<Model> model = Load(tiny_);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const ModelHparams& hp = model->hparams;
+  EXPECT_EQ(hp.architecture, "qwen3moe");
+  EXPECT_EQ(hp.rope_style, RopeStyle::kNeox);
+  EXPECT_EQ(hp.qk_norm, QkNorm::kPerHead);
+  EXPECT_TRUE(hp.router.renormalize);
+  EXPECT_EQ(hp.n_rot, hp.head_dim);
+  for (const LayerWeights& l : model->weights.layers) {
+    EXPECT_EQ(l.mixer, MixerKind::kAttention);
+    EXPECT_EQ(l.ffn, FfnKind::kMoe);
+    EXPECT_EQ(l.attn.q_norm.ne[0], hp.head_dim);
+  }
 }
 
 TEST_F(Qwen3MoeLoaderTest, MissingTensorIsNamed) {
   tiny_.RemoveTensor("blk.2.ffn_down_exps.weight");
-  absl::StatusOr<Qwen3MoeModel> model = Load(tiny_);
+  absl::StatusOr<Model> model = Load(tiny_);
   ASSERT_FALSE(model.ok());
   EXPECT_THAT(model.status().message(),
               AllOf(HasSubstr("blk.2.ffn_down_exps.weight"), HasSubstr("missing")));
@@ -115,7 +133,7 @@ TEST_F(Qwen3MoeLoaderTest, WrongShapeIsNamedWithBothShapes) {
   ASSERT_NE(k, nullptr);
   k->ne = {64, 16};
   k->data.resize(64 * 16 * 4);
-  absl::StatusOr<Qwen3MoeModel> model = Load(tiny_);
+  absl::StatusOr<Model> model = Load(tiny_);
   ASSERT_FALSE(model.ok());
   EXPECT_THAT(model.status().message(), AllOf(HasSubstr("blk.1.attn_k.weight"),
                                               HasSubstr("{64, 16}"), HasSubstr("{64, 32}")));
@@ -126,7 +144,7 @@ TEST_F(Qwen3MoeLoaderTest, TypeWithoutCodecIsRejected) {
   ASSERT_NE(q, nullptr);
   q->type = TensorType::kQ4_1;  // 32 elements in 20 bytes, no codec
   q->data.assign(64 * 2 * 20, 0);
-  absl::StatusOr<Qwen3MoeModel> model = Load(tiny_);
+  absl::StatusOr<Model> model = Load(tiny_);
   ASSERT_FALSE(model.ok());
   EXPECT_EQ(model.status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_THAT(model.status().message(),
@@ -135,7 +153,7 @@ TEST_F(Qwen3MoeLoaderTest, TypeWithoutCodecIsRejected) {
 
 TEST_F(Qwen3MoeLoaderTest, MissingOutputMeansTied) {
   tiny_.RemoveTensor("output.weight");
-  absl::StatusOr<Qwen3MoeModel> model = Load(tiny_);
+  absl::StatusOr<Model> model = Load(tiny_);
   ASSERT_TRUE(model.ok()) << model.status();
   EXPECT_TRUE(model->weights.output_tied);
   EXPECT_EQ(model->weights.output.data, model->weights.token_embd.data);
@@ -152,7 +170,7 @@ TEST_F(Qwen3MoeLoaderTest, DefaultsForOptionalKeys) {
   // Per-layer arrays are accepted when every layer agrees.
   tiny_.Set("qwen3moe.attention.head_count", GgufValue::Int32Array({4, 4, 4, 4}));
   tiny_.Set("qwen3moe.block_count", GgufValue::Uint64(4));
-  absl::StatusOr<Qwen3MoeModel> model = Load(tiny_);
+  absl::StatusOr<Model> model = Load(tiny_);
   ASSERT_TRUE(model.ok()) << model.status();
   EXPECT_EQ(model->hparams.head_dim, 64 / 4);
   EXPECT_EQ(model->hparams.n_ff_exp, 32);
@@ -162,7 +180,7 @@ TEST_F(Qwen3MoeLoaderTest, DefaultsForOptionalKeys) {
 
 TEST_F(Qwen3MoeLoaderTest, HeadCountKvDefaultsToHeadCount) {
   tiny_.Remove("qwen3moe.attention.head_count_kv");
-  absl::StatusOr<Qwen3MoeModel> model = Load(tiny_);
+  absl::StatusOr<Model> model = Load(tiny_);
   // With 4 kv heads attn_k must have 64 rows; the file has 32.
   ASSERT_FALSE(model.ok());
   EXPECT_THAT(model.status().message(),
@@ -171,7 +189,7 @@ TEST_F(Qwen3MoeLoaderTest, HeadCountKvDefaultsToHeadCount) {
 
 TEST_F(Qwen3MoeLoaderTest, UnequalPerLayerHeadCountsAreUnsupported) {
   tiny_.Set("qwen3moe.attention.head_count", GgufValue::Int32Array({4, 4, 8, 4}));
-  absl::StatusOr<Qwen3MoeModel> model = Load(tiny_);
+  absl::StatusOr<Model> model = Load(tiny_);
   ASSERT_FALSE(model.ok());
   EXPECT_EQ(model.status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_THAT(model.status().message(),
@@ -180,7 +198,7 @@ TEST_F(Qwen3MoeLoaderTest, UnequalPerLayerHeadCountsAreUnsupported) {
 
 TEST_F(Qwen3MoeLoaderTest, MissingRequiredKeyIsNamed) {
   tiny_.Remove("qwen3moe.attention.layer_norm_rms_epsilon");
-  absl::StatusOr<Qwen3MoeModel> model = Load(tiny_);
+  absl::StatusOr<Model> model = Load(tiny_);
   ASSERT_FALSE(model.ok());
   EXPECT_THAT(model.status().message(), HasSubstr("qwen3moe.attention.layer_norm_rms_epsilon"));
 }
@@ -188,7 +206,7 @@ TEST_F(Qwen3MoeLoaderTest, MissingRequiredKeyIsNamed) {
 TEST_F(Qwen3MoeLoaderTest, RopeScalingIsRefused) {
   tiny_.Set("qwen3moe.rope.scaling.type", GgufValue::String("yarn"));
   tiny_.Set("qwen3moe.rope.scaling.factor", GgufValue::Float32(4.0f));
-  absl::StatusOr<Qwen3MoeModel> model = Load(tiny_);
+  absl::StatusOr<Model> model = Load(tiny_);
   ASSERT_FALSE(model.ok());
   EXPECT_THAT(model.status().message(), HasSubstr("yarn"));
 }
@@ -213,24 +231,137 @@ TEST_F(Qwen3MoeLoaderTest, FusedGateUpSplitsIntoHalves) {
     tiny_.RemoveTensor(up.name);
     tiny_.tensors.push_back(std::move(fused));
   }
-  absl::StatusOr<Qwen3MoeModel> model = Load(tiny_);
+  absl::StatusOr<Model> model = Load(tiny_);
   ASSERT_TRUE(model.ok()) << model.status();
-  const Qwen3MoeLayerWeights& l = model->weights.layers[2];
-  EXPECT_EQ(l.ffn_gate_exps.ne, (std::array<int64_t, 4>{64, 32, 8, 1}));
-  EXPECT_EQ(l.ffn_up_exps.ne, (std::array<int64_t, 4>{64, 32, 8, 1}));
-  EXPECT_EQ(l.ffn_up_exps.data, l.ffn_gate_exps.data + 32 * 64 * 4);
-  EXPECT_EQ(l.ffn_gate_exps.expert_stride_bytes, 64u * 64u * 4u);
-  EXPECT_EQ(l.ffn_up_exps.expert(5), l.ffn_up_exps.data + 5 * 64 * 64 * 4);
+  const LayerWeights& l = model->weights.layers[2];
+  EXPECT_EQ(l.moe.gate_exps.ne, (std::array<int64_t, 4>{64, 32, 8, 1}));
+  EXPECT_EQ(l.moe.up_exps.ne, (std::array<int64_t, 4>{64, 32, 8, 1}));
+  EXPECT_EQ(l.moe.up_exps.data, l.moe.gate_exps.data + 32 * 64 * 4);
+  EXPECT_EQ(l.moe.gate_exps.expert_stride_bytes, 64u * 64u * 4u);
+  EXPECT_EQ(l.moe.up_exps.expert(5), l.moe.up_exps.data + 5 * 64 * 64 * 4);
 }
 
 TEST_F(Qwen3MoeLoaderTest, FusedGateUpWithWrongShapeIsNamed) {
   testing::EditableTensor* gate = tiny_.Find("blk.0.ffn_gate_exps.weight");
   gate->name = "blk.0.ffn_gate_up_exps.weight";
   tiny_.RemoveTensor("blk.0.ffn_up_exps.weight");
-  absl::StatusOr<Qwen3MoeModel> model = Load(tiny_);
+  absl::StatusOr<Model> model = Load(tiny_);
   ASSERT_FALSE(model.ok());
   EXPECT_THAT(model.status().message(),
               AllOf(HasSubstr("blk.0.ffn_gate_up_exps.weight"), HasSubstr("{64, 64, 8}")));
+}
+
+// --- the other architectures, each one file on the shared loader -------------
+
+class ArchitectureTest : public Qwen3MoeLoaderTest {
+ protected:
+  void LoadVector(const char* name) {
+    absl::StatusOr<EditableGguf> gguf =
+        EditableGguf::Read(TestDataPath(std::string("vectors/") + name + ".gguf"));
+    ASSERT_TRUE(gguf.ok()) << gguf.status();
+    tiny_ = *std::move(gguf);
+  }
+};
+
+TEST_F(ArchitectureTest, MixtralIsLlamaWithNormRopeNoQkNormAndRenormalizedTopK) {
+  LoadVector("mixtral-tiny-f32");
+  absl::StatusOr<Model> model = Load(tiny_);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const ModelHparams& hp = model->hparams;
+  EXPECT_EQ(hp.architecture, "llama");
+  EXPECT_EQ(hp.rope_style, RopeStyle::kNorm);
+  EXPECT_EQ(hp.qk_norm, QkNorm::kNone);
+  EXPECT_TRUE(hp.router.renormalize);
+  EXPECT_EQ(hp.n_layer, 3);
+  EXPECT_EQ(hp.n_expert, 8);
+  EXPECT_EQ(hp.n_expert_used, 2);
+  EXPECT_EQ(hp.n_ff_exp, 32);  // llama.feed_forward_length is the expert width
+  EXPECT_EQ(hp.n_head, 4);
+  EXPECT_EQ(hp.n_head_kv, 2);
+  EXPECT_EQ(hp.head_dim, 16);
+  for (const LayerWeights& l : model->weights.layers) {
+    EXPECT_FALSE(l.attn.q_norm.present());
+    EXPECT_FALSE(l.attn.k_norm.present());
+  }
+}
+
+TEST_F(ArchitectureTest, OlmoeNormsTheWholeProjectionAndDoesNotRenormalize) {
+  LoadVector("olmoe-tiny-f32");
+  absl::StatusOr<Model> model = Load(tiny_);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const ModelHparams& hp = model->hparams;
+  EXPECT_EQ(hp.architecture, "olmoe");
+  EXPECT_EQ(hp.rope_style, RopeStyle::kNeox);
+  EXPECT_EQ(hp.qk_norm, QkNorm::kWhole);
+  EXPECT_FALSE(hp.router.renormalize);
+  EXPECT_EQ(hp.n_ff_exp, 32);
+  EXPECT_EQ(model->weights.layers[1].attn.q_norm.ne[0], hp.n_head * hp.head_dim);
+  EXPECT_FALSE(model->weights.output_tied);
+}
+
+TEST_F(ArchitectureTest, OlmoeNeedsItsOutputMatrix) {
+  LoadVector("olmoe-tiny-f32");
+  tiny_.RemoveTensor("output.weight");
+  absl::StatusOr<Model> model = Load(tiny_);
+  ASSERT_FALSE(model.ok());
+  EXPECT_THAT(model.status().message(), AllOf(HasSubstr("output.weight"), HasSubstr("missing")));
+}
+
+TEST_F(ArchitectureTest, DenseLlamaIsRefused) {
+  LoadVector("mixtral-tiny-f32");
+  tiny_.Remove("llama.expert_count");
+  absl::StatusOr<Model> model = Load(tiny_);
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(model.status().message(),
+              AllOf(HasSubstr("llama.expert_count"), HasSubstr("dense")));
+}
+
+TEST_F(ArchitectureTest, LlamaRopeMustCoverTheWholeHead) {
+  LoadVector("mixtral-tiny-f32");
+  tiny_.Set("llama.rope.dimension_count", GgufValue::Uint32(8));
+  absl::StatusOr<Model> model = Load(tiny_);
+  ASSERT_FALSE(model.ok());
+  EXPECT_THAT(model.status().message(),
+              AllOf(HasSubstr("llama.rope.dimension_count"), HasSubstr("16")));
+}
+
+TEST_F(ArchitectureTest, PerExpertTensorsOfOldMixtralFilesAreRefused) {
+  LoadVector("mixtral-tiny-f32");
+  testing::EditableTensor* gate = tiny_.Find("blk.0.ffn_gate_exps.weight");
+  ASSERT_NE(gate, nullptr);
+  gate->name = "blk.0.ffn_gate.0.weight";
+  absl::StatusOr<Model> model = Load(tiny_);
+  ASSERT_FALSE(model.ok());
+  EXPECT_THAT(model.status().message(),
+              AllOf(HasSubstr("blk.0.ffn_gate.0.weight"), HasSubstr("not supported")));
+}
+
+TEST_F(ArchitectureTest, AttentionBiasesAreRefusedByName) {
+  LoadVector("mixtral-tiny-f32");
+  testing::EditableTensor bias;
+  bias.name = "blk.1.attn_output.bias";
+  bias.type = TensorType::kF32;
+  bias.ne = {64};
+  bias.data.assign(64 * 4, 0);
+  tiny_.tensors.push_back(bias);
+  absl::StatusOr<Model> model = Load(tiny_);
+  ASSERT_FALSE(model.ok());
+  EXPECT_THAT(model.status().message(),
+              AllOf(HasSubstr("blk.1.attn_output.bias"), HasSubstr("biases")));
+}
+
+TEST_F(ArchitectureTest, UnexpectedQkNormIsRefused) {
+  LoadVector("mixtral-tiny-f32");
+  testing::EditableTensor norm;
+  norm.name = "blk.0.attn_q_norm.weight";
+  norm.type = TensorType::kF32;
+  norm.ne = {16};
+  norm.data.assign(16 * 4, 0);
+  tiny_.tensors.push_back(norm);
+  absl::StatusOr<Model> model = Load(tiny_);
+  ASSERT_FALSE(model.ok());
+  EXPECT_THAT(model.status().message(), HasSubstr("blk.0.attn_q_norm.weight"));
 }
 
 }  // namespace

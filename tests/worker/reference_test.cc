@@ -7,8 +7,8 @@
 #include "gguf_edit.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "model/qwen3moe_model.h"
-#include "reference/reference_qwen3moe.h"
+#include "model/architectures.h"
+#include "reference/reference_engine.h"
 #include "vectors.h"
 
 namespace moetier {
@@ -25,8 +25,8 @@ using testing::TestDataPath;
 // A model file, its weight table and a reference engine on it.
 struct Loaded {
   std::unique_ptr<GgufModel> gguf;
-  Qwen3MoeModel model;
-  std::unique_ptr<ReferenceQwen3Moe> ref;
+  Model model;
+  std::unique_ptr<ReferenceEngine> ref;
 };
 
 std::unique_ptr<Loaded> LoadOrFail(const std::string& path, int max_ctx = 64) {
@@ -35,22 +35,25 @@ std::unique_ptr<Loaded> LoadOrFail(const std::string& path, int max_ctx = 64) {
   EXPECT_TRUE(gguf.ok()) << gguf.status();
   if (!gguf.ok()) return nullptr;
   out->gguf = *std::move(gguf);
-  absl::StatusOr<Qwen3MoeModel> model = LoadQwen3Moe(*out->gguf);
+  absl::StatusOr<Model> model = LoadModel(*out->gguf);
   EXPECT_TRUE(model.ok()) << model.status();
   if (!model.ok()) return nullptr;
   out->model = *std::move(model);
-  absl::StatusOr<std::unique_ptr<ReferenceQwen3Moe>> ref =
-      ReferenceQwen3Moe::Create(out->model, max_ctx);
+  absl::StatusOr<std::unique_ptr<ReferenceEngine>> ref =
+      ReferenceEngine::Create(out->model, max_ctx);
   EXPECT_TRUE(ref.ok()) << ref.status();
   if (!ref.ok()) return nullptr;
   out->ref = *std::move(ref);
   return out;
 }
 
-std::vector<float> RunAll(ReferenceQwen3Moe& ref, const std::vector<int32_t>& ids) {
+// A new sequence, then every row of `ids`.
+std::vector<float> RunAll(ReferenceEngine& ref, const std::vector<int32_t>& ids) {
   std::vector<float> logits(ids.size() * ref.n_vocab());
-  ref.Reset();
-  const absl::Status s = ref.Forward(ids, 0, logits.data());
+  absl::StatusOr<std::unique_ptr<Sequence>> seq = ref.NewSequence();
+  EXPECT_TRUE(seq.ok()) << seq.status();
+  if (!seq.ok()) return logits;
+  const absl::Status s = ref.Forward(**seq, ids, LogitRows::kAll, logits.data());
   EXPECT_TRUE(s.ok()) << s;
   return logits;
 }
@@ -90,7 +93,12 @@ TEST_P(ReferenceVectorTest, LogitsWithinOneThousandthOfRowRange) {
 INSTANTIATE_TEST_SUITE_P(
     Vectors, ReferenceVectorTest,
     ::testing::Values(VectorCase{"tiny-f32", "exact"}, VectorCase{"tiny-f32", "llamacpp"},
-                      VectorCase{"tiny-q8_0", "exact"}, VectorCase{"small-q4_k_m", "exact"}),
+                      VectorCase{"tiny-q8_0", "exact"}, VectorCase{"small-q4_k_m", "exact"},
+                      VectorCase{"mixtral-tiny-f32", "exact"},
+                      VectorCase{"mixtral-tiny-f32", "llamacpp"},
+                      VectorCase{"mixtral-small-q4_k_m", "exact"},
+                      VectorCase{"olmoe-tiny-f32", "exact"},
+                      VectorCase{"olmoe-tiny-f32", "llamacpp"}),
     [](const ::testing::TestParamInfo<VectorCase>& param_info) {
       std::string name = std::string(param_info.param.model) + "_" + param_info.param.expected;
       for (char& ch : name) {
@@ -124,62 +132,84 @@ class ReferenceKvCacheTest : public ::testing::Test {
 
 TEST_F(ReferenceKvCacheTest, OneTokenAtATimeEqualsWholeSequence) {
   const std::vector<float> whole = RunAll(*tiny_->ref, ids_);
-  tiny_->ref->Reset();
+  absl::StatusOr<std::unique_ptr<Sequence>> seq = tiny_->ref->NewSequence();
+  ASSERT_TRUE(seq.ok()) << seq.status();
   std::vector<float> step(ids_.size() * n_vocab_);
   for (size_t i = 0; i < ids_.size(); ++i) {
     ASSERT_TRUE(tiny_->ref
-                    ->Forward(std::span<const int32_t>(&ids_[i], 1), static_cast<int>(i),
+                    ->Forward(**seq, std::span<const int32_t>(&ids_[i], 1), LogitRows::kAll,
                               &step[i * n_vocab_])
                     .ok());
-    EXPECT_EQ(tiny_->ref->cached_tokens(), static_cast<int>(i + 1));
+    EXPECT_EQ((*seq)->length(), static_cast<int>(i + 1));
   }
   ExpectRowsNear(step.data(), whole.data(), ids_.size());
 }
 
 TEST_F(ReferenceKvCacheTest, ChunksAndLastRowMatchWholeSequence) {
   const std::vector<float> whole = RunAll(*tiny_->ref, ids_);
-  tiny_->ref->Reset();
+  absl::StatusOr<std::unique_ptr<Sequence>> seq = tiny_->ref->NewSequence();
+  ASSERT_TRUE(seq.ok()) << seq.status();
   const std::span<const int32_t> ids(ids_);
   std::vector<float> part(ids_.size() * n_vocab_);
-  ASSERT_TRUE(tiny_->ref->Forward(ids.subspan(0, 5), 0, part.data()).ok());
-  ASSERT_TRUE(tiny_->ref->Forward(ids.subspan(5, 7), 5, &part[5 * n_vocab_]).ok());
+  ASSERT_TRUE(tiny_->ref->Forward(**seq, ids.subspan(0, 5), LogitRows::kAll, part.data()).ok());
+  ASSERT_TRUE(
+      tiny_->ref->Forward(**seq, ids.subspan(5, 7), LogitRows::kAll, &part[5 * n_vocab_]).ok());
   std::vector<float> last(n_vocab_);
-  ASSERT_TRUE(tiny_->ref->Forward(ids.subspan(12), 12, LogitRows::kLast, last.data()).ok());
+  ASSERT_TRUE(tiny_->ref->Forward(**seq, ids.subspan(12), LogitRows::kLast, last.data()).ok());
   ExpectRowsNear(part.data(), whole.data(), 12);
   ExpectRowsNear(last.data(), &whole[(ids_.size() - 1) * n_vocab_], 1);
 }
 
-TEST_F(ReferenceKvCacheTest, RewindingOverwritesTheCache) {
+TEST_F(ReferenceKvCacheTest, ANewSequenceForgetsTheLastOne) {
   const std::vector<float> whole = RunAll(*tiny_->ref, ids_);
-  // Fill the cache with a different continuation, then go back to position
-  // 10 and run the original tokens again.
-  tiny_->ref->Reset();
+  // A different continuation first, then the original tokens in a new
+  // sequence: they must not see the old one's keys and values.
   std::vector<int32_t> other = ids_;
   for (size_t i = 10; i < other.size(); ++i) other[i] = (other[i] + 7) % 512;
-  std::vector<float> scratch(other.size() * n_vocab_);
-  ASSERT_TRUE(tiny_->ref->Forward(other, 0, scratch.data()).ok());
-  const std::span<const int32_t> tail = std::span<const int32_t>(ids_).subspan(10);
-  std::vector<float> again(tail.size() * n_vocab_);
-  ASSERT_TRUE(tiny_->ref->Forward(tail, 10, again.data()).ok());
-  ExpectRowsNear(again.data(), &whole[10 * n_vocab_], tail.size());
+  const std::vector<float> scratch = RunAll(*tiny_->ref, other);
+  const std::vector<float> again = RunAll(*tiny_->ref, ids_);
+  ExpectRowsNear(again.data(), whole.data(), ids_.size());
   // The different continuation really changed something.
   const RowError diff = CompareRow(&scratch[20 * n_vocab_], &whole[20 * n_vocab_], n_vocab_);
   EXPECT_GT(diff.max_abs, 1e-3 * diff.range);
 }
 
+TEST_F(ReferenceKvCacheTest, SampleDrawsFromTheLastRow) {
+  absl::StatusOr<Sampler> greedy = Sampler::Create(static_cast<int>(n_vocab_), {.temperature = 0});
+  ASSERT_TRUE(greedy.ok());
+  EXPECT_EQ(tiny_->ref->Sample(*greedy).status().code(), absl::StatusCode::kFailedPrecondition);
+  const std::vector<float> whole = RunAll(*tiny_->ref, ids_);
+  const float* last = &whole[(ids_.size() - 1) * n_vocab_];
+  absl::StatusOr<int32_t> token = tiny_->ref->Sample(*greedy);
+  ASSERT_TRUE(token.ok()) << token.status();
+  EXPECT_EQ(*token, std::max_element(last, last + n_vocab_) - last);
+}
+
 TEST_F(ReferenceKvCacheTest, RejectsBadArguments) {
   std::vector<float> logits(n_vocab_ * 64);
+  absl::StatusOr<std::unique_ptr<Sequence>> seq = tiny_->ref->NewSequence();
+  ASSERT_TRUE(seq.ok()) << seq.status();
+  // One sequence at a time.
+  EXPECT_EQ(tiny_->ref->NewSequence().status().code(), absl::StatusCode::kResourceExhausted);
   const int32_t bad_id[1] = {512};
-  EXPECT_EQ(tiny_->ref->Forward(bad_id, 0, logits.data()).code(),
+  EXPECT_EQ(tiny_->ref->Forward(**seq, bad_id, LogitRows::kAll, logits.data()).code(),
+            absl::StatusCode::kInvalidArgument);
+  std::vector<int32_t> too_many(65, 1);
+  EXPECT_EQ(tiny_->ref->Forward(**seq, too_many, LogitRows::kAll, logits.data()).code(),
+            absl::StatusCode::kOutOfRange);
+  EXPECT_EQ(tiny_->ref->Forward(**seq, {}, LogitRows::kAll, logits.data()).code(),
             absl::StatusCode::kInvalidArgument);
   const int32_t ok_id[1] = {5};
-  EXPECT_EQ(tiny_->ref->Forward(ok_id, 1, logits.data()).code(),
-            absl::StatusCode::kInvalidArgument);  // a gap after position 0
-  std::vector<int32_t> too_many(65, 1);
-  EXPECT_EQ(tiny_->ref->Forward(too_many, 0, logits.data()).code(), absl::StatusCode::kOutOfRange);
-  EXPECT_EQ(tiny_->ref->Forward({}, 0, logits.data()).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_FALSE(ReferenceQwen3Moe::Create(tiny_->model, 0).ok());
-  EXPECT_FALSE(ReferenceQwen3Moe::Create(tiny_->model, tiny_->model.hparams.n_ctx_train + 1).ok());
+  EXPECT_EQ(tiny_->ref->Forward(**seq, ok_id, LogitRows::kAll, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);  // rows asked for, nowhere to put them
+  EXPECT_EQ((*seq)->length(), 0);
+  // Another engine's sequence.
+  std::unique_ptr<Loaded> other = LoadOrFail(TestDataPath("vectors/tiny-f32.gguf"));
+  ASSERT_NE(other, nullptr);
+  EXPECT_EQ(other->ref->Forward(**seq, ok_id, LogitRows::kNone, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(ReferenceEngine::Create(tiny_->model, 0).ok());
+  EXPECT_FALSE(ReferenceEngine::Create(tiny_->model, tiny_->model.hparams.n_ctx_train + 1).ok());
 }
 
 // --- file layout variants give the same numbers ---------------------------------
@@ -245,7 +275,7 @@ TEST_F(ReferenceLayoutTest, FusedQkvGivesIdenticalLogits) {
   }
   std::unique_ptr<Loaded> fused = WriteAndLoad();
   ASSERT_NE(fused, nullptr);
-  EXPECT_EQ(fused->model.weights.layers[3].attn_v.name, "blk.3.attn_qkv.weight");
+  EXPECT_EQ(fused->model.weights.layers[3].attn.v.name, "blk.3.attn_qkv.weight");
   EXPECT_EQ(RunAll(*fused->ref, ids_), RunAll(*original_->ref, ids_));
 }
 
@@ -254,9 +284,9 @@ TEST_F(ReferenceLayoutTest, TiedOutputUsesTheEmbedding) {
   std::unique_ptr<Loaded> tied = WriteAndLoad();
   ASSERT_NE(tied, nullptr);
   // The same computation with the output matrix swapped by hand.
-  Qwen3MoeModel by_hand = original_->model;
+  Model by_hand = original_->model;
   by_hand.weights.output = by_hand.weights.token_embd;
-  absl::StatusOr<std::unique_ptr<ReferenceQwen3Moe>> ref = ReferenceQwen3Moe::Create(by_hand, 64);
+  absl::StatusOr<std::unique_ptr<ReferenceEngine>> ref = ReferenceEngine::Create(by_hand, 64);
   ASSERT_TRUE(ref.ok());
   const std::vector<float> tied_logits = RunAll(*tied->ref, ids_);
   EXPECT_EQ(tied_logits, RunAll(**ref, ids_));

@@ -14,11 +14,12 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "gguf/gguf_reader.h"
+#include "engine_run.h"
 #include "gguf_edit.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "model/qwen3moe_model.h"
-#include "reference/reference_qwen3moe.h"
+#include "model/architectures.h"
+#include "reference/reference_engine.h"
 #include "sampling/sampler.h"
 #include "gguf/tokenizer/tokenizer.h"
 #include "vectors.h"
@@ -108,13 +109,11 @@ TEST(WorkerStandaloneTest, LogitsOutMatchesTheLibrary) {
 
   absl::StatusOr<std::unique_ptr<GgufModel>> gguf = GgufModel::Open(TinyModel());
   ASSERT_TRUE(gguf.ok());
-  absl::StatusOr<Qwen3MoeModel> model = LoadQwen3Moe(**gguf);
+  absl::StatusOr<Model> model = LoadModel(**gguf);
   ASSERT_TRUE(model.ok());
-  absl::StatusOr<std::unique_ptr<ReferenceQwen3Moe>> ref = ReferenceQwen3Moe::Create(*model, 64);
+  absl::StatusOr<std::unique_ptr<ReferenceEngine>> ref = ReferenceEngine::Create(*model, 64);
   ASSERT_TRUE(ref.ok());
-  std::vector<float> logits(ids.size() * 512);
-  ASSERT_TRUE((*ref)->Forward(ids, 0, logits.data()).ok());
-  EXPECT_EQ(file, logits);
+  EXPECT_EQ(file, testing::RunNewSequence(**ref, ids));
 }
 
 TEST(WorkerStandaloneTest, LogitsInChunksEqualOneCall) {
@@ -130,13 +129,11 @@ TEST(WorkerStandaloneTest, LogitsInChunksEqualOneCall) {
 
   absl::StatusOr<std::unique_ptr<GgufModel>> gguf = GgufModel::Open(TinyModel());
   ASSERT_TRUE(gguf.ok());
-  absl::StatusOr<Qwen3MoeModel> model = LoadQwen3Moe(**gguf);
+  absl::StatusOr<Model> model = LoadModel(**gguf);
   ASSERT_TRUE(model.ok());
-  absl::StatusOr<std::unique_ptr<ReferenceQwen3Moe>> ref = ReferenceQwen3Moe::Create(*model, 64);
+  absl::StatusOr<std::unique_ptr<ReferenceEngine>> ref = ReferenceEngine::Create(*model, 64);
   ASSERT_TRUE(ref.ok());
-  std::vector<float> logits(ids.size() * 512);
-  ASSERT_TRUE((*ref)->Forward(ids, 0, logits.data()).ok());
-  EXPECT_EQ(file, logits);
+  EXPECT_EQ(file, testing::RunNewSequence(**ref, ids));
 }
 
 TEST(WorkerStandaloneTest, TokenizeMatchesLlamaCpp) {
@@ -160,16 +157,18 @@ TEST(WorkerStandaloneTest, GreedyGenerationMatchesTheLibrary) {
 
   absl::StatusOr<std::unique_ptr<GgufModel>> gguf = GgufModel::Open(TinyModel());
   ASSERT_TRUE(gguf.ok());
-  absl::StatusOr<Qwen3MoeModel> model = LoadQwen3Moe(**gguf);
+  absl::StatusOr<Model> model = LoadModel(**gguf);
   ASSERT_TRUE(model.ok());
   absl::StatusOr<Tokenizer> tokenizer = Tokenizer::FromGgufMetadata((*gguf)->metadata());
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
-  absl::StatusOr<std::unique_ptr<ReferenceQwen3Moe>> ref = ReferenceQwen3Moe::Create(*model, 64);
+  absl::StatusOr<std::unique_ptr<ReferenceEngine>> ref = ReferenceEngine::Create(*model, 64);
   ASSERT_TRUE(ref.ok());
   absl::StatusOr<std::vector<int32_t>> ids = tokenizer->Encode(prompt, true, true);
   ASSERT_TRUE(ids.ok());
   std::vector<float> logits(512);
-  ASSERT_TRUE((*ref)->Forward(*ids, 0, LogitRows::kLast, logits.data()).ok());
+  absl::StatusOr<std::unique_ptr<Sequence>> seq = (*ref)->NewSequence();
+  ASSERT_TRUE(seq.ok()) << seq.status();
+  ASSERT_TRUE((*ref)->Forward(**seq, *ids, LogitRows::kLast, logits.data()).ok());
   std::vector<int32_t> generated;
   for (int i = 0; i < n; ++i) {
     const int32_t t =
@@ -177,10 +176,7 @@ TEST(WorkerStandaloneTest, GreedyGenerationMatchesTheLibrary) {
     if (tokenizer->IsEndOfGeneration(t)) break;
     generated.push_back(t);
     const int32_t one[1] = {t};
-    ASSERT_TRUE(
-        (*ref)
-            ->Forward(one, static_cast<int>(ids->size() + i), LogitRows::kLast, logits.data())
-            .ok());
+    ASSERT_TRUE((*ref)->Forward(**seq, one, LogitRows::kLast, logits.data()).ok());
   }
   absl::StatusOr<std::string> text = tokenizer->Detokenize(generated, false);
   ASSERT_TRUE(text.ok());
@@ -331,16 +327,18 @@ TEST_F(WorkerEditedModelTest, UnsupportedTensorType) {
 TEST_F(WorkerEditedModelTest, StopsAtEndOfGeneration) {
   absl::StatusOr<std::unique_ptr<GgufModel>> gguf = GgufModel::Open(TinyModel());
   ASSERT_TRUE(gguf.ok());
-  absl::StatusOr<Qwen3MoeModel> model = LoadQwen3Moe(**gguf);
+  absl::StatusOr<Model> model = LoadModel(**gguf);
   ASSERT_TRUE(model.ok());
   absl::StatusOr<Tokenizer> tokenizer = Tokenizer::FromGgufMetadata((*gguf)->metadata());
   ASSERT_TRUE(tokenizer.ok()) << tokenizer.status();
-  absl::StatusOr<std::unique_ptr<ReferenceQwen3Moe>> ref = ReferenceQwen3Moe::Create(*model, 64);
+  absl::StatusOr<std::unique_ptr<ReferenceEngine>> ref = ReferenceEngine::Create(*model, 64);
   ASSERT_TRUE(ref.ok());
   absl::StatusOr<std::vector<int32_t>> ids = tokenizer->Encode("Hello, world!", true, true);
   ASSERT_TRUE(ids.ok());
   std::vector<float> logits(512);
-  ASSERT_TRUE((*ref)->Forward(*ids, 0, LogitRows::kLast, logits.data()).ok());
+  absl::StatusOr<std::unique_ptr<Sequence>> seq = (*ref)->NewSequence();
+  ASSERT_TRUE(seq.ok()) << seq.status();
+  ASSERT_TRUE((*ref)->Forward(**seq, *ids, LogitRows::kLast, logits.data()).ok());
   const int32_t first =
       static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) - logits.begin());
   ASSERT_FALSE(tokenizer->IsEndOfGeneration(first));

@@ -23,10 +23,11 @@
 
 #include "cache/expert_cache_control.h"
 #include "control/control_channel.h"
-#include "engine/qwen3moe_cpu.h"
+#include "engine/cpu_engine.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "sampling/sampler.h"
+#include "engine_run.h"
 #include "serve_test_util.h"
 
 namespace moetier {
@@ -48,7 +49,10 @@ class GatedEngine final : public ForwardEngine {
  public:
   explicit GatedEngine(ForwardEngine& inner) : inner_(inner) {}
 
-  absl::Status Forward(std::span<const int32_t> tokens, int pos0, LogitRows rows,
+  absl::StatusOr<std::unique_ptr<Sequence>> NewSequence() override {
+    return inner_.NewSequence();
+  }
+  absl::Status Forward(Sequence& seq, std::span<const int32_t> tokens, LogitRows rows,
                        float* logits) override {
     ++in_forward_;
     if (tokens.size() == 1) {
@@ -59,16 +63,16 @@ class GatedEngine final : public ForwardEngine {
       if (gated_) --permits_;
       --waiting_;
     }
-    absl::Status status = inner_.Forward(tokens, pos0, rows, logits);
+    absl::Status status = inner_.Forward(seq, tokens, rows, logits);
     --in_forward_;
     return status;
   }
   // Whether a Forward is under way (on the server's thread).
   bool in_forward() const { return in_forward_.load() > 0; }
-  void Reset() override { inner_.Reset(); }
+  absl::StatusOr<int32_t> Sample(Sampler& sampler) override { return inner_.Sample(sampler); }
   int n_vocab() const override { return inner_.n_vocab(); }
   int max_ctx() const override { return inner_.max_ctx(); }
-  int cached_tokens() const override { return inner_.cached_tokens(); }
+  int max_sequences() const override { return inner_.max_sequences(); }
 
   void Gate(bool on) {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -142,16 +146,19 @@ struct Generation {
 };
 
 // What Generate must produce: the engine and the sampler driven directly.
-std::vector<int32_t> DirectGeneration(const Qwen3MoeModel& model,
+std::vector<int32_t> DirectGeneration(const Model& model,
                                       const std::vector<int32_t>& prompt, int max_new,
                                       const SamplingParams& params) {
-  absl::StatusOr<std::unique_ptr<CpuQwen3Moe>> engine = CpuQwen3Moe::Create(model, EngineConfig());
+  absl::StatusOr<std::unique_ptr<CpuEngine>> engine = CpuEngine::Create(model, EngineConfig());
   EXPECT_TRUE(engine.ok()) << engine.status();
   absl::StatusOr<Sampler> sampler = Sampler::Create(model.hparams.n_vocab, params);
   EXPECT_TRUE(sampler.ok()) << sampler.status();
   if (!engine.ok() || !sampler.ok()) return {};
   std::vector<float> row(static_cast<size_t>(model.hparams.n_vocab));
-  EXPECT_TRUE((*engine)->Forward(prompt, 0, LogitRows::kLast, row.data()).ok());
+  absl::StatusOr<std::unique_ptr<Sequence>> seq = (*engine)->NewSequence();
+  EXPECT_TRUE(seq.ok()) << seq.status();
+  if (!seq.ok()) return {};
+  EXPECT_TRUE((*engine)->Forward(**seq, prompt, LogitRows::kLast, row.data()).ok());
   for (int32_t t : prompt) sampler->Accept(t);
   std::vector<int32_t> out;
   int pos = static_cast<int>(prompt.size());
@@ -160,7 +167,8 @@ std::vector<int32_t> DirectGeneration(const Qwen3MoeModel& model,
     sampler->Accept(t);
     out.push_back(t);
     const int32_t one[1] = {t};
-    EXPECT_TRUE((*engine)->Forward(one, pos++, LogitRows::kLast, row.data()).ok());
+    EXPECT_TRUE((*engine)->Forward(**seq, one, LogitRows::kLast, row.data()).ok());
+    ++pos;
   }
   return out;
 }
@@ -178,7 +186,7 @@ class ControlServerTest : public ::testing::Test {
     options.model_fingerprint = 0x1234;
     // Small Score batches: chunks must straddle them.
     options.score_batch_tokens = 7;
-    absl::StatusOr<std::unique_ptr<CpuQwen3Moe>> engine = CpuQwen3Moe::Create(model(), config);
+    absl::StatusOr<std::unique_ptr<CpuEngine>> engine = CpuEngine::Create(model(), config);
     ASSERT_TRUE(engine.ok()) << engine.status();
     engine_ = std::move(*engine);
     gated_ = std::make_unique<GatedEngine>(*engine_);
@@ -210,7 +218,7 @@ class ControlServerTest : public ::testing::Test {
     daemon_fd_ = -1;
   }
 
-  const Qwen3MoeModel& model() const { return loaded_->model; }
+  const Model& model() const { return loaded_->model; }
   int n_vocab() const { return model().hparams.n_vocab; }
 
   void Send(const WorkerRequest& request) {
@@ -311,12 +319,11 @@ class ControlServerTest : public ::testing::Test {
   }
 
   std::vector<float> EngineLogits(const std::vector<int32_t>& tokens) {
-    absl::StatusOr<std::unique_ptr<CpuQwen3Moe>> engine =
-        CpuQwen3Moe::Create(model(), EngineConfig());
+    absl::StatusOr<std::unique_ptr<CpuEngine>> engine =
+        CpuEngine::Create(model(), EngineConfig());
     EXPECT_TRUE(engine.ok());
-    std::vector<float> logits(tokens.size() * n_vocab());
-    EXPECT_TRUE((*engine)->Forward(tokens, 0, LogitRows::kAll, logits.data()).ok());
-    return logits;
+    if (!engine.ok()) return {};
+    return testing::RunNewSequence(**engine, tokens);
   }
 
   std::vector<int32_t> Prompt(int n) const {
@@ -334,7 +341,7 @@ class ControlServerTest : public ::testing::Test {
   }
 
   std::unique_ptr<LoadedModel> loaded_;
-  std::unique_ptr<CpuQwen3Moe> engine_;
+  std::unique_ptr<CpuEngine> engine_;
   std::unique_ptr<GatedEngine> gated_;
   std::unique_ptr<ControlServer> server_;
   std::thread thread_;

@@ -22,7 +22,7 @@
 #include "gguf_edit.h"
 #include "io/io_backend_factory.h"
 #include "manifest/model_manifest.h"
-#include "model/qwen3moe_model.h"
+#include "model/architectures.h"
 #include "store/expert_store.h"
 #include "store/segment_plan.h"
 #include "store/store_client.h"
@@ -115,7 +115,7 @@ inline absl::Status WriteFusedGateUp(const std::string& in, const std::string& o
 
 struct LoadedModel {
   std::unique_ptr<GgufModel> gguf;
-  Qwen3MoeModel model;
+  Model model;
 };
 
 inline absl::StatusOr<std::unique_ptr<LoadedModel>> LoadModel(const std::string& path) {
@@ -123,7 +123,7 @@ inline absl::StatusOr<std::unique_ptr<LoadedModel>> LoadModel(const std::string&
   absl::StatusOr<std::unique_ptr<GgufModel>> gguf = GgufModel::Open(path);
   if (!gguf.ok()) return gguf.status();
   loaded->gguf = std::move(*gguf);
-  absl::StatusOr<Qwen3MoeModel> model = LoadQwen3Moe(*loaded->gguf);
+  absl::StatusOr<Model> model = LoadModel(*loaded->gguf);
   if (!model.ok()) return model.status();
   loaded->model = std::move(*model);
   return loaded;

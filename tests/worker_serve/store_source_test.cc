@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "engine/expert_source.h"
-#include "engine/qwen3moe_cpu.h"
+#include "engine/cpu_engine.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "serve/store_expert_source.h"
@@ -86,11 +86,15 @@ CpuEngineConfig Config(ExpertWeightSource* source) {
 absl::StatusOr<std::vector<float>> RunSequence(ForwardEngine& engine, int n_vocab) {
   const std::vector<int32_t> prompt = RandomTokens(40, n_vocab, 5);
   std::vector<float> out(prompt.size() * n_vocab);
-  if (absl::Status s = engine.Forward(prompt, 0, LogitRows::kAll, out.data()); !s.ok()) return s;
+  absl::StatusOr<std::unique_ptr<Sequence>> seq = engine.NewSequence();
+  if (!seq.ok()) return seq.status();
+  if (absl::Status s = engine.Forward(**seq, prompt, LogitRows::kAll, out.data()); !s.ok()) {
+    return s;
+  }
   std::vector<float> row(static_cast<size_t>(n_vocab));
   for (int i = 0; i < 4; ++i) {
     const int32_t next[1] = {static_cast<int32_t>((i * 131 + 7) % n_vocab)};
-    if (absl::Status s = engine.Forward(next, 40 + i, LogitRows::kLast, row.data()); !s.ok()) {
+    if (absl::Status s = engine.Forward(**seq, next, LogitRows::kLast, row.data()); !s.ok()) {
       return s;
     }
     out.insert(out.end(), row.begin(), row.end());
@@ -98,8 +102,8 @@ absl::StatusOr<std::vector<float>> RunSequence(ForwardEngine& engine, int n_voca
   return out;
 }
 
-absl::StatusOr<std::vector<float>> MappingLogits(const Qwen3MoeModel& model) {
-  absl::StatusOr<std::unique_ptr<CpuQwen3Moe>> engine = CpuQwen3Moe::Create(model, Config(nullptr));
+absl::StatusOr<std::vector<float>> MappingLogits(const Model& model) {
+  absl::StatusOr<std::unique_ptr<CpuEngine>> engine = CpuEngine::Create(model, Config(nullptr));
   if (!engine.ok()) return engine.status();
   return RunSequence(**engine, model.hparams.n_vocab);
 }
@@ -119,21 +123,21 @@ TEST_P(StoreSourceTest, LogitsEqualTheMapping) {
   ASSERT_FALSE(path.empty());
   absl::StatusOr<std::unique_ptr<LoadedModel>> loaded = serve_test::LoadModel(path);
   ASSERT_TRUE(loaded.ok()) << loaded.status();
-  const Qwen3MoeModel& model = (*loaded)->model;
+  const Model& model = (*loaded)->model;
   absl::StatusOr<std::unique_ptr<DaemonSide>> daemon = DaemonSide::Start(path, c.cache_slots);
   ASSERT_TRUE(daemon.ok()) << daemon.status();
   absl::StatusOr<std::unique_ptr<store::StoreClient>> client = (*daemon)->Attach(0);
   ASSERT_TRUE(client.ok()) << client.status();
 
   absl::StatusOr<std::unique_ptr<StoreExpertSource>> source =
-      StoreExpertSource::Create(**client, model, StoreExpertSourceOptions{});
+      StoreExpertSource::Create(**client, RoutedExpertShapesOf(model), StoreExpertSourceOptions{});
   ASSERT_TRUE(source.ok()) << source.status();
   EXPECT_EQ((*source)->max_experts_held(),
             c.cache_slots == 0
                 ? model.hparams.n_expert
                 : std::min<int>(static_cast<int>(c.cache_slots), model.hparams.n_expert));
-  absl::StatusOr<std::unique_ptr<CpuQwen3Moe>> engine =
-      CpuQwen3Moe::Create(model, Config(source->get()));
+  absl::StatusOr<std::unique_ptr<CpuEngine>> engine =
+      CpuEngine::Create(model, Config(source->get()));
   ASSERT_TRUE(engine.ok()) << engine.status();
   absl::StatusOr<std::vector<float>> got = RunSequence(**engine, model.hparams.n_vocab);
   ASSERT_TRUE(got.ok()) << got.status();
@@ -185,22 +189,25 @@ TEST(StoreSourceFailureTest, StoppedDaemonIsAnErrorNotACrash) {
   absl::StatusOr<std::unique_ptr<store::StoreClient>> client = (*daemon)->Attach(0);
   ASSERT_TRUE(client.ok()) << client.status();
   absl::StatusOr<std::unique_ptr<StoreExpertSource>> source =
-      StoreExpertSource::Create(**client, (*loaded)->model, StoreExpertSourceOptions{});
+      StoreExpertSource::Create(**client, RoutedExpertShapesOf((*loaded)->model),
+                                StoreExpertSourceOptions{});
   ASSERT_TRUE(source.ok()) << source.status();
-  absl::StatusOr<std::unique_ptr<CpuQwen3Moe>> engine =
-      CpuQwen3Moe::Create((*loaded)->model, Config(source->get()));
+  absl::StatusOr<std::unique_ptr<CpuEngine>> engine =
+      CpuEngine::Create((*loaded)->model, Config(source->get()));
   ASSERT_TRUE(engine.ok()) << engine.status();
 
   // Nothing is resident in a fresh cache, so the first layer already misses.
   (*daemon)->store->Stop();
   std::vector<float> logits(static_cast<size_t>((*loaded)->model.hparams.n_vocab));
   const int32_t token[1] = {3};
-  const absl::Status status = (*engine)->Forward(token, 0, LogitRows::kLast, logits.data());
+  absl::StatusOr<std::unique_ptr<Sequence>> seq = (*engine)->NewSequence();
+  ASSERT_TRUE(seq.ok()) << seq.status();
+  const absl::Status status = (*engine)->Forward(**seq, token, LogitRows::kLast, logits.data());
   EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
   EXPECT_THAT(std::string(status.message()), HasSubstr("of layer 0"));
   EXPECT_THAT(std::string(status.message()), HasSubstr("shutting down"));
   EXPECT_EQ((*source)->held(), 0);
-  EXPECT_EQ((*engine)->cached_tokens(), 0);
+  EXPECT_EQ((*seq)->length(), 0);
 }
 
 TEST(StoreSourceFailureTest, RefusesAStoreOfAnotherModel) {
@@ -212,7 +219,8 @@ TEST(StoreSourceFailureTest, RefusesAStoreOfAnotherModel) {
   absl::StatusOr<std::unique_ptr<store::StoreClient>> client = (*daemon)->Attach(0);
   ASSERT_TRUE(client.ok()) << client.status();
   absl::StatusOr<std::unique_ptr<StoreExpertSource>> source =
-      StoreExpertSource::Create(**client, (*other)->model, StoreExpertSourceOptions{});
+      StoreExpertSource::Create(**client, RoutedExpertShapesOf((*other)->model),
+                                StoreExpertSourceOptions{});
   ASSERT_FALSE(source.ok());
   EXPECT_EQ(source.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(source.status().message()), HasSubstr("gate matrix of layer 0"));
@@ -223,46 +231,46 @@ TEST(StoreSourceHugePagesTest, CopyHoldsOnlyTheDenseWeights) {
   const std::string& path = ModelPath("small_q4_k_m");
   absl::StatusOr<std::unique_ptr<LoadedModel>> loaded = serve_test::LoadModel(path);
   ASSERT_TRUE(loaded.ok()) << loaded.status();
-  const Qwen3MoeModel& model = (*loaded)->model;
+  const Model& model = (*loaded)->model;
   absl::StatusOr<std::unique_ptr<DaemonSide>> daemon = DaemonSide::Start(path, 0);
   ASSERT_TRUE(daemon.ok()) << daemon.status();
   absl::StatusOr<std::unique_ptr<store::StoreClient>> client = (*daemon)->Attach(0);
   ASSERT_TRUE(client.ok()) << client.status();
   absl::StatusOr<std::unique_ptr<StoreExpertSource>> source =
-      StoreExpertSource::Create(**client, model, StoreExpertSourceOptions{});
+      StoreExpertSource::Create(**client, RoutedExpertShapesOf(model), StoreExpertSourceOptions{});
   ASSERT_TRUE(source.ok()) << source.status();
 
   CpuEngineConfig mapped = Config(nullptr);
   mapped.copy_weights_to_huge_pages = true;
-  absl::StatusOr<std::unique_ptr<CpuQwen3Moe>> whole = CpuQwen3Moe::Create(model, mapped);
+  absl::StatusOr<std::unique_ptr<CpuEngine>> whole = CpuEngine::Create(model, mapped);
   if (!whole.ok() && whole.status().code() == absl::StatusCode::kFailedPrecondition) {
     GTEST_SKIP() << "no transparent huge pages here: " << whole.status();
   }
   ASSERT_TRUE(whole.ok()) << whole.status();
   CpuEngineConfig from_store = Config(source->get());
   from_store.copy_weights_to_huge_pages = true;
-  absl::StatusOr<std::unique_ptr<CpuQwen3Moe>> dense = CpuQwen3Moe::Create(model, from_store);
+  absl::StatusOr<std::unique_ptr<CpuEngine>> dense = CpuEngine::Create(model, from_store);
   ASSERT_TRUE(dense.ok()) << dense.status();
 
   CpuEngineConfig plain = Config(source->get());
-  absl::StatusOr<std::unique_ptr<CpuQwen3Moe>> no_copy = CpuQwen3Moe::Create(model, plain);
+  absl::StatusOr<std::unique_ptr<CpuEngine>> no_copy = CpuEngine::Create(model, plain);
   ASSERT_TRUE(no_copy.ok()) << no_copy.status();
 
   auto bytes_of = [](const WeightRef& w) {
     return static_cast<uint64_t>(w.ne[1]) * w.row_bytes * static_cast<uint64_t>(w.ne[2]);
   };
-  const Qwen3MoeWeights& w = model.weights;
+  const ModelWeights& w = model.weights;
   uint64_t dense_bytes = bytes_of(w.token_embd) + bytes_of(w.output_norm);
   if (!w.output_tied) dense_bytes += bytes_of(w.output);
   uint64_t n_dense = 3;
   uint64_t expert_bytes = 0;
-  for (const Qwen3MoeLayerWeights& l : w.layers) {
-    for (const WeightRef* r : {&l.attn_norm, &l.attn_q, &l.attn_k, &l.attn_v, &l.attn_output,
-                               &l.attn_q_norm, &l.attn_k_norm, &l.ffn_norm, &l.ffn_gate_inp}) {
+  for (const LayerWeights& l : w.layers) {
+    for (const WeightRef* r : {&l.attn_norm, &l.attn.q, &l.attn.k, &l.attn.v, &l.attn.output,
+                               &l.attn.q_norm, &l.attn.k_norm, &l.ffn_norm, &l.moe.router}) {
       dense_bytes += bytes_of(*r);
       ++n_dense;
     }
-    for (const WeightRef* r : {&l.ffn_gate_exps, &l.ffn_up_exps, &l.ffn_down_exps}) {
+    for (const WeightRef* r : {&l.moe.gate_exps, &l.moe.up_exps, &l.moe.down_exps}) {
       expert_bytes += bytes_of(*r);
     }
   }
@@ -292,7 +300,7 @@ class RecordingSource final : public ExpertWeightSource {
     std::vector<int32_t> experts;
   };
 
-  RecordingSource(const Qwen3MoeModel& model, int max_held) : model_(model), max_held_(max_held) {}
+  RecordingSource(const Model& model, int max_held) : model_(model), max_held_(max_held) {}
 
   absl::Status Acquire(int layer, std::span<const int32_t> experts,
                        std::span<ExpertMatrices> out) override {
@@ -303,10 +311,10 @@ class RecordingSource final : public ExpertWeightSource {
     if (static_cast<int>(calls_.size()) == fail_call_) {
       return absl::UnavailableError("moetierd went away (test)");
     }
-    const Qwen3MoeLayerWeights& l = model_.weights.layers[layer];
+    const LayerWeights& l = model_.weights.layers[layer];
     for (size_t i = 0; i < experts.size(); ++i) {
-      out[i] = {l.ffn_gate_exps.expert(experts[i]), l.ffn_up_exps.expert(experts[i]),
-                l.ffn_down_exps.expert(experts[i])};
+      out[i] = {l.moe.gate_exps.expert(experts[i]), l.moe.up_exps.expert(experts[i]),
+                l.moe.down_exps.expert(experts[i])};
     }
     held_ = true;
     held_layer_ = layer;
@@ -329,7 +337,7 @@ class RecordingSource final : public ExpertWeightSource {
   bool held() const { return held_; }
 
  private:
-  const Qwen3MoeModel& model_;
+  const Model& model_;
   int max_held_;
   int fail_call_ = 0;
   bool held_ = false;
@@ -346,26 +354,29 @@ class EngineSourceTest : public ::testing::Test {
     ASSERT_TRUE(loaded.ok()) << loaded.status();
     loaded_ = std::move(*loaded);
   }
-  const Qwen3MoeModel& model() const { return loaded_->model; }
+  const Model& model() const { return loaded_->model; }
 
   std::unique_ptr<LoadedModel> loaded_;
 };
 
 TEST_F(EngineSourceTest, DecodeAsksForExactlyTheRoutedExperts) {
-  const Qwen3MoeHparams& hp = model().hparams;
+  const ModelHparams& hp = model().hparams;
   RecordingSource source(model(), hp.n_expert);
-  absl::StatusOr<std::unique_ptr<CpuQwen3Moe>> engine =
-      CpuQwen3Moe::Create(model(), Config(&source));
+  absl::StatusOr<std::unique_ptr<CpuEngine>> engine =
+      CpuEngine::Create(model(), Config(&source));
   ASSERT_TRUE(engine.ok()) << engine.status();
-  absl::StatusOr<std::unique_ptr<CpuQwen3Moe>> mapped =
-      CpuQwen3Moe::Create(model(), Config(nullptr));
+  absl::StatusOr<std::unique_ptr<CpuEngine>> mapped =
+      CpuEngine::Create(model(), Config(nullptr));
   ASSERT_TRUE(mapped.ok()) << mapped.status();
   std::vector<float> got(static_cast<size_t>(hp.n_vocab)), want(got.size());
+  absl::StatusOr<std::unique_ptr<Sequence>> seq = (*engine)->NewSequence();
+  absl::StatusOr<std::unique_ptr<Sequence>> mapped_seq = (*mapped)->NewSequence();
+  ASSERT_TRUE(seq.ok() && mapped_seq.ok());
   for (int pos = 0; pos < 5; ++pos) {
     source.ClearCalls();
     const int32_t token[1] = {static_cast<int32_t>(pos * 97 % hp.n_vocab)};
-    ASSERT_TRUE((*engine)->Forward(token, pos, LogitRows::kLast, got.data()).ok());
-    ASSERT_TRUE((*mapped)->Forward(token, pos, LogitRows::kLast, want.data()).ok());
+    ASSERT_TRUE((*engine)->Forward(**seq, token, LogitRows::kLast, got.data()).ok());
+    ASSERT_TRUE((*mapped)->Forward(**mapped_seq, token, LogitRows::kLast, want.data()).ok());
     EXPECT_TRUE(SameBits(got, want)) << "position " << pos;
     // One token: one call per layer, in layer order, for its top-k experts.
     ASSERT_EQ(source.calls().size(), static_cast<size_t>(hp.n_layer));
@@ -383,10 +394,10 @@ TEST_F(EngineSourceTest, DecodeAsksForExactlyTheRoutedExperts) {
 }
 
 TEST_F(EngineSourceTest, ExpertsComeInGroupsTheSourceCanHold) {
-  const Qwen3MoeHparams& hp = model().hparams;
+  const ModelHparams& hp = model().hparams;
   RecordingSource source(model(), 3);
-  absl::StatusOr<std::unique_ptr<CpuQwen3Moe>> engine =
-      CpuQwen3Moe::Create(model(), Config(&source));
+  absl::StatusOr<std::unique_ptr<CpuEngine>> engine =
+      CpuEngine::Create(model(), Config(&source));
   ASSERT_TRUE(engine.ok()) << engine.status();
   absl::StatusOr<std::vector<float>> got = RunSequence(**engine, hp.n_vocab);
   ASSERT_TRUE(got.ok()) << got.status();
@@ -409,21 +420,25 @@ TEST_F(EngineSourceTest, ExpertsComeInGroupsTheSourceCanHold) {
 }
 
 TEST_F(EngineSourceTest, SourceErrorsComeOutOfForward) {
-  const Qwen3MoeHparams& hp = model().hparams;
+  const ModelHparams& hp = model().hparams;
   RecordingSource source(model(), hp.n_expert);
-  absl::StatusOr<std::unique_ptr<CpuQwen3Moe>> engine =
-      CpuQwen3Moe::Create(model(), Config(&source));
+  absl::StatusOr<std::unique_ptr<CpuEngine>> engine =
+      CpuEngine::Create(model(), Config(&source));
   ASSERT_TRUE(engine.ok()) << engine.status();
   // Call 6 is layer 1 of the second batch of the prompt.
   source.FailCall(hp.n_layer + 2);
   std::vector<int32_t> prompt = RandomTokens(40, hp.n_vocab, 5);
   std::vector<float> logits(prompt.size() * hp.n_vocab);
-  const absl::Status status = (*engine)->Forward(prompt, 0, LogitRows::kAll, logits.data());
-  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
-  EXPECT_THAT(std::string(status.message()), HasSubstr("went away"));
-  EXPECT_FALSE(source.held());
-  // The first batch of 16 completed; the cache is valid up to there.
-  EXPECT_EQ((*engine)->cached_tokens(), 16);
+  {
+    absl::StatusOr<std::unique_ptr<Sequence>> seq = (*engine)->NewSequence();
+    ASSERT_TRUE(seq.ok()) << seq.status();
+    const absl::Status status = (*engine)->Forward(**seq, prompt, LogitRows::kAll, logits.data());
+    EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable);
+    EXPECT_THAT(std::string(status.message()), HasSubstr("went away"));
+    EXPECT_FALSE(source.held());
+    // The first batch of 16 completed; the sequence is valid up to there.
+    EXPECT_EQ((*seq)->length(), 16);
+  }
 
   // The engine stays usable once the source recovers.
   source.FailCall(0);
@@ -436,8 +451,8 @@ TEST_F(EngineSourceTest, SourceErrorsComeOutOfForward) {
 
 TEST_F(EngineSourceTest, SourceThatHoldsNothingIsRefused) {
   RecordingSource source(model(), 0);
-  absl::StatusOr<std::unique_ptr<CpuQwen3Moe>> engine =
-      CpuQwen3Moe::Create(model(), Config(&source));
+  absl::StatusOr<std::unique_ptr<CpuEngine>> engine =
+      CpuEngine::Create(model(), Config(&source));
   ASSERT_FALSE(engine.ok());
   EXPECT_EQ(engine.status().code(), absl::StatusCode::kInvalidArgument);
 }

@@ -37,7 +37,8 @@
 #include "engine/routing_trace_hooks.h"
 #include "gguf/gguf_reader.h"
 #include "host_expert_store.h"
-#include "model/qwen3moe_model.h"
+#include "model/architectures.h"
+#include "sampling/sampler.h"
 
 namespace moetier {
 namespace {
@@ -242,7 +243,7 @@ struct Row {
 
 class Bench {
  public:
-  Bench(const Options& o, const Qwen3MoeModel& model, HostExpertStore& store)
+  Bench(const Options& o, const Model& model, HostExpertStore& store)
       : o_(o), model_(model), store_(store) {
     std::mt19937 rng(1234);
     std::uniform_int_distribution<int32_t> token(0, model.hparams.n_vocab - 1);
@@ -268,7 +269,7 @@ class Bench {
         h.policy = o_.policy;
         h.miss_policy = c.miss;
         h.prefetch = c.prefetch;
-        const ExpertSlotCacheOptions geometry = SlotCacheOptionsFor(model_, h);
+        const ExpertSlotCacheOptions geometry = SlotCacheOptionsFor(RoutedExpertShapesOf(model_), h);
         if (c.kind == Config::Kind::kStatic) {
           h.static_host_layers = c.host_layers;
           h.pool_bytes = StaticPoolBytes(geometry, c.host_layers);
@@ -276,7 +277,7 @@ class Bench {
           h.pool_bytes = static_cast<uint64_t>(c.percent / 100.0 * FullPoolBytes(geometry));
         }
         absl::StatusOr<std::unique_ptr<SlotCachedExpertSource>> cache =
-            SlotCachedExpertSource::Create(store_, model_, h);
+            SlotCachedExpertSource::Create(store_, RoutedExpertShapesOf(model_), h);
         if (!cache.ok()) return cache.status();
         out.host_cache = *std::move(cache);
         out.report = out.host_cache.get();
@@ -327,11 +328,17 @@ class Bench {
       return row;
     }
     ForwardEngine& e = *made->engine;
-    const int n_vocab = e.n_vocab();
-    std::vector<float> logits(static_cast<size_t>(n_vocab));
-    auto argmax = [&] {
-      return static_cast<int32_t>(std::max_element(logits.begin(), logits.end()) -
-                                  logits.begin());
+    // Greedy decoding, sampled by the engine (on the device for a GPU): no
+    // logits row goes to the host per token.
+    absl::StatusOr<Sampler> greedy = Sampler::Create(e.n_vocab(), SamplingParams{.temperature = 0});
+    if (!greedy.ok()) return greedy.status();
+    std::unique_ptr<Sequence> seq;
+    auto new_sequence = [&]() -> absl::Status {
+      seq.reset();
+      absl::StatusOr<std::unique_ptr<Sequence>> fresh = e.NewSequence();
+      if (!fresh.ok()) return fresh.status();
+      seq = *std::move(fresh);
+      return absl::OkStatus();
     };
     std::vector<double> decode_rates;
     ExpertSlotCacheStats before;
@@ -341,21 +348,20 @@ class Bench {
         before = made->report->cache().stats();
         busy_before = made->report->copy_busy_ns();
       }
-      e.Reset();
-      if (absl::Status s = e.Forward(context_, 0, LogitRows::kLast, logits.data()); !s.ok()) {
+      if (absl::Status s = new_sequence(); !s.ok()) return s;
+      if (absl::Status s = e.Forward(*seq, context_, LogitRows::kNone, nullptr); !s.ok()) {
         return s;
       }
       std::vector<int32_t> generated;
-      int32_t next = argmax();
+      absl::StatusOr<int32_t> next = e.Sample(*greedy);
+      if (!next.ok()) return next.status();
       const double t0 = Now();
       for (int i = 0; i < o_.decode_tokens; ++i) {
-        const int32_t in[1] = {next};
-        if (absl::Status s = e.Forward(in, o_.context + i, LogitRows::kLast, logits.data());
-            !s.ok()) {
-          return s;
-        }
-        next = argmax();
-        generated.push_back(next);
+        const int32_t in[1] = {*next};
+        if (absl::Status s = e.Forward(*seq, in, LogitRows::kNone, nullptr); !s.ok()) return s;
+        next = e.Sample(*greedy);
+        if (!next.ok()) return next.status();
+        generated.push_back(*next);
       }
       const double dt = Now() - t0;
       if (r == 1) row.tokens = generated;
@@ -370,11 +376,12 @@ class Bench {
     row.decode_tok_s = Median(decode_rates);
     std::vector<double> prompt_rates;
     for (int r = 0; r <= o_.runs; ++r) {
-      e.Reset();
+      if (absl::Status s = new_sequence(); !s.ok()) return s;
       const double t0 = Now();
-      if (absl::Status s = e.Forward(prompt_, 0, LogitRows::kLast, logits.data()); !s.ok()) {
+      if (absl::Status s = e.Forward(*seq, prompt_, LogitRows::kNone, nullptr); !s.ok()) {
         return s;
       }
+      if (absl::StatusOr<int32_t> first = e.Sample(*greedy); !first.ok()) return first.status();
       if (r >= 1) prompt_rates.push_back(o_.prompt_tokens / (Now() - t0));
     }
     row.prompt_tok_s = Median(prompt_rates);
@@ -383,7 +390,7 @@ class Bench {
 
  private:
   const Options& o_;
-  const Qwen3MoeModel& model_;
+  const Model& model_;
   HostExpertStore& store_;
   std::vector<int32_t> context_, prompt_;
 };
@@ -428,9 +435,9 @@ int Main(const Options& o) {
   }
   absl::StatusOr<std::unique_ptr<GgufModel>> gguf = GgufModel::Open(o.model);
   if (!gguf.ok()) return Fail(gguf.status());
-  absl::StatusOr<Qwen3MoeModel> model = LoadQwen3Moe(**gguf);
+  absl::StatusOr<Model> model = LoadModel(**gguf);
   if (!model.ok()) return Fail(model.status());
-  const Qwen3MoeHparams& hp = model->hparams;
+  const ModelHparams& hp = model->hparams;
   std::vector<Config> configs;
   for (const std::string& text : o.configs) {
     absl::StatusOr<Config> c = ParseConfig(text, hp.n_layer);

@@ -15,11 +15,12 @@ constexpr uint64_t kAlign = 64;
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<HostExpertStore>> HostExpertStore::Create(
-    const Qwen3MoeModel& model) {
+    const Model& model) {
   const int n_expert = model.hparams.n_expert;
+  const RoutedExpertShapes shapes = RoutedExpertShapesOf(model);
   std::vector<LayerLayout> layout;
   uint64_t size = 0;
-  for (const Qwen3MoeLayerWeights& lw : model.weights.layers) {
+  for (const ExpertLayerShape& lw : shapes.layers) {
     LayerLayout l;
     l.first = size;
     l.slot = ExpertSlotLayoutOf(lw, kAlign);
@@ -35,13 +36,13 @@ absl::StatusOr<std::unique_ptr<HostExpertStore>> HostExpertStore::Create(
   (void)madvise(base, size, MADV_HUGEPAGE);
   auto* bytes = static_cast<uint8_t*>(base);
   for (size_t li = 0; li < layout.size(); ++li) {
-    const Qwen3MoeLayerWeights& lw = model.weights.layers[li];
+    const MoeWeights& lw = model.weights.layers[li].moe;
     const LayerLayout& l = layout[li];
     for (int e = 0; e < n_expert; ++e) {
       uint8_t* dst = bytes + l.first + l.expert_bytes * static_cast<uint64_t>(e);
-      std::memcpy(dst, lw.ffn_gate_exps.expert(e), l.slot.gate_bytes);
-      std::memcpy(dst + l.slot.up_offset, lw.ffn_up_exps.expert(e), l.slot.up_bytes);
-      std::memcpy(dst + l.slot.down_offset, lw.ffn_down_exps.expert(e), l.slot.down_bytes);
+      std::memcpy(dst, lw.gate_exps.expert(e), l.slot.gate_bytes);
+      std::memcpy(dst + l.slot.up_offset, lw.up_exps.expert(e), l.slot.up_bytes);
+      std::memcpy(dst + l.slot.down_offset, lw.down_exps.expert(e), l.slot.down_bytes);
     }
   }
   return std::unique_ptr<HostExpertStore>(

@@ -11,7 +11,7 @@
 #include "absl/status/statusor.h"
 #include "cache/expert_slot_layout.h"
 #include "engine/expert_source.h"
-#include "model/qwen3moe_model.h"
+#include "model/model.h"
 
 namespace moetier {
 
@@ -19,7 +19,7 @@ class HostExpertStore final : public ExpertWeightSource {
  public:
   // Copies the experts out of the model's mapping (reads the whole file's
   // expert tensors once).
-  static absl::StatusOr<std::unique_ptr<HostExpertStore>> Create(const Qwen3MoeModel& model);
+  static absl::StatusOr<std::unique_ptr<HostExpertStore>> Create(const Model& model);
   ~HostExpertStore() override;
   HostExpertStore(const HostExpertStore&) = delete;
   HostExpertStore& operator=(const HostExpertStore&) = delete;

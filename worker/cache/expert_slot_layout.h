@@ -8,7 +8,7 @@
 #include <cstdint>
 
 #include "cache/expert_slot_cache.h"
-#include "model/qwen3moe_model.h"
+#include "engine/expert_source.h"
 
 namespace moetier {
 
@@ -21,11 +21,11 @@ struct ExpertSlotLayout {
 
 inline uint64_t AlignUp(uint64_t n, uint64_t align) { return (n + align - 1) / align * align; }
 
-ExpertSlotLayout ExpertSlotLayoutOf(const Qwen3MoeLayerWeights& layer, uint64_t align);
+ExpertSlotLayout ExpertSlotLayoutOf(const ExpertLayerShape& layer, uint64_t align);
 
-// A cache's model geometry for `model`: the shape, each layer's expert bytes
+// A cache's model geometry for experts of these `shapes`: the shape, each layer's expert bytes
 // (what a fill copies) and the slot size (the largest layout's end, rounded
 // to `align`). The remaining fields keep their defaults.
-ExpertSlotCacheOptions ExpertSlotGeometry(const Qwen3MoeModel& model, uint64_t align);
+ExpertSlotCacheOptions ExpertSlotGeometry(const RoutedExpertShapes& shapes, uint64_t align);
 
 }  // namespace moetier

@@ -23,9 +23,9 @@ uint64_t NowNs() {
 
 }  // namespace
 
-ExpertSlotCacheOptions SlotCacheOptionsFor(const Qwen3MoeModel& model,
+ExpertSlotCacheOptions SlotCacheOptionsFor(const RoutedExpertShapes& shapes,
                                            const HostSlotCacheOptions& host) {
-  ExpertSlotCacheOptions o = ExpertSlotGeometry(model, kAlign);
+  ExpertSlotCacheOptions o = ExpertSlotGeometry(shapes, kAlign);
   o.pool_bytes = host.pool_bytes;
   o.policy = host.policy;
   o.miss_policy = host.miss_policy;
@@ -39,12 +39,13 @@ ExpertSlotCacheOptions SlotCacheOptionsFor(const Qwen3MoeModel& model,
 }
 
 absl::StatusOr<std::unique_ptr<SlotCachedExpertSource>> SlotCachedExpertSource::Create(
-    ExpertWeightSource& inner, const Qwen3MoeModel& model, const HostSlotCacheOptions& options) {
-  const ExpertSlotCacheOptions cache_options = SlotCacheOptionsFor(model, options);
+    ExpertWeightSource& inner, const RoutedExpertShapes& shapes,
+    const HostSlotCacheOptions& options) {
+  const ExpertSlotCacheOptions cache_options = SlotCacheOptionsFor(shapes, options);
   absl::StatusOr<std::unique_ptr<ExpertSlotCache>> cache = ExpertSlotCache::Create(cache_options);
   if (!cache.ok()) return cache.status();
   std::vector<ExpertSlotLayout> geometry;
-  for (const Qwen3MoeLayerWeights& lw : model.weights.layers) {
+  for (const ExpertLayerShape& lw : shapes.layers) {
     geometry.push_back(ExpertSlotLayoutOf(lw, kAlign));
   }
   // No pool when static placement keeps every layer on the host.

@@ -20,7 +20,6 @@
 #include "cache/expert_slot_cache.h"
 #include "cache/expert_slot_layout.h"
 #include "engine/expert_source.h"
-#include "model/qwen3moe_model.h"
 
 namespace moetier {
 
@@ -32,9 +31,9 @@ struct HostSlotCacheOptions {
   int static_host_layers = -1;  // >= 0: --n-cpu-moe N
 };
 
-// The slot geometry for `model`: expert_bytes per layer and the slot size,
+// The slot geometry for experts of these `shapes`: expert_bytes per layer and the slot size,
 // filled into a cache's options (the remaining fields from `host`).
-ExpertSlotCacheOptions SlotCacheOptionsFor(const Qwen3MoeModel& model,
+ExpertSlotCacheOptions SlotCacheOptionsFor(const RoutedExpertShapes& shapes,
                                            const HostSlotCacheOptions& host);
 
 class SlotCachedExpertSource final : public ExpertWeightSource,
@@ -45,7 +44,8 @@ class SlotCachedExpertSource final : public ExpertWeightSource,
   // daemon mode, the model's mapping otherwise. Static placement fills its
   // slots here, reading every expert of the device layers through `inner`.
   static absl::StatusOr<std::unique_ptr<SlotCachedExpertSource>> Create(
-      ExpertWeightSource& inner, const Qwen3MoeModel& model, const HostSlotCacheOptions& options);
+      ExpertWeightSource& inner, const RoutedExpertShapes& shapes,
+      const HostSlotCacheOptions& options);
   ~SlotCachedExpertSource() override;
   SlotCachedExpertSource(const SlotCachedExpertSource&) = delete;
   SlotCachedExpertSource& operator=(const SlotCachedExpertSource&) = delete;

@@ -8,8 +8,8 @@
 
 #include "absl/strings/str_format.h"
 #include "backend/cuda/cuda_device.h"
-#include "engine/cuda_check.h"
-#include "engine/qwen3moe_cuda.h"
+#include "blocks/cuda/cuda_check.h"
+#include "engine/cuda_engine.h"
 
 namespace moetier {
 
@@ -59,7 +59,7 @@ absl::StatusOr<double> MeasurePinnedCopyBytesPerS(int device, uint64_t bytes, in
   return rates[rates.size() / 2];
 }
 
-absl::StatusOr<CudaWorkerEngine> CreateCudaWorkerEngine(const Qwen3MoeModel& model,
+absl::StatusOr<CudaWorkerEngine> CreateCudaWorkerEngine(const Model& model,
                                                         const CudaWorkerEngineOptions& options) {
   if (absl::Status s = CheckCudaDevice(options.device); !s.ok()) return s;
   absl::StatusOr<std::vector<CudaDeviceInfo>> devices = ListCudaDevices();
@@ -80,7 +80,7 @@ absl::StatusOr<CudaWorkerEngine> CreateCudaWorkerEngine(const Qwen3MoeModel& mod
       cache.pool_bytes = options.cache_bytes;
     } else if (options.cache_fraction >= 0) {
       // Whole slots of the device's layout: 100% holds every expert.
-      const ExpertSlotCacheOptions geometry = CudaSlotCacheOptions(model, cache);
+      const ExpertSlotCacheOptions geometry = CudaSlotCacheOptions(RoutedExpertShapesOf(model), cache);
       const double slots = std::round(options.cache_fraction * static_cast<double>(
                                                                    FullPoolBytes(geometry) /
                                                                    geometry.slot_bytes));
@@ -91,7 +91,7 @@ absl::StatusOr<CudaWorkerEngine> CreateCudaWorkerEngine(const Qwen3MoeModel& mod
       config.dma_ranges.push_back({range.data(), range.size()});
     }
   }
-  absl::StatusOr<std::unique_ptr<CudaQwen3Moe>> engine = CudaQwen3Moe::Create(model, config);
+  absl::StatusOr<std::unique_ptr<CudaEngine>> engine = CudaEngine::Create(model, config);
   if (!engine.ok()) return engine.status();
   const CudaDeviceInfo& d = (*devices)[static_cast<size_t>(options.device)];
   CudaWorkerEngine out;

@@ -18,7 +18,7 @@
 #include "engine/expert_source.h"
 #include "engine/forward_engine.h"
 #include "engine/routing_hook.h"
-#include "model/qwen3moe_model.h"
+#include "model/model.h"
 
 namespace moetier {
 
@@ -94,7 +94,7 @@ absl::StatusOr<double> MeasurePinnedCopyBytesPerS(int device, uint64_t bytes, in
 // Fails with Unimplemented in a build without CUDA, Unavailable without a
 // usable device, and otherwise as the engine's creation does (names the
 // tensor, buffer or option).
-absl::StatusOr<CudaWorkerEngine> CreateCudaWorkerEngine(const Qwen3MoeModel& model,
+absl::StatusOr<CudaWorkerEngine> CreateCudaWorkerEngine(const Model& model,
                                                         const CudaWorkerEngineOptions& options);
 
 }  // namespace moetier

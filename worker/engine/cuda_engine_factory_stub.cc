@@ -19,7 +19,7 @@ absl::Status CheckCudaDevice(int) { return NotBuilt(); }
 
 absl::StatusOr<double> MeasurePinnedCopyBytesPerS(int, uint64_t, int) { return NotBuilt(); }
 
-absl::StatusOr<CudaWorkerEngine> CreateCudaWorkerEngine(const Qwen3MoeModel&,
+absl::StatusOr<CudaWorkerEngine> CreateCudaWorkerEngine(const Model&,
                                                         const CudaWorkerEngineOptions&) {
   return NotBuilt();
 }

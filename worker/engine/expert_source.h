@@ -11,8 +11,11 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "absl/status/status.h"
+#include "gguf/tensor/tensor_type.h"
+#include "model/model.h"
 
 namespace moetier {
 
@@ -25,6 +28,35 @@ struct ExpertMatrices {
   const uint8_t* up = nullptr;
   const uint8_t* down = nullptr;
 };
+
+// The shape of one routed-expert matrix in the file's encoding: `rows` rows
+// of `row_bytes` bytes, each holding `cols` weights.
+struct ExpertMatrixShape {
+  TensorType type = TensorType::kF32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+  uint64_t row_bytes = 0;
+
+  uint64_t bytes() const { return static_cast<uint64_t>(rows) * row_bytes; }
+};
+
+// One layer's routed experts as the expert cache, the store source and the
+// host-side expert FFN know them: shapes only, no architecture.
+struct ExpertLayerShape {
+  ExpertMatrixShape gate, up, down;
+  uint64_t expert_bytes() const { return gate.bytes() + up.bytes() + down.bytes(); }
+};
+
+struct RoutedExpertShapes {
+  int n_expert = 0;
+  int top_k = 0;
+  int n_embd = 0;
+  int n_ff = 0;
+  std::vector<ExpertLayerShape> layers;  // one per layer; all-zero where a layer has no experts
+};
+
+// The shapes of `model`'s routed experts, layer by layer.
+RoutedExpertShapes RoutedExpertShapesOf(const Model& model);
 
 class ExpertWeightSource {
  public:

@@ -1,7 +1,12 @@
-// The forward pass as the rest of the worker sees it: tokens in, logits out,
-// with a KV cache the engine owns. Every backend (the fp32 reference, the cpu
-// engine, later cuda) implements this, so the standalone tool, the daemon
-// protocol and the tests drive them all the same way.
+// The forward pass as the rest of the worker sees it, one contract for
+// every backend (the fp32 reference, the CPU engine, the CUDA engine) and
+// every architecture: sequences hold the per-sequence state (KV cache, any
+// recurrent state); Forward continues a sequence from its length; the
+// engine keeps the last logits row (on the device, for a GPU) and samples
+// from it, and copies logits to the host only when asked.
+//
+// A rewind is a new sequence: there is no way to recompute a sequence from
+// the middle, because recurrent layers cannot forget what they have seen.
 #pragma once
 
 #include <cstdint>
@@ -12,38 +17,50 @@
 #include "absl/status/statusor.h"
 #include "engine/expert_source.h"
 #include "engine/routing_hook.h"
-#include "model/qwen3moe_model.h"
+#include "engine/sequence.h"
+#include "model/model.h"
+#include "sampling/sampler.h"
 
 namespace moetier {
 
-// Which logits rows Forward writes.
+// Which logits rows Forward copies to the host.
 enum class LogitRows {
-  kAll,   // one row of n_vocab floats per input token, in input order
-  kLast,  // only the row of the last input token (prefill for generation)
+  kNone,  // none: the caller samples (Sample) or only wants the state
+  kLast,  // the row of the last input token
+  kAll,   // one row per input token, in input order
 };
 
 class ForwardEngine {
  public:
   virtual ~ForwardEngine() = default;
 
-  // Runs `tokens` at positions pos0, pos0+1, ...: writes their keys and
-  // values into the cache at those positions (dropping whatever the cache
-  // held from pos0 on), attends causally over positions 0..pos0+i, and writes
-  // the logits rows selected by `rows` to `logits` (row-major, n_vocab()
-  // floats per row). Preconditions checked with a Status: tokens non-empty,
-  // every id in [0, n_vocab()), 0 <= pos0 <= cached_tokens(),
-  // pos0 + tokens.size() <= max_ctx(). On error the cache is unchanged up to
-  // pos0 and its later contents are unspecified.
-  virtual absl::Status Forward(std::span<const int32_t> tokens, int pos0, LogitRows rows,
-                               float* logits) = 0;
+  // A new empty sequence (length 0, capacity max_ctx()). Its state slot was
+  // allocated with the engine; RESOURCE_EXHAUSTED when all max_sequences()
+  // are held. The sequence must be destroyed before the engine.
+  virtual absl::StatusOr<std::unique_ptr<Sequence>> NewSequence() = 0;
 
-  // Forgets every cached position (cached_tokens() becomes 0).
-  virtual void Reset() = 0;
+  // Runs `tokens` at positions seq.length(), seq.length() + 1, ...: their
+  // keys and values (and recurrent state) join the sequence's state, each
+  // token attends causally to the sequence so far, and the logits of the
+  // last token are kept for Sample. `host_rows` selects the rows copied to
+  // `host_logits` (row-major, n_vocab() floats per row; may be null with
+  // kNone). Preconditions checked with a Status: tokens non-empty, every id
+  // in [0, n_vocab()), `seq` one of this engine's, and the tokens fit its
+  // capacity. On error seq.length() says how far the sequence is valid (the
+  // last whole batch) and no logits are kept.
+  virtual absl::Status Forward(Sequence& seq, std::span<const int32_t> tokens,
+                               LogitRows host_rows, float* host_logits) = 0;
+
+  // The next token, drawn by `sampler` (its settings, generator and penalty
+  // window) from the last logits row of the most recent successful Forward,
+  // of any sequence. Does not Accept the token. FailedPrecondition when no
+  // logits are kept.
+  virtual absl::StatusOr<int32_t> Sample(Sampler& sampler) = 0;
 
   virtual int n_vocab() const = 0;
+  // The capacity of every sequence.
   virtual int max_ctx() const = 0;
-  // Positions 0..cached_tokens()-1 hold valid keys and values.
-  virtual int cached_tokens() const = 0;
+  virtual int max_sequences() const = 0;
 };
 
 // Where the CPU engine reads weights from.
@@ -57,8 +74,9 @@ enum class WeightPages {
 };
 
 struct EngineOptions {
-  int max_ctx = 4096;  // KV cache length in tokens; at most hparams.n_ctx_train
-  int n_threads = 1;   // worker threads for backends that use them
+  int max_ctx = 4096;     // positions per sequence; at most hparams.n_ctx_train
+  int max_sequences = 1;  // sequences alive at once (their state is allocated at creation)
+  int n_threads = 1;      // worker threads for backends that use them
   WeightPages weight_pages = WeightPages::kAuto;  // CPU backend only
   // CPU backend: where the routed experts come from; null reads them from
   // the model's mapping. When set, huge pages (if chosen) hold only the
@@ -70,11 +88,10 @@ struct EngineOptions {
   RoutingOverride* routing_override = nullptr;
 };
 
-// The multithreaded CPU engine. Defined by the cpu engine library
-// (target moetier_cpu_engine) when it is part of the build; otherwise the
-// worker links a definition that returns an Unimplemented status saying so.
-// `model` (and the GGUF mapping behind it) must outlive the engine.
-absl::StatusOr<std::unique_ptr<ForwardEngine>> CreateCpuEngine(const Qwen3MoeModel& model,
+// The multithreaded CPU engine (engine/cpu_engine.h) for any architecture
+// its blocks cover. `model` (and the GGUF mapping behind it) must outlive
+// the engine.
+absl::StatusOr<std::unique_ptr<ForwardEngine>> CreateCpuEngine(const Model& model,
                                                                const EngineOptions& options);
 
 }  // namespace moetier

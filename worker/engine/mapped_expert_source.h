@@ -7,32 +7,32 @@
 #include <span>
 
 #include "engine/expert_source.h"
-#include "model/qwen3moe_model.h"
+#include "model/model.h"
 
 namespace moetier {
 
 class MappedExpertSource final : public ExpertWeightSource {
  public:
   // `weights` must outlive the source.
-  explicit MappedExpertSource(const Qwen3MoeWeights& weights) : weights_(weights) {}
+  explicit MappedExpertSource(const ModelWeights& weights) : weights_(weights) {}
 
   absl::Status Acquire(int layer, std::span<const int32_t> experts,
                        std::span<ExpertMatrices> out) override {
-    const Qwen3MoeLayerWeights& lw = weights_.layers[static_cast<size_t>(layer)];
+    const MoeWeights& w = weights_.layers[static_cast<size_t>(layer)].moe;
     for (size_t i = 0; i < experts.size(); ++i) {
-      out[i] = {lw.ffn_gate_exps.expert(experts[i]), lw.ffn_up_exps.expert(experts[i]),
-                lw.ffn_down_exps.expert(experts[i])};
+      out[i] = {w.gate_exps.expert(experts[i]), w.up_exps.expert(experts[i]),
+                w.down_exps.expert(experts[i])};
     }
     return absl::OkStatus();
   }
   void Release(int) override {}
   int max_experts_held() const override {
     return weights_.layers.empty() ? 1
-                                   : static_cast<int>(weights_.layers[0].ffn_gate_exps.ne[2]);
+                                   : static_cast<int>(weights_.layers[0].moe.gate_exps.ne[2]);
   }
 
  private:
-  const Qwen3MoeWeights& weights_;
+  const ModelWeights& weights_;
 };
 
 }  // namespace moetier

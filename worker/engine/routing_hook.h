@@ -15,6 +15,7 @@
 #include <span>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_format.h"
 
 namespace moetier {
 
@@ -53,5 +54,22 @@ class RoutingOverride {
   // engine's Forward with it.
   virtual absl::Status Override(const RoutingBatch& batch, std::span<int32_t> experts) = 0;
 };
+
+// OK when every id an override wrote (`experts`, [n_tokens][top_k]) names
+// one of the model's experts; otherwise Internal, naming the layer, the
+// position and the id.
+inline absl::Status CheckOverriddenExperts(const RoutingBatch& batch,
+                                           std::span<const int32_t> experts) {
+  for (size_t i = 0; i < experts.size(); ++i) {
+    if (experts[i] < 0 || experts[i] >= batch.n_expert) {
+      return absl::InternalError(absl::StrFormat(
+          "routing override chose expert %d for layer %d at position %d; the model has "
+          "experts 0..%d",
+          experts[i], batch.layer, batch.pos0 + static_cast<int>(i) / batch.top_k,
+          batch.n_expert - 1));
+    }
+  }
+  return absl::OkStatus();
+}
 
 }  // namespace moetier

@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_format.h"
 #include "control/control_channel.h"
+#include "generation/generate_loop.h"
 
 namespace moetier {
 namespace {
@@ -66,7 +67,6 @@ ControlServer::ControlServer(int control_fd, ForwardEngine& engine,
       engine_(engine),
       options_(options),
       n_vocab_(engine.n_vocab()),
-      logits_(static_cast<size_t>(n_vocab_)),
       score_buffer_(static_cast<size_t>(options.score_batch_tokens) * n_vocab_ +
                     control::kLogitsChunkFloats),
       send_buffer_(control::kMaxControlMessageBytes) {
@@ -283,6 +283,8 @@ absl::Status ControlServer::Score(uint64_t id, const control_v1::ScoreRequest& r
     return SendError(id, bad);
   }
   const auto start = Clock::now();
+  absl::StatusOr<std::unique_ptr<Sequence>> seq = engine_.NewSequence();
+  if (!seq.ok()) return SendError(id, seq.status());
   const size_t chunk_floats = control::kLogitsChunkFloats;
   const size_t row = static_cast<size_t>(n_vocab_);
   float* buffer = score_buffer_.data();
@@ -292,7 +294,8 @@ absl::Status ControlServer::Score(uint64_t id, const control_v1::ScoreRequest& r
     const int batch = std::min(options_.score_batch_tokens, n - pos);
     const std::span<const int32_t> tokens(request.token_ids().data() + pos,
                                           static_cast<size_t>(batch));
-    if (absl::Status s = engine_.Forward(tokens, pos, LogitRows::kAll, buffer + pending); !s.ok()) {
+    if (absl::Status s = engine_.Forward(**seq, tokens, LogitRows::kAll, buffer + pending);
+        !s.ok()) {
       return SendError(id, s);
     }
     pos += batch;
@@ -359,62 +362,61 @@ absl::Status ControlServer::Generate(uint64_t id, const control_v1::GenerateRequ
   }
   stop_ids_.assign(request.stop_token_ids().begin(), request.stop_token_ids().end());
   std::sort(stop_ids_.begin(), stop_ids_.end());
+  absl::StatusOr<std::unique_ptr<Sequence>> seq = engine_.NewSequence();
+  if (!seq.ok()) return SendError(id, seq.status());
 
+  // Tokens go out as they come; between tokens the channel is polled, where
+  // a Cancel (or the daemon closing it) stops the loop.
+  class ReplySink final : public TokenSink {
+   public:
+    ReplySink(ControlServer& server, uint64_t id) : server_(server), id_(id) {}
+    absl::Status OnToken(int32_t token, bool is_stop, double latency_ms) override {
+      return server_.SendToken(id_, token, is_stop, latency_ms);
+    }
+    absl::StatusOr<bool> ShouldStop() override {
+      if (absl::Status s = server_.PollChannel(); !s.ok()) return s;
+      return server_.closed_ || server_.cancel_running_;
+    }
+
+   private:
+    ControlServer& server_;
+    const uint64_t id_;
+  };
+  ReplySink sink(*this, id);
+  const GenerationRequest generation{
+      .prompt = std::span<const int32_t>(request.prompt_token_ids().data(),
+                                         static_cast<size_t>(n_prompt)),
+      .max_new_tokens = request.max_new_tokens(),
+      .stop_ids = stop_ids_};
+  absl::StatusOr<GenerationResult> result = RunGeneration(engine_, **seq, *sampler, generation, sink);
+  if (!result.ok()) return result.status();
+  if (closed_) return absl::OkStatus();
   DoneReply done;
   done.set_prompt_tokens(n_prompt);
-  int generated = 0;
-  const auto start = Clock::now();
-  auto finish = [&](StopReason reason, Clock::time_point decode_start) {
-    done.set_stop_reason(reason);
-    done.set_generated_tokens(generated);
-    done.set_decode_seconds(SecondsSince(decode_start));
+  done.set_generated_tokens(result->generated);
+  done.set_prefill_seconds(result->prefill_s);
+  done.set_decode_seconds(result->decode_s);
+  if (!result->engine_error.ok()) {
+    done.set_stop_reason(control_v1::STOP_ERROR);
+    done.set_error_code(static_cast<int32_t>(result->engine_error.code()));
+    done.set_error_message(std::string(result->engine_error.message()));
     return SendDone(id, done);
-  };
-  auto fail = [&](const absl::Status& error, Clock::time_point decode_start) {
-    done.set_error_code(static_cast<int32_t>(error.code()));
-    done.set_error_message(std::string(error.message()));
-    return finish(control_v1::STOP_ERROR, decode_start);
-  };
-  // A sequence holds at most max_ctx tokens, generated ones included.
-  if (n_prompt == max_ctx) return finish(control_v1::STOP_CONTEXT_FULL, start);
-
-  const std::span<const int32_t> prompt(request.prompt_token_ids().data(),
-                                        static_cast<size_t>(n_prompt));
-  if (absl::Status s = engine_.Forward(prompt, 0, LogitRows::kLast, logits_.data()); !s.ok()) {
-    done.set_prefill_seconds(SecondsSince(start));
-    return fail(s, Clock::now());
   }
-  for (int32_t token : prompt) sampler->Accept(token);
-  const auto decode_start = Clock::now();
-  done.set_prefill_seconds(std::chrono::duration<double>(decode_start - start).count());
-
-  auto token_start = start;  // the first token's time includes the prefill
-  while (true) {
-    const int32_t token = sampler->Sample(logits_);
-    sampler->Accept(token);
-    ++generated;
-    const bool is_stop = std::binary_search(stop_ids_.begin(), stop_ids_.end(), token);
-    const double latency_ms =
-        std::chrono::duration<double, std::milli>(Clock::now() - token_start).count();
-    if (absl::Status s = SendToken(id, token, is_stop, latency_ms); !s.ok()) return s;
-    if (is_stop) return finish(control_v1::STOP_END_OF_GENERATION, decode_start);
-    if (generated >= request.max_new_tokens()) {
-      return finish(control_v1::STOP_MAX_TOKENS, decode_start);
-    }
-    if (n_prompt + generated >= max_ctx) {
-      return finish(control_v1::STOP_CONTEXT_FULL, decode_start);
-    }
-    if (absl::Status s = PollChannel(); !s.ok()) return s;
-    if (closed_) return absl::OkStatus();
-    if (cancel_running_) return finish(control_v1::STOP_CANCELLED, decode_start);
-    token_start = Clock::now();
-    const int32_t one[1] = {token};
-    if (absl::Status s =
-            engine_.Forward(one, n_prompt + generated - 1, LogitRows::kLast, logits_.data());
-        !s.ok()) {
-      return fail(s, decode_start);
-    }
+  switch (result->stop) {
+    case GenerationStop::kEndOfGeneration:
+      done.set_stop_reason(control_v1::STOP_END_OF_GENERATION);
+      break;
+    case GenerationStop::kMaxTokens:
+      done.set_stop_reason(control_v1::STOP_MAX_TOKENS);
+      break;
+    case GenerationStop::kContextFull:
+      done.set_stop_reason(control_v1::STOP_CONTEXT_FULL);
+      break;
+    case GenerationStop::kStopped:
+      done.set_stop_reason(control_v1::STOP_CANCELLED);
+      break;
   }
+  return SendDone(id, done);
 }
 
 absl::Status ControlServer::ResizeExpertCache(uint64_t id,

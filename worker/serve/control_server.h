@@ -118,7 +118,6 @@ class ControlServer {
   bool cancel_running_ = false;
   std::atomic<uint64_t> requests_finished_{0};
 
-  std::vector<float> logits_;             // [n_vocab]: the row a token is sampled from
   std::vector<float> score_buffer_;       // [score_batch_tokens * n_vocab + kLogitsChunkFloats]
   std::vector<int32_t> stop_ids_;         // the running Generate's stop tokens, sorted
   std::vector<uint8_t> send_buffer_;      // [kMaxControlMessageBytes]

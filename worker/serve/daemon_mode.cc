@@ -17,11 +17,11 @@
 #include "engine/forward_engine.h"
 #include "engine/routing_trace_hooks.h"
 #include "gguf/gguf_reader.h"
-#include "model/qwen3moe_model.h"
+#include "model/architectures.h"
 #include "serve/control_server.h"
 #include "serve/expert_cache_status.h"
 #include "serve/store_expert_source.h"
-#include "standalone/expert_cache_setup.h"
+#include "setup/worker_engine.h"
 #include "gguf/model_fingerprint.h"
 #include "store/store_client.h"
 #include "store/worker_channel.h"
@@ -121,19 +121,17 @@ absl::Status RunDaemonMode(const WorkerOptions& options, std::FILE* err,
   segment_fd.reset();  // the mapping outlives the descriptor
   const HeartbeatThread heartbeat(**client, tuning.heartbeat_interval_ms);
 
-  absl::StatusOr<Qwen3MoeModel> model = LoadQwen3Moe(**gguf);
+  absl::StatusOr<Model> model = LoadModel(**gguf);
   if (!model.ok()) return model.status();
   StoreExpertSourceOptions source_options;
   source_options.miss_timeout_ms = tuning.miss_timeout_ms;
   absl::StatusOr<std::unique_ptr<StoreExpertSource>> source =
-      StoreExpertSource::Create(**client, *model, source_options);
+      StoreExpertSource::Create(**client, RoutedExpertShapesOf(*model), source_options);
   if (!source.ok()) return source.status();
 
-  const Qwen3MoeHparams& hp = model->hparams;
-  if (options.ctx > hp.n_ctx_train) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "--ctx %d exceeds the model's training context of %d tokens", options.ctx, hp.n_ctx_train));
-  }
+  const ModelHparams& hp = model->hparams;
+  absl::StatusOr<int> max_ctx = ResolveContextLength(options, hp.n_ctx_train, 0);
+  if (!max_ctx.ok()) return max_ctx.status();
   // Every request's tokens go through the same hooks: one recording, one
   // replay cursor, for the worker's whole life.
   absl::StatusOr<RoutingTraceHooks> hooks = OpenRoutingTraceHooks(
@@ -142,43 +140,17 @@ absl::Status RunDaemonMode(const WorkerOptions& options, std::FILE* err,
           : WorkerPath(options.routing_trace_out, options.worker_index),
       options.routing_from_trace, hp.n_layer, hp.n_expert, hp.n_expert_used);
   if (!hooks.ok()) return hooks.status();
-  EngineOptions engine_options;
-  engine_options.routing_observer = hooks->recorder.get();
-  engine_options.routing_override = hooks->replayer.get();
-  engine_options.max_ctx = options.ctx > 0 ? options.ctx : std::min(kDefaultCtx, hp.n_ctx_train);
-  engine_options.n_threads =
-      options.n_threads > 0 ? options.n_threads
-                            : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  engine_options.weight_pages = options.weight_pages;
-  const bool on_gpu = options.device != "cpu";
+  ExpertOrigin experts;
+  experts.source = source->get();
+  experts.dma_ranges = {(*client)->slot_area()};
+  experts.cache_by_default = true;
   // The engine, and the expert cache (if any) whose state the status page
   // follows after every engine call.
-  std::unique_ptr<SlotCachedExpertSource> host_cache;
-  std::unique_ptr<ForwardEngine> engine;
-  const ExpertCacheReport* cache_report = nullptr;
-  ExpertCacheControl* cache_control = nullptr;  // resizes through `moetier budget`
-  if (on_gpu) {
-    absl::StatusOr<CudaWorkerEngine> cuda =
-        MakeCudaWorkerEngine(options, *model, engine_options.max_ctx, **source,
-                             {(*client)->slot_area()}, *hooks, /*cache_by_default=*/true, err);
-    if (!cuda.ok()) return WithContext(cuda.status(), options.device);
-    engine = std::move(cuda->engine);
-    cache_report = cuda->cache_report;
-    cache_control = cuda->cache_control;
-  } else {
-    absl::StatusOr<std::unique_ptr<SlotCachedExpertSource>> cache =
-        MakeWorkerExpertCache(options, *model, **source, err);
-    if (!cache.ok()) return cache.status();
-    host_cache = *std::move(cache);
-    cache_report = host_cache.get();
-    cache_control = host_cache.get();
-    engine_options.expert_source = host_cache != nullptr
-                                       ? static_cast<ExpertWeightSource*>(host_cache.get())
-                                       : source->get();
-    absl::StatusOr<std::unique_ptr<ForwardEngine>> cpu = CreateCpuEngine(*model, engine_options);
-    if (!cpu.ok()) return cpu.status();
-    engine = *std::move(cpu);
-  }
+  absl::StatusOr<WorkerEngine> worker =
+      MakeWorkerEngine(options, *model, *max_ctx, experts, *hooks, err);
+  if (!worker.ok()) return worker.status();
+  ForwardEngine* engine = worker->engine.get();
+  const ExpertCacheReport* cache_report = worker->cache_report;
   std::unique_ptr<CacheStatusEngine> published;
   if (cache_report != nullptr) {
     published = std::make_unique<CacheStatusEngine>(*engine, *cache_report,
@@ -188,11 +160,11 @@ absl::Status RunDaemonMode(const WorkerOptions& options, std::FILE* err,
       published != nullptr ? static_cast<ForwardEngine&>(*published) : *engine;
 
   ControlServerOptions server_options;
-  server_options.backend = on_gpu ? "cuda" : "cpu";
-  server_options.threads = engine_options.n_threads;
+  server_options.backend = worker->backend;
+  server_options.threads = worker->threads;
   server_options.model_fingerprint = fingerprint;
   server_options.log = err;
-  server_options.expert_cache = cache_control;
+  server_options.expert_cache = worker->cache_control;
   if (cache_report != nullptr) {
     store::WorkerStatusPage& page = (*client)->status_page();
     server_options.expert_cache_resized = [cache_report, &page] {
@@ -208,8 +180,7 @@ absl::Status RunDaemonMode(const WorkerOptions& options, std::FILE* err,
                "moetier-worker %d (%s): serving %s with %d threads, context %d tokens, experts "
                "from moetierd's %s store\n",
                options.worker_index, options.device.c_str(), options.model_path.c_str(),
-               engine_options.n_threads,
-               engine_options.max_ctx, resident ? "fully resident" : "cache");
+               worker->threads, worker->max_ctx, resident ? "fully resident" : "cache");
   if (hooks->replayer != nullptr) {
     std::fprintf(err,
                  "moetier-worker %d (cpu): %s (%zu tokens, cycled): the experts are the trace's, "

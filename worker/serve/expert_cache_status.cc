@@ -44,9 +44,9 @@ CacheStatusEngine::CacheStatusEngine(ForwardEngine& engine, const ExpertCacheRep
   PublishExpertCacheStatus(cache_, page_);
 }
 
-absl::Status CacheStatusEngine::Forward(std::span<const int32_t> tokens, int pos0, LogitRows rows,
-                                        float* logits) {
-  absl::Status status = engine_.Forward(tokens, pos0, rows, logits);
+absl::Status CacheStatusEngine::Forward(Sequence& seq, std::span<const int32_t> tokens,
+                                        LogitRows host_rows, float* host_logits) {
+  absl::Status status = engine_.Forward(seq, tokens, host_rows, host_logits);
   PublishExpertCacheStatus(cache_, page_);
   return status;
 }

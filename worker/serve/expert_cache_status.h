@@ -26,12 +26,15 @@ class CacheStatusEngine final : public ForwardEngine {
   CacheStatusEngine(ForwardEngine& engine, const ExpertCacheReport& cache,
                     store::WorkerStatusPage& page);
 
-  absl::Status Forward(std::span<const int32_t> tokens, int pos0, LogitRows rows,
-                       float* logits) override;
-  void Reset() override { engine_.Reset(); }
+  absl::StatusOr<std::unique_ptr<Sequence>> NewSequence() override {
+    return engine_.NewSequence();
+  }
+  absl::Status Forward(Sequence& seq, std::span<const int32_t> tokens, LogitRows host_rows,
+                       float* host_logits) override;
+  absl::StatusOr<int32_t> Sample(Sampler& sampler) override { return engine_.Sample(sampler); }
   int n_vocab() const override { return engine_.n_vocab(); }
   int max_ctx() const override { return engine_.max_ctx(); }
-  int cached_tokens() const override { return engine_.cached_tokens(); }
+  int max_sequences() const override { return engine_.max_sequences(); }
 
  private:
   ForwardEngine& engine_;

@@ -13,19 +13,19 @@ namespace moetier {
 namespace {
 
 // The store's description of one matrix against the model file's.
-absl::Status CheckSlice(const store::ExpertSliceDesc& slice, const WeightRef& ref, int layer,
+absl::Status CheckSlice(const store::ExpertSliceDesc& slice, const ExpertMatrixShape& ref, int layer,
                         const char* which) {
-  if (slice.tensor_type != static_cast<uint32_t>(ref.type) || slice.cols != ref.cols() ||
-      slice.rows != ref.rows() || slice.row_bytes != ref.row_bytes ||
-      slice.size_bytes != static_cast<uint64_t>(ref.rows()) * ref.row_bytes) {
+  if (slice.tensor_type != static_cast<uint32_t>(ref.type) || slice.cols != ref.cols ||
+      slice.rows != ref.rows || slice.row_bytes != ref.row_bytes ||
+      slice.size_bytes != ref.bytes()) {
     const std::optional<TensorTypeInfo> store_type = LookupTensorType(slice.tensor_type);
     return absl::FailedPreconditionError(absl::StrFormat(
         "the store's %s matrix of layer %d is %s {%d, %d} with %d-byte rows, but the model file "
         "has %s {%d, %d} with %d-byte rows: moetierd serves a different model file than "
         "--model",
         which, layer, store_type.has_value() ? std::string(store_type->name) : "an unknown type",
-        slice.cols, slice.rows, slice.row_bytes, std::string(TensorTypeName(ref.type)), ref.cols(),
-        ref.rows(), ref.row_bytes));
+        slice.cols, slice.rows, slice.row_bytes, std::string(TensorTypeName(ref.type)), ref.cols,
+        ref.rows, ref.row_bytes));
   }
   return absl::OkStatus();
 }
@@ -33,26 +33,27 @@ absl::Status CheckSlice(const store::ExpertSliceDesc& slice, const WeightRef& re
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<StoreExpertSource>> StoreExpertSource::Create(
-    store::StoreClient& client, const Qwen3MoeModel& model,
+    store::StoreClient& client, const RoutedExpertShapes& experts,
     const StoreExpertSourceOptions& options) {
-  const Qwen3MoeHparams& hp = model.hparams;
-  if (client.n_expert() != static_cast<uint32_t>(hp.n_expert) ||
-      client.n_layer() < static_cast<uint32_t>(hp.n_layer)) {
+  const int n_layer = static_cast<int>(experts.layers.size());
+  const int n_expert = experts.n_expert;
+  if (client.n_expert() != static_cast<uint32_t>(n_expert) ||
+      client.n_layer() < static_cast<uint32_t>(n_layer)) {
     return absl::FailedPreconditionError(absl::StrFormat(
         "the store holds %d layers of %d experts, the model file %d layers of %d: moetierd "
         "serves a different model file than --model",
-        client.n_layer(), client.n_expert(), hp.n_layer, hp.n_expert));
+        client.n_layer(), client.n_expert(), n_layer, n_expert));
   }
-  for (int l = 0; l < hp.n_layer; ++l) {
+  for (int l = 0; l < n_layer; ++l) {
     const store::LayerDesc& d = client.layer(static_cast<uint32_t>(l));
-    const Qwen3MoeLayerWeights& w = model.weights.layers[l];
+    const ExpertLayerShape& w = experts.layers[static_cast<size_t>(l)];
     if (d.expert_bytes == 0) {
       return absl::FailedPreconditionError(
           absl::StrFormat("the store has no experts for layer %d, which the model uses", l));
     }
-    if (absl::Status s = CheckSlice(d.gate, w.ffn_gate_exps, l, "gate"); !s.ok()) return s;
-    if (absl::Status s = CheckSlice(d.up, w.ffn_up_exps, l, "up"); !s.ok()) return s;
-    if (absl::Status s = CheckSlice(d.down, w.ffn_down_exps, l, "down"); !s.ok()) return s;
+    if (absl::Status s = CheckSlice(d.gate, w.gate, l, "gate"); !s.ok()) return s;
+    if (absl::Status s = CheckSlice(d.up, w.up, l, "up"); !s.ok()) return s;
+    if (absl::Status s = CheckSlice(d.down, w.down, l, "down"); !s.ok()) return s;
   }
   if (options.miss_timeout_ms < 1) {
     return absl::InvalidArgumentError(
@@ -61,11 +62,11 @@ absl::StatusOr<std::unique_ptr<StoreExpertSource>> StoreExpertSource::Create(
   const bool resident =
       client.header().store_mode == static_cast<uint32_t>(store::StoreMode::kFullyResident);
   const int max_held = resident
-                           ? hp.n_expert
+                           ? n_expert
                            : static_cast<int>(std::clamp<uint32_t>(
-                                 client.header().n_slot, 1, static_cast<uint32_t>(hp.n_expert)));
+                                 client.header().n_slot, 1, static_cast<uint32_t>(n_expert)));
   return std::unique_ptr<StoreExpertSource>(
-      new StoreExpertSource(client, options, hp.n_expert, max_held));
+      new StoreExpertSource(client, options, n_expert, max_held));
 }
 
 StoreExpertSource::StoreExpertSource(store::StoreClient& client,

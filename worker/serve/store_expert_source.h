@@ -17,7 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "engine/expert_source.h"
-#include "model/qwen3moe_model.h"
+#include "engine/expert_source.h"
 #include "store/store_client.h"
 
 namespace moetier {
@@ -29,13 +29,13 @@ struct StoreExpertSourceOptions {
 
 class StoreExpertSource final : public ExpertWeightSource {
  public:
-  // Checks that the store describes the experts of `model` exactly as the
+  // Checks that the store describes `experts` exactly as the
   // model file does (layer and expert counts; type, shape and row size of
   // every layer's gate, up and down matrices), so the engine computes from
   // the store's bytes what it would compute from the file. `client` must
   // outlive the source.
   static absl::StatusOr<std::unique_ptr<StoreExpertSource>> Create(
-      store::StoreClient& client, const Qwen3MoeModel& model,
+      store::StoreClient& client, const RoutedExpertShapes& experts,
       const StoreExpertSourceOptions& options);
   ~StoreExpertSource() override;  // releases any pins still held
   StoreExpertSource(const StoreExpertSource&) = delete;

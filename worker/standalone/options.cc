@@ -473,6 +473,7 @@ absl::StatusOr<WorkerOptions> ParseWorkerArgs(int argc, const char* const* argv)
   }
   if (options.daemon) {
     if (absl::Status s = CheckDaemon(options, given); !s.ok()) return s;
+    if (options.device != "cpu") options.backend = BackendKind::kCuda;
   }
   return options;
 }

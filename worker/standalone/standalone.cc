@@ -20,10 +20,10 @@
 #include "engine/mapped_expert_source.h"
 #include "engine/routing_trace_hooks.h"
 #include "gguf/gguf_reader.h"
-#include "model/qwen3moe_model.h"
-#include "reference/reference_qwen3moe.h"
+#include "generation/generate_loop.h"
+#include "model/architectures.h"
 #include "sampling/sampler.h"
-#include "standalone/expert_cache_setup.h"
+#include "setup/worker_engine.h"
 #include "gguf/tokenizer/chat_template.h"
 #include "gguf/tokenizer/tokenizer.h"
 
@@ -40,7 +40,7 @@ constexpr size_t kScoreChunk = 32;
 // The routing trace hooks the flags ask for (none without the flags). They
 // must outlive the engine given them.
 absl::StatusOr<RoutingTraceHooks> OpenHooks(const WorkerOptions& options,
-                                            const Qwen3MoeHparams& hp, std::FILE* err) {
+                                            const ModelHparams& hp, std::FILE* err) {
   absl::StatusOr<RoutingTraceHooks> hooks =
       OpenRoutingTraceHooks(options.routing_trace_out, options.routing_from_trace, hp.n_layer,
                             hp.n_expert, hp.n_expert_used);
@@ -61,97 +61,43 @@ absl::Status FinishHooks(RoutingTraceHooks& hooks, std::FILE* err) {
   return absl::OkStatus();
 }
 
-// An engine with what it reads from: with an expert cache, the cache and
-// the mapping it copies from (declared first, so they outlive the engine).
+// The engine the flags ask for over the model's own mapping, and what it
+// reads through (declared first, so it outlives the engine).
 struct StandaloneEngine {
   std::unique_ptr<MappedExpertSource> mapped;
-  std::unique_ptr<SlotCachedExpertSource> cache;
-  std::unique_ptr<ForwardEngine> engine;
-  const ExpertCacheReport* report = nullptr;  // the cache in use, if any
+  WorkerEngine worker;
 
   // After a run: the cache's counters on `err`.
   void ReportCache(std::FILE* err) const {
-    if (report != nullptr) std::fprintf(err, "%s\n", ExpertCacheSummary(*report).c_str());
+    if (worker.cache_report != nullptr) {
+      std::fprintf(err, "%s\n", ExpertCacheSummary(*worker.cache_report).c_str());
+    }
   }
 };
 
-absl::StatusOr<StandaloneEngine> MakeEngine(const WorkerOptions& options,
-                                            const Qwen3MoeModel& model, int ctx,
-                                            const RoutingTraceHooks& hooks, std::FILE* err) {
+absl::StatusOr<StandaloneEngine> MakeEngine(const WorkerOptions& options, const Model& model,
+                                            int ctx, const RoutingTraceHooks& hooks,
+                                            std::FILE* err) {
   StandaloneEngine out;
-  switch (options.backend) {
-    case BackendKind::kCuda: {
-      out.mapped = std::make_unique<MappedExpertSource>(model.weights);
-      absl::StatusOr<CudaWorkerEngine> cuda = MakeCudaWorkerEngine(
-          options, model, ctx, *out.mapped, {}, hooks, /*cache_by_default=*/false, err);
-      if (!cuda.ok()) return cuda.status();
-      out.report = cuda->cache_report;
-      out.engine = std::move(cuda->engine);
-      return out;
-    }
-    case BackendKind::kReference: {
-      if (hooks.recorder != nullptr || hooks.replayer != nullptr) {
-        return absl::InvalidArgumentError(
-            "routing traces need the cpu backend (the reference has no routing hook)");
-      }
-      absl::StatusOr<std::unique_ptr<ReferenceQwen3Moe>> ref =
-          ReferenceQwen3Moe::Create(model, ctx);
-      if (!ref.ok()) return ref.status();
-      out.engine = *std::move(ref);
-      return out;
-    }
-    case BackendKind::kCpu: {
-      out.mapped = std::make_unique<MappedExpertSource>(model.weights);
-      absl::StatusOr<std::unique_ptr<SlotCachedExpertSource>> cache =
-          MakeWorkerExpertCache(options, model, *out.mapped, err);
-      if (!cache.ok()) return cache.status();
-      out.cache = *std::move(cache);
-      out.report = out.cache.get();
-      EngineOptions engine_options;
-      engine_options.max_ctx = ctx;
-      engine_options.n_threads =
-          options.n_threads > 0
-              ? options.n_threads
-              : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-      engine_options.weight_pages = options.weight_pages;
-      engine_options.routing_observer = hooks.recorder.get();
-      engine_options.routing_override = hooks.replayer.get();
-      engine_options.expert_source = out.cache.get();
-      absl::StatusOr<std::unique_ptr<ForwardEngine>> engine = CreateCpuEngine(model, engine_options);
-      if (!engine.ok()) return engine.status();
-      out.engine = *std::move(engine);
-      return out;
-    }
-  }
-  return absl::InternalError("unknown backend");
+  out.mapped = std::make_unique<MappedExpertSource>(model.weights);
+  ExpertOrigin experts;
+  experts.source = out.mapped.get();
+  experts.source_is_mapping = true;
+  absl::StatusOr<WorkerEngine> worker = MakeWorkerEngine(options, model, ctx, experts, hooks, err);
+  if (!worker.ok()) return worker.status();
+  out.worker = *std::move(worker);
+  return out;
 }
 
-// The KV cache length: --ctx, or the default raised to fit `needed` tokens,
-// never beyond the model's training context.
-absl::StatusOr<int> ResolveCtx(const WorkerOptions& options, const Qwen3MoeHparams& hp,
-                               size_t needed) {
-  if (options.ctx > 0) {
-    if (options.ctx > hp.n_ctx_train) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("--ctx %d exceeds the model's training context of %d tokens", options.ctx,
-                          hp.n_ctx_train));
-    }
-    return options.ctx;
-  }
-  const size_t ctx = std::max<size_t>(kDefaultCtx, needed);
-  return static_cast<int>(std::min<size_t>(ctx, hp.n_ctx_train));
-}
-
-absl::Status RunLogits(const WorkerOptions& options, const Qwen3MoeModel& model,
-                       std::FILE* err) {
-  const Qwen3MoeHparams& hp = model.hparams;
+absl::Status RunLogits(const WorkerOptions& options, const Model& model, std::FILE* err) {
+  const ModelHparams& hp = model.hparams;
   for (int32_t id : options.tokens) {
     if (id >= hp.n_vocab) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "token id %d in --tokens is outside the vocabulary 0..%d", id, hp.n_vocab - 1));
     }
   }
-  absl::StatusOr<int> ctx = ResolveCtx(options, hp, options.tokens.size());
+  absl::StatusOr<int> ctx = ResolveContextLength(options, hp.n_ctx_train, options.tokens.size());
   if (!ctx.ok()) return ctx.status();
   if (options.tokens.size() > static_cast<size_t>(*ctx)) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -170,12 +116,13 @@ absl::Status RunLogits(const WorkerOptions& options, const Qwen3MoeModel& model,
   const size_t n_vocab = static_cast<size_t>(hp.n_vocab);
   std::vector<float> logits(kScoreChunk * n_vocab);
   const std::span<const int32_t> tokens(options.tokens);
-  absl::Status status;
+  ForwardEngine& e = *engine->worker.engine;
+  absl::StatusOr<std::unique_ptr<Sequence>> seq = e.NewSequence();
+  absl::Status status = seq.status();
   for (size_t start = 0; start < tokens.size() && status.ok(); start += kScoreChunk) {
     const std::span<const int32_t> chunk =
         tokens.subspan(start, std::min(kScoreChunk, tokens.size() - start));
-    status = engine->engine->Forward(chunk, static_cast<int>(start), LogitRows::kAll,
-                                     logits.data());
+    status = e.Forward(**seq, chunk, LogitRows::kAll, logits.data());
     if (status.ok() && std::fwrite(logits.data(), sizeof(float), chunk.size() * n_vocab, file) !=
                            chunk.size() * n_vocab) {
       status = absl::DataLossError(
@@ -216,7 +163,49 @@ absl::StatusOr<std::string> RenderChatPrompt(const Tokenizer& tokenizer,
   return chat_template.Render(message, ChatRenderOptions{});
 }
 
-absl::Status RunGenerate(const WorkerOptions& options, const Qwen3MoeModel& model,
+// Streams the generated text to `out`; a stop token ends the text unprinted.
+class TextSink final : public TokenSink {
+ public:
+  TextSink(const Tokenizer& tokenizer, std::FILE* out)
+      : decoder_(tokenizer, /*render_special=*/false), out_(out) {}
+
+  absl::Status OnToken(int32_t token, bool is_stop, double) override {
+    if (is_stop) return absl::OkStatus();
+    text_.clear();
+    if (absl::Status s = decoder_.Push(token, &text_); !s.ok()) return s;
+    std::fwrite(text_.data(), 1, text_.size(), out_);
+    std::fflush(out_);
+    return absl::OkStatus();
+  }
+  void Finish() {
+    text_.clear();
+    decoder_.Flush(&text_);
+    text_.push_back('\n');
+    std::fwrite(text_.data(), 1, text_.size(), out_);
+    std::fflush(out_);
+  }
+
+ private:
+  StreamingDecoder decoder_;
+  std::FILE* out_;
+  std::string text_;
+};
+
+const char* StopName(GenerationStop stop) {
+  switch (stop) {
+    case GenerationStop::kEndOfGeneration:
+      return "end of generation";
+    case GenerationStop::kMaxTokens:
+      return "length";
+    case GenerationStop::kContextFull:
+      return "context full";
+    case GenerationStop::kStopped:
+      return "stopped";
+  }
+  return "unknown";
+}
+
+absl::Status RunGenerate(const WorkerOptions& options, const Model& model,
                          const Tokenizer& tokenizer, std::FILE* out, std::FILE* err) {
   std::string prompt = options.text;
   if (options.chat) {
@@ -228,7 +217,7 @@ absl::Status RunGenerate(const WorkerOptions& options, const Qwen3MoeModel& mode
       tokenizer.Encode(prompt, /*parse_special=*/true, /*add_special=*/true);
   if (!prompt_ids.ok()) return prompt_ids.status();
   if (prompt_ids->empty()) return absl::InvalidArgumentError("the prompt is empty");
-  const Qwen3MoeHparams& hp = model.hparams;
+  const ModelHparams& hp = model.hparams;
   for (int32_t id : *prompt_ids) {
     if (id >= hp.n_vocab) {
       return absl::FailedPreconditionError(
@@ -241,7 +230,7 @@ absl::Status RunGenerate(const WorkerOptions& options, const Qwen3MoeModel& mode
   const size_t wanted = options.n_predict < 0
                             ? prompt_ids->size() + 1
                             : prompt_ids->size() + static_cast<size_t>(options.n_predict);
-  absl::StatusOr<int> ctx = ResolveCtx(options, hp, wanted);
+  absl::StatusOr<int> ctx = ResolveContextLength(options, hp.n_ctx_train, wanted);
   if (!ctx.ok()) return ctx.status();
   if (prompt_ids->size() >= static_cast<size_t>(*ctx)) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -260,58 +249,32 @@ absl::Status RunGenerate(const WorkerOptions& options, const Qwen3MoeModel& mode
   if (!hooks.ok()) return hooks.status();
   absl::StatusOr<StandaloneEngine> engine = MakeEngine(options, model, *ctx, *hooks, err);
   if (!engine.ok()) return engine.status();
-  ForwardEngine& e = *engine->engine;
+  ForwardEngine& e = *engine->worker.engine;
+  absl::StatusOr<std::unique_ptr<Sequence>> seq = e.NewSequence();
+  if (!seq.ok()) return seq.status();
 
-  std::vector<float> logits(static_cast<size_t>(hp.n_vocab));
-  const auto t0 = std::chrono::steady_clock::now();
-  if (absl::Status s = e.Forward(*prompt_ids, 0, LogitRows::kLast, logits.data()); !s.ok()) {
-    return s;
-  }
-  for (int32_t id : *prompt_ids) sampler->Accept(id);
-  const auto t1 = std::chrono::steady_clock::now();
+  TextSink sink(tokenizer, out);
+  const GenerationRequest request{.prompt = *prompt_ids,
+                                  .max_new_tokens = options.n_predict,
+                                  .stop_ids = tokenizer.end_of_generation_ids()};
+  absl::StatusOr<GenerationResult> result = RunGeneration(e, **seq, *sampler, request, sink);
+  if (!result.ok()) return result.status();
+  if (!result->engine_error.ok()) return result->engine_error;
+  sink.Finish();
 
-  StreamingDecoder decoder(tokenizer, /*render_special=*/false);
-  std::string text;
-  int pos = static_cast<int>(prompt_ids->size());
-  int generated = 0;
-  const char* stop_reason = "length";
-  while (options.n_predict < 0 || generated < options.n_predict) {
-    const int32_t token = sampler->Sample(logits);
-    if (tokenizer.IsEndOfGeneration(token)) {
-      stop_reason = "end of generation";
-      break;
-    }
-    sampler->Accept(token);
-    ++generated;
-    text.clear();
-    if (absl::Status s = decoder.Push(token, &text); !s.ok()) return s;
-    std::fwrite(text.data(), 1, text.size(), out);
-    std::fflush(out);
-    if (options.n_predict >= 0 && generated == options.n_predict) break;
-    if (pos >= e.max_ctx()) {
-      stop_reason = "context full";
-      break;
-    }
-    const int32_t one[1] = {token};
-    if (absl::Status s = e.Forward(one, pos, LogitRows::kLast, logits.data()); !s.ok()) return s;
-    ++pos;
-  }
-  text.clear();
-  decoder.Flush(&text);
-  text.push_back('\n');
-  std::fwrite(text.data(), 1, text.size(), out);
-  std::fflush(out);
-
-  const auto t2 = std::chrono::steady_clock::now();
-  const double prefill_s = std::chrono::duration<double>(t1 - t0).count();
-  const double decode_s = std::chrono::duration<double>(t2 - t1).count();
+  // The stop token is not part of the text.
+  const int generated =
+      result->generated - (result->stop == GenerationStop::kEndOfGeneration ? 1 : 0);
+  const double prefill_s = result->prefill_s;
+  const double decode_s = result->decode_s;
   const std::string replayed = hooks->replayer != nullptr ? "; " + hooks->ReplayLabel() : "";
   std::fprintf(err,
                "prompt: %zu tokens in %.2f s (%.1f tok/s); generated: %d tokens in %.2f s "
                "(%.1f tok/s); stop: %s%s\n",
                prompt_ids->size(), prefill_s,
                prefill_s > 0 ? static_cast<double>(prompt_ids->size()) / prefill_s : 0.0, generated,
-               decode_s, decode_s > 0 ? generated / decode_s : 0.0, stop_reason, replayed.c_str());
+               decode_s, decode_s > 0 ? generated / decode_s : 0.0, StopName(result->stop),
+               replayed.c_str());
   engine->ReportCache(err);
   return FinishHooks(*hooks, err);
 }
@@ -321,7 +284,7 @@ absl::Status RunGenerate(const WorkerOptions& options, const Qwen3MoeModel& mode
 absl::Status RunStandalone(const WorkerOptions& options, std::FILE* out, std::FILE* err) {
   absl::StatusOr<std::unique_ptr<GgufModel>> gguf = GgufModel::Open(options.model_path);
   if (!gguf.ok()) return gguf.status();
-  absl::StatusOr<Qwen3MoeModel> model = LoadQwen3Moe(**gguf);
+  absl::StatusOr<Model> model = LoadModel(**gguf);
   if (!model.ok()) return model.status();
 
   if (options.mode == StandaloneMode::kLogits) return RunLogits(options, *model, err);

@@ -46,6 +46,19 @@ void RopeNeox(float* x, int n_heads, int head_dim, int n_rot, const float* cos_t
   }
 }
 
+void RopeAdjacentPairs(float* x, int n_heads, int head_dim, int n_rot, const float* cos_theta,
+                       const float* sin_theta) {
+  for (int h = 0; h < n_heads; ++h) {
+    float* xh = x + static_cast<int64_t>(h) * head_dim;
+    for (int i = 0; i < n_rot / 2; ++i) {
+      const float x0 = xh[2 * i];
+      const float x1 = xh[2 * i + 1];
+      xh[2 * i] = x0 * cos_theta[i] - x1 * sin_theta[i];
+      xh[2 * i + 1] = x0 * sin_theta[i] + x1 * cos_theta[i];
+    }
+  }
+}
+
 void SoftmaxInPlace(float* x, int64_t n) {
   float max = -INFINITY;
   for (int64_t i = 0; i < n; ++i) max = std::fmax(max, x[i]);
@@ -89,7 +102,6 @@ void RouterTopK(const float* logits, int n_expert, int k, bool renormalize, floa
   MOETIER_CPU_CHECK(k >= 1 && k <= n_expert, "top-k out of range");
   for (int e = 0; e < n_expert; ++e) probs[e] = logits[e];
   SoftmaxInPlace(probs, n_expert);
-  float sum = 0.0f;
   for (int j = 0; j < k; ++j) {
     int best = -1;
     for (int e = 0; e < n_expert; ++e) {
@@ -98,8 +110,16 @@ void RouterTopK(const float* logits, int n_expert, int k, bool renormalize, floa
       if (!taken && (best < 0 || probs[e] > probs[best])) best = e;
     }
     ids[j] = best;
-    weights[j] = probs[best];
-    sum += probs[best];
+  }
+  RouterWeightsOf(probs, ids, k, renormalize, weights);
+}
+
+void RouterWeightsOf(const float* probs, const int32_t* ids, int k, bool renormalize,
+                     float* weights) {
+  float sum = 0.0f;
+  for (int j = 0; j < k; ++j) {
+    weights[j] = probs[ids[j]];
+    sum += weights[j];
   }
   if (renormalize) {
     const float denom = std::fmax(sum, 6.1035e-5f);

@@ -14,7 +14,7 @@ namespace moetier::cpu {
 void RmsNorm(const float* x, const float* w, int64_t n, float eps, float* y);
 
 // RMSNorm of n_heads consecutive vectors of head_dim values, in place, all
-// with the same weight (qwen3moe's per-head QK-norm).
+// with the same weight (a per-head QK-norm).
 void RmsNormHeads(float* x, const float* w, int n_heads, int head_dim, float eps);
 
 // cos and sin of the rotary angles at position `pos`:
@@ -26,6 +26,11 @@ void RopeAngles(int64_t pos, int n_rot, float freq_base, float* cos_theta, float
 // by the angles from RopeAngles. Dims from n_rot to head_dim are unchanged.
 void RopeNeox(float* x, int n_heads, int head_dim, int n_rot, const float* cos_theta,
               const float* sin_theta);
+
+// NORM rotary embedding in place (llama's, SPEC §3.0): as RopeNeox, but the
+// pairs are adjacent, (x[2i], x[2i + 1]) for i < n_rot / 2.
+void RopeAdjacentPairs(float* x, int n_heads, int head_dim, int n_rot, const float* cos_theta,
+                       const float* sin_theta);
 
 // x = softmax(x), computed in f32 with a double-precision sum.
 void SoftmaxInPlace(float* x, int64_t n);
@@ -51,9 +56,16 @@ void AttentionHeads(const float* q, const float* k_cache, const float* v_cache,
 // MoE routing (SPEC §3.0 build_moe_ffn with softmax gating): probs =
 // softmax(logits) in `probs` (n_expert floats), the k largest in descending
 // order (ties to the lower id) into ids/weights, and, when `renormalize`, the
-// weights divided by max(sum, 6.1035e-5).
+// weights divided by max(sum, 6.1035e-5) (RouterWeightsOf).
 void RouterTopK(const float* logits, int n_expert, int k, bool renormalize, float* probs,
                 int32_t* ids, float* weights);
+
+// The mixing weights of experts ids[0..k) given the router's probabilities:
+// probs[ids[j]], summed in order and, when `renormalize`, divided by
+// max(sum, 6.1035e-5). RouterTopK's own weights come from it, so a choice
+// equal to the router's gets the router's weights bit for bit.
+void RouterWeightsOf(const float* probs, const int32_t* ids, int k, bool renormalize,
+                     float* weights);
 
 // One embedding row decoded to f32. Precondition: the type has a codec and
 // n is a multiple of its block size.

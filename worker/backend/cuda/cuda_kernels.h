@@ -91,8 +91,8 @@ absl::Status GemmQuant(CudaBlas* blas, TensorType type, const void* w, const flo
 // --- Row operations (fp32) -----------------------------------------------
 
 // For each of n_rows rows of n values: y = x / sqrt(mean(x^2) + eps) * w,
-// the same w for every row (so one call also does qwen3moe's per-head
-// QK-norm with n_rows = tokens * heads, n = head_dim). y may equal x.
+// the same w for every row (so one call also does a per-head QK-norm with
+// n_rows = tokens * heads, n = head_dim). y may equal x.
 absl::Status RmsNorm(const float* x, const float* w, int64_t n_rows, int n, float eps, float* y,
                      CudaStream stream);
 
@@ -103,6 +103,11 @@ absl::Status RmsNorm(const float* x, const float* w, int64_t n_rows, int n, floa
 // unchanged.
 absl::Status RopeNeox(float* x, const int32_t* positions, int n_tokens, int n_heads,
                       int head_dim, int n_rot, float freq_base, CudaStream stream);
+
+// NORM rotary embedding (llama's): as RopeNeox, but pair i is the adjacent
+// (x[2i], x[2i + 1]).
+absl::Status RopeAdjacentPairs(float* x, const int32_t* positions, int n_tokens, int n_heads,
+                               int head_dim, int n_rot, float freq_base, CudaStream stream);
 
 // out[i] = silu(gate[i]) * up[i]; out may alias either input.
 absl::Status SiluMul(const float* gate, const float* up, int64_t n, float* out, CudaStream stream);

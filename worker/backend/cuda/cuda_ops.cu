@@ -31,8 +31,9 @@ __global__ void RmsNormKernel(const float* x, const float* w, int n, float eps, 
 }
 
 // One block per (token, head); thread i rotates pair i.
-__global__ void RopeNeoxKernel(float* x, const int32_t* positions, int n_heads, int head_dim,
-                               int n_rot, float freq_base) {
+// Pair i is (i, i + n_rot/2) (NEOX) or, with `adjacent`, (2i, 2i + 1) (NORM).
+__global__ void RopeKernel(float* x, const int32_t* positions, int n_heads, int head_dim,
+                           int n_rot, float freq_base, bool adjacent) {
   const int t = blockIdx.y;
   const int h = blockIdx.x;
   float* xh = x + (static_cast<int64_t>(t) * n_heads + h) * head_dim;
@@ -42,10 +43,12 @@ __global__ void RopeNeoxKernel(float* x, const int32_t* positions, int n_heads, 
     const double theta = pos * pow(static_cast<double>(freq_base), -2.0 * i / n_rot);
     const float c = static_cast<float>(cos(theta));
     const float s = static_cast<float>(sin(theta));
-    const float x0 = xh[i];
-    const float x1 = xh[i + half];
-    xh[i] = x0 * c - x1 * s;
-    xh[i + half] = x0 * s + x1 * c;
+    const int a = adjacent ? 2 * i : i;
+    const int b = adjacent ? 2 * i + 1 : i + half;
+    const float x0 = xh[a];
+    const float x1 = xh[b];
+    xh[a] = x0 * c - x1 * s;
+    xh[b] = x0 * s + x1 * c;
   }
 }
 
@@ -290,8 +293,10 @@ absl::Status RmsNorm(const float* x, const float* w, int64_t n_rows, int n, floa
   return LaunchStatus("RmsNorm");
 }
 
-absl::Status RopeNeox(float* x, const int32_t* positions, int n_tokens, int n_heads,
-                      int head_dim, int n_rot, float freq_base, CudaStream stream) {
+namespace {
+
+absl::Status Rope(float* x, const int32_t* positions, int n_tokens, int n_heads, int head_dim,
+                  int n_rot, float freq_base, bool adjacent, CudaStream stream) {
   MOETIER_CUDA_REQUIRE(x != nullptr && positions != nullptr, "null pointer");
   MOETIER_CUDA_REQUIRE(n_tokens >= 0 && n_tokens <= 65535 && n_heads > 0 && head_dim > 0,
                        "bad shape");
@@ -300,9 +305,21 @@ absl::Status RopeNeox(float* x, const int32_t* positions, int n_tokens, int n_he
                                     head_dim));
   if (n_tokens == 0) return absl::OkStatus();
   const dim3 grid(static_cast<unsigned>(n_heads), static_cast<unsigned>(n_tokens));
-  RopeNeoxKernel<<<grid, 128, 0, AsStream(stream)>>>(x, positions, n_heads, head_dim, n_rot,
-                                                     freq_base);
-  return LaunchStatus("RopeNeox");
+  RopeKernel<<<grid, 128, 0, AsStream(stream)>>>(x, positions, n_heads, head_dim, n_rot,
+                                                 freq_base, adjacent);
+  return LaunchStatus(adjacent ? "RopeAdjacentPairs" : "RopeNeox");
+}
+
+}  // namespace
+
+absl::Status RopeNeox(float* x, const int32_t* positions, int n_tokens, int n_heads,
+                      int head_dim, int n_rot, float freq_base, CudaStream stream) {
+  return Rope(x, positions, n_tokens, n_heads, head_dim, n_rot, freq_base, false, stream);
+}
+
+absl::Status RopeAdjacentPairs(float* x, const int32_t* positions, int n_tokens, int n_heads,
+                               int head_dim, int n_rot, float freq_base, CudaStream stream) {
+  return Rope(x, positions, n_tokens, n_heads, head_dim, n_rot, freq_base, true, stream);
 }
 
 absl::Status SiluMul(const float* gate, const float* up, int64_t n, float* out,

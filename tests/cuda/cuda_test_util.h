@@ -1,0 +1,184 @@
+// What the CUDA engine tests share: the test-vector models, running
+// sequences through any ForwardEngine, and comparing logits (max error
+// against a row's range, mean KL and top-1 agreement).
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "engine/forward_engine.h"
+#include "gguf/gguf_reader.h"
+#include "gtest/gtest.h"
+#include "model/architectures.h"
+
+namespace moetier::cuda_test {
+
+inline std::string VectorPath(const std::string& name) {
+  return std::string(MOETIER_TEST_DATA_DIR) + "/vectors/" + name;
+}
+
+inline std::vector<int32_t> ReadIds(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<int32_t> ids;
+  std::string part;
+  while (std::getline(in, part, ',')) ids.push_back(std::stoi(part));
+  return ids;
+}
+
+inline std::vector<float> ReadFloats(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<float> values(bytes.size() / sizeof(float));
+  std::memcpy(values.data(), bytes.data(), values.size() * sizeof(float));
+  return values;
+}
+
+struct Loaded {
+  std::unique_ptr<GgufModel> gguf;
+  Model model;
+  std::vector<int32_t> ids;
+  const ModelHparams& hp() const { return model.hparams; }
+};
+
+// tests/data/vectors/<name>.gguf and its ids; null (and a failure) when it
+// does not load or has no more than min_ids ids.
+inline std::unique_ptr<Loaded> Load(const std::string& name, size_t min_ids = 0) {
+  auto out = std::make_unique<Loaded>();
+  absl::StatusOr<std::unique_ptr<GgufModel>> gguf = GgufModel::Open(VectorPath(name + ".gguf"));
+  EXPECT_TRUE(gguf.ok()) << gguf.status();
+  if (!gguf.ok()) return nullptr;
+  out->gguf = *std::move(gguf);
+  absl::StatusOr<Model> model = LoadModel(*out->gguf);
+  EXPECT_TRUE(model.ok()) << model.status();
+  if (!model.ok()) return nullptr;
+  out->model = *std::move(model);
+  out->ids = ReadIds(VectorPath(name + ".ids"));
+  EXPECT_GT(out->ids.size(), min_ids);
+  return out;
+}
+
+// A new sequence, or a failure and null.
+inline std::unique_ptr<Sequence> NewSequence(ForwardEngine& engine) {
+  absl::StatusOr<std::unique_ptr<Sequence>> seq = engine.NewSequence();
+  EXPECT_TRUE(seq.ok()) << seq.status();
+  return seq.ok() ? *std::move(seq) : nullptr;
+}
+
+// Every row of `ids` in one call, as a new sequence.
+inline std::vector<float> RunAll(ForwardEngine& engine, const std::vector<int32_t>& ids) {
+  std::vector<float> logits(ids.size() * engine.n_vocab());
+  std::unique_ptr<Sequence> seq = NewSequence(engine);
+  if (seq == nullptr) return logits;
+  const absl::Status s = engine.Forward(*seq, ids, LogitRows::kAll, logits.data());
+  EXPECT_TRUE(s.ok()) << s;
+  return logits;
+}
+
+// Every row of `ids`, one token per call (decode), as a new sequence.
+inline std::vector<float> RunDecode(ForwardEngine& engine, const std::vector<int32_t>& ids) {
+  const size_t n_vocab = engine.n_vocab();
+  std::vector<float> logits(ids.size() * n_vocab);
+  std::unique_ptr<Sequence> seq = NewSequence(engine);
+  if (seq == nullptr) return logits;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const int32_t token[1] = {ids[i]};
+    const absl::Status s =
+        engine.Forward(*seq, token, LogitRows::kLast, logits.data() + i * n_vocab);
+    EXPECT_TRUE(s.ok()) << s;
+    if (!s.ok()) break;
+    EXPECT_EQ(seq->length(), static_cast<int>(i + 1));
+  }
+  return logits;
+}
+
+// The first `prompt` rows in one call, then one token per call: logits of
+// every position, as a new sequence. Stops at the first error, which it
+// returns.
+inline absl::Status RunSequence(ForwardEngine& engine, const std::vector<int32_t>& ids,
+                                size_t prompt, std::vector<float>* out) {
+  const size_t n_vocab = engine.n_vocab();
+  out->assign(ids.size() * n_vocab, 0.0f);
+  absl::StatusOr<std::unique_ptr<Sequence>> seq = engine.NewSequence();
+  if (!seq.ok()) return seq.status();
+  const std::vector<int32_t> first(ids.begin(), ids.begin() + prompt);
+  if (absl::Status s = engine.Forward(**seq, first, LogitRows::kAll, out->data()); !s.ok()) {
+    return s;
+  }
+  for (size_t i = prompt; i < ids.size(); ++i) {
+    const int32_t token[1] = {ids[i]};
+    if (absl::Status s = engine.Forward(**seq, token, LogitRows::kLast, out->data() + i * n_vocab);
+        !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+inline std::vector<float> RunOk(ForwardEngine& engine, const std::vector<int32_t>& ids,
+                                size_t prompt) {
+  std::vector<float> logits;
+  const absl::Status s = RunSequence(engine, ids, prompt, &logits);
+  EXPECT_TRUE(s.ok()) << s;
+  return logits;
+}
+
+// max |a - b| / (max - min of b) over every row.
+inline double WorstRowError(const std::vector<float>& a, const std::vector<float>& b,
+                            size_t n_vocab) {
+  double worst = 0.0;
+  for (size_t row = 0; row < b.size() / n_vocab; ++row) {
+    const float* pa = a.data() + row * n_vocab;
+    const float* pb = b.data() + row * n_vocab;
+    const auto [lo, hi] = std::minmax_element(pb, pb + n_vocab);
+    double max_abs = 0.0;
+    for (size_t i = 0; i < n_vocab; ++i) {
+      const double d = std::fabs(static_cast<double>(pa[i]) - pb[i]);
+      max_abs = std::isnan(d) ? INFINITY : std::max(max_abs, d);
+    }
+    worst = std::max(worst, max_abs / (static_cast<double>(*hi) - *lo));
+  }
+  return worst;
+}
+
+struct Agreement {
+  double mean_kl = 0.0;        // KL(expected || actual), mean over positions
+  double top1_fraction = 0.0;  // positions whose argmax agrees
+};
+
+inline Agreement Compare(const std::vector<float>& actual, const std::vector<float>& expected,
+                         size_t n_vocab) {
+  Agreement a;
+  const size_t n_pos = expected.size() / n_vocab;
+  int same = 0;
+  for (size_t p = 0; p < n_pos; ++p) {
+    const float* x = actual.data() + p * n_vocab;
+    const float* y = expected.data() + p * n_vocab;
+    const double mx = *std::max_element(x, x + n_vocab);
+    const double my = *std::max_element(y, y + n_vocab);
+    double zx = 0.0, zy = 0.0;
+    for (size_t i = 0; i < n_vocab; ++i) {
+      zx += std::exp(x[i] - mx);
+      zy += std::exp(y[i] - my);
+    }
+    double kl = 0.0;
+    for (size_t i = 0; i < n_vocab; ++i) {
+      const double log_py = y[i] - my - std::log(zy);
+      const double log_px = x[i] - mx - std::log(zx);
+      kl += std::exp(log_py) * (log_py - log_px);
+    }
+    a.mean_kl += kl / n_pos;
+    same += std::max_element(x, x + n_vocab) - x == std::max_element(y, y + n_vocab) - y;
+  }
+  a.top1_fraction = static_cast<double>(same) / n_pos;
+  if (std::isnan(a.mean_kl)) a.mean_kl = INFINITY;  // NaN logits must not pass
+  return a;
+}
+
+}  // namespace moetier::cuda_test

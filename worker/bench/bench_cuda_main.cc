@@ -1,0 +1,384 @@
+// moetier-bench-cuda: how close the CUDA engine comes to the device memory
+// roofline.
+//
+// Decoding one token must read every dense weight, the top-k experts of every
+// layer and the output matrix once, so tokens/s can never exceed
+// (device memory bandwidth) / (weight bytes per token). The program measures
+// that bandwidth in the same run (device-to-device copies of a buffer far
+// larger than the L2 cache, timed with CUDA events), computes the bytes per
+// token from the model, and prints the achieved decode rate as a fraction of
+// the roofline, with prompt processing throughput alongside. Every figure is
+// the median of several runs, printed with its spread; the runs must produce
+// the same tokens and logits.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <random>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "backend/cuda/cuda_device.h"
+#include "backend/cuda/cuda_kernels.h"
+#include "engine/cuda_engine.h"
+#include "gguf/gguf_reader.h"
+#include "model/architectures.h"
+#include "sampling/sampler.h"
+
+namespace moetier {
+namespace {
+
+constexpr char kUsage[] = R"(moetier-bench-cuda: CUDA engine throughput against the memory roofline
+
+usage: moetier-bench-cuda --model FILE [options]
+
+  --model FILE          GGUF model of a supported architecture (first shard of a split set); every
+                        weight, experts included, must fit in device memory
+  --device N            CUDA device ordinal (default 0)
+  --runs N              timed runs per measurement, at least 3 (default 5); one
+                        untimed warm-up run comes first
+  --decode-tokens N     tokens generated greedily per decode run (default 128)
+  --prompt-tokens N     tokens per prompt-processing run (default 512)
+  --batch N             prompt tokens processed together, the engine's
+                        max_batch (default 512)
+  --context N           tokens already in the cache when decoding starts (default 16)
+  --gemv-max-rows N     matrix inputs of up to N rows use the GEMV, more the fp16
+                        GEMM (default 8; 0 sends everything through the GEMM)
+  --no-cublas           use the backend's tiled GEMM instead of cuBLAS
+  --bandwidth-mib N     size of the bandwidth-test buffer (default 1024): the
+                        bandwidth is read + written bytes of a device-to-device
+                        copy, the median of --runs copies
+)";
+
+struct Options {
+  std::string model;
+  int device = 0;
+  int runs = 5;
+  int decode_tokens = 128;
+  int prompt_tokens = 512;
+  int batch = 512;
+  int context = 16;
+  int gemv_max_rows = cuda::kCudaGemvMaxBatch;
+  bool no_cublas = false;
+  int64_t bandwidth_mib = 1024;
+};
+
+absl::StatusOr<Options> ParseOptions(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    }
+    if (arg == "--no-cublas") {
+      o.no_cublas = true;
+      continue;
+    }
+    if (i + 1 >= argc) return absl::InvalidArgumentError(absl::StrFormat("%s needs a value", arg));
+    const std::string value = argv[++i];
+    auto int_value = [&](auto& dst, int64_t lo, int64_t hi) -> absl::Status {
+      int64_t v = 0;
+      if (!absl::SimpleAtoi(value, &v) || v < lo || v > hi) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("%s expects an integer in %d..%d, got '%s'", arg, lo, hi, value));
+      }
+      dst = static_cast<std::remove_reference_t<decltype(dst)>>(v);
+      return absl::OkStatus();
+    };
+    absl::Status s;
+    if (arg == "--model") {
+      o.model = value;
+    } else if (arg == "--device") {
+      s = int_value(o.device, 0, 1023);
+    } else if (arg == "--runs") {
+      s = int_value(o.runs, 3, 1000);
+    } else if (arg == "--decode-tokens") {
+      s = int_value(o.decode_tokens, 1, 1 << 20);
+    } else if (arg == "--prompt-tokens") {
+      s = int_value(o.prompt_tokens, 1, 1 << 20);
+    } else if (arg == "--batch") {
+      s = int_value(o.batch, 1, 8192);
+    } else if (arg == "--context") {
+      s = int_value(o.context, 1, 1 << 20);
+    } else if (arg == "--gemv-max-rows") {
+      s = int_value(o.gemv_max_rows, 0, 8192);
+    } else if (arg == "--bandwidth-mib") {
+      s = int_value(o.bandwidth_mib, 64, 1 << 20);
+    } else {
+      return absl::InvalidArgumentError(absl::StrFormat("unknown flag %s (see --help)", arg));
+    }
+    if (!s.ok()) return s;
+  }
+  if (o.model.empty()) return absl::InvalidArgumentError("--model is required (see --help)");
+  return o;
+}
+
+double Seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+struct Stats {
+  double median = 0.0, min = 0.0, max = 0.0;
+};
+
+Stats Summarize(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  const double median = n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  return {median, v.front(), v.back()};
+}
+
+absl::Status Check(cudaError_t err, const char* what) {
+  if (err == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(absl::StrFormat("%s failed: %s", what, cudaGetErrorString(err)));
+}
+
+// Device memory bandwidth in GB/s (1e9 bytes): bytes read plus bytes written
+// by device-to-device copies of `mib` MiB, timed with events; the median of
+// `passes` copies after one warm-up copy.
+absl::StatusOr<Stats> MeasureBandwidth(int64_t mib, int passes) {
+  const size_t bytes = static_cast<size_t>(mib) * 1024 * 1024;
+  void* src = nullptr;
+  void* dst = nullptr;
+  cudaEvent_t start = nullptr, stop = nullptr;
+  absl::Status s = Check(cudaMalloc(&src, bytes), "cudaMalloc of the bandwidth buffer");
+  if (s.ok()) s = Check(cudaMalloc(&dst, bytes), "cudaMalloc of the bandwidth buffer");
+  if (s.ok()) s = Check(cudaMemset(src, 1, bytes), "cudaMemset");
+  if (s.ok()) s = Check(cudaEventCreate(&start), "cudaEventCreate");
+  if (s.ok()) s = Check(cudaEventCreate(&stop), "cudaEventCreate");
+  std::vector<double> rates;
+  for (int p = 0; s.ok() && p < passes + 1; ++p) {
+    s = Check(cudaEventRecord(start, nullptr), "cudaEventRecord");
+    if (s.ok()) s = Check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, nullptr),
+                          "cudaMemcpyAsync (device to device)");
+    if (s.ok()) s = Check(cudaEventRecord(stop, nullptr), "cudaEventRecord");
+    if (s.ok()) s = Check(cudaEventSynchronize(stop), "cudaEventSynchronize");
+    float ms = 0.0f;
+    if (s.ok()) s = Check(cudaEventElapsedTime(&ms, start, stop), "cudaEventElapsedTime");
+    if (s.ok() && p > 0) rates.push_back(2.0 * static_cast<double>(bytes) / (ms * 1e-3) / 1e9);
+  }
+  if (start != nullptr) cudaEventDestroy(start);
+  if (stop != nullptr) cudaEventDestroy(stop);
+  if (src != nullptr) cudaFree(src);
+  if (dst != nullptr) cudaFree(dst);
+  if (!s.ok()) return s;
+  return Summarize(rates);
+}
+
+int32_t Argmax(const float* v, int n) {
+  return static_cast<int32_t>(std::max_element(v, v + n) - v);
+}
+
+bool AllFinite(const float* v, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    if (!std::isfinite(v[i])) return false;
+  }
+  return true;
+}
+
+int Fail(const absl::Status& s) {
+  std::fprintf(stderr, "moetier-bench-cuda: %s\n", std::string(s.message()).c_str());
+  return 1;
+}
+
+int Run(const Options& o) {
+  const int n_devices = CudaDeviceCount();
+  if (n_devices == 0) {
+    absl::StatusOr<std::vector<CudaDeviceInfo>> devices = ListCudaDevices();
+    std::fprintf(stderr,
+                 "moetier-bench-cuda: no CUDA device on this machine (%s); it measures the CUDA "
+                 "engine and needs an NVIDIA GPU and driver (moetier-bench-cpu measures the CPU "
+                 "engine)\n",
+                 devices.ok() ? "none found" : std::string(devices.status().message()).c_str());
+    return 1;
+  }
+  if (o.device >= n_devices) {
+    std::fprintf(stderr, "moetier-bench-cuda: --device %d: this machine has cuda:0..cuda:%d\n",
+                 o.device, n_devices - 1);
+    return 2;
+  }
+  cudaDeviceProp prop{};
+  if (absl::Status s = Check(cudaGetDeviceProperties(&prop, o.device), "cudaGetDeviceProperties");
+      !s.ok()) {
+    return Fail(s);
+  }
+  // The bandwidth copies run on the current device.
+  if (absl::Status s = Check(cudaSetDevice(o.device), "cudaSetDevice"); !s.ok()) return Fail(s);
+  absl::StatusOr<std::unique_ptr<GgufModel>> gguf = GgufModel::Open(o.model);
+  if (!gguf.ok()) return Fail(gguf.status());
+  absl::StatusOr<Model> model = LoadModel(**gguf);
+  if (!model.ok()) return Fail(model.status());
+  const ModelHparams& hp = model->hparams;
+  const int ctx =
+      std::min(hp.n_ctx_train, std::max(o.context + o.decode_tokens, o.prompt_tokens) + 1);
+  CudaEngineConfig config;
+  config.device = o.device;
+  config.max_ctx = ctx;
+  config.max_batch = o.batch;
+  config.gemv_max_rows = o.gemv_max_rows;
+  config.use_cublas = !o.no_cublas && cuda::CudaBlasAvailable();
+  const double t_create = Seconds();
+  absl::StatusOr<std::unique_ptr<CudaEngine>> engine = CudaEngine::Create(*model, config);
+  if (!engine.ok()) return Fail(engine.status());
+  const double t_created = Seconds();
+  CudaEngine& e = **engine;
+  const int n_vocab = e.n_vocab();
+  if (o.context + o.decode_tokens > e.max_ctx() || o.prompt_tokens > e.max_ctx()) {
+    std::fprintf(stderr, "moetier-bench-cuda: the runs need more than the model's %d positions\n",
+                 e.max_ctx());
+    return 2;
+  }
+
+  std::printf("model: %s\n", o.model.c_str());
+  std::printf(
+      "  %d layers, embd %d, %d experts (top %d), expert ffn %d, heads %d/%d x %d, vocab %d\n",
+      hp.n_layer, hp.n_embd, hp.n_expert, hp.n_expert_used, hp.n_ff_exp, hp.n_head, hp.n_head_kv,
+      hp.head_dim, hp.n_vocab);
+  std::printf("device: cuda:%d %s (sm_%d%d, %d SMs, %.1f GiB)\n", o.device, prop.name,
+              prop.major, prop.minor, prop.multiProcessorCount,
+              prop.totalGlobalMem / 1073741824.0);
+  std::printf("batch %d, GEMV up to %d rows, GEMM via %s\n", o.batch, o.gemv_max_rows,
+              config.use_cublas ? "cuBLAS" : "the tiled kernel");
+  std::printf("weights uploaded: %.2f GiB in %.1f s; buffers and KV cache (%d tokens): %.2f GiB\n",
+              e.weight_bytes() / 1073741824.0, t_created - t_create, ctx,
+              e.buffer_bytes() / 1073741824.0);
+
+  absl::StatusOr<Stats> bw = MeasureBandwidth(o.bandwidth_mib, o.runs);
+  if (!bw.ok()) return Fail(bw.status());
+  const uint64_t bytes_per_token = DecodeWeightBytesPerToken(*model);
+  const double roofline = bw->median * 1e9 / static_cast<double>(bytes_per_token);
+  std::printf(
+      "device memory bandwidth: %.1f GB/s median (%.1f..%.1f) of %d device-to-device copies of "
+      "%lld MiB (read + write)\n",
+      bw->median, bw->min, bw->max, o.runs, static_cast<long long>(o.bandwidth_mib));
+  std::printf("weights read per decode token: %.1f MiB -> roofline %.1f tok/s\n",
+              bytes_per_token / 1048576.0, roofline);
+  // Attention also reads the f32 KV cache, which the roofline leaves out.
+  const double kv_bytes = 2.0 * hp.n_layer * hp.n_head_kv * hp.head_dim * sizeof(float) *
+                          (o.context + 0.5 * o.decode_tokens);
+  std::printf("KV cache read per decode token (mean over the run, not in the roofline): %.1f MiB\n",
+              kv_bytes / 1048576.0);
+
+  std::mt19937 rng(1234);
+  std::uniform_int_distribution<int32_t> token(0, n_vocab - 1);
+  std::vector<int32_t> context(static_cast<size_t>(o.context));
+  for (int32_t& t : context) t = token(rng);
+  std::vector<int32_t> prompt(static_cast<size_t>(o.prompt_tokens));
+  for (int32_t& t : prompt) t = token(rng);
+  std::vector<float> logits(static_cast<size_t>(n_vocab));
+
+  // Every run is a new sequence.
+  std::unique_ptr<Sequence> seq;
+  auto new_sequence = [&]() -> absl::Status {
+    seq.reset();
+    absl::StatusOr<std::unique_ptr<Sequence>> fresh = e.NewSequence();
+    if (!fresh.ok()) return fresh.status();
+    seq = *std::move(fresh);
+    return absl::OkStatus();
+  };
+  absl::StatusOr<Sampler> greedy = Sampler::Create(n_vocab, SamplingParams{.temperature = 0});
+  if (!greedy.ok()) return Fail(greedy.status());
+
+  // Decode: greedy generation after a short context, sampled on the device
+  // (no logits row comes to the host per token); every run must produce the
+  // same tokens. Run 0 is the warm-up.
+  std::vector<double> decode_rates;
+  std::vector<int32_t> first_tokens;
+  for (int r = 0; r < o.runs + 1; ++r) {
+    if (absl::Status s = new_sequence(); !s.ok()) return Fail(s);
+    if (absl::Status s = e.Forward(*seq, context, LogitRows::kLast, logits.data()); !s.ok()) {
+      return Fail(s);
+    }
+    if (!AllFinite(logits.data(), logits.size())) {
+      std::fprintf(stderr, "moetier-bench-cuda: non-finite logits after the context\n");
+      return 1;
+    }
+    std::vector<int32_t> generated;
+    int32_t next = Argmax(logits.data(), n_vocab);
+    const double t0 = Seconds();
+    for (int i = 0; i < o.decode_tokens; ++i) {
+      const int32_t in[1] = {next};
+      if (absl::Status s = e.Forward(*seq, in, LogitRows::kNone, nullptr); !s.ok()) {
+        return Fail(s);
+      }
+      absl::StatusOr<int32_t> sampled = e.Sample(*greedy);
+      if (!sampled.ok()) return Fail(sampled.status());
+      next = *sampled;
+      generated.push_back(next);
+    }
+    const double dt = Seconds() - t0;
+    if (r == 0) {
+      first_tokens = generated;
+      continue;
+    }
+    if (generated != first_tokens) {
+      std::fprintf(stderr, "moetier-bench-cuda: decode run %d generated different tokens\n", r);
+      return 1;
+    }
+    decode_rates.push_back(o.decode_tokens / dt);
+  }
+  const Stats decode = Summarize(decode_rates);
+
+  // Prompt processing: the whole prompt, logits of the last token only.
+  std::vector<double> prompt_rates;
+  std::vector<float> first_logits;
+  for (int r = 0; r < o.runs + 1; ++r) {
+    if (absl::Status s = new_sequence(); !s.ok()) return Fail(s);
+    const double t0 = Seconds();
+    if (absl::Status s = e.Forward(*seq, prompt, LogitRows::kLast, logits.data()); !s.ok()) {
+      return Fail(s);
+    }
+    const double dt = Seconds() - t0;
+    if (!AllFinite(logits.data(), logits.size())) {
+      std::fprintf(stderr, "moetier-bench-cuda: non-finite prompt logits\n");
+      return 1;
+    }
+    if (r == 0) {
+      first_logits = logits;
+      continue;
+    }
+    if (logits != first_logits) {
+      std::fprintf(stderr, "moetier-bench-cuda: prompt run %d gave different logits\n", r);
+      return 1;
+    }
+    prompt_rates.push_back(o.prompt_tokens / dt);
+  }
+  const Stats pp = Summarize(prompt_rates);
+
+  std::printf("decode:  %.2f tok/s median (%.2f..%.2f), %d tokens after %d of context, %d runs\n",
+              decode.median, decode.min, decode.max, o.decode_tokens, o.context, o.runs);
+  std::printf("prompt:  %.1f tok/s median (%.1f..%.1f), %d tokens, %d runs\n", pp.median, pp.min,
+              pp.max, o.prompt_tokens, o.runs);
+  std::printf(
+      "roofline ratio (decode tok/s / (bandwidth / bytes per token)): %.1f%% "
+      "(median decode / median bandwidth)\n",
+      100.0 * decode.median / roofline);
+  std::printf("effective decode read rate: %.1f GB/s\n",
+              decode.median * static_cast<double>(bytes_per_token) / 1e9);
+  std::printf("check: ok (runs reproduced the same tokens and logits)\n");
+  return 0;
+}
+
+}  // namespace
+}  // namespace moetier
+
+int main(int argc, char** argv) {
+  absl::StatusOr<moetier::Options> options = moetier::ParseOptions(argc, argv);
+  if (!options.ok()) {
+    std::fprintf(stderr, "moetier-bench-cuda: %s\n",
+                 std::string(options.status().message()).c_str());
+    return 2;
+  }
+  return moetier::Run(*options);
+}

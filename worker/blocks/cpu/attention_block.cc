@@ -1,0 +1,173 @@
+#include "blocks/cpu/attention_block.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "backend/cpu/cpu_check.h"
+#include "backend/cpu/cpu_ops.h"
+#include "gguf/tensor/quant_codec.h"
+
+namespace moetier {
+namespace {
+
+// Attention over fewer cached values than this runs on the calling thread.
+constexpr int64_t kMinParallelElems = 32 * 1024;
+
+std::vector<float> DecodeVector(const WeightRef& ref) {
+  if (!ref.present()) return {};
+  std::vector<float> out(static_cast<size_t>(ref.ne[0]));
+  DequantizeRow(ref.type, ref.data, out.data(), ref.ne[0]);
+  return out;
+}
+
+}  // namespace
+
+CpuAttentionBlock::CpuAttentionBlock(const ModelHparams& hp,
+                                     const std::vector<LayerWeights>& layers, int max_ctx,
+                                     CpuBatch& batch)
+    : hp_(hp), layers_(layers), max_ctx_(max_ctx), batch_(batch), runner_(batch.runner()) {
+  const size_t b = static_cast<size_t>(batch.max_batch());
+  const size_t f = sizeof(float);
+  const size_t q_dim = static_cast<size_t>(hp.n_head) * hp.head_dim;
+  const size_t kv_dim = static_cast<size_t>(hp.n_head_kv) * hp.head_dim;
+  for (const LayerWeights& l : layers) {
+    if (l.mixer != MixerKind::kAttention) {
+      norms_.emplace_back();
+      continue;
+    }
+    norms_.push_back(
+        {DecodeVector(l.attn_norm), DecodeVector(l.attn.q_norm), DecodeVector(l.attn.k_norm)});
+  }
+  q_ = AlignedBytes(b * q_dim * f);
+  k_ = AlignedBytes(b * kv_dim * f);
+  v_ = AlignedBytes(b * kv_dim * f);
+  attn_out_ = AlignedBytes(b * q_dim * f);
+  rope_cos_ = AlignedBytes(b * static_cast<size_t>(hp.n_rot / 2) * f);
+  rope_sin_ = AlignedBytes(b * static_cast<size_t>(hp.n_rot / 2) * f);
+  scores_ = AlignedBytes(static_cast<size_t>(runner_.pool().size()) *
+                         (hp.n_head / hp.n_head_kv) * static_cast<size_t>(max_ctx) * f);
+  act_attn_ = AlignedBytes(b * MaxActRowBytes(static_cast<int64_t>(q_dim)));
+}
+
+CpuKvLayer CpuAttentionBlock::NewKvLayer(int capacity) const {
+  const size_t bytes = static_cast<size_t>(capacity) * hp_.n_head_kv * hp_.head_dim * sizeof(float);
+  return {AlignedBytes(bytes), AlignedBytes(bytes)};
+}
+
+uint64_t CpuAttentionBlock::kv_bytes_per_token() const {
+  uint64_t layers = 0;
+  for (const LayerWeights& l : layers_) layers += l.mixer == MixerKind::kAttention ? 1 : 0;
+  return layers * 2 * static_cast<uint64_t>(hp_.n_head_kv) * hp_.head_dim * sizeof(float);
+}
+
+uint64_t CpuAttentionBlock::allocated_bytes() const {
+  uint64_t bytes = 0;
+  for (const AlignedBytes* a : {&q_, &k_, &v_, &attn_out_, &rope_cos_, &rope_sin_, &scores_,
+                                &act_attn_}) {
+    bytes += a->size();
+  }
+  return bytes;
+}
+
+void CpuAttentionBlock::BeginBatch(int n, int pos0) {
+  const int half = hp_.n_rot / 2;
+  for (int t = 0; t < n; ++t) {
+    cpu::RopeAngles(pos0 + t, hp_.n_rot, hp_.rope_freq_base, rope_cos_.floats() + t * half,
+                    rope_sin_.floats() + t * half);
+  }
+}
+
+void CpuAttentionBlock::Forward(int layer, const CpuKvLayer& kv, int n, int pos0) {
+  const AttentionWeights& w = layers_[static_cast<size_t>(layer)].attn;
+  const Norms& norms = norms_[static_cast<size_t>(layer)];
+  const int64_t n_embd = hp_.n_embd;
+  const int head_dim = hp_.head_dim;
+  const int64_t q_dim = static_cast<int64_t>(hp_.n_head) * head_dim;
+  const int64_t kv_dim = static_cast<int64_t>(hp_.n_head_kv) * head_dim;
+  MOETIER_CPU_CHECK(pos0 + n <= max_ctx_, "attention past the context");
+  batch_.NormRows(0, n, norms.attn_norm.data(), hp_.rms_eps);
+
+  // q, k and v read the same normed input: it is prepared once per format.
+  const WeightRef* mats[3] = {&w.q, &w.k, &w.v};
+  float* outs[3] = {q_.floats(), k_.floats(), v_.floats()};
+  MatJob* jobs = runner_.jobs();
+  for (int i = 0; i < 3; ++i) {
+    const WeightRef& m = *mats[i];
+    jobs[i] = MakeMatJob(m, m.data, batch_.PrepareInput(n, m.type), n, outs[i]);
+  }
+  runner_.Run(jobs, 3, CpuPhase::kDenseMatmul);
+
+  // The q/k norm, then rope, then into the cache.
+  const int half = hp_.n_rot / 2;
+  const int64_t kv_head_stride = static_cast<int64_t>(kv.k.size() / sizeof(float)) / hp_.n_head_kv;
+  float* kc = kv.k.floats();
+  float* vc = kv.v.floats();
+  for (int t = 0; t < n; ++t) {
+    float* qt = q_.floats() + t * q_dim;
+    float* kt = k_.floats() + t * kv_dim;
+    switch (hp_.qk_norm) {
+      case QkNorm::kNone:
+        break;
+      case QkNorm::kPerHead:
+        cpu::RmsNormHeads(qt, norms.q_norm.data(), hp_.n_head, head_dim, hp_.rms_eps);
+        cpu::RmsNormHeads(kt, norms.k_norm.data(), hp_.n_head_kv, head_dim, hp_.rms_eps);
+        break;
+      case QkNorm::kWhole:
+        cpu::RmsNorm(qt, norms.q_norm.data(), q_dim, hp_.rms_eps, qt);
+        cpu::RmsNorm(kt, norms.k_norm.data(), kv_dim, hp_.rms_eps, kt);
+        break;
+    }
+    const float* c = rope_cos_.floats() + t * half;
+    const float* s = rope_sin_.floats() + t * half;
+    switch (hp_.rope_style) {
+      case RopeStyle::kNeox:
+        cpu::RopeNeox(qt, hp_.n_head, head_dim, hp_.n_rot, c, s);
+        cpu::RopeNeox(kt, hp_.n_head_kv, head_dim, hp_.n_rot, c, s);
+        break;
+      case RopeStyle::kNorm:
+        cpu::RopeAdjacentPairs(qt, hp_.n_head, head_dim, hp_.n_rot, c, s);
+        cpu::RopeAdjacentPairs(kt, hp_.n_head_kv, head_dim, hp_.n_rot, c, s);
+        break;
+    }
+    // Head-major cache: each KV head's rows are contiguous.
+    const float* vt = v_.floats() + t * kv_dim;
+    for (int g = 0; g < hp_.n_head_kv; ++g) {
+      const int64_t at = g * kv_head_stride + static_cast<int64_t>(pos0 + t) * head_dim;
+      std::memcpy(kc + at, kt + g * head_dim, head_dim * sizeof(float));
+      std::memcpy(vc + at, vt + g * head_dim, head_dim * sizeof(float));
+    }
+  }
+
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  // One task per token and KV head: the query heads sharing a KV head read
+  // its cached rows together.
+  const int n_head_kv = hp_.n_head_kv;
+  const int group = hp_.n_head / n_head_kv;
+  const int64_t scores_per_thread = static_cast<int64_t>(group) * max_ctx_;
+  auto attend = [&](int64_t task, int thread) {
+    const int t = static_cast<int>(task / n_head_kv);
+    const int g = static_cast<int>(task % n_head_kv);
+    cpu::AttentionHeads(q_.floats() + t * q_dim, kc, vc, kv_head_stride, head_dim, pos0 + t + 1,
+                        hp_.n_head, n_head_kv, head_dim, scale, g * group, (g + 1) * group,
+                        scores_.floats() + thread * scores_per_thread,
+                        attn_out_.floats() + t * q_dim);
+  };
+  // Cached values the batch reads, to decide whether splitting pays.
+  const double attn_start = CpuMatRunner::Now();
+  const int64_t attn_elems = static_cast<int64_t>(n) * (pos0 + n) * kv_dim;
+  if (attn_elems >= kMinParallelElems) {
+    runner_.pool().ParallelFor(static_cast<int64_t>(n) * n_head_kv, attend);
+  } else {
+    for (int64_t task = 0; task < static_cast<int64_t>(n) * n_head_kv; ++task) attend(task, 0);
+  }
+  runner_.AddPhaseTime(CpuPhase::kAttention, CpuMatRunner::Now() - attn_start);
+
+  const uint8_t* act = runner_.PrepareAct(act_attn_, attn_out_.floats(), n, q_dim, w.output.type);
+  float* sub = batch_.row_scratch();
+  jobs[0] = MakeMatJob(w.output, w.output.data, act, n, sub);
+  runner_.Run(jobs, 1, CpuPhase::kDenseMatmul);
+  float* x = batch_.x();
+  for (int64_t i = 0; i < n * n_embd; ++i) x[i] += sub[i];
+}
+
+}  // namespace moetier

@@ -1,0 +1,67 @@
+// Causal GQA softmax attention on the CPU, for every architecture whose
+// layers mix with MixerKind::kAttention: q/k/v projections from one
+// prepared input, the q/k norm the model asks for (none, per head, over the
+// whole projection), rope (NEOX or NORM pairs, over the first n_rot dims),
+// the KV cache of the sequence, attention, and the output projection added
+// into the residual stream.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "blocks/cpu/cpu_batch.h"
+#include "blocks/cpu/mat_runner.h"
+#include "model/model.h"
+
+namespace moetier {
+
+// One attention layer's KV cache for one sequence: [n_head_kv][capacity]
+// [head_dim] floats each (head-major, so that attention streams each KV
+// head's rows contiguously).
+struct CpuKvLayer {
+  AlignedBytes k, v;
+};
+
+class CpuAttentionBlock {
+ public:
+  // `layers` (the engine's weight table) and `batch` must outlive the
+  // block. Sized for sequences of up to max_ctx positions.
+  CpuAttentionBlock(const ModelHparams& hp, const std::vector<LayerWeights>& layers, int max_ctx,
+                    CpuBatch& batch);
+
+  // A KV cache for one sequence of `capacity` positions, for one layer.
+  CpuKvLayer NewKvLayer(int capacity) const;
+  uint64_t kv_bytes_per_token() const;  // every attention layer, K and V
+
+  // The rotary angles of the batch's positions pos0 .. pos0 + n - 1; once
+  // per batch, before its first Forward.
+  void BeginBatch(int n, int pos0);
+  // x += Attention(RMSNorm(x; attn_norm)) for the batch's n tokens at
+  // positions pos0..; their keys and values go into `kv` at those
+  // positions, and each attends to positions 0..its own.
+  void Forward(int layer, const CpuKvLayer& kv, int n, int pos0);
+
+  uint64_t allocated_bytes() const;
+
+ private:
+  struct Norms {
+    std::vector<float> attn_norm, q_norm, k_norm;
+  };
+
+  const ModelHparams& hp_;
+  const std::vector<LayerWeights>& layers_;
+  const int max_ctx_;
+  CpuBatch& batch_;
+  CpuMatRunner& runner_;
+  std::vector<Norms> norms_;  // decoded to f32 once, per layer
+
+  AlignedBytes q_;                    // [B][n_head * head_dim]
+  AlignedBytes k_;                    // [B][n_head_kv * head_dim]
+  AlignedBytes v_;                    // [B][n_head_kv * head_dim]
+  AlignedBytes attn_out_;             // [B][n_head * head_dim]
+  AlignedBytes rope_cos_, rope_sin_;  // [B][n_rot / 2]
+  AlignedBytes scores_;               // [n_threads][n_head / n_head_kv][max_ctx]
+  AlignedBytes act_attn_;             // prepared attn_out rows for the output projection
+};
+
+}  // namespace moetier

@@ -1,0 +1,85 @@
+// The MoE feed-forward block on the CPU, for every architecture with
+// FfnKind::kMoe layers: the router (softmax over all experts, top k,
+// renormalized or not as the model says), the routing hooks (trace
+// recording and replay), grouping the batch's tokens by expert, acquiring
+// the used experts from the expert source (the mapping, the daemon's
+// store, or an expert cache in front of either) in groups it can hold,
+// their SwiGLU over exactly their rows, the weighted sum into the residual
+// stream, and the next layer's predicted experts offered for prefetch.
+//
+// Each selected expert's weights are streamed once per layer per batch.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "blocks/cpu/cpu_batch.h"
+#include "blocks/cpu/expert_ffn.h"
+#include "blocks/cpu/mat_runner.h"
+#include "engine/expert_source.h"
+#include "engine/routing_hook.h"
+#include "model/model.h"
+
+namespace moetier {
+
+struct CpuMoeConfig {
+  // Null: the experts come from the model's weight table (the mapping).
+  ExpertWeightSource* expert_source = nullptr;
+  RoutingObserver* routing_observer = nullptr;
+  RoutingOverride* routing_override = nullptr;
+};
+
+class CpuMoeBlock {
+ public:
+  // `layers` (the engine's weight table), `batch` and the config's pointers
+  // must outlive the block.
+  CpuMoeBlock(const ModelHparams& hp, const std::vector<LayerWeights>& layers,
+              const CpuMoeConfig& config, CpuBatch& batch);
+
+  // x += MoE(RMSNorm(x; ffn_norm)) for the batch's n tokens at positions
+  // pos0..; errors come from the expert source or a routing hook.
+  absl::Status Forward(int layer, int n, int pos0);
+
+  uint64_t allocated_bytes() const;
+
+ private:
+  // `layer`'s router on the residual stream: its ffn-normed input in xn,
+  // probabilities in router_probs_, the top-k in topk_ids_ / topk_weights_.
+  void RouteTokens(int layer, int n);
+  absl::Status ApplyRoutingHooks(int layer, int n, int pos0);
+  // The matrices of used_experts_[first, first + count) into expert_rows_.
+  absl::Status AcquireExperts(int layer, int first, int count);
+  // Offers the expert source the experts `layer`'s router picks for the
+  // current hidden state.
+  absl::Status PrefetchNextLayer(int layer, int n);
+
+  const ModelHparams& hp_;
+  const std::vector<LayerWeights>& layers_;
+  const CpuMoeConfig config_;
+  CpuBatch& batch_;
+  CpuMatRunner& runner_;
+  std::vector<std::vector<float>> ffn_norm_;  // decoded to f32 once, per layer
+  std::vector<ExpertLayerShape> shapes_;      // per layer
+
+  // B = max_batch, K = n_expert_used.
+  AlignedBytes router_logits_;            // [B][n_expert]
+  AlignedBytes router_probs_;             // [B][n_expert]
+  std::vector<int32_t> topk_ids_;         // [B * K]
+  std::vector<float> topk_weights_;       // [B * K]
+  std::vector<int32_t> expert_count_;     // [n_expert]
+  std::vector<int32_t> expert_offset_;    // [n_expert + 1]
+  std::vector<int32_t> slot_token_;       // [B * K] token of each expert-grouped row
+  std::vector<int32_t> token_slot_;       // [B * K] grouped row of (token, j)
+  std::vector<int32_t> used_experts_;     // [n_expert] experts with rows, ascending
+  std::vector<int32_t> predicted_;        // [n_expert] next layer's predicted experts
+  std::vector<ExpertMatrices> expert_mats_;  // [n_expert] per used_experts_ entry
+  std::vector<ExpertRows> expert_rows_;   // [n_expert] one group's experts
+  AlignedBytes gate_out_;                 // [B * K][n_ff_exp]
+  AlignedBytes up_out_;                   // [B * K][n_ff_exp]
+  AlignedBytes down_out_;                 // [B * K][n_embd]
+  AlignedBytes act_gather_gate_, act_gather_up_;  // [B * K] prepared rows of n_embd
+  AlignedBytes act_ff_;                   // [B * K] prepared rows of n_ff_exp
+};
+
+}  // namespace moetier

@@ -1,0 +1,106 @@
+#include "blocks/cuda/attention_block.h"
+
+#include <cuda_runtime_api.h>
+
+#include <cmath>
+
+#include "absl/strings/str_format.h"
+#include "backend/cuda/cuda_kernels.h"
+#include "blocks/cuda/cuda_check.h"
+
+namespace moetier {
+
+CudaAttentionBlock::CudaAttentionBlock(const ModelHparams& hp, CudaContext& ctx,
+                                       const CudaBatch& batch)
+    : hp_(hp), ctx_(ctx), batch_(batch), layers_(static_cast<size_t>(hp.n_layer)) {}
+
+absl::Status CudaAttentionBlock::Allocate(int max_batch, int max_ctx) {
+  const uint64_t b = static_cast<uint64_t>(max_batch);
+  const uint64_t q_dim = static_cast<uint64_t>(hp_.n_head) * hp_.head_dim;
+  const uint64_t kv_dim = static_cast<uint64_t>(hp_.n_head_kv) * hp_.head_dim;
+  MOETIER_RETURN_IF_ERROR(ctx_.AllocBuffer(q_, b * q_dim, "activations (q)"));
+  MOETIER_RETURN_IF_ERROR(ctx_.AllocBuffer(k_, b * kv_dim, "activations (k)"));
+  MOETIER_RETURN_IF_ERROR(ctx_.AllocBuffer(v_, b * kv_dim, "activations (v)"));
+  MOETIER_RETURN_IF_ERROR(ctx_.AllocBuffer(attn_out_, b * q_dim, "activations (attention)"));
+  MOETIER_RETURN_IF_ERROR(
+      ctx_.AllocBuffer(positions_, static_cast<uint64_t>(max_ctx), "rope positions"));
+  std::vector<int32_t> positions(static_cast<size_t>(max_ctx));
+  for (size_t i = 0; i < positions.size(); ++i) positions[i] = static_cast<int32_t>(i);
+  return CudaCall(cudaMemcpy(positions_, positions.data(), positions.size() * sizeof(int32_t),
+                             cudaMemcpyHostToDevice),
+                  "copying rope positions to the device");
+}
+
+uint64_t CudaAttentionBlock::kv_bytes_per_token_per_layer() const {
+  return 2 * static_cast<uint64_t>(hp_.n_head_kv) * hp_.head_dim * sizeof(float);
+}
+
+absl::StatusOr<CudaKvLayer> CudaAttentionBlock::NewKvLayer(int capacity, int layer) {
+  const uint64_t elems = static_cast<uint64_t>(capacity) * hp_.n_head_kv * hp_.head_dim;
+  CudaKvLayer kv;
+  const std::string what =
+      absl::StrFormat("the KV cache of layer %d (%d tokens)", layer, capacity);
+  MOETIER_RETURN_IF_ERROR(ctx_.AllocBuffer(kv.k, elems, what));
+  MOETIER_RETURN_IF_ERROR(ctx_.AllocBuffer(kv.v, elems, what));
+  // Never read before written, but zeros keep a stray read finite.
+  MOETIER_RETURN_IF_ERROR(
+      CudaCall(cudaMemset(kv.k, 0, elems * sizeof(float)), "cudaMemset of the KV cache"));
+  MOETIER_RETURN_IF_ERROR(
+      CudaCall(cudaMemset(kv.v, 0, elems * sizeof(float)), "cudaMemset of the KV cache"));
+  kv.head_stride = static_cast<int64_t>(capacity) * hp_.head_dim;
+  return kv;
+}
+
+void CudaAttentionBlock::SetWeights(int layer, const CudaAttentionWeights& weights) {
+  layers_[static_cast<size_t>(layer)] = weights;
+}
+
+absl::Status CudaAttentionBlock::Forward(int layer, const CudaKvLayer& kv, int n, int pos0) {
+  const CudaAttentionWeights& l = layers_[static_cast<size_t>(layer)];
+  const cuda::CudaStream stream = ctx_.stream();
+  const int n_embd = hp_.n_embd;
+  const int head_dim = hp_.head_dim;
+  const int q_dim = hp_.n_head * head_dim;
+  const int kv_dim = hp_.n_head_kv * head_dim;
+  MOETIER_RETURN_IF_ERROR(
+      cuda::RmsNorm(batch_.x, l.attn_norm, n, n_embd, hp_.rms_eps, batch_.xn, stream));
+  MOETIER_RETURN_IF_ERROR(ctx_.MatMul(l.q, batch_.xn, n, q_));
+  MOETIER_RETURN_IF_ERROR(ctx_.MatMul(l.k, batch_.xn, n, k_));
+  MOETIER_RETURN_IF_ERROR(ctx_.MatMul(l.v, batch_.xn, n, v_));
+  // The q/k norm (in place), then rope.
+  switch (hp_.qk_norm) {
+    case QkNorm::kNone:
+      break;
+    case QkNorm::kPerHead:
+      MOETIER_RETURN_IF_ERROR(cuda::RmsNorm(q_, l.q_norm, static_cast<int64_t>(n) * hp_.n_head,
+                                            head_dim, hp_.rms_eps, q_, stream));
+      MOETIER_RETURN_IF_ERROR(cuda::RmsNorm(k_, l.k_norm,
+                                            static_cast<int64_t>(n) * hp_.n_head_kv, head_dim,
+                                            hp_.rms_eps, k_, stream));
+      break;
+    case QkNorm::kWhole:
+      MOETIER_RETURN_IF_ERROR(cuda::RmsNorm(q_, l.q_norm, n, q_dim, hp_.rms_eps, q_, stream));
+      MOETIER_RETURN_IF_ERROR(cuda::RmsNorm(k_, l.k_norm, n, kv_dim, hp_.rms_eps, k_, stream));
+      break;
+  }
+  const int32_t* positions = positions_ + pos0;
+  auto rope = hp_.rope_style == RopeStyle::kNeox ? &cuda::RopeNeox : &cuda::RopeAdjacentPairs;
+  MOETIER_RETURN_IF_ERROR(
+      rope(q_, positions, n, hp_.n_head, head_dim, hp_.n_rot, hp_.rope_freq_base, stream));
+  MOETIER_RETURN_IF_ERROR(
+      rope(k_, positions, n, hp_.n_head_kv, head_dim, hp_.n_rot, hp_.rope_freq_base, stream));
+  // Head-major cache: KV head g's row for position p at g * capacity *
+  // head_dim + p * head_dim.
+  MOETIER_RETURN_IF_ERROR(cuda::StoreKv(k_, n, hp_.n_head_kv, head_dim, kv.k, TensorType::kF32,
+                                        kv.head_stride, head_dim, pos0, stream));
+  MOETIER_RETURN_IF_ERROR(cuda::StoreKv(v_, n, hp_.n_head_kv, head_dim, kv.v, TensorType::kF32,
+                                        kv.head_stride, head_dim, pos0, stream));
+  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  MOETIER_RETURN_IF_ERROR(cuda::Attention(q_, kv.k, kv.v, TensorType::kF32, kv.head_stride,
+                                          head_dim, n, pos0, hp_.n_head, hp_.n_head_kv, head_dim,
+                                          scale, attn_out_, stream));
+  MOETIER_RETURN_IF_ERROR(ctx_.MatMul(l.output, attn_out_, n, batch_.sub_out));
+  return cuda::AddInPlace(batch_.x, batch_.sub_out, static_cast<int64_t>(n) * n_embd, stream);
+}
+
+}  // namespace moetier

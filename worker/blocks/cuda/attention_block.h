@@ -1,0 +1,70 @@
+// Causal GQA softmax attention on one GPU, for every architecture whose
+// layers mix with MixerKind::kAttention: the q/k/v projections, the q/k
+// norm the model asks for (none, per head, over the whole projection), rope
+// (NEOX or NORM pairs over the first n_rot dims), the sequence's KV cache
+// (fp32, head-major like the CPU engine's), attention and the output
+// projection added into the residual stream.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "blocks/cuda/cuda_context.h"
+#include "model/model.h"
+
+namespace moetier {
+
+// The batch's residual stream and sublayer buffers on the device, shared by
+// the blocks ([max_batch][n_embd] floats each).
+struct CudaBatch {
+  float* x = nullptr;        // residual stream
+  float* xn = nullptr;       // normed sublayer input
+  float* sub_out = nullptr;  // a block's output before the residual add
+};
+
+// One attention layer's weights on the device (norms decoded to fp32).
+struct CudaAttentionWeights {
+  float* attn_norm = nullptr;
+  float* q_norm = nullptr;  // null without a q/k norm
+  float* k_norm = nullptr;
+  DeviceMatrix q, k, v, output;
+};
+
+// One layer of one sequence's KV cache: [n_head_kv][capacity][head_dim].
+struct CudaKvLayer {
+  float* k = nullptr;
+  float* v = nullptr;
+  int64_t head_stride = 0;  // capacity * head_dim
+};
+
+class CudaAttentionBlock {
+ public:
+  // `hp`, `ctx` and `batch` must outlive the block.
+  CudaAttentionBlock(const ModelHparams& hp, CudaContext& ctx, const CudaBatch& batch);
+
+  // Its activations for batches of up to max_batch tokens and the rope
+  // positions 0 .. max_ctx - 1.
+  absl::Status Allocate(int max_batch, int max_ctx);
+  // A KV cache layer of `capacity` positions, zeroed.
+  absl::StatusOr<CudaKvLayer> NewKvLayer(int capacity, int layer);
+  uint64_t kv_bytes_per_token_per_layer() const;
+  void SetWeights(int layer, const CudaAttentionWeights& weights);
+
+  // x += Attention(RMSNorm(x; attn_norm)) for the batch's n tokens at
+  // positions pos0..; their keys and values go into `kv`.
+  absl::Status Forward(int layer, const CudaKvLayer& kv, int n, int pos0);
+
+ private:
+  const ModelHparams& hp_;
+  CudaContext& ctx_;
+  const CudaBatch& batch_;
+  std::vector<CudaAttentionWeights> layers_;
+  int32_t* positions_ = nullptr;  // [max_ctx]: 0, 1, 2, ... (rope positions)
+  float* q_ = nullptr;            // [B][n_head * head_dim]
+  float* k_ = nullptr;            // [B][n_head_kv * head_dim]
+  float* v_ = nullptr;            // [B][n_head_kv * head_dim]
+  float* attn_out_ = nullptr;     // [B][n_head * head_dim]
+};
+
+}  // namespace moetier

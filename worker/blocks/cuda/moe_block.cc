@@ -1,0 +1,481 @@
+#include "blocks/cuda/moe_block.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_format.h"
+#include "backend/cpu/cpu_ops.h"
+#include "backend/cuda/cuda_kernels.h"
+#include "base/check.h"
+#include "blocks/cuda/cuda_check.h"
+
+namespace moetier {
+
+CudaMoeBlock::CudaMoeBlock(const ModelHparams& hp, const RoutedExpertShapes& experts,
+                           CudaContext& ctx, const CudaBatch& batch, CudaMoeConfig config)
+    : hp_(hp),
+      experts_(experts),
+      ctx_(ctx),
+      batch_(batch),
+      config_(std::move(config)),
+      layers_(static_cast<size_t>(hp.n_layer)) {
+  MOETIER_CHECK((config_.device_experts == nullptr) != (config_.expert_source == nullptr));
+  expert_count_.assign(static_cast<size_t>(hp_.n_expert), 0);
+  expert_offset_.assign(static_cast<size_t>(hp_.n_expert) + 1, 0);
+}
+
+CudaMoeBlock::~CudaMoeBlock() {
+  cudaSetDevice(ctx_.device());
+  if (ctx_.stream() != nullptr) cudaStreamSynchronize(static_cast<cudaStream_t>(ctx_.stream()));
+  cache_.reset();  // waits for its copies, releases the source, frees the pool
+  if (host_rows_ready_ != nullptr) cudaEventDestroy(static_cast<cudaEvent_t>(host_rows_ready_));
+  cudaGetLastError();
+}
+
+void CudaMoeBlock::SetWeights(int layer, const CudaMoeWeights& weights) {
+  layers_[static_cast<size_t>(layer)] = weights;
+}
+
+absl::Status CudaMoeBlock::Allocate() {
+  const uint64_t b = static_cast<uint64_t>(config_.max_batch);
+  const uint64_t bk = b * static_cast<uint64_t>(hp_.n_expert_used);
+  const uint64_t n_embd = static_cast<uint64_t>(hp_.n_embd);
+  const uint64_t n_ff = static_cast<uint64_t>(hp_.n_ff_exp);
+  const uint64_t n_expert = static_cast<uint64_t>(hp_.n_expert);
+  MOETIER_RETURN_IF_ERROR(ctx_.AllocBuffer(router_logits_, b * n_expert, "router logits"));
+  MOETIER_RETURN_IF_ERROR(ctx_.AllocBuffer(router_probs_, b * n_expert, "router probabilities"));
+  MOETIER_RETURN_IF_ERROR(ctx_.AllocBuffer(topk_ids_, bk, "router choices"));
+  MOETIER_RETURN_IF_ERROR(ctx_.AllocBuffer(topk_weights_, bk, "router weights"));
+  MOETIER_RETURN_IF_ERROR(ctx_.AllocBuffer(slot_rows_, 2 * bk, "expert row maps"));
+  MOETIER_RETURN_IF_ERROR(ctx_.AllocBuffer(expert_in_, bk * n_embd, "expert inputs"));
+  MOETIER_RETURN_IF_ERROR(ctx_.AllocBuffer(gate_out_, bk * n_ff, "expert gate outputs"));
+  MOETIER_RETURN_IF_ERROR(ctx_.AllocBuffer(up_out_, bk * n_ff, "expert up outputs"));
+  MOETIER_RETURN_IF_ERROR(ctx_.AllocBuffer(down_out_, bk * n_embd, "expert outputs"));
+  const CudaExpertCacheConfig& cache_config = config_.expert_cache;
+  const bool may_predict = config_.expert_source != nullptr && cache_config.prefetch &&
+                           cache_config.static_host_layers < 0 && hp_.n_layer > 1;
+  // The next layer's router for decode batches (prefetch).
+  const uint64_t pred_rows =
+      static_cast<uint64_t>(std::min(config_.max_batch, kCudaPrefetchMaxTokens));
+  const uint64_t pk = may_predict ? pred_rows * static_cast<uint64_t>(hp_.n_expert_used) : 0;
+  if (may_predict) {
+    MOETIER_RETURN_IF_ERROR(ctx_.AllocBuffer(pred_xn_, pred_rows * n_embd, "predicted router input"));
+    MOETIER_RETURN_IF_ERROR(
+        ctx_.AllocBuffer(pred_logits_, pred_rows * n_expert, "predicted router logits"));
+    MOETIER_RETURN_IF_ERROR(
+        ctx_.AllocBuffer(pred_probs_, pred_rows * n_expert, "predicted router probabilities"));
+    MOETIER_RETURN_IF_ERROR(ctx_.AllocBuffer(pred_ids_, pk, "predicted router choices"));
+    MOETIER_RETURN_IF_ERROR(ctx_.AllocBuffer(pred_weights_, pk, "predicted router weights"));
+  }
+  MOETIER_RETURN_IF_ERROR(ctx_.AllocPinned(host_topk_ids_, bk, "router choices"));
+  MOETIER_RETURN_IF_ERROR(ctx_.AllocPinned(host_slot_rows_, 2 * bk, "expert row maps"));
+  MOETIER_RETURN_IF_ERROR(ctx_.AllocPinned(host_pred_ids_, pk, "predicted router choices"));
+  const bool any_hook = config_.routing_observer != nullptr || config_.routing_override != nullptr;
+  MOETIER_RETURN_IF_ERROR(
+      ctx_.AllocPinned(host_topk_weights_, any_hook ? bk : 0, "routing weights"));
+  MOETIER_RETURN_IF_ERROR(ctx_.AllocPinned(
+      host_router_probs_, config_.routing_override != nullptr ? b * n_expert : 0,
+      "router probabilities"));
+  return absl::OkStatus();
+}
+
+absl::Status CudaMoeBlock::CreateExpertCache() {
+  if (config_.expert_source == nullptr) return absl::OkStatus();
+  absl::StatusOr<std::unique_ptr<CudaExpertCache>> cache =
+      CudaExpertCache::Create(experts_, *config_.expert_source, config_.expert_cache,
+                              config_.dma_ranges, config_.max_batch, ctx_.stream());
+  if (!cache.ok()) return cache.status();
+  cache_ = *std::move(cache);
+  cudaEvent_t ready = nullptr;
+  MOETIER_RETURN_IF_ERROR(CudaCall(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming),
+                                   "cudaEventCreate"));
+  host_rows_ready_ = ready;
+  const size_t n_expert = static_cast<size_t>(hp_.n_expert);
+  group_ids_.assign(n_expert, 0);
+  group_rows_.assign(n_expert, 0);
+  placements_.assign(n_expert, {});
+  need_ids_.assign(n_expert, 0);
+  need_index_.assign(n_expert, 0);
+  need_mats_.assign(n_expert, {});
+  fill_jobs_.assign(n_expert, {});
+  prefetch_fills_.assign(n_expert, {});
+  predicted_.assign(n_expert, 0);
+  return absl::OkStatus();
+}
+
+absl::Status CudaMoeBlock::FinishBatch() {
+  return cache_ != nullptr ? cache_->FinishHold() : absl::OkStatus();
+}
+
+absl::StatusOr<uint64_t> CudaMoeBlock::ResizeExpertCache(uint64_t pool_bytes) {
+  if (cache_ == nullptr) {
+    return absl::FailedPreconditionError(
+        "this CUDA worker holds every expert in device memory and has no expert cache to resize");
+  }
+  MOETIER_RETURN_IF_ERROR(ctx_.MakeCurrent());
+  return cache_->Resize(pool_bytes, ctx_.stream());
+}
+
+absl::Status CudaMoeBlock::RouteAndGroup(int layer, int n, int pos0, bool predict) {
+  const CudaMoeWeights& l = layers_[static_cast<size_t>(layer)];
+  const int n_embd = hp_.n_embd;
+  const int n_expert = hp_.n_expert;
+  const int top_k = hp_.n_expert_used;
+  const int n_slots = n * top_k;
+  auto* stream = static_cast<cudaStream_t>(ctx_.stream());
+
+  // Router: softmax over all experts, top-k, renormalized (as the reference).
+  MOETIER_RETURN_IF_ERROR(cuda::RmsNorm(batch_.x, l.ffn_norm, n, n_embd, hp_.rms_eps, batch_.xn, ctx_.stream()));
+  MOETIER_RETURN_IF_ERROR(ctx_.MatMul(l.router, batch_.xn, n, router_logits_));
+  MOETIER_RETURN_IF_ERROR(cuda::RouterTopK(router_logits_, n, n_expert, top_k,
+                                           hp_.router.renormalize, router_probs_, topk_ids_, topk_weights_, ctx_.stream()));
+  MOETIER_RETURN_IF_ERROR(CudaCall(
+      cudaMemcpyAsync(host_topk_ids_, topk_ids_, static_cast<size_t>(n_slots) * sizeof(int32_t),
+                      cudaMemcpyDeviceToHost, stream),
+      "copying the router's choice to the host"));
+  const bool hooks = config_.routing_override != nullptr || config_.routing_observer != nullptr;
+  if (config_.routing_override != nullptr) {
+    // The override's weights come from the router's probabilities.
+    MOETIER_RETURN_IF_ERROR(CudaCall(
+        cudaMemcpyAsync(host_router_probs_, router_probs_,
+                        static_cast<size_t>(n) * n_expert * sizeof(float), cudaMemcpyDeviceToHost,
+                        stream),
+        "copying the router's probabilities to the host"));
+  } else if (hooks) {
+    MOETIER_RETURN_IF_ERROR(CudaCall(
+        cudaMemcpyAsync(host_topk_weights_, topk_weights_,
+                        static_cast<size_t>(n_slots) * sizeof(float), cudaMemcpyDeviceToHost,
+                        stream),
+        "copying the router's weights to the host"));
+  }
+  if (predict) {
+    // The next layer's router on the same hidden state: its choice is
+    // usually close to the one that layer will make, early enough to start
+    // the copies during this layer's experts. A routing override is not
+    // asked (it answers once per layer, when the layer runs), so while a
+    // trace is replayed this predicts the router, not the trace.
+    const CudaMoeWeights& next = layers_[static_cast<size_t>(layer) + 1];
+    MOETIER_RETURN_IF_ERROR(
+        cuda::RmsNorm(batch_.x, next.ffn_norm, n, n_embd, hp_.rms_eps, pred_xn_, ctx_.stream()));
+    MOETIER_RETURN_IF_ERROR(ctx_.MatMul(next.router, pred_xn_, n, pred_logits_));
+    MOETIER_RETURN_IF_ERROR(cuda::RouterTopK(pred_logits_, n, n_expert, top_k, hp_.router.renormalize, pred_probs_,
+                                             pred_ids_, pred_weights_, ctx_.stream()));
+    MOETIER_RETURN_IF_ERROR(CudaCall(
+        cudaMemcpyAsync(host_pred_ids_, pred_ids_, static_cast<size_t>(n_slots) * sizeof(int32_t),
+                        cudaMemcpyDeviceToHost, stream),
+        "copying the predicted choice to the host"));
+  }
+  MOETIER_RETURN_IF_ERROR(ctx_.Sync("the router"));
+  for (int i = 0; i < n_slots; ++i) {
+    const int32_t e = host_topk_ids_[i];
+    if (e < 0 || e >= n_expert) {
+      // RouterTopK gives -1 only when the probabilities are NaN.
+      return absl::InternalError(absl::StrFormat(
+          "layer %d: the router chose expert %d for token %d of the batch (non-finite "
+          "activations?)",
+          layer, e, i / top_k));
+    }
+  }
+  // An override's ids are checked there: from here every id is a valid
+  // expert.
+  if (hooks) MOETIER_RETURN_IF_ERROR(ApplyRoutingHooks(layer, n, pos0));
+
+  // Group the (token, choice) pairs by expert, experts ascending. From here
+  // until the next layer's Sync the device may still read host_slot_rows_
+  // (the copy below), and nothing on the host writes it before that Sync.
+  std::fill(expert_count_.begin(), expert_count_.end(), 0);
+  for (int i = 0; i < n_slots; ++i) ++expert_count_[static_cast<size_t>(host_topk_ids_[i])];
+  expert_offset_[0] = 0;
+  for (int e = 0; e < n_expert; ++e) {
+    expert_offset_[static_cast<size_t>(e) + 1] =
+        expert_offset_[static_cast<size_t>(e)] + expert_count_[static_cast<size_t>(e)];
+  }
+  std::fill(expert_count_.begin(), expert_count_.end(), 0);
+  // host_slot_rows_[slot] is the token of grouped row `slot`;
+  // host_slot_rows_[n_slots + t * top_k + j] the grouped row of (t, j).
+  int32_t* slot_token = host_slot_rows_;
+  int32_t* token_slot = host_slot_rows_ + n_slots;
+  for (int t = 0; t < n; ++t) {
+    for (int j = 0; j < top_k; ++j) {
+      const int e = host_topk_ids_[t * top_k + j];
+      const size_t ue = static_cast<size_t>(e);
+      const int slot = expert_offset_[ue] + expert_count_[ue]++;
+      slot_token[slot] = t;
+      token_slot[t * top_k + j] = slot;
+    }
+  }
+  MOETIER_RETURN_IF_ERROR(CudaCall(
+      cudaMemcpyAsync(slot_rows_, host_slot_rows_,
+                      2 * static_cast<size_t>(n_slots) * sizeof(int32_t), cudaMemcpyHostToDevice,
+                      stream),
+      "copying the expert row maps to the device"));
+  return cuda::GatherRows(batch_.xn, slot_rows_, n_slots, n_embd, expert_in_, ctx_.stream());
+}
+
+absl::Status CudaMoeBlock::ApplyRoutingHooks(int layer, int n, int pos0) {
+  const int n_expert = hp_.n_expert;
+  const int top_k = hp_.n_expert_used;
+  const size_t n_choices = static_cast<size_t>(n) * top_k;
+  auto* stream = static_cast<cudaStream_t>(ctx_.stream());
+  RoutingBatch batch{.layer = layer,
+                     .n_layer = hp_.n_layer,
+                     .n_expert = n_expert,
+                     .top_k = top_k,
+                     .pos0 = pos0,
+                     .n_tokens = n,
+                     .experts = {},
+                     .weights = {}};
+  if (RoutingOverride* override = config_.routing_override; override != nullptr) {
+    const std::span<int32_t> ids(host_topk_ids_, n_choices);
+    MOETIER_RETURN_IF_ERROR(override->Override(batch, ids));
+    MOETIER_RETURN_IF_ERROR(CheckOverriddenExperts(batch, ids));
+    // The router's probabilities of the chosen experts, weighted in
+    // RouterTopK's order and precision (IEEE fp32 on both sides), so that
+    // the router's own choice gets its own weights bit for bit.
+    for (int t = 0; t < n; ++t) {
+      cpu::RouterWeightsOf(host_router_probs_ + static_cast<size_t>(t) * n_expert,
+                           ids.data() + static_cast<size_t>(t) * top_k, top_k,
+                           hp_.router.renormalize,
+                           host_topk_weights_ + static_cast<size_t>(t) * top_k);
+    }
+    // On the stream before anything that reads them (the combine reads the
+    // weights). The host writes these pinned buffers again only after the
+    // next layer's Sync, by when both copies are done.
+    MOETIER_RETURN_IF_ERROR(CudaCall(
+        cudaMemcpyAsync(topk_ids_, host_topk_ids_, n_choices * sizeof(int32_t),
+                        cudaMemcpyHostToDevice, stream),
+        "copying the overridden choice to the device"));
+    MOETIER_RETURN_IF_ERROR(CudaCall(
+        cudaMemcpyAsync(topk_weights_, host_topk_weights_, n_choices * sizeof(float),
+                        cudaMemcpyHostToDevice, stream),
+        "copying the overridden weights to the device"));
+  }
+  if (RoutingObserver* observer = config_.routing_observer; observer != nullptr) {
+    batch.experts = std::span<const int32_t>(host_topk_ids_, n_choices);
+    batch.weights = std::span<const float>(host_topk_weights_, n_choices);
+    MOETIER_RETURN_IF_ERROR(observer->OnRouting(batch));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaMoeBlock::LaunchExpert(int layer, const void* gate_w, const void* up_w,
+                                        const void* down_w, int64_t off, int64_t count) {
+  const CudaMoeWeights& l = layers_[static_cast<size_t>(layer)];
+  const int64_t n_embd = hp_.n_embd;
+  const int64_t n_ff = hp_.n_ff_exp;
+  const DeviceMatrix gate{l.gate_type, n_ff, n_embd, gate_w};
+  const DeviceMatrix up{l.up_type, n_ff, n_embd, up_w};
+  const DeviceMatrix down{l.down_type, n_embd, n_ff, down_w};
+  float* g = gate_out_ + off * n_ff;
+  float* u = up_out_ + off * n_ff;
+  MOETIER_RETURN_IF_ERROR(ctx_.MatMul(gate, expert_in_ + off * n_embd, count, g));
+  MOETIER_RETURN_IF_ERROR(ctx_.MatMul(up, expert_in_ + off * n_embd, count, u));
+  MOETIER_RETURN_IF_ERROR(cuda::SiluMul(g, u, count * n_ff, g, ctx_.stream()));
+  return ctx_.MatMul(down, g, count, down_out_ + off * n_embd);
+}
+
+absl::Status CudaMoeBlock::Forward(int layer, int n, int pos0) {
+  const int n_expert = hp_.n_expert;
+  const int top_k = hp_.n_expert_used;
+  const bool predict = cache_ != nullptr && cache_->predicts() && n <= kCudaPrefetchMaxTokens &&
+                       layer + 1 < hp_.n_layer;
+  MOETIER_RETURN_IF_ERROR(RouteAndGroup(layer, n, pos0, predict));
+  if (cache_ != nullptr) {
+    MOETIER_RETURN_IF_ERROR(CachedExperts(layer, n));
+  } else {
+    // Each used expert's rows are contiguous in expert order: gate and up
+    // products, SiLU·mul, down product, all enqueued before the next
+    // expert's pointers are asked for (DeviceExperts' contract).
+    for (int e = 0; e < n_expert; ++e) {
+      const int64_t off = expert_offset_[static_cast<size_t>(e)];
+      const int64_t count = expert_offset_[static_cast<size_t>(e) + 1] - off;
+      if (count == 0) continue;
+      absl::StatusOr<DeviceExpertMatrices> mats = config_.device_experts->ExpertPointers(layer, e, ctx_.stream());
+      if (!mats.ok()) return mats.status();
+      MOETIER_RETURN_IF_ERROR(LaunchExpert(layer, mats->gate, mats->up, mats->down, off, count));
+    }
+  }
+  // Weighted sum in the choice's order j = 0..k-1 (the router's, or the
+  // override's with the weights ApplyRoutingHooks copied down before any
+  // kernel of this block), then the residual.
+  MOETIER_RETURN_IF_ERROR(cuda::MoeCombine(down_out_, slot_rows_ + n * top_k, topk_weights_, n,
+                                           top_k, hp_.n_embd, batch_.x, ctx_.stream()));
+  // The combine is enqueued first: the prefetch copies then overlap it and
+  // the next layer's attention.
+  if (predict) MOETIER_RETURN_IF_ERROR(PrefetchNext(layer, n));
+  return absl::OkStatus();
+}
+
+absl::Status CudaMoeBlock::CachedExperts(int layer, int n) {
+  const int n_expert = hp_.n_expert;
+  cache_->slots().Route(static_cast<uint32_t>(layer),
+                        std::span<const int32_t>(host_topk_ids_,
+                                                 static_cast<size_t>(n) * hp_.n_expert_used));
+  // The layer's used experts, ascending, in groups that fit the cache.
+  const size_t max_group = static_cast<size_t>(cache_->max_group());
+  size_t count = 0;
+  for (int e = 0; e < n_expert; ++e) {
+    const int32_t rows = expert_offset_[static_cast<size_t>(e) + 1] -
+                         expert_offset_[static_cast<size_t>(e)];
+    if (rows == 0) continue;
+    group_ids_[count] = e;
+    group_rows_[count] = static_cast<uint32_t>(rows);
+    if (++count == max_group) {
+      MOETIER_RETURN_IF_ERROR(CachedGroup(layer, count));
+      count = 0;
+    }
+  }
+  if (count > 0) MOETIER_RETURN_IF_ERROR(CachedGroup(layer, count));
+  return absl::OkStatus();
+}
+
+absl::Status CudaMoeBlock::CachedGroup(int layer, size_t count) {
+  ExpertSlotCache& cache = cache_->slots();
+  const uint32_t ulayer = static_cast<uint32_t>(layer);
+  const std::span<const int32_t> ids(group_ids_.data(), count);
+  cache.Place(ulayer, ids, std::span<const uint32_t>(group_rows_.data(), count), placements_);
+  // Until Release the placed slots are pinned; on any failure the group's
+  // fills are forgotten, so that no slot is believed to hold an expert its
+  // copy may not have written.
+  auto abandon = [&](absl::Status status) {
+    cache.Release(ulayer);
+    for (size_t i = 0; i < count; ++i) {
+      const uint32_t e = static_cast<uint32_t>(ids[i]);
+      if (placements_[i].fill && cache.Resident(ulayer, e)) cache.Discard(ulayer, e);
+    }
+    return status;
+  };
+  size_t n_need = 0;  // host copies: fills and host-computed experts
+  for (size_t i = 0; i < count; ++i) {
+    if (placements_[i].site == ExpertSite::kHost || placements_[i].fill) {
+      need_ids_[n_need] = ids[i];
+      need_index_[n_need] = static_cast<int32_t>(i);
+      ++n_need;
+    }
+  }
+  if (n_need > 0) {
+    absl::Status s = cache_->Acquire(layer, std::span<const int32_t>(need_ids_.data(), n_need),
+                                     std::span<ExpertMatrices>(need_mats_.data(), n_need));
+    if (!s.ok()) return abandon(std::move(s));
+  }
+  absl::Status s = CachedGroupWork(layer, count, n_need);
+  if (!s.ok()) return abandon(std::move(s));
+  cache.Release(ulayer);
+  return absl::OkStatus();
+}
+
+absl::Status CudaMoeBlock::CachedGroupWork(int layer, size_t count, size_t n_need) {
+  const int64_t n_embd = hp_.n_embd;
+  auto* stream = static_cast<cudaStream_t>(ctx_.stream());
+  auto rows_of = [&](int32_t e, int64_t* off) {
+    *off = expert_offset_[static_cast<size_t>(e)];
+    return expert_offset_[static_cast<size_t>(e) + 1] - *off;
+  };
+  // 1. The host experts' gathered rows go down first, so the host does not
+  //    wait for the slot experts' kernels before computing.
+  bool any_host = false;
+  for (size_t j = 0; j < n_need; ++j) {
+    const ExpertPlacement& p = placements_[static_cast<size_t>(need_index_[j])];
+    if (p.site != ExpertSite::kHost) continue;
+    int64_t off = 0;
+    const int64_t rows = rows_of(need_ids_[j], &off);
+    MOETIER_RETURN_IF_ERROR(CudaCall(
+        cudaMemcpyAsync(cache_->host_in() + off * n_embd, expert_in_ + off * n_embd,
+                        static_cast<size_t>(rows * n_embd) * sizeof(float),
+                        cudaMemcpyDeviceToHost, stream),
+        "copying expert inputs to the host"));
+    any_host = true;
+  }
+  if (any_host) {
+    MOETIER_RETURN_IF_ERROR(CudaCall(
+        cudaEventRecord(static_cast<cudaEvent_t>(host_rows_ready_), stream), "cudaEventRecord"));
+  }
+  // 2. The fills, on the copy stream.
+  size_t n_fill = 0;
+  for (size_t j = 0; j < n_need; ++j) {
+    const ExpertPlacement& p = placements_[static_cast<size_t>(need_index_[j])];
+    if (p.fill) fill_jobs_[n_fill++] = {p.slot, need_mats_[j]};
+  }
+  MOETIER_RETURN_IF_ERROR(
+      cache_->EnqueueFills(layer, std::span<const SlotFillJob>(fill_jobs_.data(), n_fill)));
+  // 3. The slot experts on the device, each after its slot's fill, and each
+  //    slot's last read recorded after its kernels.
+  for (size_t i = 0; i < count; ++i) {
+    const ExpertPlacement& p = placements_[i];
+    if (p.site != ExpertSite::kSlot) continue;
+    int64_t off = 0;
+    const int64_t rows = rows_of(group_ids_[i], &off);
+    MOETIER_RETURN_IF_ERROR(cache_->WaitFilled(p.slot, ctx_.stream()));
+    const SlotExpertPointers w = cache_->SlotPointers(layer, p.slot);
+    MOETIER_RETURN_IF_ERROR(LaunchExpert(layer, w.gate, w.up, w.down, off, rows));
+    MOETIER_RETURN_IF_ERROR(cache_->MarkRead(p.slot, ctx_.stream()));
+  }
+  // 4. The host experts, while the device runs the slot experts; their
+  //    outputs go up into their rows of down_out_ before the combine.
+  if (!any_host) return absl::OkStatus();
+  MOETIER_RETURN_IF_ERROR(
+      CudaCall(cudaEventSynchronize(static_cast<cudaEvent_t>(host_rows_ready_)),
+               "waiting for expert inputs on the host"));
+  for (size_t j = 0; j < n_need; ++j) {
+    const ExpertPlacement& p = placements_[static_cast<size_t>(need_index_[j])];
+    if (p.site != ExpertSite::kHost) continue;
+    int64_t off = 0;
+    const int64_t rows = rows_of(need_ids_[j], &off);
+    cache_->ComputeOnHost(layer, need_mats_[j], off, static_cast<int>(rows));
+    MOETIER_RETURN_IF_ERROR(CudaCall(
+        cudaMemcpyAsync(down_out_ + off * n_embd, cache_->host_out() + off * n_embd,
+                        static_cast<size_t>(rows * n_embd) * sizeof(float),
+                        cudaMemcpyHostToDevice, stream),
+        "copying host-computed expert outputs to the device"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaMoeBlock::PrefetchNext(int layer, int n) {
+  const int next = layer + 1;
+  const int n_expert = hp_.n_expert;
+  // The predicted experts, distinct, in the predicted order.
+  std::fill(predicted_.begin(), predicted_.end(), 0);
+  size_t m = 0;
+  for (int i = 0; i < n * hp_.n_expert_used; ++i) {
+    const int32_t e = host_pred_ids_[i];
+    // A NaN prediction (-1) predicts nothing; the next router reports it.
+    if (e < 0 || e >= n_expert || predicted_[static_cast<size_t>(e)]) continue;
+    predicted_[static_cast<size_t>(e)] = 1;
+    group_ids_[m++] = e;
+  }
+  ExpertSlotCache& cache = cache_->slots();
+  const size_t n_fills = cache.Prefetch(static_cast<uint32_t>(next),
+                                        std::span<const int32_t>(group_ids_.data(), m),
+                                        prefetch_fills_);
+  const size_t group = static_cast<size_t>(config_.expert_source->max_experts_held());
+  for (size_t g0 = 0; g0 < n_fills; g0 += group) {
+    const size_t count = std::min(group, n_fills - g0);
+    for (size_t i = 0; i < count; ++i) {
+      need_ids_[i] = static_cast<int32_t>(prefetch_fills_[g0 + i].expert);
+    }
+    absl::Status s = cache_->Acquire(next, std::span<const int32_t>(need_ids_.data(), count),
+                                     std::span<ExpertMatrices>(need_mats_.data(), count));
+    if (s.ok()) {
+      for (size_t i = 0; i < count; ++i) {
+        fill_jobs_[i] = {prefetch_fills_[g0 + i].slot, need_mats_[i]};
+      }
+      s = cache_->EnqueueFills(next, std::span<const SlotFillJob>(fill_jobs_.data(), count));
+    }
+    if (!s.ok()) {
+      // This group's copies may be partial and the later ones never start;
+      // earlier groups' copies are whole.
+      for (size_t i = g0; i < n_fills; ++i) {
+        const SlotFill& f = prefetch_fills_[i];
+        if (cache.Resident(f.layer, f.expert)) cache.Discard(f.layer, f.expert);
+      }
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace moetier

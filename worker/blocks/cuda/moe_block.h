@@ -1,0 +1,179 @@
+// The MoE feed-forward block on one GPU, for every architecture with
+// FfnKind::kMoe layers: the router (softmax over all experts, top k,
+// renormalized or not as the model says), the routing hooks, grouping the
+// batch's tokens by expert on the host (one sync per layer, the only one),
+// each used expert's products on exactly its rows, and the weighted sum
+// into the residual stream.
+//
+// Where the experts are: every expert resident in device memory
+// (DeviceExperts), or a VRAM slot cache over host copies
+// (blocks/cuda/cuda_expert_cache.h): per layer and batch the block routes
+// the batch through the cache, places the used experts in groups, fills the
+// missing ones on a copy stream, computes slot experts on the device and
+// the misses the cache sends to the host on host cores at the same time,
+// and (decode) predicts the next layer's experts to prefetch them.
+//
+// Routing hooks act at the per-layer sync, on the host, exactly as in the
+// CPU block: the override's choice replaces the router's for everything
+// that follows, mixed with the router's probabilities of the chosen experts
+// weighted as the router weights its own choice; the observer sees the
+// choice used. The cache's prefetch still predicts from the next layer's
+// router, so while a trace is replayed it predicts the router, not the trace.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "blocks/cuda/attention_block.h"
+#include "blocks/cuda/cuda_context.h"
+#include "blocks/cuda/cuda_expert_cache.h"
+#include "cache/expert_slot_cache.h"
+#include "engine/expert_source.h"
+#include "engine/routing_hook.h"
+#include "model/model.h"
+
+namespace moetier {
+
+// Device pointers to one routed expert's matrices, each in the model file's
+// encoding and layout (`rows` rows of the tensor's row bytes, back to back).
+struct DeviceExpertMatrices {
+  const void* gate = nullptr;
+  const void* up = nullptr;
+  const void* down = nullptr;
+};
+
+// Where the block finds the routed experts' weights in device memory when
+// every used expert is computed on the device: the engine's upload of every
+// expert, or a caller's own, which may enqueue the copy of a missing expert
+// on `stream` and return its pointers.
+//
+// Contract: the block calls ExpertPointers once per used expert per layer
+// and batch, from one thread, and enqueues all of that expert's work (gate,
+// up, SiLU, down) on `stream` before asking for the next expert. The
+// pointers must stay valid for work enqueued on `stream` up to that next
+// call; since everything is in stream order, an implementation may reuse
+// the slot afterwards by enqueuing its next copy on the same stream.
+class DeviceExperts {
+ public:
+  virtual ~DeviceExperts() = default;
+  virtual absl::StatusOr<DeviceExpertMatrices> ExpertPointers(int layer, int expert,
+                                                              cuda::CudaStream stream) = 0;
+};
+
+// One MoE layer's dense weights on the device.
+struct CudaMoeWeights {
+  float* ffn_norm = nullptr;  // fp32
+  DeviceMatrix router;
+  TensorType gate_type = TensorType::kF32;
+  TensorType up_type = TensorType::kF32;
+  TensorType down_type = TensorType::kF32;
+};
+
+struct CudaMoeConfig {
+  int max_batch = 256;
+  // Exactly one of these: the experts in device memory, or host copies
+  // behind a VRAM slot cache. Not owned; must outlive the block.
+  DeviceExperts* device_experts = nullptr;
+  ExpertWeightSource* expert_source = nullptr;
+  CudaExpertCacheConfig expert_cache;
+  std::vector<HostMemoryRange> dma_ranges;  // registered for the cache's fills
+  RoutingObserver* routing_observer = nullptr;
+  RoutingOverride* routing_override = nullptr;
+};
+
+class CudaMoeBlock {
+ public:
+  // `hp`, `ctx`, `batch` and the config's pointers must outlive the block.
+  CudaMoeBlock(const ModelHparams& hp, const RoutedExpertShapes& experts, CudaContext& ctx,
+               const CudaBatch& batch, CudaMoeConfig config);
+  ~CudaMoeBlock();
+
+  // Its buffers (and pinned host exchange memory); the VRAM cache comes
+  // later, with CreateExpertCache, once every other allocation is made.
+  absl::Status Allocate();
+  // With an expert source: the cache, sized from the VRAM that is left.
+  absl::Status CreateExpertCache();
+  void SetWeights(int layer, const CudaMoeWeights& weights);
+
+  // x += MoE(RMSNorm(x; ffn_norm)) for the batch's n tokens at positions
+  // pos0.. . Errors come from the device, the expert source, a routing hook
+  // (or an override's id outside the model: Internal, naming layer, position
+  // and id), or a router that chose no valid expert.
+  absl::Status Forward(int layer, int n, int pos0);
+  // Ends the batch's last hold of the expert source (a prefetch's, or a
+  // group's whose copies nothing waited for), also after a failure.
+  absl::Status FinishBatch();
+
+  // The cache (null with resident experts).
+  const CudaExpertCache* expert_cache() const { return cache_.get(); }
+  // A new VRAM pool for the cache (between Forward calls).
+  absl::StatusOr<uint64_t> ResizeExpertCache(uint64_t pool_bytes);
+
+ private:
+  // The router's choice for the batch on the host (one sync), after the
+  // routing hooks, grouped by expert; with `predict`, also the next layer's
+  // predicted choice into host_pred_ids_.
+  absl::Status RouteAndGroup(int layer, int n, int pos0, bool predict);
+  absl::Status ApplyRoutingHooks(int layer, int n, int pos0);
+  // One expert's products on grouped rows [off, off + count).
+  absl::Status LaunchExpert(int layer, const void* gate, const void* up, const void* down,
+                            int64_t off, int64_t count);
+  absl::Status CachedExperts(int layer, int n);
+  absl::Status CachedGroup(int layer, size_t count);
+  absl::Status CachedGroupWork(int layer, size_t count, size_t n_need);
+  absl::Status PrefetchNext(int layer, int n);
+
+  const ModelHparams& hp_;
+  const RoutedExpertShapes experts_;
+  CudaContext& ctx_;
+  const CudaBatch& batch_;
+  const CudaMoeConfig config_;
+  std::vector<CudaMoeWeights> layers_;
+  std::unique_ptr<CudaExpertCache> cache_;
+
+  // Device buffers (B = max_batch, K = n_expert_used).
+  float* router_logits_ = nullptr;  // [B][n_expert]
+  float* router_probs_ = nullptr;   // [B][n_expert]
+  int32_t* topk_ids_ = nullptr;     // [B * K]
+  float* topk_weights_ = nullptr;   // [B * K]
+  int32_t* slot_rows_ = nullptr;    // [2][B * K]: slot -> token, then (token, j) -> slot
+  float* expert_in_ = nullptr;      // [B * K][n_embd] xn rows in expert order
+  float* gate_out_ = nullptr;       // [B * K][n_ff_exp]
+  float* up_out_ = nullptr;         // [B * K][n_ff_exp]
+  float* down_out_ = nullptr;       // [B * K][n_embd]
+
+  // Pinned host memory for the per-layer exchange with the device.
+  int32_t* host_topk_ids_ = nullptr;   // [B * K]
+  int32_t* host_slot_rows_ = nullptr;  // [2][B * K], as slot_rows_
+  // Routing hooks only: the choice's weights (with either hook) and the
+  // router's probabilities (with an override).
+  float* host_topk_weights_ = nullptr;  // [B * K]
+  float* host_router_probs_ = nullptr;  // [B][n_expert]
+  std::vector<int32_t> expert_count_;   // [n_expert]
+  std::vector<int32_t> expert_offset_;  // [n_expert + 1]
+
+  // The next layer's predicted choice (prefetch; kCudaPrefetchMaxTokens rows).
+  float* pred_xn_ = nullptr;          // [P][n_embd]
+  float* pred_logits_ = nullptr;      // [P][n_expert]
+  float* pred_probs_ = nullptr;       // [P][n_expert]
+  int32_t* pred_ids_ = nullptr;       // [P * K]
+  float* pred_weights_ = nullptr;     // [P * K]
+  int32_t* host_pred_ids_ = nullptr;  // [P * K], pinned
+  void* host_rows_ready_ = nullptr;   // cudaEvent_t: host-computed experts' inputs are down
+  // Slot cache scratch ([n_expert] each).
+  std::vector<int32_t> group_ids_;
+  std::vector<uint32_t> group_rows_;
+  std::vector<ExpertPlacement> placements_;
+  std::vector<int32_t> need_ids_;  // experts whose host copies a group needs
+  std::vector<int32_t> need_index_;  // their index in the group
+  std::vector<ExpertMatrices> need_mats_;
+  std::vector<SlotFillJob> fill_jobs_;
+  std::vector<SlotFill> prefetch_fills_;
+  std::vector<uint8_t> predicted_;  // [n_expert] flags
+};
+
+}  // namespace moetier

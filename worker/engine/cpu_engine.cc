@@ -1,0 +1,272 @@
+#include "engine/cpu_engine.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "backend/cpu/cpu_check.h"
+#include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/cpu_ops.h"
+#include "engine/weight_checks.h"
+#include "gguf/tensor/quant_codec.h"
+
+namespace moetier {
+namespace {
+
+bool CpuMixer(MixerKind kind) { return kind == MixerKind::kAttention; }
+bool CpuFfn(FfnKind kind) { return kind == FfnKind::kMoe; }
+
+constexpr BackendWeightSupport kCpuSupport = {
+    .backend = "cpu",
+    .matrix_type = &cpu::SupportsWeightType,
+    .type_list = "F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K and Q6_K",
+    .alternative = "requantize the model or use --backend reference",
+    .mixer = &CpuMixer,
+    .ffn = &CpuFfn,
+};
+
+std::vector<float> DecodeVector(const WeightRef& ref) {
+  std::vector<float> out(static_cast<size_t>(ref.ne[0]));
+  DequantizeRow(ref.type, ref.data, out.data(), ref.ne[0]);
+  return out;
+}
+
+// The bytes a tensor spans: ne[2] matrices of ne[1] rows (expert matrices of a
+// fused gate/up tensor interleave, so the span also covers the other half).
+cpu::ByteRange Span(const WeightRef& r) {
+  const uint64_t rows_bytes = static_cast<uint64_t>(r.ne[1]) * r.row_bytes;
+  const uint64_t bytes = static_cast<uint64_t>(r.ne[2] - 1) * r.expert_stride_bytes + rows_bytes;
+  return {r.data, r.data + bytes};
+}
+
+std::vector<cpu::ByteRange> WeightSpans(const ModelWeights& w, bool include_experts) {
+  std::vector<cpu::ByteRange> spans;
+  for (const WeightRef* r : WeightRefs(w, include_experts)) spans.push_back(Span(*r));
+  return spans;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CpuEngine>> CpuEngine::Create(const Model& model,
+                                                             const CpuEngineConfig& config) {
+  const ModelHparams& hp = model.hparams;
+  if (config.max_ctx < 1 || config.max_ctx > hp.n_ctx_train) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("context length %d is outside 1..%d (the model's training context)",
+                        config.max_ctx, hp.n_ctx_train));
+  }
+  if (config.max_sequences < 1 || config.max_sequences > 1024) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("sequence count %d is outside 1..1024", config.max_sequences));
+  }
+  if (config.n_threads < 1 || config.n_threads > 1024) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("thread count %d is outside 1..1024", config.n_threads));
+  }
+  if (config.max_batch < 1 || config.max_batch > 8192) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("batch size %d is outside 1..8192", config.max_batch));
+  }
+  if (absl::Status s = CheckModelForBackend(model, kCpuSupport); !s.ok()) return s;
+  if (config.expert_source != nullptr && config.expert_source->max_experts_held() < 1) {
+    return absl::InvalidArgumentError("the expert source can hold no experts at once");
+  }
+  std::unique_ptr<CpuEngine> engine(new CpuEngine(model, config));
+  if (config.copy_weights_to_huge_pages) {
+    if (absl::Status s = engine->CopyWeightsToHugePages(); !s.ok()) return s;
+  }
+  engine->Allocate();
+  return engine;
+}
+
+CpuEngine::CpuEngine(const Model& model, const CpuEngineConfig& config)
+    : hp_(model.hparams),
+      weights_(model.weights),
+      config_(config),
+      pool_(config.n_threads),
+      // At most 2 * n_expert jobs (gate and up of every expert) per dispatch.
+      runner_(pool_, 2 * static_cast<size_t>(model.hparams.n_expert) + 4),
+      slots_(this, config.max_sequences, config.max_ctx) {}
+
+CpuEngine::~CpuEngine() = default;
+
+absl::Status CpuEngine::CopyWeightsToHugePages() {
+  // Experts from a source live elsewhere (the daemon's store): copying their
+  // tensors would read the whole model file for bytes never used.
+  const bool include_experts = config_.expert_source == nullptr;
+  absl::StatusOr<cpu::HugePageCopy> copy =
+      cpu::HugePageCopy::Create(WeightSpans(weights_, include_experts), true);
+  if (!copy.ok()) return copy.status();
+  for (WeightRef* r : WeightRefs(weights_, include_experts)) r->data = copy->Translate(r->data);
+  weight_copy_ = std::move(*copy);
+  return absl::OkStatus();
+}
+
+void CpuEngine::Allocate() {
+  output_norm_ = DecodeVector(weights_.output_norm);
+  batch_ = std::make_unique<CpuBatch>(hp_.n_embd, config_.max_batch, runner_);
+  attention_ = std::make_unique<CpuAttentionBlock>(hp_, weights_.layers, config_.max_ctx, *batch_);
+  moe_ = std::make_unique<CpuMoeBlock>(
+      hp_, weights_.layers,
+      CpuMoeConfig{.expert_source = config_.expert_source,
+                   .routing_observer = config_.routing_observer,
+                   .routing_override = config_.routing_override},
+      *batch_);
+  kv_.resize(static_cast<size_t>(config_.max_sequences));
+  for (std::vector<CpuKvLayer>& seq : kv_) {
+    for (const LayerWeights& l : weights_.layers) {
+      seq.push_back(l.mixer == MixerKind::kAttention ? attention_->NewKvLayer(config_.max_ctx)
+                                                     : CpuKvLayer{});
+    }
+  }
+  last_logits_.assign(static_cast<size_t>(hp_.n_vocab), 0.0f);
+}
+
+uint64_t CpuEngine::allocated_bytes() const {
+  uint64_t bytes = batch_->allocated_bytes() + attention_->allocated_bytes() +
+                   moe_->allocated_bytes() + last_logits_.size() * sizeof(float);
+  if (weight_copy_.has_value()) bytes += weight_copy_->size();
+  for (const std::vector<CpuKvLayer>& seq : kv_) {
+    for (const CpuKvLayer& l : seq) bytes += l.k.size() + l.v.size();
+  }
+  return bytes;
+}
+
+absl::StatusOr<std::unique_ptr<Sequence>> CpuEngine::NewSequence() { return slots_.Acquire(); }
+
+absl::Status CpuEngine::Forward(Sequence& seq, std::span<const int32_t> tokens, LogitRows host_rows,
+                                float* host_logits) {
+  have_logits_ = false;
+  if (tokens.empty()) return absl::InvalidArgumentError("no tokens to run");
+  if (absl::Status s = slots_.CheckAppend(seq, tokens.size()); !s.ok()) return s;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] < 0 || tokens[i] >= hp_.n_vocab) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "token %d at index %d is outside the vocabulary 0..%d", tokens[i], i, hp_.n_vocab - 1));
+    }
+  }
+  if (host_rows != LogitRows::kNone && host_logits == nullptr) {
+    return absl::InvalidArgumentError("no logits buffer");
+  }
+  std::vector<CpuKvLayer>& kv = kv_[static_cast<size_t>(seq.slot())];
+  const int pos0 = seq.length();
+  const double start = CpuMatRunner::Now();
+  double accounted = 0.0;
+  for (double seconds : runner_.phase_seconds()) accounted += seconds;
+  const int n = static_cast<int>(tokens.size());
+  const size_t n_vocab = static_cast<size_t>(hp_.n_vocab);
+  for (int done = 0; done < n;) {
+    const int batch = std::min(config_.max_batch, n - done);
+    const bool last_batch = done + batch == n;
+    // kAll: every row straight to the caller; otherwise only the final row,
+    // into the engine's own row.
+    float* out = nullptr;
+    int first_row = batch - 1;
+    if (host_rows == LogitRows::kAll) {
+      out = host_logits + static_cast<size_t>(done) * n_vocab;
+      first_row = 0;
+    } else if (last_batch) {
+      out = last_logits_.data();
+    }
+    if (absl::Status s = ForwardBatch(kv, tokens.data() + done, batch, pos0 + done, first_row, out);
+        !s.ok()) {
+      return s;
+    }
+    done += batch;
+    slots_.SetLength(seq, pos0 + done);
+  }
+  if (host_rows == LogitRows::kAll) {
+    std::memcpy(last_logits_.data(), host_logits + (tokens.size() - 1) * n_vocab,
+                n_vocab * sizeof(float));
+  } else if (host_rows == LogitRows::kLast) {
+    std::memcpy(host_logits, last_logits_.data(), n_vocab * sizeof(float));
+  }
+  have_logits_ = true;
+  double now_accounted = 0.0;
+  for (double seconds : runner_.phase_seconds()) now_accounted += seconds;
+  runner_.AddPhaseTime(CpuPhase::kOther, (CpuMatRunner::Now() - start) - (now_accounted - accounted));
+  return absl::OkStatus();
+}
+
+absl::Status CpuEngine::ForwardBatch(std::vector<CpuKvLayer>& kv, const int32_t* tokens, int n,
+                                     int pos0, int first_row, float* logits) {
+  const int64_t n_embd = hp_.n_embd;
+  float* x = batch_->x();
+  const WeightRef& embd = weights_.token_embd;
+  for (int t = 0; t < n; ++t) {
+    cpu::EmbeddingRow(embd.type, embd.row(tokens[t]), n_embd, x + t * n_embd);
+  }
+  attention_->BeginBatch(n, pos0);
+  for (int l = 0; l < hp_.n_layer; ++l) {
+    const LayerWeights& layer = weights_.layers[static_cast<size_t>(l)];
+    switch (layer.mixer) {
+      case MixerKind::kAttention:
+        attention_->Forward(l, kv[static_cast<size_t>(l)], n, pos0);
+        break;
+    }
+    switch (layer.ffn) {
+      case FfnKind::kMoe:
+        if (absl::Status s = moe_->Forward(l, n, pos0); !s.ok()) return s;
+        break;
+    }
+  }
+  if (logits == nullptr) return absl::OkStatus();
+  // Final norm and output projection, for rows [first_row, n).
+  const int count = n - first_row;
+  batch_->NormRows(first_row, count, output_norm_.data(), hp_.rms_eps);
+  const WeightRef& out = weights_.output;
+  MatJob* jobs = runner_.jobs();
+  jobs[0] = MakeMatJob(out, out.data, batch_->PrepareInput(count, out.type), count, logits);
+  runner_.Run(jobs, 1, CpuPhase::kOutput);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int32_t> CpuEngine::Sample(Sampler& sampler) {
+  if (!have_logits_) {
+    return absl::FailedPreconditionError("no logits to sample from: run Forward first");
+  }
+  return sampler.Sample(last_logits_);
+}
+
+absl::StatusOr<std::unique_ptr<ForwardEngine>> CreateCpuEngineWithConfig(
+    const Model& model, const CpuEngineConfig& config) {
+  absl::StatusOr<std::unique_ptr<CpuEngine>> engine = CpuEngine::Create(model, config);
+  if (!engine.ok()) return engine.status();
+  return std::unique_ptr<ForwardEngine>(std::move(*engine));
+}
+
+absl::StatusOr<std::unique_ptr<ForwardEngine>> CreateCpuEngine(const Model& model,
+                                                               const EngineOptions& options) {
+  CpuEngineConfig config;
+  config.max_ctx = options.max_ctx;
+  config.max_sequences = options.max_sequences;
+  config.n_threads = options.n_threads;
+  config.expert_source = options.expert_source;
+  config.routing_observer = options.routing_observer;
+  config.routing_override = options.routing_override;
+  switch (options.weight_pages) {
+    case WeightPages::kHuge:
+      config.copy_weights_to_huge_pages = true;
+      break;
+    case WeightPages::kMapped:
+      break;
+    case WeightPages::kAuto:
+      config.copy_weights_to_huge_pages = cpu::HugePageCopyPays(cpu::UnionBytes(
+          WeightSpans(model.weights, /*include_experts=*/options.expert_source == nullptr)));
+      if (config.copy_weights_to_huge_pages) {
+        absl::StatusOr<std::unique_ptr<ForwardEngine>> engine =
+            CreateCpuEngineWithConfig(model, config);
+        // Without transparent huge pages the mapping is the only choice left.
+        if (engine.ok() || engine.status().code() != absl::StatusCode::kFailedPrecondition) {
+          return engine;
+        }
+        config.copy_weights_to_huge_pages = false;
+      }
+      break;
+  }
+  return CreateCpuEngineWithConfig(model, config);
+}
+
+}  // namespace moetier

@@ -1,0 +1,128 @@
+// The forward pass on the CPU for every architecture whose layer plan uses
+// the CPU blocks (blocks/cpu/), computed straight from the file's quantized
+// blocks with the kernels of backend/cpu.
+//
+// Every buffer, the sequences' KV caches included, is allocated at
+// creation; the token loop allocates nothing. Tokens are processed in
+// batches of up to max_batch: every matrix reads its weight rows once per
+// batch, and the MoE block groups the batch's tokens by expert so that each
+// selected expert's weights are streamed once per layer per batch.
+// Activations are quantized once per matrix input and shared by all rows
+// (and, for q/k/v and gate/up, by all matrices reading that input).
+//
+// Results do not depend on the thread count or the batch size: each output
+// element is computed by one kernel call whose arithmetic is fixed.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "backend/cpu/huge_page_copy.h"
+#include "backend/cpu/thread_pool.h"
+#include "blocks/cpu/attention_block.h"
+#include "blocks/cpu/cpu_batch.h"
+#include "blocks/cpu/mat_runner.h"
+#include "blocks/cpu/moe_block.h"
+#include "engine/expert_source.h"
+#include "engine/forward_engine.h"
+#include "engine/routing_hook.h"
+#include "engine/sequence.h"
+#include "model/model.h"
+
+namespace moetier {
+
+struct CpuEngineConfig {
+  int max_ctx = 4096;     // positions per sequence; 1..n_ctx_train
+  int max_sequences = 1;  // sequences alive at once (each has its own KV cache)
+  int n_threads = 1;      // threads including the caller's
+  int max_batch = 256;    // tokens processed together; longer inputs are split
+  // Copy every weight into anonymous memory backed by 2 MiB transparent huge
+  // pages at creation (backend/cpu/huge_page_copy.h) instead of reading the
+  // model's mapping. Much faster decoding of large models (fewer TLB misses),
+  // at the cost of the copy time and of memory no longer shared with the
+  // page cache or other processes. The model's mapping is marked cold so
+  // that the kernel reclaims its pages first.
+  bool copy_weights_to_huge_pages = false;
+  // Where the routed experts' matrices come from (engine/expert_source.h);
+  // null: the model's mapping (WeightRef::expert). When set, the engine asks
+  // it for exactly the experts each layer's batch routed to and never reads
+  // the expert tensors of the mapping, and the huge-page copy above covers
+  // the dense tensors only. Not owned; must outlive the engine.
+  ExpertWeightSource* expert_source = nullptr;
+  // Routing hooks (engine/routing_hook.h), called per layer and batch after
+  // the router's top-k: the override replaces the choice, then the observer
+  // sees the choice used. Null: the router decides, nothing is told. Not
+  // owned; must outlive the engine.
+  RoutingObserver* routing_observer = nullptr;
+  RoutingOverride* routing_override = nullptr;
+};
+
+class CpuEngine final : public ForwardEngine {
+ public:
+  // Fails when a weight type has no CPU kernel, a layer uses a block the
+  // CPU backend lacks, a shape is inconsistent, or the configuration is out
+  // of range; the message names what to change. Forward fails (with the
+  // source's or hook's Status, the sequence valid up to the last whole
+  // batch) when the expert source or a routing hook fails.
+  static absl::StatusOr<std::unique_ptr<CpuEngine>> Create(const Model& model,
+                                                           const CpuEngineConfig& config);
+  ~CpuEngine() override;
+
+  absl::StatusOr<std::unique_ptr<Sequence>> NewSequence() override;
+  absl::Status Forward(Sequence& seq, std::span<const int32_t> tokens, LogitRows host_rows,
+                       float* host_logits) override;
+  absl::StatusOr<int32_t> Sample(Sampler& sampler) override;
+  int n_vocab() const override { return hp_.n_vocab; }
+  int max_ctx() const override { return config_.max_ctx; }
+  int max_sequences() const override { return config_.max_sequences; }
+
+  const CpuEngineConfig& config() const { return config_; }
+  // Where Forward spends its time, accumulated since creation or the last
+  // ResetPhaseTimes().
+  double phase_seconds(CpuPhase phase) const {
+    return runner_.phase_seconds()[static_cast<size_t>(phase)];
+  }
+  void ResetPhaseTimes() { runner_.phase_seconds().fill(0.0); }
+  // Bytes of buffers, KV caches and weight copies the engine allocated.
+  uint64_t allocated_bytes() const;
+  // Bytes of sequence state per position of context (K and V of every
+  // attention layer).
+  uint64_t state_bytes_per_token() const { return attention_->kv_bytes_per_token(); }
+
+ private:
+  CpuEngine(const Model& model, const CpuEngineConfig& config);
+  absl::Status CopyWeightsToHugePages();
+  void Allocate();
+  // One batch of n tokens at positions pos0.. (n <= max_batch); the logits
+  // of rows [first_row, n) go to `logits` when it is set.
+  absl::Status ForwardBatch(std::vector<CpuKvLayer>& kv, const int32_t* tokens, int n, int pos0,
+                            int first_row, float* logits);
+
+  ModelHparams hp_;
+  // The weights the engine reads: the model's, or their huge-page copy.
+  ModelWeights weights_;
+  std::optional<cpu::HugePageCopy> weight_copy_;
+  CpuEngineConfig config_;
+  cpu::ThreadPool pool_;
+  CpuMatRunner runner_;
+  std::vector<float> output_norm_;  // decoded to f32 once
+  std::unique_ptr<CpuBatch> batch_;
+  std::unique_ptr<CpuAttentionBlock> attention_;
+  std::unique_ptr<CpuMoeBlock> moe_;
+  SequenceSlots slots_;
+  // Per sequence slot, per layer (empty for layers without attention).
+  std::vector<std::vector<CpuKvLayer>> kv_;
+  std::vector<float> last_logits_;  // [n_vocab]: the row Sample draws from
+  bool have_logits_ = false;
+};
+
+// The factory forward_engine.h declares, for the standalone worker.
+absl::StatusOr<std::unique_ptr<ForwardEngine>> CreateCpuEngineWithConfig(
+    const Model& model, const CpuEngineConfig& config);
+
+}  // namespace moetier

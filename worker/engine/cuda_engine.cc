@@ -1,0 +1,482 @@
+#include "engine/cuda_engine.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "backend/cuda/cuda_device.h"
+#include "base/check.h"
+#include "blocks/cuda/cuda_check.h"
+#include "engine/weight_checks.h"
+#include "gguf/tensor/quant_codec.h"
+
+namespace moetier {
+namespace {
+
+using cuda::CudaStream;
+
+// RouterTopK's and Attention's limits (backend/cuda/cuda_ops.cu).
+constexpr int kMaxExperts = 1024;
+constexpr int kMaxTopK = 64;
+constexpr int kMaxHeadDim = 256;
+// Attention and RoPE put tokens on the grid's y dimension.
+constexpr int kMaxBatch = 8192;
+
+bool CudaMixer(MixerKind kind) { return kind == MixerKind::kAttention; }
+bool CudaFfn(FfnKind kind) { return kind == FfnKind::kMoe; }
+
+constexpr BackendWeightSupport kCudaSupport = {
+    .backend = "CUDA",
+    .matrix_type = &cuda::CudaWeightTypeSupported,
+    .type_list = "F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K and Q6_K",
+    .alternative = "requantize the model or use the cpu backend",
+    .mixer = &CudaMixer,
+    .ffn = &CudaFfn,
+};
+
+std::vector<float> DecodeVector(const WeightRef& ref) {
+  std::vector<float> values(static_cast<size_t>(ref.ne[0]));
+  DequantizeRow(ref.type, ref.data, values.data(), ref.ne[0]);
+  return values;
+}
+
+// The bytes a matrix tensor spans: ne[2] matrices of ne[1] rows (the experts
+// of a fused gate/up tensor interleave, so its span covers the other half
+// too, and the two halves' spans overlap).
+struct HostSpan {
+  const uint8_t* begin;
+  const uint8_t* end;
+  std::vector<std::string> names;
+  uint8_t* device = nullptr;
+};
+
+HostSpan SpanOf(const WeightRef& r) {
+  const uint64_t bytes = static_cast<uint64_t>(r.ne[2] - 1) * r.expert_stride_bytes +
+                         static_cast<uint64_t>(r.ne[1]) * r.row_bytes;
+  return {r.data, r.data + bytes, {r.name}, nullptr};
+}
+
+// Every expert of the model in device memory, uploaded with the rest of the
+// weights: the DeviceExperts the engine uses when the config gives none.
+class ResidentExperts final : public DeviceExperts {
+ public:
+  struct LayerExperts {
+    const uint8_t* gate = nullptr;
+    const uint8_t* up = nullptr;
+    const uint8_t* down = nullptr;
+    uint64_t gate_stride = 0, up_stride = 0, down_stride = 0;
+  };
+
+  ResidentExperts(std::vector<LayerExperts> layers, int n_expert)
+      : layers_(std::move(layers)), n_expert_(n_expert) {}
+
+  absl::StatusOr<DeviceExpertMatrices> ExpertPointers(int layer, int expert,
+                                                      CudaStream /*stream*/) override {
+    if (layer < 0 || layer >= static_cast<int>(layers_.size()) || expert < 0 ||
+        expert >= n_expert_) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("no expert %d of layer %d (the model has %d layers of %d experts)",
+                          expert, layer, layers_.size(), n_expert_));
+    }
+    const LayerExperts& l = layers_[static_cast<size_t>(layer)];
+    const uint64_t e = static_cast<uint64_t>(expert);
+    return DeviceExpertMatrices{l.gate + e * l.gate_stride, l.up + e * l.up_stride,
+                                l.down + e * l.down_stride};
+  }
+
+ private:
+  std::vector<LayerExperts> layers_;
+  int n_expert_;
+};
+
+}  // namespace
+
+// ------------------------------------------------------------------ creation
+
+absl::StatusOr<std::unique_ptr<CudaEngine>> CudaEngine::Create(const Model& model,
+                                                               const CudaEngineConfig& config) {
+  const ModelHparams& hp = model.hparams;
+  if (config.max_ctx < 1 || config.max_ctx > hp.n_ctx_train) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("context length %d is outside 1..%d (the model's training context)",
+                        config.max_ctx, hp.n_ctx_train));
+  }
+  if (config.max_sequences < 1 || config.max_sequences > 1024) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("sequence count %d is outside 1..1024", config.max_sequences));
+  }
+  if (config.max_batch < 1 || config.max_batch > kMaxBatch) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("batch size %d is outside 1..%d", config.max_batch, kMaxBatch));
+  }
+  if (config.gemv_max_rows < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("gemv_max_rows %d is negative", config.gemv_max_rows));
+  }
+  if (config.device_experts != nullptr && config.expert_source != nullptr) {
+    return absl::InvalidArgumentError(
+        "give the engine either device_experts or an expert_source (with its VRAM cache), not "
+        "both");
+  }
+  if (config.expert_source != nullptr) {
+    const CudaExpertCacheConfig& c = config.expert_cache;
+    if (c.pool_bytes < -1) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "expert cache size %d bytes is negative (-1 sizes it from free VRAM)", c.pool_bytes));
+    }
+    if (c.static_host_layers < -1 || c.static_host_layers > hp.n_layer) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "static placement with %d host layers is outside -1..%d (the model's MoE layers)",
+          c.static_host_layers, hp.n_layer));
+    }
+  }
+  if (hp.head_dim > kMaxHeadDim || hp.n_expert > kMaxExperts || hp.n_expert_used > kMaxTopK) {
+    return absl::UnimplementedError(absl::StrFormat(
+        "the CUDA engine handles head_dim up to %d, %d experts and top-%d routing; this model "
+        "has head_dim %d, %d experts, top-%d (use the cpu backend)",
+        kMaxHeadDim, kMaxExperts, kMaxTopK, hp.head_dim, hp.n_expert, hp.n_expert_used));
+  }
+  if (absl::Status s = CheckModelForBackend(model, kCudaSupport); !s.ok()) return s;
+
+  // Only the count: listing the devices would create a context on each.
+  const int n_devices = CudaDeviceCount();
+  if (n_devices == 0) {
+    absl::StatusOr<std::vector<CudaDeviceInfo>> devices = ListCudaDevices();
+    return absl::UnavailableError(absl::StrFormat(
+        "no CUDA device on this machine (%s); use the cpu backend",
+        devices.ok() ? "none found" : devices.status().message()));
+  }
+  if (config.device < 0 || config.device >= n_devices) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "CUDA device %d does not exist; this machine has cuda:0..cuda:%d", config.device,
+        n_devices - 1));
+  }
+  if (config.use_cublas && !cuda::CudaBlasAvailable()) {
+    return absl::InvalidArgumentError(
+        "use_cublas is set but this build has no cuBLAS; use the tiled GEMM (use_cublas = false)");
+  }
+
+  std::unique_ptr<CudaEngine> engine(new CudaEngine(model, config));
+  MOETIER_RETURN_IF_ERROR(engine->Init(model));
+  return engine;
+}
+
+CudaEngine::CudaEngine(const Model& model, const CudaEngineConfig& config)
+    : hp_(model.hparams),
+      config_(config),
+      slots_(this, config.max_sequences, config.max_ctx),
+      ctx_(std::make_unique<CudaContext>(config.device, config.gemv_max_rows,
+                                         config.use_cublas)) {}
+
+CudaEngine::~CudaEngine() {
+  // The blocks first: the MoE block's cache waits for copies on the
+  // context's streams, which go with the context.
+  moe_.reset();
+  attention_.reset();
+}
+
+absl::Status CudaEngine::Init(const Model& model) {
+  MOETIER_RETURN_IF_ERROR(ctx_->Init(config_.max_batch));
+  attention_ = std::make_unique<CudaAttentionBlock>(hp_, *ctx_, batch_);
+  MOETIER_RETURN_IF_ERROR(UploadWeights(model));
+  CudaMoeConfig moe;
+  moe.max_batch = config_.max_batch;
+  moe.device_experts =
+      config_.expert_source != nullptr
+          ? nullptr
+          : (config_.device_experts != nullptr ? config_.device_experts : own_experts_.get());
+  moe.expert_source = config_.expert_source;
+  moe.expert_cache = config_.expert_cache;
+  moe.dma_ranges = config_.dma_ranges;
+  moe.routing_observer = config_.routing_observer;
+  moe.routing_override = config_.routing_override;
+  std::vector<CudaMoeWeights> moe_weights(model.weights.layers.size());
+  for (size_t il = 0; il < model.weights.layers.size(); ++il) {
+    const LayerWeights& src = model.weights.layers[il];
+    absl::StatusOr<float*> norm =
+        ctx_->UploadFloats(DecodeVector(src.ffn_norm), "tensor " + src.ffn_norm.name);
+    if (!norm.ok()) return norm.status();
+    moe_weights[il].ffn_norm = *norm;
+    moe_weights[il].gate_type = src.moe.gate_exps.type;
+    moe_weights[il].up_type = src.moe.up_exps.type;
+    moe_weights[il].down_type = src.moe.down_exps.type;
+  }
+  moe_ = std::make_unique<CudaMoeBlock>(hp_, RoutedExpertShapesOf(model), *ctx_, batch_,
+                                        std::move(moe));
+  for (size_t il = 0; il < moe_weights.size(); ++il) {
+    moe_weights[il].router = routers_[il];
+    moe_->SetWeights(static_cast<int>(il), moe_weights[il]);
+  }
+  MOETIER_RETURN_IF_ERROR(AllocateBuffers());
+  // The uploads and memsets ran on the legacy stream, which the engine's
+  // non-blocking stream does not wait for, and a cudaMemcpy from pageable
+  // memory may return before its DMA is done.
+  MOETIER_RETURN_IF_ERROR(
+      CudaCall(cudaDeviceSynchronize(), "waiting for the weight uploads to the device"));
+  // After every other allocation: an automatic pool takes what is left.
+  return moe_->CreateExpertCache();
+}
+
+absl::Status CudaEngine::UploadWeights(const Model& model) {
+  const ModelWeights& w = model.weights;
+  const bool own_experts = config_.device_experts == nullptr && config_.expert_source == nullptr;
+  std::vector<const WeightRef*> matrices = {&w.token_embd, &w.output};
+  for (const LayerWeights& l : w.layers) {
+    for (const WeightRef* r : {&l.attn.q, &l.attn.k, &l.attn.v, &l.attn.output, &l.moe.router}) {
+      matrices.push_back(r);
+    }
+    if (own_experts) {
+      for (const WeightRef* r : {&l.moe.gate_exps, &l.moe.up_exps, &l.moe.down_exps}) {
+        matrices.push_back(r);
+      }
+    }
+  }
+  // One device block per run of overlapping host spans: a tied output shares
+  // the embedding's bytes and fused gate/up halves share theirs, and each
+  // must be uploaded once.
+  std::vector<HostSpan> spans;
+  spans.reserve(matrices.size());
+  for (const WeightRef* r : matrices) spans.push_back(SpanOf(*r));
+  std::sort(spans.begin(), spans.end(),
+            [](const HostSpan& a, const HostSpan& b) { return a.begin < b.begin; });
+  std::vector<HostSpan> merged;
+  for (HostSpan& s : spans) {
+    if (!merged.empty() && s.begin < merged.back().end) {
+      HostSpan& m = merged.back();
+      m.end = std::max(m.end, s.end);
+      for (std::string& name : s.names) m.names.push_back(std::move(name));
+    } else {
+      merged.push_back(std::move(s));
+    }
+  }
+  for (HostSpan& m : merged) {
+    const uint64_t bytes = static_cast<uint64_t>(m.end - m.begin);
+    const std::string what = "tensor " + absl::StrJoin(m.names, " + ");
+    absl::StatusOr<void*> p = ctx_->DeviceAlloc(bytes, what);
+    if (!p.ok()) return p.status();
+    m.device = static_cast<uint8_t*>(*p);
+    ctx_->add_weight_bytes(bytes);
+    MOETIER_RETURN_IF_ERROR(CudaCall(cudaMemcpy(m.device, m.begin, bytes, cudaMemcpyHostToDevice),
+                                     "copying " + what + " to the device"));
+  }
+  // The device address of a host address inside an uploaded span.
+  auto translate = [&merged](const uint8_t* host) -> const uint8_t* {
+    auto it = std::upper_bound(merged.begin(), merged.end(), host,
+                               [](const uint8_t* p, const HostSpan& s) { return p < s.begin; });
+    MOETIER_CHECK(it != merged.begin());
+    --it;
+    MOETIER_CHECK(host >= it->begin && host < it->end);
+    return it->device + (host - it->begin);
+  };
+  auto matrix = [&](const WeightRef& r) {
+    return DeviceMatrix{r.type, r.ne[1], r.ne[0], translate(r.data)};
+  };
+  auto upload = [&](const WeightRef& r) -> absl::StatusOr<float*> {
+    if (!r.present()) return nullptr;
+    return ctx_->UploadFloats(DecodeVector(r), "tensor " + r.name);
+  };
+  token_embd_ = matrix(w.token_embd);
+  output_ = matrix(w.output);
+  absl::StatusOr<float*> output_norm = upload(w.output_norm);
+  if (!output_norm.ok()) return output_norm.status();
+  output_norm_ = *output_norm;
+  std::vector<ResidentExperts::LayerExperts> resident;
+  routers_.clear();
+  for (size_t il = 0; il < w.layers.size(); ++il) {
+    const LayerWeights& src = w.layers[il];
+    CudaAttentionWeights a;
+    for (auto [dst, ref] : {std::pair{&a.attn_norm, &src.attn_norm},
+                            std::pair{&a.q_norm, &src.attn.q_norm},
+                            std::pair{&a.k_norm, &src.attn.k_norm}}) {
+      absl::StatusOr<float*> v = upload(*ref);
+      if (!v.ok()) return v.status();
+      *dst = *v;
+    }
+    a.q = matrix(src.attn.q);
+    a.k = matrix(src.attn.k);
+    a.v = matrix(src.attn.v);
+    a.output = matrix(src.attn.output);
+    attention_->SetWeights(static_cast<int>(il), a);
+    routers_.push_back(matrix(src.moe.router));
+    if (own_experts) {
+      resident.push_back({translate(src.moe.gate_exps.data), translate(src.moe.up_exps.data),
+                          translate(src.moe.down_exps.data), src.moe.gate_exps.expert_stride_bytes,
+                          src.moe.up_exps.expert_stride_bytes,
+                          src.moe.down_exps.expert_stride_bytes});
+    }
+  }
+  if (own_experts) {
+    own_experts_ = std::make_unique<ResidentExperts>(std::move(resident), hp_.n_expert);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaEngine::AllocateBuffers() {
+  const uint64_t b = static_cast<uint64_t>(config_.max_batch);
+  const uint64_t n_embd = static_cast<uint64_t>(hp_.n_embd);
+  const uint64_t q_dim = static_cast<uint64_t>(hp_.n_head) * hp_.head_dim;
+  const uint64_t kv_dim = static_cast<uint64_t>(hp_.n_head_kv) * hp_.head_dim;
+  const uint64_t n_ff = static_cast<uint64_t>(hp_.n_ff_exp);
+  const uint64_t n_expert = static_cast<uint64_t>(hp_.n_expert);
+  kv_.resize(static_cast<size_t>(config_.max_sequences));
+  for (std::vector<CudaKvLayer>& seq : kv_) {
+    for (int il = 0; il < hp_.n_layer; ++il) {
+      absl::StatusOr<CudaKvLayer> kv = attention_->NewKvLayer(config_.max_ctx, il);
+      if (!kv.ok()) return kv.status();
+      seq.push_back(*kv);
+    }
+  }
+  MOETIER_RETURN_IF_ERROR(ctx_->AllocBuffer(batch_.x, b * n_embd, "activations (residual)"));
+  MOETIER_RETURN_IF_ERROR(ctx_->AllocBuffer(batch_.xn, b * n_embd, "activations (normed)"));
+  MOETIER_RETURN_IF_ERROR(
+      ctx_->AllocBuffer(batch_.sub_out, b * n_embd, "activations (sublayer output)"));
+  MOETIER_RETURN_IF_ERROR(attention_->Allocate(config_.max_batch, config_.max_ctx));
+  MOETIER_RETURN_IF_ERROR(moe_->Allocate());
+  MOETIER_RETURN_IF_ERROR(
+      ctx_->AllocBuffer(logits_, b * static_cast<uint64_t>(hp_.n_vocab), "logits"));
+  MOETIER_RETURN_IF_ERROR(ctx_->AllocBuffer(sampled_, 1, "the sampled token"));
+  MOETIER_RETURN_IF_ERROR(ctx_->AllocPinned(host_sampled_, 1, "the sampled token"));
+  host_row_.assign(static_cast<size_t>(hp_.n_vocab), 0.0f);
+  if (ctx_->gemm_possible(config_.max_batch)) {
+    // The GEMM's fp16 scratch: the largest matrix it may be given, and
+    // max_batch rows of the widest input (an expert never gets more rows
+    // than the batch has tokens).
+    const uint64_t vocab_matrix = static_cast<uint64_t>(hp_.n_vocab) * n_embd;
+    const uint64_t widest = std::max({n_embd, q_dim, n_ff});
+    const uint64_t largest = std::max({vocab_matrix, q_dim * n_embd, kv_dim * n_embd,
+                                       n_expert * n_embd, n_ff * n_embd});
+    MOETIER_RETURN_IF_ERROR(ctx_->AllocGemmScratch(static_cast<int64_t>(largest),
+                                                   static_cast<int64_t>(b * widest)));
+  }
+  return absl::OkStatus();
+}
+
+// ------------------------------------------------------------------ forward
+
+absl::StatusOr<uint64_t> CudaEngine::ResizeExpertCache(uint64_t pool_bytes) {
+  return moe_->ResizeExpertCache(pool_bytes);
+}
+
+absl::Status CudaEngine::Forward(Sequence& seq, std::span<const int32_t> tokens,
+                                 LogitRows host_rows, float* host_logits) {
+  last_row_ = nullptr;
+  if (tokens.empty()) return absl::InvalidArgumentError("no tokens to run");
+  if (absl::Status s = slots_.CheckAppend(seq, tokens.size()); !s.ok()) return s;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] < 0 || tokens[i] >= hp_.n_vocab) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "token %d at index %d is outside the vocabulary 0..%d", tokens[i], i, hp_.n_vocab - 1));
+    }
+  }
+  if (host_rows != LogitRows::kNone && host_logits == nullptr) {
+    return absl::InvalidArgumentError("no logits buffer");
+  }
+  MOETIER_RETURN_IF_ERROR(ctx_->MakeCurrent());
+  std::vector<CudaKvLayer>& kv = kv_[static_cast<size_t>(seq.slot())];
+  const int pos0 = seq.length();
+  const int n = static_cast<int>(tokens.size());
+  for (int done = 0; done < n;) {
+    const int batch = std::min(config_.max_batch, n - done);
+    const bool last_batch = done + batch == n;
+    // Every row to the host for kAll; otherwise only the final batch's last
+    // row is computed, and stays on the device unless kLast asks for it.
+    int first_row = -1;
+    float* out = nullptr;
+    if (host_rows == LogitRows::kAll) {
+      first_row = 0;
+      out = host_logits + static_cast<int64_t>(done) * hp_.n_vocab;
+    } else if (last_batch) {
+      first_row = batch - 1;
+      out = host_rows == LogitRows::kLast ? host_logits : nullptr;
+    }
+    absl::Status s = ForwardBatch(kv, tokens.data() + done, batch, pos0 + done, first_row, out);
+    // The last hold of the batch ends with it, also on failure.
+    const absl::Status released = moe_->FinishBatch();
+    if (s.ok()) s = released;
+    MOETIER_RETURN_IF_ERROR(s);
+    done += batch;
+    slots_.SetLength(seq, pos0 + done);
+    if (last_batch) {
+      last_row_ = logits_ + static_cast<int64_t>(batch - 1 - std::max(first_row, 0)) * hp_.n_vocab;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaEngine::ForwardBatch(std::vector<CudaKvLayer>& kv, const int32_t* tokens, int n,
+                                      int pos0, int first_row, float* host_logits) {
+  const cuda::CudaStream stream = ctx_->stream();
+  const int64_t n_embd = hp_.n_embd;
+  const uint64_t embd_row_bytes =
+      static_cast<uint64_t>(TensorRowBytes(token_embd_.type, token_embd_.cols));
+  const auto* embd = static_cast<const uint8_t*>(token_embd_.data);
+  for (int t = 0; t < n; ++t) {
+    MOETIER_RETURN_IF_ERROR(cuda::DequantizeToF32(
+        token_embd_.type, embd + static_cast<uint64_t>(tokens[t]) * embd_row_bytes, n_embd,
+        batch_.x + t * n_embd, stream));
+  }
+  for (int l = 0; l < hp_.n_layer; ++l) {
+    MOETIER_RETURN_IF_ERROR(attention_->Forward(l, kv[static_cast<size_t>(l)], n, pos0));
+    MOETIER_RETURN_IF_ERROR(moe_->Forward(l, n, pos0));
+  }
+  if (first_row >= 0) {
+    // Final norm and output projection for rows [first_row, n).
+    const int count = n - first_row;
+    MOETIER_RETURN_IF_ERROR(cuda::RmsNorm(batch_.x + first_row * n_embd, output_norm_, count,
+                                          static_cast<int>(n_embd), hp_.rms_eps, batch_.xn,
+                                          stream));
+    MOETIER_RETURN_IF_ERROR(ctx_->MatMul(output_, batch_.xn, count, logits_));
+    if (host_logits != nullptr) {
+      const uint64_t bytes = static_cast<uint64_t>(count) * hp_.n_vocab * sizeof(float);
+      MOETIER_RETURN_IF_ERROR(CudaCall(
+          cudaMemcpyAsync(host_logits, logits_, bytes, cudaMemcpyDeviceToHost,
+                          static_cast<cudaStream_t>(stream)),
+          "copying logits to the host"));
+    }
+  }
+  // Also when no logits are wanted: the batch's cache entries are complete
+  // (and any fault reported) before the sequence counts them.
+  return ctx_->Sync("the forward pass");
+}
+
+absl::StatusOr<int32_t> CudaEngine::Sample(Sampler& sampler) {
+  if (last_row_ == nullptr) {
+    return absl::FailedPreconditionError("no logits to sample from: run Forward first");
+  }
+  MOETIER_RETURN_IF_ERROR(ctx_->MakeCurrent());
+  auto* stream = static_cast<cudaStream_t>(ctx_->stream());
+  const SamplingParams& p = sampler.params();
+  const bool penalty = p.repeat_penalty != 1.0f && p.repeat_last_n > 0;
+  if (p.temperature <= 0.0f && !penalty) {
+    // Greedy: the argmax on the device, ties to the lower id as on the host.
+    MOETIER_RETURN_IF_ERROR(cuda::ArgmaxRows(last_row_, 1, hp_.n_vocab, sampled_, stream));
+    MOETIER_RETURN_IF_ERROR(CudaCall(
+        cudaMemcpyAsync(host_sampled_, sampled_, sizeof(int32_t), cudaMemcpyDeviceToHost, stream),
+        "copying the sampled token to the host"));
+    MOETIER_RETURN_IF_ERROR(ctx_->Sync("sampling"));
+    return *host_sampled_;
+  }
+  // Filters and penalties run on the host over the whole row.
+  MOETIER_RETURN_IF_ERROR(CudaCall(
+      cudaMemcpyAsync(host_row_.data(), last_row_, host_row_.size() * sizeof(float),
+                      cudaMemcpyDeviceToHost, stream),
+      "copying the logits row to the host"));
+  MOETIER_RETURN_IF_ERROR(ctx_->Sync("sampling"));
+  return sampler.Sample(host_row_);
+}
+
+absl::StatusOr<std::unique_ptr<ForwardEngine>> CreateCudaEngine(const Model& model,
+                                                                const CudaEngineConfig& config) {
+  absl::StatusOr<std::unique_ptr<CudaEngine>> engine = CudaEngine::Create(model, config);
+  if (!engine.ok()) return engine.status();
+  return std::unique_ptr<ForwardEngine>(std::move(*engine));
+}
+
+}  // namespace moetier

@@ -1,0 +1,162 @@
+// The forward pass on one NVIDIA GPU for every architecture whose layer
+// plan uses the CUDA blocks (blocks/cuda/), the counterpart of
+// engine/cpu_engine.h.
+//
+// Every dense weight, and without an expert source every routed expert too,
+// is copied to device memory at creation, in the file's own encoding. The
+// sequences' KV caches (fp32, head-major like the CPU engine's), the
+// activations and the scratch of the prefill GEMM are allocated at creation
+// too; Forward allocates nothing. All compute runs on one stream (the expert
+// cache adds a copy stream). Per MoE layer the host waits once, for the
+// router's choice (blocks/cuda/moe_block.h).
+//
+// Logits stay on the device: Forward copies rows to the host only when
+// asked, and Sample draws greedy tokens on the device (one id comes back);
+// other settings copy the last row and sample on the host.
+//
+// Numerics: activations, norms, attention and logits are fp32. Matrix
+// inputs of up to `gemv_max_rows` rows go through GemvQuant (exact weights,
+// fp32 sums); larger ones through GemmQuant, which rounds weights and
+// activations to fp16 and sums in fp32. Nothing uses atomics and the MoE
+// weighted sum runs in a fixed order per token, so a run is reproducible;
+// with every product on the GEMV (gemv_max_rows >= max_batch) each row's
+// arithmetic is also independent of how tokens are batched.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "backend/cuda/cuda_kernels.h"
+#include "blocks/cuda/attention_block.h"
+#include "blocks/cuda/cuda_context.h"
+#include "blocks/cuda/cuda_expert_cache.h"
+#include "blocks/cuda/moe_block.h"
+#include "cache/expert_cache_control.h"
+#include "engine/expert_source.h"
+#include "engine/forward_engine.h"
+#include "engine/routing_hook.h"
+#include "engine/sequence.h"
+#include "model/model.h"
+
+namespace moetier {
+
+struct CudaEngineConfig {
+  int device = 0;       // CUDA device ordinal
+  int max_ctx = 4096;   // positions per sequence; 1..n_ctx_train
+  int max_sequences = 1;  // sequences alive at once (each has its own KV cache)
+  int max_batch = 256;  // tokens per forward chunk; longer inputs are split
+  // Matrix inputs of at most this many rows use the GEMV (in calls of up to
+  // kCudaGemvMaxBatch rows), more rows the fp16 GEMM. 0 sends every product
+  // through the GEMM; max_batch sends every product through the GEMV.
+  int gemv_max_rows = cuda::kCudaGemvMaxBatch;
+  // The GEMM through cuBLAS; false: the backend's tiled kernel. True is an
+  // error in a build without cuBLAS.
+  bool use_cublas = cuda::CudaBlasAvailable();
+  // The routed experts' device weights; null: every expert is uploaded at
+  // creation (unless expert_source is given). Not owned; must outlive the
+  // engine.
+  DeviceExperts* device_experts = nullptr;
+  // Host copies of the routed experts behind a VRAM slot cache (the
+  // daemon's store, or engine/mapped_expert_source.h); null: no cache.
+  // Exclusive with device_experts. Not owned; must outlive the engine.
+  ExpertWeightSource* expert_source = nullptr;
+  CudaExpertCacheConfig expert_cache;
+  // Host memory the expert source serves from, registered for DMA at
+  // creation (the store segment's mapping); copies from elsewhere, or from a
+  // range that cannot be registered, go through pinned staging buffers.
+  // Must stay mapped for the engine's life.
+  std::vector<HostMemoryRange> dma_ranges;
+  // Routing hooks (engine/routing_hook.h), called per MoE layer and batch
+  // once the router's top-k is on the host: the override replaces the
+  // choice, then the observer sees the choice used. Null: the router
+  // decides, nothing is told (the engine tests the two pointers once per
+  // layer). With an override every layer copies the batch's router
+  // probabilities to the host with its choice ([n][n_expert] floats) and
+  // the new choice and weights back. Not owned; must outlive the engine.
+  RoutingObserver* routing_observer = nullptr;
+  RoutingOverride* routing_override = nullptr;
+};
+
+class CudaEngine final : public ForwardEngine, public ExpertCacheControl {
+ public:
+  // Fails when there is no usable device, a weight type has no CUDA kernel,
+  // a layer uses a block the CUDA backend lacks or a shape is inconsistent
+  // (the message names the tensor), the configuration is out of range, or
+  // device memory runs out (the message names the tensor or buffer, its
+  // size and the device's free and total memory). `model` only needs to
+  // live through Create: the engine keeps device copies of everything it
+  // reads.
+  static absl::StatusOr<std::unique_ptr<CudaEngine>> Create(const Model& model,
+                                                            const CudaEngineConfig& config);
+  ~CudaEngine() override;
+  CudaEngine(const CudaEngine&) = delete;
+  CudaEngine& operator=(const CudaEngine&) = delete;
+
+  // ForwardEngine's contract. Errors from the device (a kernel fault, an
+  // expert source failure, a router that chose no valid expert) and from a
+  // routing hook come back as a Status; the sequence is then valid up to the
+  // last whole batch.
+  absl::StatusOr<std::unique_ptr<Sequence>> NewSequence() override { return slots_.Acquire(); }
+  absl::Status Forward(Sequence& seq, std::span<const int32_t> tokens, LogitRows host_rows,
+                       float* host_logits) override;
+  absl::StatusOr<int32_t> Sample(Sampler& sampler) override;
+  int n_vocab() const override { return hp_.n_vocab; }
+  int max_ctx() const override { return config_.max_ctx; }
+  int max_sequences() const override { return config_.max_sequences; }
+
+  const CudaEngineConfig& config() const { return config_; }
+  // Device bytes of the uploaded weights, and of the KV caches, activations
+  // and scratch.
+  uint64_t weight_bytes() const { return ctx_->weight_bytes(); }
+  uint64_t buffer_bytes() const { return ctx_->buffer_bytes(); }
+
+  // The expert cache (null without an expert source): its counters for the
+  // status page, and the miss cost model it measured at creation (all zero
+  // unless the miss policy is auto).
+  const ExpertCacheReport* expert_cache_report() const { return moe_->expert_cache(); }
+  const CudaExpertCache* expert_cache() const { return moe_->expert_cache(); }
+  const MissCostModel* miss_cost_model() const {
+    return moe_->expert_cache() != nullptr ? &moe_->expert_cache()->cost_model() : nullptr;
+  }
+  // ExpertCacheControl: a new VRAM pool for the cache (between Forward
+  // calls). FAILED_PRECONDITION when every expert is resident (no cache).
+  absl::StatusOr<uint64_t> ResizeExpertCache(uint64_t pool_bytes) override;
+
+ private:
+  CudaEngine(const Model& model, const CudaEngineConfig& config);
+  absl::Status Init(const Model& model);
+  absl::Status UploadWeights(const Model& model);
+  absl::Status AllocateBuffers();
+  absl::Status ForwardBatch(std::vector<CudaKvLayer>& kv, const int32_t* tokens, int n, int pos0,
+                            int first_row, float* host_logits);
+
+  ModelHparams hp_;
+  CudaEngineConfig config_;
+  SequenceSlots slots_;
+  std::unique_ptr<CudaContext> ctx_;
+  CudaBatch batch_;
+  DeviceMatrix token_embd_, output_;
+  float* output_norm_ = nullptr;
+  std::unique_ptr<DeviceExperts> own_experts_;  // when the config gives none
+  std::vector<DeviceMatrix> routers_;           // per layer, until the MoE block takes them
+  std::unique_ptr<CudaAttentionBlock> attention_;
+  std::unique_ptr<CudaMoeBlock> moe_;
+  // Per sequence slot, per layer.
+  std::vector<std::vector<CudaKvLayer>> kv_;
+  float* logits_ = nullptr;        // [B][n_vocab], device
+  const float* last_row_ = nullptr;  // the row Sample draws from (device); null: none
+  int32_t* sampled_ = nullptr;     // [1], device
+  int32_t* host_sampled_ = nullptr;  // [1], pinned
+  std::vector<float> host_row_;    // [n_vocab]: for samplers that need the whole row
+};
+
+// The engine as a ForwardEngine, for the worker.
+absl::StatusOr<std::unique_ptr<ForwardEngine>> CreateCudaEngine(const Model& model,
+                                                                const CudaEngineConfig& config);
+
+}  // namespace moetier

@@ -1,0 +1,31 @@
+#include "engine/expert_source.h"
+
+namespace moetier {
+namespace {
+
+ExpertMatrixShape ShapeOf(const WeightRef& w) {
+  return {.type = w.type, .rows = w.rows(), .cols = w.cols(), .row_bytes = w.row_bytes};
+}
+
+}  // namespace
+
+RoutedExpertShapes RoutedExpertShapesOf(const Model& model) {
+  const ModelHparams& hp = model.hparams;
+  RoutedExpertShapes shapes;
+  shapes.n_expert = hp.n_expert;
+  shapes.top_k = hp.n_expert_used;
+  shapes.n_embd = hp.n_embd;
+  shapes.n_ff = hp.n_ff_exp;
+  for (const LayerWeights& l : model.weights.layers) {
+    ExpertLayerShape layer;
+    if (l.ffn == FfnKind::kMoe) {
+      layer.gate = ShapeOf(l.moe.gate_exps);
+      layer.up = ShapeOf(l.moe.up_exps);
+      layer.down = ShapeOf(l.moe.down_exps);
+    }
+    shapes.layers.push_back(layer);
+  }
+  return shapes;
+}
+
+}  // namespace moetier

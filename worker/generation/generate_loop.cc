@@ -1,0 +1,75 @@
+#include "generation/generate_loop.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "base/check.h"
+
+namespace moetier {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point from, Clock::time_point to) {
+  return std::chrono::duration<double>(to - from).count();
+}
+
+}  // namespace
+
+absl::StatusOr<GenerationResult> RunGeneration(ForwardEngine& engine, Sequence& seq,
+                                               Sampler& sampler, const GenerationRequest& request,
+                                               TokenSink& sink) {
+  MOETIER_CHECK(seq.length() == 0);
+  GenerationResult result;
+  const int n_prompt = static_cast<int>(request.prompt.size());
+  const auto start = Clock::now();
+  if (n_prompt >= seq.capacity()) {
+    result.stop = GenerationStop::kContextFull;
+    return result;
+  }
+  if (absl::Status s = engine.Forward(seq, request.prompt, LogitRows::kNone, nullptr); !s.ok()) {
+    result.prefill_s = Seconds(start, Clock::now());
+    result.engine_error = s;
+    return result;
+  }
+  for (int32_t token : request.prompt) sampler.Accept(token);
+  const auto decode_start = Clock::now();
+  result.prefill_s = Seconds(start, decode_start);
+  auto finish = [&](GenerationStop stop) {
+    result.stop = stop;
+    result.decode_s = Seconds(decode_start, Clock::now());
+    return result;
+  };
+
+  auto token_start = start;  // the first token's time includes the prefill
+  while (true) {
+    absl::StatusOr<int32_t> token = engine.Sample(sampler);
+    if (!token.ok()) {
+      result.engine_error = token.status();
+      return finish(GenerationStop::kMaxTokens);
+    }
+    sampler.Accept(*token);
+    ++result.generated;
+    const bool is_stop =
+        std::binary_search(request.stop_ids.begin(), request.stop_ids.end(), *token);
+    const double latency_ms =
+        std::chrono::duration<double, std::milli>(Clock::now() - token_start).count();
+    if (absl::Status s = sink.OnToken(*token, is_stop, latency_ms); !s.ok()) return s;
+    if (is_stop) return finish(GenerationStop::kEndOfGeneration);
+    if (request.max_new_tokens >= 0 && result.generated >= request.max_new_tokens) {
+      return finish(GenerationStop::kMaxTokens);
+    }
+    if (n_prompt + result.generated >= seq.capacity()) return finish(GenerationStop::kContextFull);
+    absl::StatusOr<bool> stop = sink.ShouldStop();
+    if (!stop.ok()) return stop.status();
+    if (*stop) return finish(GenerationStop::kStopped);
+    token_start = Clock::now();
+    const int32_t one[1] = {*token};
+    if (absl::Status s = engine.Forward(seq, one, LogitRows::kNone, nullptr); !s.ok()) {
+      result.engine_error = s;
+      return finish(GenerationStop::kMaxTokens);
+    }
+  }
+}
+
+}  // namespace moetier

@@ -1,0 +1,61 @@
+// The one generate loop of the worker, for standalone runs and daemon
+// requests alike: prefill the prompt into a sequence, then sample, report
+// and feed back one token at a time until a stop token, the token limit, a
+// full context or the caller's stop.
+//
+// A sequence holds at most its capacity in tokens, generated ones included:
+// generation ends (kContextFull) once prompt + generated tokens reach it.
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "engine/forward_engine.h"
+#include "engine/sequence.h"
+#include "sampling/sampler.h"
+
+namespace moetier {
+
+enum class GenerationStop {
+  kEndOfGeneration,  // a stop token was sampled (and reported)
+  kMaxTokens,
+  kContextFull,
+  kStopped,  // the sink asked to stop (a cancel, a closed channel)
+};
+
+struct GenerationRequest {
+  std::span<const int32_t> prompt;    // non-empty, ids checked by the engine
+  int max_new_tokens = -1;            // >= 1, or -1: no limit but the context
+  std::span<const int32_t> stop_ids;  // sorted ascending
+};
+
+// Where the tokens go. Errors from it end the loop with that error.
+class TokenSink {
+ public:
+  virtual ~TokenSink() = default;
+  // Each sampled token in order, stop tokens included (flagged);
+  // latency_ms is the time to compute it (the first includes the prefill).
+  virtual absl::Status OnToken(int32_t token, bool is_stop, double latency_ms) = 0;
+  // Asked between tokens: true stops the loop with kStopped.
+  virtual absl::StatusOr<bool> ShouldStop() { return false; }
+};
+
+struct GenerationResult {
+  GenerationStop stop = GenerationStop::kMaxTokens;
+  int generated = 0;        // tokens reported, stop token included
+  double prefill_s = 0.0;   // the prompt's forward pass
+  double decode_s = 0.0;    // from the end of the prefill to the end
+  absl::Status engine_error;  // set when the engine failed; `stop` is then meaningless
+};
+
+// `seq` must be empty. The prompt and every sampled token go into
+// `sampler`'s penalty window. Returns the sink's error, if any; an engine
+// failure comes back in GenerationResult::engine_error with the times so
+// far.
+absl::StatusOr<GenerationResult> RunGeneration(ForwardEngine& engine, Sequence& seq,
+                                               Sampler& sampler, const GenerationRequest& request,
+                                               TokenSink& sink);
+
+}  // namespace moetier

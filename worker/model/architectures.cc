@@ -1,0 +1,44 @@
+#include "model/architectures.h"
+
+#include <array>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "model/llama.h"
+#include "model/model_loader.h"
+#include "model/olmoe.h"
+#include "model/qwen3moe.h"
+
+namespace moetier {
+namespace {
+
+constexpr std::array<Architecture, 3> kArchitectures = {{
+    {"qwen3moe", "Qwen3-30B-A3B, Qwen3-235B-A22B", &LoadQwen3Moe},
+    {"llama", "Mixtral-8x7B and other llama models with routed experts", &LoadLlamaMoe},
+    {"olmoe", "OLMoE-1B-7B", &LoadOlmoe},
+}};
+
+}  // namespace
+
+std::span<const Architecture> SupportedArchitectures() { return kArchitectures; }
+
+std::string SupportedArchitectureList() {
+  return absl::StrJoin(kArchitectures, ", ", [](std::string* out, const Architecture& a) {
+    absl::StrAppend(out, std::string(a.name), " (", std::string(a.description), ")");
+  });
+}
+
+absl::StatusOr<Model> LoadModel(const GgufModel& gguf) {
+  const std::string& path = gguf.shards().front()->path();
+  absl::StatusOr<std::string> arch = gguf.metadata().GetString("general.architecture");
+  if (!arch.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", arch.status().message()));
+  for (const Architecture& a : kArchitectures) {
+    if (a.name == *arch) return a.load(ModelLoader(gguf, absl::string_view(a.name.data(), a.name.size())));
+  }
+  return absl::UnimplementedError(absl::StrFormat(
+      "%s: unsupported model architecture '%s' (general.architecture); this build runs %s",
+      path, *arch, SupportedArchitectureList()));
+}
+
+}  // namespace moetier

@@ -1,0 +1,59 @@
+// Every layer is attention + routed experts. No q/k norm; rope is NORM
+// (adjacent pairs), because the converter permuted the q and k rows of each
+// head, over the whole head (llama.cpp requires rope.dimension_count ==
+// head_dim). The router is a softmax over all experts, the top k
+// renormalized; feed_forward_length is the expert width. A llama file
+// without experts is a dense model, which moetier does not serve.
+#include "model/llama.h"
+
+#include <optional>
+
+#include "absl/strings/str_format.h"
+
+namespace moetier {
+
+absl::StatusOr<Model> LoadLlamaMoe(const ModelLoader& loader) {
+  Model model;
+  ModelHparams& hp = model.hparams;
+  if (absl::Status s = loader.ReadCommonHparams(hp); !s.ok()) return s;
+  if (hp.n_rot != hp.head_dim) {
+    return loader.Error(absl::StrFormat("%s = %d must equal the head size %d",
+                                        loader.Key("rope.dimension_count"), hp.n_rot,
+                                        hp.head_dim));
+  }
+  hp.rope_style = RopeStyle::kNorm;
+  hp.qk_norm = QkNorm::kNone;
+  hp.router.renormalize = true;
+  if (absl::Status s = loader.ReadExpertCounts(hp); !s.ok()) return s;
+  absl::StatusOr<std::optional<int>> n_ff =
+      loader.UniformPerLayer("feed_forward_length", hp.n_layer, kMaxModelDim);
+  if (!n_ff.ok()) return n_ff.status();
+  if (!n_ff->has_value()) {
+    return loader.Error(absl::StrFormat("required key %s (the expert width) is missing",
+                                        loader.Key("feed_forward_length")));
+  }
+  hp.n_ff_exp = **n_ff;
+
+  ModelWeights& w = model.weights;
+  if (absl::Status s = loader.ReadEmbeddingAndOutput(hp, /*output_may_be_tied=*/true, w); !s.ok()) {
+    return s;
+  }
+  const int64_t n_embd = hp.n_embd;
+  w.layers.resize(hp.n_layer);
+  for (int il = 0; il < hp.n_layer; ++il) {
+    LayerWeights& l = w.layers[il];
+    l.mixer = MixerKind::kAttention;
+    l.ffn = FfnKind::kMoe;
+    absl::StatusOr<WeightRef> norm = loader.LayerTensor(il, "attn_norm.weight", {n_embd, 1, 1, 1});
+    if (!norm.ok()) return norm.status();
+    l.attn_norm = *std::move(norm);
+    if (absl::Status s = loader.ReadAttention(il, hp, l.attn); !s.ok()) return s;
+    norm = loader.LayerTensor(il, "ffn_norm.weight", {n_embd, 1, 1, 1});
+    if (!norm.ok()) return norm.status();
+    l.ffn_norm = *std::move(norm);
+    if (absl::Status s = loader.ReadRoutedExperts(il, hp, l.moe); !s.ok()) return s;
+  }
+  return model;
+}
+
+}  // namespace moetier

@@ -1,0 +1,72 @@
+#include "model/model.h"
+
+#include <vector>
+
+namespace moetier {
+
+std::string_view MixerKindName(MixerKind kind) {
+  switch (kind) {
+    case MixerKind::kAttention:
+      return "attention";
+  }
+  return "unknown mixer";
+}
+
+std::string_view FfnKindName(FfnKind kind) {
+  switch (kind) {
+    case FfnKind::kMoe:
+      return "routed experts";
+  }
+  return "unknown feed-forward";
+}
+
+namespace {
+
+template <typename Weights, typename Ref>
+std::vector<Ref*> RefsOf(Weights& w, bool include_experts) {
+  std::vector<Ref*> refs = {&w.token_embd, &w.output_norm, &w.output};
+  for (auto& l : w.layers) {
+    for (Ref* r : {&l.attn_norm, &l.attn.q, &l.attn.k, &l.attn.v, &l.attn.output, &l.attn.q_norm,
+                   &l.attn.k_norm, &l.ffn_norm, &l.moe.router}) {
+      refs.push_back(r);
+    }
+    if (include_experts) {
+      for (Ref* r : {&l.moe.gate_exps, &l.moe.up_exps, &l.moe.down_exps}) refs.push_back(r);
+    }
+  }
+  std::erase_if(refs, [](Ref* r) { return !r->present(); });
+  return refs;
+}
+
+}  // namespace
+
+std::vector<const WeightRef*> WeightRefs(const ModelWeights& w, bool include_experts) {
+  return RefsOf<const ModelWeights, const WeightRef>(w, include_experts);
+}
+
+std::vector<WeightRef*> WeightRefs(ModelWeights& w, bool include_experts) {
+  return RefsOf<ModelWeights, WeightRef>(w, include_experts);
+}
+
+uint64_t DecodeWeightBytesPerToken(const Model& model) {
+  const ModelWeights& w = model.weights;
+  auto matrix_bytes = [](const WeightRef& r) {
+    return r.row_bytes * static_cast<uint64_t>(r.ne[1]) * static_cast<uint64_t>(r.ne[2]);
+  };
+  auto expert_bytes = [](const WeightRef& r) {
+    return r.row_bytes * static_cast<uint64_t>(r.ne[1]);
+  };
+  uint64_t bytes = w.token_embd.row_bytes;
+  for (const WeightRef* ref : WeightRefs(w, /*include_experts=*/false)) {
+    if (ref != &w.token_embd) bytes += matrix_bytes(*ref);
+  }
+  for (const LayerWeights& l : w.layers) {
+    if (l.ffn != FfnKind::kMoe) continue;
+    bytes += static_cast<uint64_t>(model.hparams.n_expert_used) *
+             (expert_bytes(l.moe.gate_exps) + expert_bytes(l.moe.up_exps) +
+              expert_bytes(l.moe.down_exps));
+  }
+  return bytes;
+}
+
+}  // namespace moetier

@@ -1,0 +1,384 @@
+#include "model/model_loader.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
+
+namespace moetier {
+namespace {
+
+std::string ShapeString(const std::array<int64_t, 4>& ne) {
+  int n = 4;
+  while (n > 1 && ne[n - 1] == 1) --n;
+  return absl::StrCat("{", absl::StrJoin(ne.begin(), ne.begin() + n, ", "), "}");
+}
+
+std::string SupportedTypeNames() {
+  std::vector<std::string> names;
+  for (uint32_t id = 0; id < 64; ++id) {
+    const std::optional<TensorTypeInfo> info = LookupTensorType(id);
+    if (info.has_value() && info->has_codec) names.emplace_back(info->name);
+  }
+  return absl::StrJoin(names, ", ");
+}
+
+}  // namespace
+
+ModelLoader::ModelLoader(const GgufModel& gguf, absl::string_view arch)
+    : gguf_(gguf),
+      path_(gguf.shards().front()->path()),
+      arch_(arch),
+      meta_(gguf.metadata()) {}
+
+std::string ModelLoader::Key(absl::string_view suffix) const {
+  return absl::StrCat(arch_, ".", suffix);
+}
+
+absl::Status ModelLoader::Error(absl::string_view what) const {
+  return absl::InvalidArgumentError(absl::StrCat(path_, ": ", what));
+}
+
+absl::Status ModelLoader::Unsupported(absl::string_view what) const {
+  return absl::UnimplementedError(absl::StrCat(path_, ": ", what));
+}
+
+bool ModelLoader::Has(absl::string_view suffix) const { return meta_.Has(Key(suffix)); }
+
+absl::StatusOr<int> ModelLoader::RequiredDim(absl::string_view suffix, uint64_t max) const {
+  const std::string key = Key(suffix);
+  absl::StatusOr<uint64_t> v = meta_.GetUint(key);
+  if (!v.ok()) return Error(v.status().message());
+  if (*v == 0 || *v > max) {
+    return Error(absl::StrFormat("%s = %d is out of range (1..%d)", key, *v, max));
+  }
+  return static_cast<int>(*v);
+}
+
+absl::StatusOr<int> ModelLoader::OptionalDim(absl::string_view suffix, uint64_t max,
+                                             int fallback) const {
+  if (!Has(suffix)) return fallback;
+  return RequiredDim(suffix, max);
+}
+
+absl::StatusOr<std::optional<int>> ModelLoader::UniformPerLayer(absl::string_view suffix,
+                                                                int n_layer, uint64_t max) const {
+  const std::string key = Key(suffix);
+  if (!meta_.Has(key)) return std::optional<int>();
+  absl::StatusOr<std::vector<uint64_t>> values = meta_.GetUintOrArray(key, n_layer);
+  if (!values.ok()) return Error(values.status().message());
+  if (values->empty()) return Error(absl::StrCat(key, " is an empty array"));
+  const uint64_t first = values->front();
+  for (size_t i = 0; i < values->size(); ++i) {
+    if ((*values)[i] != first) {
+      return Unsupported(absl::StrFormat(
+          "%s differs between layers (layer 0: %d, layer %d: %d); per-layer values are "
+          "not supported",
+          key, first, i, (*values)[i]));
+    }
+  }
+  if (first == 0 || first > max) {
+    return Error(absl::StrFormat("%s = %d is out of range (1..%d)", key, first, max));
+  }
+  return std::optional<int>(static_cast<int>(first));
+}
+
+absl::Status ModelLoader::ReadCommonHparams(ModelHparams& hp) const {
+  hp.architecture = arch_;
+  absl::StatusOr<int> block_count = RequiredDim("block_count", kMaxModelLayers);
+  if (!block_count.ok()) return block_count.status();
+  const uint64_t nextn = meta_.GetUintOr(Key("nextn_predict_layers"), 0);
+  if (nextn >= static_cast<uint64_t>(*block_count)) {
+    return Error(absl::StrFormat("%s = %d leaves no layers of %s = %d", Key("nextn_predict_layers"),
+                                 nextn, Key("block_count"), *block_count));
+  }
+  hp.n_layer = *block_count - static_cast<int>(nextn);
+
+  absl::StatusOr<int> n_ctx = RequiredDim("context_length", uint64_t{1} << 31);
+  if (!n_ctx.ok()) return n_ctx.status();
+  hp.n_ctx_train = *n_ctx;
+  absl::StatusOr<int> n_embd = RequiredDim("embedding_length", kMaxModelDim);
+  if (!n_embd.ok()) return n_embd.status();
+  hp.n_embd = *n_embd;
+
+  absl::StatusOr<std::optional<int>> n_head =
+      UniformPerLayer("attention.head_count", hp.n_layer, kMaxModelDim);
+  if (!n_head.ok()) return n_head.status();
+  if (!n_head->has_value()) {
+    return Error(absl::StrCat("required key ", Key("attention.head_count"), " is missing"));
+  }
+  hp.n_head = **n_head;
+  absl::StatusOr<std::optional<int>> n_head_kv =
+      UniformPerLayer("attention.head_count_kv", hp.n_layer, kMaxModelDim);
+  if (!n_head_kv.ok()) return n_head_kv.status();
+  hp.n_head_kv = n_head_kv->value_or(hp.n_head);
+  if (hp.n_head % hp.n_head_kv != 0) {
+    return Error(absl::StrFormat("%s = %d is not a multiple of %s = %d",
+                                 Key("attention.head_count"), hp.n_head,
+                                 Key("attention.head_count_kv"), hp.n_head_kv));
+  }
+
+  absl::StatusOr<int> key_length =
+      OptionalDim("attention.key_length", kMaxModelDim, hp.n_embd / hp.n_head);
+  if (!key_length.ok()) return key_length.status();
+  hp.head_dim = *key_length;
+  if (hp.head_dim < 1) {
+    return Error(absl::StrFormat("%s = %d and %s = %d give no head size",
+                                 Key("embedding_length"), hp.n_embd, Key("attention.head_count"),
+                                 hp.n_head));
+  }
+  absl::StatusOr<int> value_length =
+      OptionalDim("attention.value_length", kMaxModelDim, hp.head_dim);
+  if (!value_length.ok()) return value_length.status();
+  if (*value_length != hp.head_dim) {
+    return Unsupported(absl::StrFormat("%s = %d differs from %s = %d",
+                                       Key("attention.value_length"), *value_length,
+                                       Key("attention.key_length"), hp.head_dim));
+  }
+  absl::StatusOr<int> n_rot = OptionalDim("rope.dimension_count", kMaxModelDim, hp.head_dim);
+  if (!n_rot.ok()) return n_rot.status();
+  if (*n_rot % 2 != 0 || *n_rot > hp.head_dim) {
+    return Error(absl::StrFormat("%s = %d must be even and at most the head size %d",
+                                 Key("rope.dimension_count"), *n_rot, hp.head_dim));
+  }
+  hp.n_rot = *n_rot;
+
+  // Only unscaled rope is implemented; a scaled model would silently give
+  // wrong logits, so refuse it.
+  if (Has("rope.scaling.type")) {
+    const std::string type = meta_.GetStringOr(Key("rope.scaling.type"), "");
+    const double factor = meta_.GetFloatOr(Key("rope.scaling.factor"), 1.0);
+    if (type != "none" && !(type == "linear" && factor == 1.0)) {
+      return Unsupported(absl::StrFormat("%s = '%s' (factor %g) is not supported",
+                                         Key("rope.scaling.type"), type, factor));
+    }
+  }
+  if (Has("rope.scale_linear") && meta_.GetFloatOr(Key("rope.scale_linear"), 1.0) != 1.0) {
+    return Unsupported(absl::StrCat(Key("rope.scale_linear"), " != 1 is not supported"));
+  }
+  hp.rope_freq_base = static_cast<float>(meta_.GetFloatOr(Key("rope.freq_base"), 10000.0));
+  if (!(hp.rope_freq_base > 0.0f)) {
+    return Error(
+        absl::StrFormat("%s = %g must be positive", Key("rope.freq_base"), hp.rope_freq_base));
+  }
+  absl::StatusOr<double> eps = meta_.GetFloat(Key("attention.layer_norm_rms_epsilon"));
+  if (!eps.ok()) return Error(eps.status().message());
+  if (!(*eps > 0.0 && *eps < 1.0)) {
+    return Error(absl::StrFormat("%s = %g is out of range (0, 1)",
+                                 Key("attention.layer_norm_rms_epsilon"), *eps));
+  }
+  hp.rms_eps = static_cast<float>(*eps);
+
+  const GgufTensorInfo* embd = gguf_.FindTensor("token_embd.weight");
+  if (embd == nullptr) return Error("tensor 'token_embd.weight' is missing");
+  if (embd->ne[1] <= 0 || static_cast<uint64_t>(embd->ne[1]) > kMaxModelDim * 64) {
+    return Error(
+        absl::StrFormat("tensor 'token_embd.weight' has %d rows (vocabulary size)", embd->ne[1]));
+  }
+  hp.n_vocab = static_cast<int>(embd->ne[1]);
+  return absl::OkStatus();
+}
+
+absl::Status ModelLoader::ReadExpertCounts(ModelHparams& hp) const {
+  if (!Has("expert_count")) {
+    return Unsupported(absl::StrFormat(
+        "%s is missing: this is a dense %s model, and moetier serves models with routed "
+        "experts",
+        Key("expert_count"), arch_));
+  }
+  absl::StatusOr<int> n_expert = RequiredDim("expert_count", kMaxModelExperts);
+  if (!n_expert.ok()) return n_expert.status();
+  hp.n_expert = *n_expert;
+  absl::StatusOr<int> n_expert_used = RequiredDim("expert_used_count", kMaxModelExperts);
+  if (!n_expert_used.ok()) return n_expert_used.status();
+  hp.n_expert_used = *n_expert_used;
+  if (hp.n_expert_used > hp.n_expert) {
+    return Error(absl::StrFormat("%s = %d exceeds %s = %d", Key("expert_used_count"),
+                                 hp.n_expert_used, Key("expert_count"), hp.n_expert));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<WeightRef> ModelLoader::Tensor(const std::string& name,
+                                              std::array<int64_t, 4> ne) const {
+  const GgufTensorInfo* info = gguf_.FindTensor(name);
+  if (info == nullptr) return Error(absl::StrCat("tensor '", name, "' is missing"));
+  return Check(*info, ne);
+}
+
+absl::StatusOr<WeightRef> ModelLoader::LayerTensor(int il, absl::string_view suffix,
+                                                   std::array<int64_t, 4> ne) const {
+  return Tensor(absl::StrCat("blk.", il, ".", suffix), ne);
+}
+
+absl::StatusOr<WeightRef> ModelLoader::Check(const GgufTensorInfo& info,
+                                             std::array<int64_t, 4> ne) const {
+  if (info.ne != ne) {
+    return Error(absl::StrFormat("tensor '%s' has shape %s, expected %s", info.name,
+                                 ShapeString(info.ne), ShapeString(ne)));
+  }
+  const TensorTypeInfo& type = GetTensorTypeInfo(info.type);
+  if (!type.has_codec) {
+    return Unsupported(
+        absl::StrFormat("tensor '%s' has type %s, which moetier cannot decode (supported: %s)",
+                        info.name, type.name, SupportedTypeNames()));
+  }
+  if (info.ne[0] % type.block_elems != 0) {
+    return Error(absl::StrFormat(
+        "tensor '%s': row length %d is not a multiple of the %s block size %d", info.name,
+        info.ne[0], type.name, type.block_elems));
+  }
+  const std::span<const uint8_t> bytes = gguf_.TensorData(info);
+  const uint64_t row_bytes = static_cast<uint64_t>(TensorRowBytes(info.type, info.ne[0]));
+  const uint64_t expected_bytes =
+      row_bytes * static_cast<uint64_t>(info.ne[1] * info.ne[2] * info.ne[3]);
+  if (bytes.size() != expected_bytes) {
+    return Error(absl::StrFormat("tensor '%s' holds %d bytes, its shape needs %d", info.name,
+                                 bytes.size(), expected_bytes));
+  }
+  WeightRef ref;
+  ref.name = info.name;
+  ref.type = info.type;
+  ref.ne = info.ne;
+  ref.data = bytes.data();
+  ref.row_bytes = row_bytes;
+  ref.expert_stride_bytes = row_bytes * static_cast<uint64_t>(info.ne[1]);
+  return ref;
+}
+
+WeightRef ModelLoader::RowSlice(const WeightRef& whole, int64_t first, int64_t count) {
+  WeightRef part = whole;
+  part.data = whole.data + first * whole.row_bytes;
+  part.ne[1] = count;
+  // expert_stride_bytes stays that of the whole tensor: experts are still
+  // that far apart.
+  return part;
+}
+
+absl::Status ModelLoader::ReadEmbeddingAndOutput(const ModelHparams& hp, bool output_may_be_tied,
+                                                 ModelWeights& w) const {
+  const int64_t n_embd = hp.n_embd;
+  const int64_t n_vocab = hp.n_vocab;
+  absl::StatusOr<WeightRef> ref = Tensor("token_embd.weight", {n_embd, n_vocab, 1, 1});
+  if (!ref.ok()) return ref.status();
+  w.token_embd = *std::move(ref);
+  ref = Tensor("output_norm.weight", {n_embd, 1, 1, 1});
+  if (!ref.ok()) return ref.status();
+  w.output_norm = *std::move(ref);
+  if (HasTensor("output.weight") || !output_may_be_tied) {
+    ref = Tensor("output.weight", {n_embd, n_vocab, 1, 1});
+    if (!ref.ok()) return ref.status();
+    w.output = *std::move(ref);
+    w.output_tied = false;
+  } else {
+    w.output = w.token_embd;
+    w.output_tied = true;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ModelLoader::ReadAttention(int il, const ModelHparams& hp,
+                                        AttentionWeights& out) const {
+  const int64_t n_embd = hp.n_embd;
+  const int64_t head_dim = hp.head_dim;
+  const int64_t n_q = hp.n_head * head_dim;
+  const int64_t n_kv = hp.n_head_kv * head_dim;
+  const std::string blk = absl::StrCat("blk.", il, ".");
+  for (const char* bias : {"attn_q.bias", "attn_k.bias", "attn_v.bias", "attn_qkv.bias",
+                           "attn_output.bias"}) {
+    if (HasTensor(absl::StrCat(blk, bias))) {
+      return Unsupported(absl::StrFormat(
+          "tensor '%s%s': attention biases are not supported for %s models", blk, bias, arch_));
+    }
+  }
+  if (!HasTensor(blk + "attn_q.weight") && HasTensor(blk + "attn_qkv.weight")) {
+    absl::StatusOr<WeightRef> qkv = Tensor(blk + "attn_qkv.weight", {n_embd, n_q + 2 * n_kv, 1, 1});
+    if (!qkv.ok()) return qkv.status();
+    out.q = RowSlice(*qkv, 0, n_q);
+    out.k = RowSlice(*qkv, n_q, n_kv);
+    out.v = RowSlice(*qkv, n_q + n_kv, n_kv);
+  } else {
+    absl::StatusOr<WeightRef> r = Tensor(blk + "attn_q.weight", {n_embd, n_q, 1, 1});
+    if (!r.ok()) return r.status();
+    out.q = *std::move(r);
+    r = Tensor(blk + "attn_k.weight", {n_embd, n_kv, 1, 1});
+    if (!r.ok()) return r.status();
+    out.k = *std::move(r);
+    r = Tensor(blk + "attn_v.weight", {n_embd, n_kv, 1, 1});
+    if (!r.ok()) return r.status();
+    out.v = *std::move(r);
+  }
+  absl::StatusOr<WeightRef> r = Tensor(blk + "attn_output.weight", {n_q, n_embd, 1, 1});
+  if (!r.ok()) return r.status();
+  out.output = *std::move(r);
+  switch (hp.qk_norm) {
+    case QkNorm::kNone:
+      for (const char* norm : {"attn_q_norm.weight", "attn_k_norm.weight"}) {
+        if (HasTensor(blk + norm)) {
+          return Error(absl::StrFormat("tensor '%s%s' is not part of a %s model", blk, norm,
+                                       arch_));
+        }
+      }
+      return absl::OkStatus();
+    case QkNorm::kPerHead:
+      r = Tensor(blk + "attn_q_norm.weight", {head_dim, 1, 1, 1});
+      if (!r.ok()) return r.status();
+      out.q_norm = *std::move(r);
+      r = Tensor(blk + "attn_k_norm.weight", {head_dim, 1, 1, 1});
+      if (!r.ok()) return r.status();
+      out.k_norm = *std::move(r);
+      return absl::OkStatus();
+    case QkNorm::kWhole:
+      r = Tensor(blk + "attn_q_norm.weight", {n_q, 1, 1, 1});
+      if (!r.ok()) return r.status();
+      out.q_norm = *std::move(r);
+      r = Tensor(blk + "attn_k_norm.weight", {n_kv, 1, 1, 1});
+      if (!r.ok()) return r.status();
+      out.k_norm = *std::move(r);
+      return absl::OkStatus();
+  }
+  return absl::InternalError("unknown q/k norm");
+}
+
+absl::Status ModelLoader::ReadRoutedExperts(int il, const ModelHparams& hp,
+                                            MoeWeights& out) const {
+  const int64_t n_embd = hp.n_embd;
+  const int64_t n_expert = hp.n_expert;
+  const int64_t n_ff = hp.n_ff_exp;
+  const std::string blk = absl::StrCat("blk.", il, ".");
+  if (HasTensor(blk + "ffn_gate.0.weight") && !HasTensor(blk + "ffn_gate_exps.weight")) {
+    return Unsupported(absl::StrFormat(
+        "tensor '%sffn_gate.0.weight': experts stored one tensor each (an old Mixtral GGUF "
+        "layout) are not supported; convert the model again with a current llama.cpp",
+        blk));
+  }
+  absl::StatusOr<WeightRef> r = Tensor(blk + "ffn_gate_inp.weight", {n_embd, n_expert, 1, 1});
+  if (!r.ok()) return r.status();
+  out.router = *std::move(r);
+  if (!HasTensor(blk + "ffn_gate_exps.weight") && HasTensor(blk + "ffn_gate_up_exps.weight")) {
+    absl::StatusOr<WeightRef> gate_up =
+        Tensor(blk + "ffn_gate_up_exps.weight", {n_embd, 2 * n_ff, n_expert, 1});
+    if (!gate_up.ok()) return gate_up.status();
+    out.gate_exps = RowSlice(*gate_up, 0, n_ff);
+    out.up_exps = RowSlice(*gate_up, n_ff, n_ff);
+  } else {
+    r = Tensor(blk + "ffn_gate_exps.weight", {n_embd, n_ff, n_expert, 1});
+    if (!r.ok()) return r.status();
+    out.gate_exps = *std::move(r);
+    r = Tensor(blk + "ffn_up_exps.weight", {n_embd, n_ff, n_expert, 1});
+    if (!r.ok()) return r.status();
+    out.up_exps = *std::move(r);
+  }
+  r = Tensor(blk + "ffn_down_exps.weight", {n_ff, n_embd, n_expert, 1});
+  if (!r.ok()) return r.status();
+  out.down_exps = *std::move(r);
+  return absl::OkStatus();
+}
+
+}  // namespace moetier

@@ -1,0 +1,95 @@
+// What every architecture file (model/<arch>.cc) uses to read its part of a
+// GGUF file: typed metadata keys under the architecture's prefix, tensors
+// checked for shape and codec, and the tensor groups most architectures
+// share by name (SPEC.md §3.0: embedding and output, the attention
+// projections, the routed experts). Every error names the file, the key or
+// tensor, and what was expected.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include "absl/strings/string_view.h"
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "gguf/gguf_reader.h"
+#include "model/model.h"
+
+namespace moetier {
+
+// Upper bounds that keep every derived size (rows × cols, cache lengths) far
+// from integer overflow; real models are orders of magnitude below them.
+inline constexpr uint64_t kMaxModelDim = 1u << 24;
+inline constexpr uint64_t kMaxModelLayers = 4096;
+inline constexpr uint64_t kMaxModelExperts = 1u << 16;
+
+class ModelLoader {
+ public:
+  // `arch` is the key prefix (general.architecture). `gguf` must outlive the
+  // loader and the model it fills.
+  ModelLoader(const GgufModel& gguf, absl::string_view arch);
+
+  const std::string& path() const { return path_; }
+  const std::string& arch() const { return arch_; }
+  const GgufMetadata& metadata() const { return meta_; }
+  // "<arch>.<suffix>".
+  std::string Key(absl::string_view suffix) const;
+
+  // InvalidArgument / Unimplemented with "<path>: " in front.
+  absl::Status Error(absl::string_view what) const;
+  absl::Status Unsupported(absl::string_view what) const;
+
+  // Keys under the architecture's prefix.
+  bool Has(absl::string_view suffix) const;
+  // A positive integer no larger than `max`.
+  absl::StatusOr<int> RequiredDim(absl::string_view suffix, uint64_t max) const;
+  absl::StatusOr<int> OptionalDim(absl::string_view suffix, uint64_t max, int fallback) const;
+  // A scalar or one value per layer; moetier needs the same value on every
+  // layer. Empty when the key is absent.
+  absl::StatusOr<std::optional<int>> UniformPerLayer(absl::string_view suffix, int n_layer,
+                                                     uint64_t max) const;
+
+  // The keys of SPEC.md §3.0 that every architecture here shares:
+  // block_count (less nextn_predict_layers), context_length,
+  // embedding_length, attention.head_count(_kv), key/value_length (equal),
+  // rope.dimension_count (even, at most head_dim; default head_dim),
+  // rope.freq_base (unscaled rope only), layer_norm_rms_epsilon, and the
+  // vocabulary size from token_embd. Leaves the architecture's own fields
+  // (rope style, q/k norm, experts) alone.
+  absl::Status ReadCommonHparams(ModelHparams& hp) const;
+  // expert_count and expert_used_count (1 <= used <= count).
+  absl::Status ReadExpertCounts(ModelHparams& hp) const;
+
+  // `name` resolved, with shape `ne`, a decodable type and whole blocks.
+  absl::StatusOr<WeightRef> Tensor(const std::string& name, std::array<int64_t, 4> ne) const;
+  bool HasTensor(const std::string& name) const { return gguf_.FindTensor(name) != nullptr; }
+  // Rows [first, first+count) of a checked tensor, as a tensor of their own.
+  static WeightRef RowSlice(const WeightRef& whole, int64_t first, int64_t count);
+
+  // token_embd, output_norm and output (tied to token_embd when absent and
+  // `output_may_be_tied`, else required).
+  absl::Status ReadEmbeddingAndOutput(const ModelHparams& hp, bool output_may_be_tied,
+                                      ModelWeights& w) const;
+  // blk.<il>.attn_q/k/v (or a fused attn_qkv) and attn_output for the
+  // hyperparameters' head shape, and q/k norms as hp.qk_norm says. Attention
+  // biases are refused (no architecture here has them).
+  absl::Status ReadAttention(int il, const ModelHparams& hp, AttentionWeights& out) const;
+  // blk.<il>.ffn_gate_inp and the routed experts: ffn_gate_exps +
+  // ffn_up_exps (or a fused ffn_gate_up_exps) and ffn_down_exps.
+  absl::Status ReadRoutedExperts(int il, const ModelHparams& hp, MoeWeights& out) const;
+  // blk.<il>.<suffix> with shape ne.
+  absl::StatusOr<WeightRef> LayerTensor(int il, absl::string_view suffix,
+                                        std::array<int64_t, 4> ne) const;
+
+ private:
+  absl::StatusOr<WeightRef> Check(const GgufTensorInfo& info, std::array<int64_t, 4> ne) const;
+
+  const GgufModel& gguf_;
+  const std::string path_;
+  const std::string arch_;
+  const GgufMetadata& meta_;
+};
+
+}  // namespace moetier

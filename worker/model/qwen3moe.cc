@@ -1,0 +1,65 @@
+// Every layer is attention + routed experts. Attention has a per-head RMS
+// norm of q and k before NEOX rope over the whole head; the router is a
+// softmax over all experts, the top k renormalized (hard-coded in
+// llama.cpp, as HF's norm_topk_prob). No shared expert.
+#include "model/qwen3moe.h"
+
+#include <optional>
+
+#include "absl/strings/str_format.h"
+
+namespace moetier {
+
+absl::StatusOr<Model> LoadQwen3Moe(const ModelLoader& loader) {
+  Model model;
+  ModelHparams& hp = model.hparams;
+  if (absl::Status s = loader.ReadCommonHparams(hp); !s.ok()) return s;
+  if (hp.n_rot != hp.head_dim) {
+    return loader.Unsupported(absl::StrFormat("%s = %d differs from the head size %d",
+                                              loader.Key("rope.dimension_count"), hp.n_rot,
+                                              hp.head_dim));
+  }
+  hp.rope_style = RopeStyle::kNeox;
+  hp.qk_norm = QkNorm::kPerHead;
+  hp.router.renormalize = true;
+  if (absl::Status s = loader.ReadExpertCounts(hp); !s.ok()) return s;
+  // expert_feed_forward_length, else llama.cpp's fallback n_ff / top-k.
+  if (loader.Has("expert_feed_forward_length")) {
+    absl::StatusOr<int> n_ff_exp = loader.RequiredDim("expert_feed_forward_length", kMaxModelDim);
+    if (!n_ff_exp.ok()) return n_ff_exp.status();
+    hp.n_ff_exp = *n_ff_exp;
+  } else {
+    absl::StatusOr<std::optional<int>> n_ff =
+        loader.UniformPerLayer("feed_forward_length", hp.n_layer, kMaxModelDim);
+    if (!n_ff.ok()) return n_ff.status();
+    if (!n_ff->has_value() || **n_ff / hp.n_expert_used == 0) {
+      return loader.Error(absl::StrFormat("neither %s nor a usable %s is present",
+                                          loader.Key("expert_feed_forward_length"),
+                                          loader.Key("feed_forward_length")));
+    }
+    hp.n_ff_exp = **n_ff / hp.n_expert_used;
+  }
+
+  ModelWeights& w = model.weights;
+  if (absl::Status s = loader.ReadEmbeddingAndOutput(hp, /*output_may_be_tied=*/true, w); !s.ok()) {
+    return s;
+  }
+  const int64_t n_embd = hp.n_embd;
+  w.layers.resize(hp.n_layer);
+  for (int il = 0; il < hp.n_layer; ++il) {
+    LayerWeights& l = w.layers[il];
+    l.mixer = MixerKind::kAttention;
+    l.ffn = FfnKind::kMoe;
+    absl::StatusOr<WeightRef> norm = loader.LayerTensor(il, "attn_norm.weight", {n_embd, 1, 1, 1});
+    if (!norm.ok()) return norm.status();
+    l.attn_norm = *std::move(norm);
+    if (absl::Status s = loader.ReadAttention(il, hp, l.attn); !s.ok()) return s;
+    norm = loader.LayerTensor(il, "ffn_norm.weight", {n_embd, 1, 1, 1});
+    if (!norm.ok()) return norm.status();
+    l.ffn_norm = *std::move(norm);
+    if (absl::Status s = loader.ReadRoutedExperts(il, hp, l.moe); !s.ok()) return s;
+  }
+  return model;
+}
+
+}  // namespace moetier
