@@ -9,6 +9,7 @@ packages=(
   build-essential cmake ninja-build pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev liburing-dev libgtest-dev libgmock-dev libbenchmark-dev
+  python3-numpy  # the independent float64 forward pass of tests/interop
 )
 
 missing=()

@@ -1,0 +1,377 @@
+"""A plain float64 forward pass over the dequantized weights of a GGUF MoE model.
+
+Supported architectures (general.architecture):
+  qwen3moe   per-head q/k RMSNorm, NEOX rope, softmax router -> top-k -> renormalize
+  olmoe      q/k RMSNorm over the whole projection, NEOX rope, softmax -> top-k
+  llama      with experts (Mixtral): NORM rope, softmax -> top-k -> renormalize
+             (a llama file without experts runs its dense SwiGLU FFN)
+  qwen35moe  Gated DeltaNet layers and gated full-attention layers, MoE with a
+             sigmoid-gated shared expert
+
+Everything is computed in float64 with no activation quantization; the Gated
+DeltaNet recurrence runs token by token. Hyperparameters come from the file's
+own metadata and are checked against the tensor shapes.
+"""
+import math
+
+import numpy as np
+
+from dequant import dequantize
+from gguf_file import GGUFError
+
+SUPPORTED_ARCHS = ("qwen3moe", "olmoe", "llama", "qwen35moe")
+
+
+class ModelError(Exception):
+    pass
+
+
+# --- small numeric helpers ------------------------------------------------------------
+
+def rms_norm(x, w, eps):
+    """x / sqrt(mean(x^2) + eps) * w over the last axis."""
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
+
+
+def silu(x):
+    return x / (1.0 + np.exp(-x))
+
+
+def sigmoid(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def softplus(x):
+    return np.logaddexp(0.0, x)
+
+
+def softmax(x, axis=-1):
+    e = np.exp(x - np.max(x, axis=axis, keepdims=True))
+    return e / np.sum(e, axis=axis, keepdims=True)
+
+
+def l2_normalize(x, eps):
+    """x / max(||x||, eps) over the last axis."""
+    return x / np.maximum(np.sqrt(np.sum(x * x, axis=-1, keepdims=True)), eps)
+
+
+def rope(x, positions, n_rot, base, freq_scale, neox, pair_positions=None):
+    """Rotates the first n_rot dims of every head. x: (T, H, D).
+
+    neox pairs (i, i + n_rot/2), otherwise adjacent pairs (2i, 2i+1).
+    pair_positions, if given, is a (T, n_rot/2) array of the position each pair
+    rotates by (multi-section rope); otherwise every pair uses the token position.
+    """
+    half = n_rot // 2
+    inv_freq = base ** (-2.0 * np.arange(half) / n_rot)
+    if pair_positions is None:
+        pair_positions = np.repeat(np.asarray(positions, dtype=np.float64)[:, None], half, axis=1)
+    theta = pair_positions * freq_scale * inv_freq[None, :]  # (T, half)
+    cos = np.cos(theta)[:, None, :]
+    sin = np.sin(theta)[:, None, :]
+    out = x.copy()
+    if neox:
+        x0, x1 = x[..., :half], x[..., half:n_rot]
+        out[..., :half] = x0 * cos - x1 * sin
+        out[..., half:n_rot] = x0 * sin + x1 * cos
+    else:
+        x0, x1 = x[..., 0:n_rot:2], x[..., 1:n_rot:2]
+        out[..., 0:n_rot:2] = x0 * cos - x1 * sin
+        out[..., 1:n_rot:2] = x0 * sin + x1 * cos
+    return out
+
+
+def imrope_pair_positions(positions, n_rot, sections):
+    """Per-pair positions of interleaved multi-section rope for text tokens,
+    whose four position ids are (p, p, p, 0): pair i belongs to sector
+    s = i mod sum(sections); sectors s = 3k, 3k+1, 3k+2 below 3*sections[0..2]
+    take the t, h, w ids (all p), every other sector the fourth id (0)."""
+    half = n_rot // 2
+    total = sum(sections)
+    if total <= 0:
+        raise ModelError(f"rope.dimension_sections {sections} sums to zero")
+    use_p = np.zeros(half, dtype=bool)
+    for i in range(half):
+        s = i % total
+        use_p[i] = (s % 3 == 0 and s < 3 * sections[0]) or (s % 3 == 1 and s < 3 * sections[1]) \
+            or (s % 3 == 2 and s < 3 * sections[2])
+    p = np.asarray(positions, dtype=np.float64)[:, None]
+    return np.where(use_p[None, :], p, 0.0)
+
+
+def causal_attention(q, k, v, scale):
+    """q: (T, H, D), k/v: (T, H_kv, Dv). Query head h uses kv head h // (H / H_kv)."""
+    T, n_head, _ = q.shape
+    n_head_kv = k.shape[1]
+    if n_head % n_head_kv:
+        raise ModelError(f"head_count {n_head} is not a multiple of head_count_kv {n_head_kv}")
+    group = n_head // n_head_kv
+    mask = np.triu(np.ones((T, T), dtype=bool), k=1)
+    out = np.empty((T, n_head, v.shape[2]))
+    for h in range(n_head):
+        kv = h // group
+        scores = (q[:, h, :] @ k[:, kv, :].T) * scale
+        scores[mask] = -np.inf
+        out[:, h, :] = softmax(scores, axis=-1) @ v[:, kv, :]
+    return out
+
+
+# --- the model ----------------------------------------------------------------------
+
+class Model:
+    def __init__(self, gguf):
+        self.gguf = gguf
+        self.arch = gguf.get("general.architecture")
+        if self.arch not in SUPPORTED_ARCHS:
+            raise ModelError(f"unsupported architecture {self.arch!r} "
+                             f"(supported: {', '.join(SUPPORTED_ARCHS)})")
+        self._cache = {}
+        a = self.arch
+        self.n_embd = self._req("embedding_length")
+        self.n_layer = self._req("block_count") - int(self._key("nextn_predict_layers", 0))
+        self.eps = float(self._req("attention.layer_norm_rms_epsilon"))
+        self.rope_base = float(self._key("rope.freq_base", 10000.0))
+        scaling = self._key("rope.scaling.type", "linear")
+        if scaling not in ("linear", "none"):
+            raise ModelError(f"{a}: unsupported rope scaling type {scaling!r}")
+        factor = self._key("rope.scaling.factor", self._key("rope.scale_linear", 0.0))
+        self.freq_scale = 1.0 / float(factor) if factor and scaling == "linear" else 1.0
+        self.n_expert = int(self._key("expert_count", 0))
+        self.n_expert_used = int(self._key("expert_used_count", 0))
+        self.expert_weights_scale = float(self._key("expert_weights_scale", 0.0))
+        if a == "qwen35moe":
+            self.interval = int(self._key("full_attention_interval", 4))
+            self.sections = list(self._req("rope.dimension_sections"))
+            recurrent = self._key("attention.recurrent_layers", None)
+            if isinstance(recurrent, list):
+                self.recurrent = [bool(recurrent[i]) for i in range(self.n_layer)]
+            else:
+                self.recurrent = [(i + 1) % self.interval != 0 for i in range(self.n_layer)]
+        else:
+            self.recurrent = [False] * self.n_layer
+        self.n_vocab = self.w("token_embd.weight").shape[0]
+
+    # metadata
+    def _key(self, name, default=None):
+        return self.gguf.get(f"{self.arch}.{name}", default)
+
+    def _req(self, name):
+        v = self._key(name)
+        if v is None:
+            raise ModelError(f"{self.arch}: missing metadata key {self.arch}.{name}")
+        return v
+
+    def _per_layer(self, name, il, default=None):
+        v = self._key(name, default)
+        if v is None:
+            raise ModelError(f"{self.arch}: missing metadata key {self.arch}.{name}")
+        return int(v[il]) if isinstance(v, list) else int(v)
+
+    # weights
+    def has(self, name):
+        return name in self.gguf.tensors
+
+    def w(self, name):
+        if name not in self._cache:
+            if name not in self.gguf.tensors:
+                raise ModelError(f"{self.arch}: missing tensor {name}")
+            self._cache[name] = dequantize(self.gguf, name)
+        return self._cache[name]
+
+    def _expect_shape(self, name, shape):
+        got = self.w(name).shape
+        if got != tuple(shape):
+            raise ModelError(f"{name}: ne {list(reversed(got))} does not match the metadata "
+                             f"(expected {list(reversed(shape))})")
+
+    def linear(self, x, name, bias=None):
+        y = x @ self.w(name).T
+        if bias and self.has(bias):
+            y = y + self.w(bias)
+        return y
+
+    # --- forward ---------------------------------------------------------------
+    def forward(self, ids):
+        ids = np.asarray(ids, dtype=np.int64)
+        if ids.size == 0:
+            raise ModelError("no input tokens")
+        if ids.min() < 0 or ids.max() >= self.n_vocab:
+            raise ModelError(f"token id out of range [0, {self.n_vocab})")
+        positions = np.arange(ids.size)
+        x = self.w("token_embd.weight")[ids]
+        for il in range(self.n_layer):
+            p = f"blk.{il}."
+            h = rms_norm(x, self.w(p + "attn_norm.weight"), self.eps)
+            if self.recurrent[il]:
+                x = x + self.gated_delta_net(il, h)
+            elif self.arch == "qwen35moe":
+                x = x + self.gated_attention(il, h, positions)
+            else:
+                x = x + self.attention(il, h, positions)
+            norm = "post_attention_norm.weight" if self.arch == "qwen35moe" else "ffn_norm.weight"
+            h = rms_norm(x, self.w(p + norm), self.eps)
+            x = x + self.ffn(il, h)
+        x = rms_norm(x, self.w("output_norm.weight"), self.eps)
+        out = "output.weight" if self.has("output.weight") else "token_embd.weight"
+        return x @ self.w(out).T
+
+    def _heads(self, il):
+        n_head = self._per_layer("attention.head_count", il)
+        n_head_kv = self._per_layer("attention.head_count_kv", il, n_head)
+        head_dim = int(self._key("attention.key_length", self.n_embd // n_head))
+        v_dim = int(self._key("attention.value_length", head_dim))
+        n_rot = int(self._key("rope.dimension_count", head_dim))
+        if n_rot % 2 or n_rot > head_dim:
+            raise ModelError(f"{self.arch}: rope.dimension_count {n_rot} does not fit head_dim {head_dim}")
+        return n_head, n_head_kv, head_dim, v_dim, n_rot
+
+    def attention(self, il, h, positions):
+        """Softmax attention of qwen3moe, olmoe and llama."""
+        p = f"blk.{il}."
+        T = h.shape[0]
+        n_head, n_head_kv, hd, vd, n_rot = self._heads(il)
+        self._expect_shape(p + "attn_q.weight", (n_head * hd, self.n_embd))
+        self._expect_shape(p + "attn_k.weight", (n_head_kv * hd, self.n_embd))
+        self._expect_shape(p + "attn_v.weight", (n_head_kv * vd, self.n_embd))
+        q = self.linear(h, p + "attn_q.weight", p + "attn_q.bias")
+        k = self.linear(h, p + "attn_k.weight", p + "attn_k.bias")
+        v = self.linear(h, p + "attn_v.weight", p + "attn_v.bias")
+        if self.arch == "olmoe":
+            # RMSNorm over the whole projection, before the split into heads.
+            q = rms_norm(q, self.w(p + "attn_q_norm.weight"), self.eps)
+            k = rms_norm(k, self.w(p + "attn_k_norm.weight"), self.eps)
+        q = q.reshape(T, n_head, hd)
+        k = k.reshape(T, n_head_kv, hd)
+        v = v.reshape(T, n_head_kv, vd)
+        if self.arch == "qwen3moe":
+            q = rms_norm(q, self.w(p + "attn_q_norm.weight"), self.eps)
+            k = rms_norm(k, self.w(p + "attn_k_norm.weight"), self.eps)
+        neox = self.arch != "llama"
+        q = rope(q, positions, n_rot, self.rope_base, self.freq_scale, neox)
+        k = rope(k, positions, n_rot, self.rope_base, self.freq_scale, neox)
+        a = causal_attention(q, k, v, 1.0 / math.sqrt(hd))
+        return self.linear(a.reshape(T, n_head * vd), p + "attn_output.weight", p + "attn_output.bias")
+
+    def gated_attention(self, il, h, positions):
+        """qwen35moe full-attention layer: q and its output gate interleaved per head in
+        attn_q, per-head q/k RMSNorm, partial multi-section rope, sigmoid output gate."""
+        p = f"blk.{il}."
+        T = h.shape[0]
+        n_head, n_head_kv, hd, vd, n_rot = self._heads(il)
+        self._expect_shape(p + "attn_q.weight", (2 * n_head * hd, self.n_embd))
+        qg = self.linear(h, p + "attn_q.weight").reshape(T, n_head, 2 * hd)
+        q, gate = qg[..., :hd], qg[..., hd:]
+        k = self.linear(h, p + "attn_k.weight").reshape(T, n_head_kv, hd)
+        v = self.linear(h, p + "attn_v.weight").reshape(T, n_head_kv, vd)
+        q = rms_norm(q, self.w(p + "attn_q_norm.weight"), self.eps)
+        k = rms_norm(k, self.w(p + "attn_k_norm.weight"), self.eps)
+        pair_pos = imrope_pair_positions(positions, n_rot, self.sections)
+        q = rope(q, positions, n_rot, self.rope_base, self.freq_scale, True, pair_pos)
+        k = rope(k, positions, n_rot, self.rope_base, self.freq_scale, True, pair_pos)
+        scale = float(self._key("attention.scale", 0.0)) or 1.0 / math.sqrt(hd)
+        a = causal_attention(q, k, v, scale)
+        o = a.reshape(T, n_head * vd) * sigmoid(gate.reshape(T, n_head * hd))
+        return self.linear(o, p + "attn_output.weight")
+
+    def gated_delta_net(self, il, h):
+        """qwen35moe Gated DeltaNet layer, run token by token from a zero state."""
+        p = f"blk.{il}."
+        T = h.shape[0]
+        K = int(self._req("ssm.conv_kernel"))
+        d_k = int(self._req("ssm.state_size"))
+        H_k = int(self._req("ssm.group_count"))
+        H_v = int(self._req("ssm.time_step_rank"))
+        value_dim = int(self._req("ssm.inner_size"))
+        if value_dim % H_v:
+            raise ModelError(f"ssm.inner_size {value_dim} is not a multiple of ssm.time_step_rank {H_v}")
+        d_v = value_dim // H_v
+        key_dim = H_k * d_k
+        conv_dim = 2 * key_dim + value_dim
+        self._expect_shape(p + "attn_qkv.weight", (conv_dim, self.n_embd))
+        self._expect_shape(p + "attn_gate.weight", (value_dim, self.n_embd))
+        self._expect_shape(p + "ssm_conv1d.weight", (conv_dim, K))
+        self._expect_shape(p + "ssm_beta.weight", (H_v, self.n_embd))
+        self._expect_shape(p + "ssm_alpha.weight", (H_v, self.n_embd))
+        self._expect_shape(p + "ssm_out.weight", (self.n_embd, value_dim))
+
+        m = self.linear(h, p + "attn_qkv.weight")            # (T, conv_dim)
+        z = self.linear(h, p + "attn_gate.weight").reshape(T, H_v, d_v)
+        beta = sigmoid(self.linear(h, p + "ssm_beta.weight"))  # (T, H_v)
+        alpha = self.linear(h, p + "ssm_alpha.weight")
+        g = self.w(p + "ssm_a") * softplus(alpha + self.w(p + "ssm_dt.bias"))  # (T, H_v), <= 0
+
+        # Causal depthwise conv: tap K-1 multiplies the current token, earlier taps
+        # the K-1 tokens before it (zeros before the sequence start).
+        conv_w = self.w(p + "ssm_conv1d.weight")  # (conv_dim, K)
+        padded = np.concatenate([np.zeros((K - 1, conv_dim)), m], axis=0)
+        u = np.zeros((T, conv_dim))
+        for i in range(K):
+            u += padded[i:i + T] * conv_w[:, i]
+        u = silu(u)
+
+        q = l2_normalize(u[:, :key_dim].reshape(T, H_k, d_k), self.eps) / math.sqrt(d_k)
+        k = l2_normalize(u[:, key_dim:2 * key_dim].reshape(T, H_k, d_k), self.eps)
+        v = u[:, 2 * key_dim:].reshape(T, H_v, d_v)
+
+        o = np.zeros((T, H_v, d_v))
+        for j in range(H_v):
+            kh = j % H_k  # tiled v-head -> k-head mapping of qwen35 files
+            S = np.zeros((d_k, d_v))
+            for t in range(T):
+                S *= math.exp(g[t, j])
+                delta = beta[t, j] * (v[t, j] - S.T @ k[t, kh])
+                S += np.outer(k[t, kh], delta)
+                o[t, j] = S.T @ q[t, kh]
+
+        n = rms_norm(o, self.w(p + "ssm_norm.weight"), self.eps) * silu(z)
+        return self.linear(n.reshape(T, value_dim), p + "ssm_out.weight")
+
+    def _expert_width(self, il):
+        if self.arch in ("olmoe", "llama"):
+            return self._per_layer("feed_forward_length", il)
+        v = self._key("expert_feed_forward_length")
+        if v is not None:
+            return int(v)
+        return self._per_layer("feed_forward_length", il) // max(self.n_expert_used, 1)
+
+    def ffn(self, il, h):
+        p = f"blk.{il}."
+        if not self.has(p + "ffn_gate_inp.weight"):
+            if self.arch == "llama" and self.has(p + "ffn_gate.weight"):
+                return self.linear(silu(self.linear(h, p + "ffn_gate.weight")) * self.linear(h, p + "ffn_up.weight"),
+                                   p + "ffn_down.weight")
+            raise ModelError(f"{self.arch}: missing tensor {p}ffn_gate_inp.weight")
+        n_ff = self._expert_width(il)
+        self._expect_shape(p + "ffn_gate_inp.weight", (self.n_expert, self.n_embd))
+        self._expect_shape(p + "ffn_gate_exps.weight", (self.n_expert, n_ff, self.n_embd))
+        self._expect_shape(p + "ffn_up_exps.weight", (self.n_expert, n_ff, self.n_embd))
+        self._expect_shape(p + "ffn_down_exps.weight", (self.n_expert, self.n_embd, n_ff))
+        gate_w = self.w(p + "ffn_gate_exps.weight")
+        up_w = self.w(p + "ffn_up_exps.weight")
+        down_w = self.w(p + "ffn_down_exps.weight")
+        probs = softmax(self.linear(h, p + "ffn_gate_inp.weight", p + "ffn_gate_inp.bias"), axis=-1)
+        renormalize = self.arch in ("qwen3moe", "llama", "qwen35moe")
+        out = np.zeros_like(h)
+        for t in range(h.shape[0]):
+            top = np.argsort(-probs[t], kind="stable")[:self.n_expert_used]
+            weights = probs[t, top]
+            if renormalize:
+                weights = weights / max(weights.sum(), 6.103515625e-5)
+            if self.expert_weights_scale and self.expert_weights_scale != 1.0:
+                weights = weights * self.expert_weights_scale
+            for e, wgt in zip(top, weights):
+                act = silu(gate_w[e] @ h[t]) * (up_w[e] @ h[t])
+                out[t] += wgt * (down_w[e] @ act)
+        if self.has(p + "ffn_gate_inp_shexp.weight"):
+            shared = silu(self.linear(h, p + "ffn_gate_shexp.weight")) * self.linear(h, p + "ffn_up_shexp.weight")
+            shared = self.linear(shared, p + "ffn_down_shexp.weight")
+            out += sigmoid(h @ self.w(p + "ffn_gate_inp_shexp.weight"))[:, None] * shared
+        return out
+
+
+def load(path):
+    from gguf_file import GGUFFile
+    try:
+        return Model(GGUFFile(path))
+    except GGUFError as e:
+        raise ModelError(str(e)) from e
