@@ -364,5 +364,66 @@ TEST_F(ArchitectureTest, UnexpectedQkNormIsRefused) {
   EXPECT_THAT(model.status().message(), HasSubstr("blk.0.attn_q_norm.weight"));
 }
 
+TEST_F(ArchitectureTest, Qwen35MoeIsAHybridOfGatedDeltaNetAndGatedAttention) {
+  LoadVector("qwen35moe-tiny-f32");
+  absl::StatusOr<Model> model = Load(tiny_);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const ModelHparams& hp = model->hparams;
+  EXPECT_EQ(hp.architecture, "qwen35moe");
+  ASSERT_EQ(hp.n_layer, 4);
+  for (int il = 0; il < 3; ++il) {
+    EXPECT_EQ(model->weights.layers[il].mixer, MixerKind::kGatedDeltaNet) << il;
+  }
+  EXPECT_EQ(model->weights.layers[3].mixer, MixerKind::kGatedAttention);
+  for (const LayerWeights& l : model->weights.layers) {
+    EXPECT_EQ(l.ffn, FfnKind::kMoeWithSharedExpert);
+    EXPECT_TRUE(l.moe.shared_gate_inp.present());
+  }
+  EXPECT_EQ(hp.n_rot, 8);
+  EXPECT_EQ(hp.head_dim, 32);
+  EXPECT_EQ(hp.rope_pair_uses_position, (std::vector<uint8_t>{1, 1, 1, 1}));
+  EXPECT_EQ(hp.deltanet.n_k_heads, 2);
+  EXPECT_EQ(hp.deltanet.n_v_heads, 4);
+  EXPECT_EQ(hp.deltanet.d_k, 16);
+  EXPECT_EQ(hp.deltanet.d_v, 16);
+  EXPECT_EQ(hp.deltanet.conv_kernel, 4);
+  EXPECT_EQ(hp.deltanet.k_head_of(3), 1);  // tiled: 3 mod 2
+  EXPECT_EQ(hp.n_ff_shared, 32);
+  // The attention layer's q projection carries each head's gate.
+  EXPECT_EQ(model->weights.layers[3].attn.q.rows(), 2 * hp.n_head * hp.head_dim);
+}
+
+TEST_F(ArchitectureTest, Qwen35MoeNeedsTheRopeSections) {
+  LoadVector("qwen35moe-tiny-f32");
+  tiny_.Remove("qwen35moe.rope.dimension_sections");
+  absl::StatusOr<Model> model = Load(tiny_);
+  ASSERT_FALSE(model.ok());
+  EXPECT_THAT(model.status().message(),
+              AllOf(HasSubstr("qwen35moe.rope.dimension_sections"), HasSubstr("missing")));
+}
+
+TEST_F(ArchitectureTest, Qwen35MoeConvOfTheWrongShapeIsNamed) {
+  LoadVector("qwen35moe-tiny-f32");
+  testing::EditableTensor* conv = tiny_.Find("blk.1.ssm_conv1d.weight");
+  ASSERT_NE(conv, nullptr);
+  ASSERT_EQ(conv->ne, (std::vector<int64_t>{4, 128}));
+  conv->ne = {3, 128};
+  conv->data.resize(3 * 128 * 4);
+  absl::StatusOr<Model> model = Load(tiny_);
+  ASSERT_FALSE(model.ok());
+  EXPECT_THAT(model.status().message(),
+              AllOf(HasSubstr("blk.1.ssm_conv1d.weight"), HasSubstr("{3, 128}"),
+                    HasSubstr("{4, 128}")));
+}
+
+TEST_F(ArchitectureTest, Qwen35MoeRecurrentLayersCanBeListed) {
+  LoadVector("qwen35moe-tiny-f32");
+  tiny_.Set("qwen35moe.full_attention_interval", GgufValue::Uint32(2));
+  absl::StatusOr<Model> model = Load(tiny_);
+  // Layer 1 is attention now, and the file has DeltaNet tensors there.
+  ASSERT_FALSE(model.ok());
+  EXPECT_THAT(model.status().message(), HasSubstr("blk.1.attn_q.weight"));
+}
+
 }  // namespace
 }  // namespace moetier

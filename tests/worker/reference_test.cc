@@ -98,7 +98,10 @@ INSTANTIATE_TEST_SUITE_P(
                       VectorCase{"mixtral-tiny-f32", "llamacpp"},
                       VectorCase{"mixtral-small-q4_k_m", "exact"},
                       VectorCase{"olmoe-tiny-f32", "exact"},
-                      VectorCase{"olmoe-tiny-f32", "llamacpp"}),
+                      VectorCase{"olmoe-tiny-f32", "llamacpp"},
+                      VectorCase{"qwen35moe-tiny-f32", "exact"},
+                      VectorCase{"qwen35moe-tiny-f32", "llamacpp"},
+                      VectorCase{"qwen35moe-small-q4_k_m", "exact"}),
     [](const ::testing::TestParamInfo<VectorCase>& param_info) {
       std::string name = std::string(param_info.param.model) + "_" + param_info.param.expected;
       for (char& ch : name) {

@@ -117,7 +117,7 @@ void CpuEngine::Allocate() {
   kv_.resize(static_cast<size_t>(config_.max_sequences));
   for (std::vector<CpuKvLayer>& seq : kv_) {
     for (const LayerWeights& l : weights_.layers) {
-      seq.push_back(l.mixer == MixerKind::kAttention ? attention_->NewKvLayer(config_.max_ctx)
+      seq.push_back(IsAttention(l.mixer) ? attention_->NewKvLayer(config_.max_ctx)
                                                      : CpuKvLayer{});
     }
   }
@@ -205,9 +205,13 @@ absl::Status CpuEngine::ForwardBatch(std::vector<CpuKvLayer>& kv, const int32_t*
       case MixerKind::kAttention:
         attention_->Forward(l, kv[static_cast<size_t>(l)], n, pos0);
         break;
+      case MixerKind::kGatedAttention:
+      case MixerKind::kGatedDeltaNet:
+        MOETIER_CPU_CHECK(false, "layer plan checked at creation");
     }
     switch (layer.ffn) {
       case FfnKind::kMoe:
+      case FfnKind::kMoeWithSharedExpert:
         if (absl::Status s = moe_->Forward(l, n, pos0); !s.ok()) return s;
         break;
     }

@@ -83,28 +83,54 @@ absl::Status CheckModelForBackend(const Model& model, const BackendWeightSupport
     }
     check(CheckVector(l.attn_norm, hp.n_embd));
     check(CheckVector(l.ffn_norm, hp.n_embd));
-    switch (hp.qk_norm) {
-      case QkNorm::kNone:
-        break;
-      case QkNorm::kPerHead:
-        check(CheckVector(l.attn.q_norm, hp.head_dim));
-        check(CheckVector(l.attn.k_norm, hp.head_dim));
-        break;
-      case QkNorm::kWhole:
-        check(CheckVector(l.attn.q_norm, q_dim));
-        check(CheckVector(l.attn.k_norm, kv_dim));
-        break;
+    if (IsAttention(l.mixer)) {
+      switch (hp.qk_norm) {
+        case QkNorm::kNone:
+          break;
+        case QkNorm::kPerHead:
+          check(CheckVector(l.attn.q_norm, hp.head_dim));
+          check(CheckVector(l.attn.k_norm, hp.head_dim));
+          break;
+        case QkNorm::kWhole:
+          check(CheckVector(l.attn.q_norm, q_dim));
+          check(CheckVector(l.attn.k_norm, kv_dim));
+          break;
+      }
+      const int64_t q_rows = l.mixer == MixerKind::kGatedAttention ? 2 * q_dim : q_dim;
+      check(CheckMatrix(l.attn.q, hp.n_embd, q_rows, 1, support));
+      check(CheckMatrix(l.attn.k, hp.n_embd, kv_dim, 1, support));
+      check(CheckMatrix(l.attn.v, hp.n_embd, kv_dim, 1, support));
+      check(CheckMatrix(l.attn.output, q_dim, hp.n_embd, 1, support));
+    } else {
+      const DeltaNetParams& dn = hp.deltanet;
+      const DeltaNetWeights& d = l.deltanet;
+      check(CheckMatrix(d.qkv, hp.n_embd, dn.conv_dim(), 1, support));
+      check(CheckMatrix(d.z, hp.n_embd, dn.value_dim(), 1, support));
+      check(CheckMatrix(d.beta, hp.n_embd, dn.n_v_heads, 1, support));
+      check(CheckMatrix(d.alpha, hp.n_embd, dn.n_v_heads, 1, support));
+      check(CheckMatrix(d.out, dn.value_dim(), hp.n_embd, 1, support));
+      if (d.conv.ne[0] != dn.conv_kernel || d.conv.ne[1] != dn.conv_dim() ||
+          !GetTensorTypeInfo(d.conv.type).has_codec) {
+        check(absl::InvalidArgumentError(absl::StrFormat(
+            "tensor %s has shape {%d, %d}, expected {%d, %d}", d.conv.name, d.conv.ne[0],
+            d.conv.ne[1], dn.conv_kernel, dn.conv_dim())));
+      }
+      check(CheckVector(d.dt_bias, dn.n_v_heads));
+      check(CheckVector(d.a, dn.n_v_heads));
+      check(CheckVector(d.norm, dn.d_v));
     }
-    check(CheckMatrix(l.attn.q, hp.n_embd, q_dim, 1, support));
-    check(CheckMatrix(l.attn.k, hp.n_embd, kv_dim, 1, support));
-    check(CheckMatrix(l.attn.v, hp.n_embd, kv_dim, 1, support));
-    check(CheckMatrix(l.attn.output, q_dim, hp.n_embd, 1, support));
     check(CheckMatrix(l.moe.router, hp.n_embd, hp.n_expert, 1, support));
     // With an external expert source only the types and shapes matter: the
     // engine never reads these tensors' bytes.
     check(CheckMatrix(l.moe.gate_exps, hp.n_embd, hp.n_ff_exp, hp.n_expert, support));
     check(CheckMatrix(l.moe.up_exps, hp.n_embd, hp.n_ff_exp, hp.n_expert, support));
     check(CheckMatrix(l.moe.down_exps, hp.n_ff_exp, hp.n_embd, hp.n_expert, support));
+    if (HasSharedExpert(l.ffn)) {
+      check(CheckVector(l.moe.shared_gate_inp, hp.n_embd));
+      check(CheckMatrix(l.moe.shared_gate, hp.n_embd, hp.n_ff_shared, 1, support));
+      check(CheckMatrix(l.moe.shared_up, hp.n_embd, hp.n_ff_shared, 1, support));
+      check(CheckMatrix(l.moe.shared_down, hp.n_ff_shared, hp.n_embd, 1, support));
+    }
   }
   return status;
 }

@@ -8,6 +8,10 @@ std::string_view MixerKindName(MixerKind kind) {
   switch (kind) {
     case MixerKind::kAttention:
       return "attention";
+    case MixerKind::kGatedAttention:
+      return "gated attention";
+    case MixerKind::kGatedDeltaNet:
+      return "Gated DeltaNet";
   }
   return "unknown mixer";
 }
@@ -16,6 +20,8 @@ std::string_view FfnKindName(FfnKind kind) {
   switch (kind) {
     case FfnKind::kMoe:
       return "routed experts";
+    case FfnKind::kMoeWithSharedExpert:
+      return "routed experts with a shared expert";
   }
   return "unknown feed-forward";
 }
@@ -27,7 +33,11 @@ std::vector<Ref*> RefsOf(Weights& w, bool include_experts) {
   std::vector<Ref*> refs = {&w.token_embd, &w.output_norm, &w.output};
   for (auto& l : w.layers) {
     for (Ref* r : {&l.attn_norm, &l.attn.q, &l.attn.k, &l.attn.v, &l.attn.output, &l.attn.q_norm,
-                   &l.attn.k_norm, &l.ffn_norm, &l.moe.router}) {
+                   &l.attn.k_norm, &l.deltanet.qkv, &l.deltanet.z, &l.deltanet.conv,
+                   &l.deltanet.dt_bias, &l.deltanet.a, &l.deltanet.beta, &l.deltanet.alpha,
+                   &l.deltanet.norm, &l.deltanet.out, &l.ffn_norm, &l.moe.router,
+                   &l.moe.shared_gate_inp, &l.moe.shared_gate, &l.moe.shared_up,
+                   &l.moe.shared_down}) {
       refs.push_back(r);
     }
     if (include_experts) {
@@ -61,7 +71,7 @@ uint64_t DecodeWeightBytesPerToken(const Model& model) {
     if (ref != &w.token_embd) bytes += matrix_bytes(*ref);
   }
   for (const LayerWeights& l : w.layers) {
-    if (l.ffn != FfnKind::kMoe) continue;
+    
     bytes += static_cast<uint64_t>(model.hparams.n_expert_used) *
              (expert_bytes(l.moe.gate_exps) + expert_bytes(l.moe.up_exps) +
               expert_bytes(l.moe.down_exps));

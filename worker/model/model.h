@@ -58,13 +58,41 @@ struct RouterParams {
 
 // Per layer: what mixes the positions.
 enum class MixerKind : uint8_t {
-  kAttention,  // causal GQA softmax attention with a KV cache
+  kAttention,       // causal GQA softmax attention with a KV cache
+  kGatedAttention,  // the same, its output gated by sigmoid(W_q's second half) (qwen35moe)
+  kGatedDeltaNet,   // linear attention with a recurrent state: conv + gated delta rule (qwen35moe)
 };
 
 // Per layer: the feed-forward block.
 enum class FfnKind : uint8_t {
-  kMoe,  // routed experts only
+  kMoe,                  // routed experts only
+  kMoeWithSharedExpert,  // routed experts + a dense expert gated by a sigmoid (qwen35moe)
 };
+
+// The Gated DeltaNet layers' sizes (SPEC.md §3.3): H_k key heads and H_v
+// value heads of d_k and d_v values; the depthwise conv has conv_kernel taps.
+struct DeltaNetParams {
+  int conv_kernel = 0;  // ssm.conv_kernel
+  int d_k = 0;          // ssm.state_size
+  int n_k_heads = 0;    // ssm.group_count
+  int n_v_heads = 0;    // ssm.time_step_rank
+  int d_v = 0;          // ssm.inner_size / n_v_heads
+  // v-head j reads k-head j % n_k_heads (qwen35moe's tiled order); false:
+  // j / (n_v_heads / n_k_heads) (qwen3next's grouped order).
+  bool v_heads_tiled = true;
+
+  int key_dim() const { return n_k_heads * d_k; }
+  int value_dim() const { return n_v_heads * d_v; }
+  int conv_dim() const { return 2 * key_dim() + value_dim(); }
+  int k_head_of(int v_head) const {
+    return v_heads_tiled ? v_head % n_k_heads : v_head / (n_v_heads / n_k_heads);
+  }
+};
+
+inline bool IsAttention(MixerKind kind) {
+  return kind == MixerKind::kAttention || kind == MixerKind::kGatedAttention;
+}
+inline bool HasSharedExpert(FfnKind kind) { return kind == FfnKind::kMoeWithSharedExpert; }
 
 std::string_view MixerKindName(MixerKind kind);
 std::string_view FfnKindName(FfnKind kind);
@@ -87,16 +115,28 @@ struct ModelHparams {
   RopeStyle rope_style = RopeStyle::kNeox;
   float rope_freq_base = 10000.0f;
   QkNorm qk_norm = QkNorm::kNone;
+  // The softmax scale; 0: 1 / sqrt(head_dim) (attention.scale when a file sets it).
+  float attention_scale = 0.0f;
+  // Multi-section rope (IMROPE, qwen35moe): which of the n_rot / 2 pairs
+  // rotate by the token's position; the others rotate by 0 (text tokens have
+  // position ids (p, p, p, 0)). Empty: every pair rotates by the position.
+  std::vector<uint8_t> rope_pair_uses_position;
+
+  // Gated DeltaNet layers.
+  DeltaNetParams deltanet;
 
   // MoE layers.
   int n_expert = 0;
   int n_expert_used = 0;  // top-k
   int n_ff_exp = 0;       // each expert's FFN width
   RouterParams router;
+  int n_ff_shared = 0;  // FfnKind::kMoeWithSharedExpert: the shared expert's width
 };
 
 struct AttentionWeights {
-  WeightRef q;       // {n_embd, n_head*head_dim}
+  // {n_embd, n_head*head_dim}; kGatedAttention: {n_embd, 2*n_head*head_dim},
+  // each head's head_dim q rows followed by its head_dim gate rows.
+  WeightRef q;
   WeightRef k;       // {n_embd, n_head_kv*head_dim}
   WeightRef v;       // {n_embd, n_head_kv*head_dim}
   WeightRef output;  // {n_head*head_dim, n_embd}
@@ -106,6 +146,19 @@ struct AttentionWeights {
   WeightRef k_norm;
 };
 
+// One Gated DeltaNet layer (SPEC.md §3.3–3.4; qwen35moe tensor names).
+struct DeltaNetWeights {
+  WeightRef qkv;      // attn_qkv {n_embd, conv_dim}: q heads, k heads, v heads
+  WeightRef z;        // attn_gate {n_embd, value_dim}
+  WeightRef conv;     // ssm_conv1d {conv_kernel, conv_dim}: channel c's taps, oldest first
+  WeightRef dt_bias;  // ssm_dt.bias {n_v_heads}
+  WeightRef a;        // ssm_a {n_v_heads}, already -exp(A_log)
+  WeightRef beta;     // ssm_beta {n_embd, n_v_heads}
+  WeightRef alpha;    // ssm_alpha {n_embd, n_v_heads}
+  WeightRef norm;     // ssm_norm {d_v}, shared by the value heads
+  WeightRef out;      // ssm_out {value_dim, n_embd}
+};
+
 struct MoeWeights {
   WeightRef router;  // ffn_gate_inp {n_embd, n_expert}
   // Expert matrices; for a fused ffn_gate_up_exps tensor, gate and up refer
@@ -113,6 +166,12 @@ struct MoeWeights {
   WeightRef gate_exps;  // {n_embd, n_ff_exp, n_expert}
   WeightRef up_exps;    // {n_embd, n_ff_exp, n_expert}
   WeightRef down_exps;  // {n_ff_exp, n_embd, n_expert}
+  // FfnKind::kMoeWithSharedExpert: out += sigmoid(shared_gate_inp . x) *
+  // SwiGLU_shared(x).
+  WeightRef shared_gate_inp;  // ffn_gate_inp_shexp {n_embd}
+  WeightRef shared_gate;      // ffn_gate_shexp {n_embd, n_ff_shared}
+  WeightRef shared_up;        // ffn_up_shexp {n_embd, n_ff_shared}
+  WeightRef shared_down;      // ffn_down_shexp {n_ff_shared, n_embd}
 };
 
 // One layer of the plan: x += Mixer(RMSNorm(x; attn_norm)), then
@@ -121,7 +180,8 @@ struct LayerWeights {
   MixerKind mixer = MixerKind::kAttention;
   FfnKind ffn = FfnKind::kMoe;
   WeightRef attn_norm;  // {n_embd}
-  AttentionWeights attn;
+  AttentionWeights attn;        // kAttention, kGatedAttention
+  DeltaNetWeights deltanet;     // kGatedDeltaNet
   WeightRef ffn_norm;  // {n_embd} (post_attention_norm in some files)
   MoeWeights moe;
 };

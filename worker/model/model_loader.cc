@@ -283,11 +283,12 @@ absl::Status ModelLoader::ReadEmbeddingAndOutput(const ModelHparams& hp, bool ou
   return absl::OkStatus();
 }
 
-absl::Status ModelLoader::ReadAttention(int il, const ModelHparams& hp,
-                                        AttentionWeights& out) const {
+absl::Status ModelLoader::ReadAttention(int il, const ModelHparams& hp, AttentionWeights& out,
+                                        bool gated_q) const {
   const int64_t n_embd = hp.n_embd;
   const int64_t head_dim = hp.head_dim;
   const int64_t n_q = hp.n_head * head_dim;
+  const int64_t q_rows = gated_q ? 2 * n_q : n_q;
   const int64_t n_kv = hp.n_head_kv * head_dim;
   const std::string blk = absl::StrCat("blk.", il, ".");
   for (const char* bias : {"attn_q.bias", "attn_k.bias", "attn_v.bias", "attn_qkv.bias",
@@ -297,14 +298,14 @@ absl::Status ModelLoader::ReadAttention(int il, const ModelHparams& hp,
           "tensor '%s%s': attention biases are not supported for %s models", blk, bias, arch_));
     }
   }
-  if (!HasTensor(blk + "attn_q.weight") && HasTensor(blk + "attn_qkv.weight")) {
+  if (!gated_q && !HasTensor(blk + "attn_q.weight") && HasTensor(blk + "attn_qkv.weight")) {
     absl::StatusOr<WeightRef> qkv = Tensor(blk + "attn_qkv.weight", {n_embd, n_q + 2 * n_kv, 1, 1});
     if (!qkv.ok()) return qkv.status();
     out.q = RowSlice(*qkv, 0, n_q);
     out.k = RowSlice(*qkv, n_q, n_kv);
     out.v = RowSlice(*qkv, n_q + n_kv, n_kv);
   } else {
-    absl::StatusOr<WeightRef> r = Tensor(blk + "attn_q.weight", {n_embd, n_q, 1, 1});
+    absl::StatusOr<WeightRef> r = Tensor(blk + "attn_q.weight", {n_embd, q_rows, 1, 1});
     if (!r.ok()) return r.status();
     out.q = *std::move(r);
     r = Tensor(blk + "attn_k.weight", {n_embd, n_kv, 1, 1});
@@ -379,6 +380,39 @@ absl::Status ModelLoader::ReadRoutedExperts(int il, const ModelHparams& hp,
   if (!r.ok()) return r.status();
   out.down_exps = *std::move(r);
   return absl::OkStatus();
+}
+
+absl::Status ModelLoader::ReadSharedExpert(int il, const ModelHparams& hp,
+                                           MoeWeights& out) const {
+  const int64_t n_embd = hp.n_embd;
+  const int64_t n_ff = hp.n_ff_shared;
+  absl::StatusOr<WeightRef> r = LayerTensor(il, "ffn_gate_inp_shexp.weight", {n_embd, 1, 1, 1});
+  if (!r.ok()) return r.status();
+  out.shared_gate_inp = *std::move(r);
+  r = LayerTensor(il, "ffn_gate_shexp.weight", {n_embd, n_ff, 1, 1});
+  if (!r.ok()) return r.status();
+  out.shared_gate = *std::move(r);
+  r = LayerTensor(il, "ffn_up_shexp.weight", {n_embd, n_ff, 1, 1});
+  if (!r.ok()) return r.status();
+  out.shared_up = *std::move(r);
+  r = LayerTensor(il, "ffn_down_shexp.weight", {n_ff, n_embd, 1, 1});
+  if (!r.ok()) return r.status();
+  out.shared_down = *std::move(r);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<int64_t>> ModelLoader::IntArray(absl::string_view suffix) const {
+  const std::string key = Key(suffix);
+  const GgufValue* value = meta_.Find(key);
+  if (value == nullptr) return std::vector<int64_t>();
+  if (value->type != GgufValueType::kArray) {
+    absl::StatusOr<int64_t> v = meta_.GetInt(key);
+    if (!v.ok()) return Error(v.status().message());
+    return std::vector<int64_t>{*v};
+  }
+  absl::StatusOr<std::vector<int64_t>> values = meta_.GetIntArray(key);
+  if (!values.ok()) return Error(values.status().message());
+  return *std::move(values);
 }
 
 }  // namespace moetier

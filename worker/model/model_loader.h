@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 #include "absl/strings/string_view.h"
 
 #include "absl/status/status.h"
@@ -73,12 +74,21 @@ class ModelLoader {
   absl::Status ReadEmbeddingAndOutput(const ModelHparams& hp, bool output_may_be_tied,
                                       ModelWeights& w) const;
   // blk.<il>.attn_q/k/v (or a fused attn_qkv) and attn_output for the
-  // hyperparameters' head shape, and q/k norms as hp.qk_norm says. Attention
-  // biases are refused (no architecture here has them).
-  absl::Status ReadAttention(int il, const ModelHparams& hp, AttentionWeights& out) const;
+  // hyperparameters' head shape, and q/k norms as hp.qk_norm says; with
+  // `gated_q`, attn_q also holds each head's output gate (2 * n_head *
+  // head_dim rows). Attention biases are refused (no architecture here has
+  // them).
+  absl::Status ReadAttention(int il, const ModelHparams& hp, AttentionWeights& out,
+                             bool gated_q = false) const;
   // blk.<il>.ffn_gate_inp and the routed experts: ffn_gate_exps +
   // ffn_up_exps (or a fused ffn_gate_up_exps) and ffn_down_exps.
   absl::Status ReadRoutedExperts(int il, const ModelHparams& hp, MoeWeights& out) const;
+  // The shared expert of blk.<il>: ffn_gate_inp_shexp {n_embd} and
+  // ffn_{gate,up,down}_shexp for hp.n_ff_shared.
+  absl::Status ReadSharedExpert(int il, const ModelHparams& hp, MoeWeights& out) const;
+  // An optional architecture key holding integers (a scalar or an array);
+  // empty when absent.
+  absl::StatusOr<std::vector<int64_t>> IntArray(absl::string_view suffix) const;
   // blk.<il>.<suffix> with shape ne.
   absl::StatusOr<WeightRef> LayerTensor(int il, absl::string_view suffix,
                                         std::array<int64_t, 4> ne) const;

@@ -26,18 +26,33 @@ void RotatePair(float& a, float& b, int64_t i, int n_rot, int pos, double base) 
 }
 
 // Rope over the first n_rot dims of one head: NEOX pairs (i, i + n_rot/2),
-// NORM pairs (2i, 2i + 1).
-void Rope(float* head, RopeStyle style, int n_rot, int pos, double base) {
+// NORM pairs (2i, 2i + 1). Pairs the hyperparameters hold at position 0
+// (multi-section rope) rotate by 0.
+void Rope(float* head, const ModelHparams& hp, int pos) {
+  const int n_rot = hp.n_rot;
   for (int64_t i = 0; i < n_rot / 2; ++i) {
-    if (style == RopeStyle::kNeox) {
-      RotatePair(head[i], head[i + n_rot / 2], i, n_rot, pos, base);
+    const bool moves = hp.rope_pair_uses_position.empty() ||
+                       hp.rope_pair_uses_position[static_cast<size_t>(i)] != 0;
+    const int p = moves ? pos : 0;
+    if (hp.rope_style == RopeStyle::kNeox) {
+      RotatePair(head[i], head[i + n_rot / 2], i, n_rot, p, hp.rope_freq_base);
     } else {
-      RotatePair(head[2 * i], head[2 * i + 1], i, n_rot, pos, base);
+      RotatePair(head[2 * i], head[2 * i + 1], i, n_rot, p, hp.rope_freq_base);
     }
   }
 }
 
 float Silu(float z) { return z / (1.0f + std::exp(-z)); }
+double Sigmoid(double z) { return 1.0 / (1.0 + std::exp(-z)); }
+double Softplus(double z) { return z > 20.0 ? z : std::log1p(std::exp(z)); }
+
+// x / max(||x||, eps) in place (llama.cpp's l2_norm).
+void L2Normalize(float* x, int64_t n, double eps) {
+  double sum = 0.0;
+  for (int64_t i = 0; i < n; ++i) sum += static_cast<double>(x[i]) * x[i];
+  const double scale = 1.0 / std::max(std::sqrt(sum), eps);
+  for (int64_t i = 0; i < n; ++i) x[i] = static_cast<float>(x[i] * scale);
+}
 
 uint64_t Bytes(const DenseMatrix& m) { return m.values.size() * sizeof(float); }
 
@@ -95,6 +110,7 @@ void Softmax(float* v, int64_t n) {
 
 Attention::Attention(const ModelHparams& hp, const LayerWeights& layer, int max_ctx)
     : hp_(hp),
+      gated_(layer.mixer == MixerKind::kGatedAttention),
       wq_(DequantizeMatrix(layer.attn.q)),
       wk_(DequantizeMatrix(layer.attn.k)),
       wv_(DequantizeMatrix(layer.attn.v)),
@@ -106,6 +122,8 @@ Attention::Attention(const ModelHparams& hp, const LayerWeights& layer, int max_
   k_cache_.assign(static_cast<size_t>(max_ctx) * n_kv, 0.0f);
   v_cache_.assign(static_cast<size_t>(max_ctx) * n_kv, 0.0f);
   q_.resize(n_q);
+  gate_.resize(n_q);
+  projected_.resize(static_cast<size_t>(wq_.rows));
   k_.resize(n_kv);
   v_.resize(n_kv);
   attn_out_.resize(n_q);
@@ -121,7 +139,17 @@ void Attention::Forward(const float* xn, int pos, float* out) {
   const int64_t head_dim = hp_.head_dim;
   const int64_t n_q = static_cast<int64_t>(hp_.n_head) * head_dim;
   const int64_t n_kv = static_cast<int64_t>(hp_.n_head_kv) * head_dim;
-  MatVec(wq_, xn, q_.data());
+  if (gated_) {
+    // Per head: head_dim q values, then head_dim gate values.
+    MatVec(wq_, xn, projected_.data());
+    for (int h = 0; h < hp_.n_head; ++h) {
+      const float* src = projected_.data() + 2 * h * head_dim;
+      std::copy_n(src, head_dim, q_.data() + h * head_dim);
+      std::copy_n(src + head_dim, head_dim, gate_.data() + h * head_dim);
+    }
+  } else {
+    MatVec(wq_, xn, q_.data());
+  }
   MatVec(wk_, xn, k_.data());
   MatVec(wv_, xn, v_.data());
 
@@ -136,20 +164,22 @@ void Attention::Forward(const float* xn, int pos, float* out) {
     if (hp_.qk_norm == QkNorm::kPerHead) {
       RmsNorm(head, q_norm_.data(), head_dim, hp_.rms_eps, head);
     }
-    Rope(head, hp_.rope_style, hp_.n_rot, pos, hp_.rope_freq_base);
+    Rope(head, hp_, pos);
   }
   for (int h = 0; h < hp_.n_head_kv; ++h) {
     float* head = k_.data() + h * head_dim;
     if (hp_.qk_norm == QkNorm::kPerHead) {
       RmsNorm(head, k_norm_.data(), head_dim, hp_.rms_eps, head);
     }
-    Rope(head, hp_.rope_style, hp_.n_rot, pos, hp_.rope_freq_base);
+    Rope(head, hp_, pos);
   }
   std::copy(k_.begin(), k_.end(), k_cache_.begin() + pos * n_kv);
   std::copy(v_.begin(), v_.end(), v_cache_.begin() + pos * n_kv);
 
   const int group = hp_.n_head / hp_.n_head_kv;
-  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
+  const double scale = hp_.attention_scale > 0.0f
+                           ? static_cast<double>(hp_.attention_scale)
+                           : 1.0 / std::sqrt(static_cast<double>(head_dim));
   for (int h = 0; h < hp_.n_head; ++h) {
     const int kv_head = h / group;
     const float* q = q_.data() + h * head_dim;
@@ -170,13 +200,132 @@ void Attention::Forward(const float* xn, int pos, float* out) {
       o[d] = static_cast<float>(sum);
     }
   }
+  if (gated_) {
+    for (int64_t i = 0; i < n_q; ++i) {
+      attn_out_[i] = static_cast<float>(attn_out_[i] * Sigmoid(gate_[i]));
+    }
+  }
   MatVec(wo_, attn_out_.data(), out);
+}
+
+// ------------------------------------------------------------------ Gated DeltaNet
+
+GatedDeltaNet::GatedDeltaNet(const ModelHparams& hp, const LayerWeights& layer)
+    : hp_(hp),
+      dn_(hp.deltanet),
+      qkv_(DequantizeMatrix(layer.deltanet.qkv)),
+      z_(DequantizeMatrix(layer.deltanet.z)),
+      beta_(DequantizeMatrix(layer.deltanet.beta)),
+      alpha_(DequantizeMatrix(layer.deltanet.alpha)),
+      out_(DequantizeMatrix(layer.deltanet.out)),
+      conv_(DequantizeMatrix(layer.deltanet.conv)),
+      dt_bias_(DequantizeVector(layer.deltanet.dt_bias)),
+      a_(DequantizeVector(layer.deltanet.a)),
+      norm_(DequantizeVector(layer.deltanet.norm)) {
+  const size_t conv_dim = static_cast<size_t>(dn_.conv_dim());
+  conv_state_.assign(static_cast<size_t>(dn_.conv_kernel - 1) * conv_dim, 0.0f);
+  state_.assign(static_cast<size_t>(dn_.n_v_heads) * dn_.d_k * dn_.d_v, 0.0);
+  m_.resize(conv_dim);
+  u_.resize(conv_dim);
+  z_act_.resize(static_cast<size_t>(dn_.value_dim()));
+  o_.resize(static_cast<size_t>(dn_.value_dim()));
+  n_.resize(static_cast<size_t>(dn_.value_dim()));
+  b_act_.resize(static_cast<size_t>(dn_.n_v_heads));
+  a_act_.resize(static_cast<size_t>(dn_.n_v_heads));
+}
+
+uint64_t GatedDeltaNet::weight_bytes() const {
+  return Bytes(qkv_) + Bytes(z_) + Bytes(beta_) + Bytes(alpha_) + Bytes(out_) + Bytes(conv_) +
+         (dt_bias_.size() + a_.size() + norm_.size()) * sizeof(float);
+}
+
+uint64_t GatedDeltaNet::state_bytes() const {
+  return conv_state_.size() * sizeof(float) + state_.size() * sizeof(double);
+}
+
+void GatedDeltaNet::Forward(const float* xn, int pos, float* out) {
+  if (pos == 0) {
+    std::fill(conv_state_.begin(), conv_state_.end(), 0.0f);
+    std::fill(state_.begin(), state_.end(), 0.0);
+  }
+  const int K = dn_.conv_kernel;
+  const int d_k = dn_.d_k;
+  const int d_v = dn_.d_v;
+  const int64_t conv_dim = dn_.conv_dim();
+  const int64_t key_dim = dn_.key_dim();
+  MatVec(qkv_, xn, m_.data());
+  MatVec(z_, xn, z_act_.data());
+  MatVec(beta_, xn, b_act_.data());
+  MatVec(alpha_, xn, a_act_.data());
+
+  // Causal depthwise conv over the last K inputs (the current one last),
+  // then SiLU; the state keeps the last K - 1 raw inputs.
+  for (int64_t c = 0; c < conv_dim; ++c) {
+    const float* w = conv_.row(c);
+    double sum = static_cast<double>(w[K - 1]) * m_[c];
+    for (int i = 0; i < K - 1; ++i) {
+      sum += static_cast<double>(w[i]) * conv_state_[static_cast<size_t>(i) * conv_dim + c];
+    }
+    u_[c] = Silu(static_cast<float>(sum));
+  }
+  if (K > 1) {
+    std::copy(conv_state_.begin() + conv_dim, conv_state_.end(), conv_state_.begin());
+    std::copy(m_.begin(), m_.end(), conv_state_.end() - conv_dim);
+  }
+
+  // q and k L2-normed per head, q scaled by 1/sqrt(d_k).
+  float* q = u_.data();
+  float* k = u_.data() + key_dim;
+  const float* v = u_.data() + 2 * key_dim;
+  const double q_scale = 1.0 / std::sqrt(static_cast<double>(d_k));
+  for (int h = 0; h < dn_.n_k_heads; ++h) {
+    L2Normalize(q + h * d_k, d_k, hp_.rms_eps);
+    L2Normalize(k + h * d_k, d_k, hp_.rms_eps);
+    for (int i = 0; i < d_k; ++i) q[h * d_k + i] = static_cast<float>(q[h * d_k + i] * q_scale);
+  }
+
+  // The gated delta rule per value head.
+  for (int j = 0; j < dn_.n_v_heads; ++j) {
+    const int kh = dn_.k_head_of(j);
+    const float* qh = q + kh * d_k;
+    const float* kv_k = k + kh * d_k;
+    const float* vj = v + j * d_v;
+    const double beta = Sigmoid(b_act_[j]);
+    const double g = a_[j] * Softplus(static_cast<double>(a_act_[j]) + dt_bias_[j]);
+    const double decay = std::exp(g);
+    double* S = state_.data() + static_cast<size_t>(j) * d_k * d_v;  // [d_k][d_v]
+    for (int i = 0; i < d_k * d_v; ++i) S[i] *= decay;
+    for (int c = 0; c < d_v; ++c) {
+      double kv = 0.0;
+      for (int r = 0; r < d_k; ++r) kv += S[r * d_v + c] * kv_k[r];
+      const double delta = beta * (vj[c] - kv);
+      for (int r = 0; r < d_k; ++r) S[r * d_v + c] += kv_k[r] * delta;
+    }
+    float* oj = o_.data() + j * d_v;
+    for (int c = 0; c < d_v; ++c) {
+      double sum = 0.0;
+      for (int r = 0; r < d_k; ++r) sum += S[r * d_v + c] * qh[r];
+      oj[c] = static_cast<float>(sum);
+    }
+    // Gated RMSNorm: RMSNorm(o_j) * ssm_norm * silu(z_j).
+    RmsNorm(oj, norm_.data(), d_v, hp_.rms_eps, n_.data() + j * d_v);
+    for (int c = 0; c < d_v; ++c) n_[j * d_v + c] *= Silu(z_act_[j * d_v + c]);
+  }
+  MatVec(out_, n_.data(), out);
 }
 
 // ------------------------------------------------------------------ MoE
 
 Moe::Moe(const ModelHparams& hp, const LayerWeights& layer)
     : hp_(hp), router_(DequantizeMatrix(layer.moe.router)) {
+  if (HasSharedExpert(layer.ffn)) {
+    shared_gate_inp_ = DequantizeVector(layer.moe.shared_gate_inp);
+    shared_gate_ = DequantizeMatrix(layer.moe.shared_gate);
+    shared_up_ = DequantizeMatrix(layer.moe.shared_up);
+    shared_down_ = DequantizeMatrix(layer.moe.shared_down);
+    shared_gate_act_.resize(static_cast<size_t>(hp.n_ff_shared));
+    shared_up_act_.resize(static_cast<size_t>(hp.n_ff_shared));
+  }
   for (int e = 0; e < hp.n_expert; ++e) {
     gate_.push_back(DequantizeMatrix(layer.moe.gate_exps, e));
     up_.push_back(DequantizeMatrix(layer.moe.up_exps, e));
@@ -190,7 +339,8 @@ Moe::Moe(const ModelHparams& hp, const LayerWeights& layer)
 }
 
 uint64_t Moe::weight_bytes() const {
-  uint64_t bytes = Bytes(router_);
+  uint64_t bytes = Bytes(router_) + Bytes(shared_gate_) + Bytes(shared_up_) +
+                   Bytes(shared_down_) + shared_gate_inp_.size() * sizeof(float);
   for (size_t e = 0; e < gate_.size(); ++e) bytes += Bytes(gate_[e]) + Bytes(up_[e]) + Bytes(down_[e]);
   return bytes;
 }
@@ -220,6 +370,18 @@ void Moe::Forward(const float* xn, float* out) {
     MatVec(down_[e], gate_act_.data(), expert_out_.data());
     for (int64_t j = 0; j < hp_.n_embd; ++j) out[j] += w * expert_out_[j];
   }
+  if (shared_gate_inp_.empty()) return;
+  // The shared expert, gated by sigmoid(w . x).
+  double logit = 0.0;
+  for (int64_t j = 0; j < hp_.n_embd; ++j) logit += static_cast<double>(shared_gate_inp_[j]) * xn[j];
+  const float gate = static_cast<float>(Sigmoid(logit));
+  MatVec(shared_gate_, xn, shared_gate_act_.data());
+  MatVec(shared_up_, xn, shared_up_act_.data());
+  for (int j = 0; j < hp_.n_ff_shared; ++j) {
+    shared_gate_act_[j] = Silu(shared_gate_act_[j]) * shared_up_act_[j];
+  }
+  MatVec(shared_down_, shared_gate_act_.data(), expert_out_.data());
+  for (int64_t j = 0; j < hp_.n_embd; ++j) out[j] += gate * expert_out_[j];
 }
 
 }  // namespace moetier::reference

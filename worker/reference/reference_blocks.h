@@ -32,7 +32,9 @@ void RmsNorm(const float* x, const float* w, int64_t n, float eps, float* y);
 // In-place softmax of n values; the sum runs in double.
 void Softmax(float* v, int64_t n);
 
-// One attention layer: its weights in fp32 and its KV cache.
+// One attention layer: its weights in fp32 and its KV cache. A gated layer
+// (MixerKind::kGatedAttention) multiplies each head's output by the sigmoid
+// of the gate half of its q projection.
 class Attention {
  public:
   Attention(const ModelHparams& hp, const LayerWeights& layer, int max_ctx);
@@ -43,13 +45,37 @@ class Attention {
 
  private:
   const ModelHparams& hp_;
+  const bool gated_;
   DenseMatrix wq_, wk_, wv_, wo_;
   std::vector<float> q_norm_, k_norm_;
   std::vector<float> k_cache_, v_cache_;  // [max_ctx][n_head_kv*head_dim]
-  std::vector<float> q_, k_, v_, attn_out_, scores_;
+  std::vector<float> q_, gate_, k_, v_, attn_out_, scores_, projected_;
 };
 
-// One MoE layer: the router and every expert in fp32.
+// One Gated DeltaNet layer (SPEC.md §3.3) and its recurrent state: the last
+// conv_kernel - 1 inputs of the conv, and one d_k × d_v matrix per value
+// head, kept in double. Run one token at a time; position 0 starts from a
+// zero state.
+class GatedDeltaNet {
+ public:
+  GatedDeltaNet(const ModelHparams& hp, const LayerWeights& layer);
+  void Forward(const float* xn, int pos, float* out);
+  uint64_t weight_bytes() const;
+  uint64_t state_bytes() const;
+
+ private:
+  const ModelHparams& hp_;
+  const DeltaNetParams& dn_;
+  DenseMatrix qkv_, z_, beta_, alpha_, out_;
+  DenseMatrix conv_;  // [conv_dim][conv_kernel]
+  std::vector<float> dt_bias_, a_, norm_;
+  std::vector<float> conv_state_;  // [conv_kernel - 1][conv_dim], oldest first
+  std::vector<double> state_;      // [n_v_heads][d_k][d_v]
+  std::vector<float> m_, z_act_, b_act_, a_act_, u_, o_, n_;
+};
+
+// One MoE layer: the router and every expert in fp32, and the shared
+// expert where the layer has one.
 class Moe {
  public:
   Moe(const ModelHparams& hp, const LayerWeights& layer);
@@ -61,7 +87,10 @@ class Moe {
   const ModelHparams& hp_;
   DenseMatrix router_;
   std::vector<DenseMatrix> gate_, up_, down_;  // one per expert
+  std::vector<float> shared_gate_inp_;
+  DenseMatrix shared_gate_, shared_up_, shared_down_;
   std::vector<float> logits_, gate_act_, up_act_, expert_out_;
+  std::vector<float> shared_gate_act_, shared_up_act_;
   std::vector<int> order_;
 };
 

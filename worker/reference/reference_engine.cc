@@ -34,7 +34,7 @@ absl::StatusOr<std::unique_ptr<ReferenceEngine>> ReferenceEngine::Create(const M
   }
   uint64_t kv_bytes = 0;
   for (const LayerWeights& l : model.weights.layers) {
-    if (l.mixer == MixerKind::kAttention) {
+    if (IsAttention(l.mixer)) {
       kv_bytes += 2ull * static_cast<uint64_t>(max_ctx) * hp.n_head_kv * hp.head_dim * sizeof(float);
     }
   }
@@ -65,14 +65,14 @@ ReferenceEngine::ReferenceEngine(const Model& model, int max_ctx)
     l.ffn_norm = reference::DequantizeVector(src.ffn_norm);
     switch (src.mixer) {
       case MixerKind::kAttention:
+      case MixerKind::kGatedAttention:
         l.attention = std::make_unique<reference::Attention>(hp_, src, max_ctx);
         break;
-    }
-    switch (src.ffn) {
-      case FfnKind::kMoe:
-        l.moe = std::make_unique<reference::Moe>(hp_, src);
+      case MixerKind::kGatedDeltaNet:
+        l.deltanet = std::make_unique<reference::GatedDeltaNet>(hp_, src);
         break;
     }
+    l.moe = std::make_unique<reference::Moe>(hp_, src);
     layers_.push_back(std::move(l));
   }
   x_.resize(hp_.n_embd);
@@ -123,7 +123,11 @@ void ReferenceEngine::ForwardToken(int32_t token, int pos, bool logits) {
   std::copy_n(token_embd_.row(token), n_embd, x_.data());
   for (Layer& layer : layers_) {
     reference::RmsNorm(x_.data(), layer.attn_norm.data(), n_embd, hp_.rms_eps, xn_.data());
-    layer.attention->Forward(xn_.data(), pos, sub_out_.data());
+    if (layer.deltanet != nullptr) {
+      layer.deltanet->Forward(xn_.data(), pos, sub_out_.data());
+    } else {
+      layer.attention->Forward(xn_.data(), pos, sub_out_.data());
+    }
     for (int64_t i = 0; i < n_embd; ++i) x_[i] += sub_out_[i];
     reference::RmsNorm(x_.data(), layer.ffn_norm.data(), n_embd, hp_.rms_eps, xn_.data());
     layer.moe->Forward(xn_.data(), sub_out_.data());

@@ -41,7 +41,8 @@ class ReferenceEngine final : public ForwardEngine {
  private:
   struct Layer {
     std::vector<float> attn_norm, ffn_norm;
-    std::unique_ptr<reference::Attention> attention;
+    std::unique_ptr<reference::Attention> attention;     // attention layers
+    std::unique_ptr<reference::GatedDeltaNet> deltanet;  // Gated DeltaNet layers
     std::unique_ptr<reference::Moe> moe;
   };
 

@@ -31,7 +31,7 @@ CpuAttentionBlock::CpuAttentionBlock(const ModelHparams& hp,
   const size_t q_dim = static_cast<size_t>(hp.n_head) * hp.head_dim;
   const size_t kv_dim = static_cast<size_t>(hp.n_head_kv) * hp.head_dim;
   for (const LayerWeights& l : layers) {
-    if (l.mixer != MixerKind::kAttention) {
+    if (!IsAttention(l.mixer)) {
       norms_.emplace_back();
       continue;
     }
@@ -56,7 +56,7 @@ CpuKvLayer CpuAttentionBlock::NewKvLayer(int capacity) const {
 
 uint64_t CpuAttentionBlock::kv_bytes_per_token() const {
   uint64_t layers = 0;
-  for (const LayerWeights& l : layers_) layers += l.mixer == MixerKind::kAttention ? 1 : 0;
+  for (const LayerWeights& l : layers_) layers += IsAttention(l.mixer) ? 1 : 0;
   return layers * 2 * static_cast<uint64_t>(hp_.n_head_kv) * hp_.head_dim * sizeof(float);
 }
 

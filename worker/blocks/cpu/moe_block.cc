@@ -33,7 +33,7 @@ CpuMoeBlock::CpuMoeBlock(const ModelHparams& hp, const std::vector<LayerWeights>
                          const CpuMoeConfig& config, CpuBatch& batch)
     : hp_(hp), layers_(layers), config_(config), batch_(batch), runner_(batch.runner()) {
   for (const LayerWeights& l : layers) {
-    ffn_norm_.push_back(l.ffn == FfnKind::kMoe ? DecodeVector(l.ffn_norm) : std::vector<float>());
+    ffn_norm_.push_back(DecodeVector(l.ffn_norm));
     shapes_.push_back({ShapeOf(l.moe.gate_exps), ShapeOf(l.moe.up_exps), ShapeOf(l.moe.down_exps)});
   }
   const size_t b = static_cast<size_t>(batch.max_batch());
@@ -214,8 +214,7 @@ absl::Status CpuMoeBlock::Forward(int layer, int n, int pos0) {
     for (int64_t i = 0; i < n_embd; ++i) xt[i] += acc[i];
   }
   if (config_.expert_source != nullptr && config_.expert_source->wants_prefetch() &&
-      layer + 1 < hp_.n_layer && n <= kMaxPrefetchTokens &&
-      layers_[static_cast<size_t>(layer) + 1].ffn == FfnKind::kMoe) {
+      layer + 1 < hp_.n_layer && n <= kMaxPrefetchTokens) {
     return PrefetchNextLayer(layer + 1, n);
   }
   return absl::OkStatus();
