@@ -15,8 +15,8 @@
 namespace moetier {
 namespace {
 
-bool CpuMixer(MixerKind kind) { return kind == MixerKind::kAttention; }
-bool CpuFfn(FfnKind kind) { return kind == FfnKind::kMoe; }
+bool CpuMixer(MixerKind) { return true; }
+bool CpuFfn(FfnKind) { return true; }
 
 constexpr BackendWeightSupport kCpuSupport = {
     .backend = "cpu",
@@ -108,17 +108,23 @@ void CpuEngine::Allocate() {
   output_norm_ = DecodeVector(weights_.output_norm);
   batch_ = std::make_unique<CpuBatch>(hp_.n_embd, config_.max_batch, runner_);
   attention_ = std::make_unique<CpuAttentionBlock>(hp_, weights_.layers, config_.max_ctx, *batch_);
+  deltanet_ = std::make_unique<CpuDeltaNetBlock>(hp_, weights_.layers, *batch_);
   moe_ = std::make_unique<CpuMoeBlock>(
       hp_, weights_.layers,
       CpuMoeConfig{.expert_source = config_.expert_source,
                    .routing_observer = config_.routing_observer,
                    .routing_override = config_.routing_override},
       *batch_);
-  kv_.resize(static_cast<size_t>(config_.max_sequences));
-  for (std::vector<CpuKvLayer>& seq : kv_) {
+  state_.resize(static_cast<size_t>(config_.max_sequences));
+  for (std::vector<LayerState>& seq : state_) {
     for (const LayerWeights& l : weights_.layers) {
-      seq.push_back(IsAttention(l.mixer) ? attention_->NewKvLayer(config_.max_ctx)
-                                                     : CpuKvLayer{});
+      LayerState s;
+      if (IsAttention(l.mixer)) {
+        s.kv = attention_->NewKvLayer(config_.max_ctx);
+      } else {
+        s.recurrent = deltanet_->NewStateLayer();
+      }
+      seq.push_back(std::move(s));
     }
   }
   last_logits_.assign(static_cast<size_t>(hp_.n_vocab), 0.0f);
@@ -126,12 +132,21 @@ void CpuEngine::Allocate() {
 
 uint64_t CpuEngine::allocated_bytes() const {
   uint64_t bytes = batch_->allocated_bytes() + attention_->allocated_bytes() +
-                   moe_->allocated_bytes() + last_logits_.size() * sizeof(float);
+                   deltanet_->allocated_bytes() + moe_->allocated_bytes() +
+                   last_logits_.size() * sizeof(float);
   if (weight_copy_.has_value()) bytes += weight_copy_->size();
-  for (const std::vector<CpuKvLayer>& seq : kv_) {
-    for (const CpuKvLayer& l : seq) bytes += l.k.size() + l.v.size();
+  for (const std::vector<LayerState>& seq : state_) {
+    for (const LayerState& l : seq) {
+      bytes += l.kv.k.size() + l.kv.v.size() + l.recurrent.conv.size() + l.recurrent.delta.size();
+    }
   }
   return bytes;
+}
+
+uint64_t CpuEngine::recurrent_state_bytes() const {
+  uint64_t layers = 0;
+  for (const LayerWeights& l : weights_.layers) layers += l.mixer == MixerKind::kGatedDeltaNet;
+  return layers * deltanet_->state_bytes_per_layer();
 }
 
 absl::StatusOr<std::unique_ptr<Sequence>> CpuEngine::NewSequence() { return slots_.Acquire(); }
@@ -150,7 +165,7 @@ absl::Status CpuEngine::Forward(Sequence& seq, std::span<const int32_t> tokens, 
   if (host_rows != LogitRows::kNone && host_logits == nullptr) {
     return absl::InvalidArgumentError("no logits buffer");
   }
-  std::vector<CpuKvLayer>& kv = kv_[static_cast<size_t>(seq.slot())];
+  std::vector<LayerState>& state = state_[static_cast<size_t>(seq.slot())];
   const int pos0 = seq.length();
   const double start = CpuMatRunner::Now();
   double accounted = 0.0;
@@ -170,7 +185,8 @@ absl::Status CpuEngine::Forward(Sequence& seq, std::span<const int32_t> tokens, 
     } else if (last_batch) {
       out = last_logits_.data();
     }
-    if (absl::Status s = ForwardBatch(kv, tokens.data() + done, batch, pos0 + done, first_row, out);
+    if (absl::Status s =
+            ForwardBatch(state, tokens.data() + done, batch, pos0 + done, first_row, out);
         !s.ok()) {
       return s;
     }
@@ -190,7 +206,7 @@ absl::Status CpuEngine::Forward(Sequence& seq, std::span<const int32_t> tokens, 
   return absl::OkStatus();
 }
 
-absl::Status CpuEngine::ForwardBatch(std::vector<CpuKvLayer>& kv, const int32_t* tokens, int n,
+absl::Status CpuEngine::ForwardBatch(std::vector<LayerState>& state, const int32_t* tokens, int n,
                                      int pos0, int first_row, float* logits) {
   const int64_t n_embd = hp_.n_embd;
   float* x = batch_->x();
@@ -203,11 +219,12 @@ absl::Status CpuEngine::ForwardBatch(std::vector<CpuKvLayer>& kv, const int32_t*
     const LayerWeights& layer = weights_.layers[static_cast<size_t>(l)];
     switch (layer.mixer) {
       case MixerKind::kAttention:
-        attention_->Forward(l, kv[static_cast<size_t>(l)], n, pos0);
-        break;
       case MixerKind::kGatedAttention:
+        attention_->Forward(l, state[static_cast<size_t>(l)].kv, n, pos0);
+        break;
       case MixerKind::kGatedDeltaNet:
-        MOETIER_CPU_CHECK(false, "layer plan checked at creation");
+        deltanet_->Forward(l, state[static_cast<size_t>(l)].recurrent, n, pos0);
+        break;
     }
     switch (layer.ffn) {
       case FfnKind::kMoe:

@@ -26,6 +26,7 @@
 #include "backend/cpu/thread_pool.h"
 #include "blocks/cpu/attention_block.h"
 #include "blocks/cpu/cpu_batch.h"
+#include "blocks/cpu/deltanet_block.h"
 #include "blocks/cpu/mat_runner.h"
 #include "blocks/cpu/moe_block.h"
 #include "engine/expert_source.h"
@@ -90,17 +91,25 @@ class CpuEngine final : public ForwardEngine {
   void ResetPhaseTimes() { runner_.phase_seconds().fill(0.0); }
   // Bytes of buffers, KV caches and weight copies the engine allocated.
   uint64_t allocated_bytes() const;
-  // Bytes of sequence state per position of context (K and V of every
-  // attention layer).
+  // Bytes of one sequence's state: per position of context (K and V of
+  // every attention layer), and fixed (the recurrent state of every Gated
+  // DeltaNet layer).
   uint64_t state_bytes_per_token() const { return attention_->kv_bytes_per_token(); }
+  uint64_t recurrent_state_bytes() const;
 
  private:
   CpuEngine(const Model& model, const CpuEngineConfig& config);
   absl::Status CopyWeightsToHugePages();
   void Allocate();
+  // One layer's state of one sequence: the KV cache of an attention layer,
+  // the recurrent state of a Gated DeltaNet layer.
+  struct LayerState {
+    CpuKvLayer kv;
+    CpuRecurrentLayer recurrent;
+  };
   // One batch of n tokens at positions pos0.. (n <= max_batch); the logits
   // of rows [first_row, n) go to `logits` when it is set.
-  absl::Status ForwardBatch(std::vector<CpuKvLayer>& kv, const int32_t* tokens, int n, int pos0,
+  absl::Status ForwardBatch(std::vector<LayerState>& state, const int32_t* tokens, int n, int pos0,
                             int first_row, float* logits);
 
   ModelHparams hp_;
@@ -113,10 +122,11 @@ class CpuEngine final : public ForwardEngine {
   std::vector<float> output_norm_;  // decoded to f32 once
   std::unique_ptr<CpuBatch> batch_;
   std::unique_ptr<CpuAttentionBlock> attention_;
+  std::unique_ptr<CpuDeltaNetBlock> deltanet_;
   std::unique_ptr<CpuMoeBlock> moe_;
   SequenceSlots slots_;
-  // Per sequence slot, per layer (empty for layers without attention).
-  std::vector<std::vector<CpuKvLayer>> kv_;
+  // Per sequence slot, per layer.
+  std::vector<std::vector<LayerState>> state_;
   std::vector<float> last_logits_;  // [n_vocab]: the row Sample draws from
   bool have_logits_ = false;
 };

@@ -39,6 +39,12 @@ CpuAttentionBlock::CpuAttentionBlock(const ModelHparams& hp,
         {DecodeVector(l.attn_norm), DecodeVector(l.attn.q_norm), DecodeVector(l.attn.k_norm)});
   }
   q_ = AlignedBytes(b * q_dim * f);
+  bool any_gated = false;
+  for (const LayerWeights& l : layers) any_gated = any_gated || l.mixer == MixerKind::kGatedAttention;
+  if (any_gated) {
+    gate_ = AlignedBytes(b * q_dim * f);
+    q_and_gate_ = AlignedBytes(2 * b * q_dim * f);
+  }
   k_ = AlignedBytes(b * kv_dim * f);
   v_ = AlignedBytes(b * kv_dim * f);
   attn_out_ = AlignedBytes(b * q_dim * f);
@@ -62,8 +68,8 @@ uint64_t CpuAttentionBlock::kv_bytes_per_token() const {
 
 uint64_t CpuAttentionBlock::allocated_bytes() const {
   uint64_t bytes = 0;
-  for (const AlignedBytes* a : {&q_, &k_, &v_, &attn_out_, &rope_cos_, &rope_sin_, &scores_,
-                                &act_attn_}) {
+  for (const AlignedBytes* a : {&q_, &gate_, &q_and_gate_, &k_, &v_, &attn_out_, &rope_cos_,
+                                &rope_sin_, &scores_, &act_attn_}) {
     bytes += a->size();
   }
   return bytes;
@@ -72,13 +78,22 @@ uint64_t CpuAttentionBlock::allocated_bytes() const {
 void CpuAttentionBlock::BeginBatch(int n, int pos0) {
   const int half = hp_.n_rot / 2;
   for (int t = 0; t < n; ++t) {
-    cpu::RopeAngles(pos0 + t, hp_.n_rot, hp_.rope_freq_base, rope_cos_.floats() + t * half,
-                    rope_sin_.floats() + t * half);
+    float* c = rope_cos_.floats() + t * half;
+    float* s = rope_sin_.floats() + t * half;
+    cpu::RopeAngles(pos0 + t, hp_.n_rot, hp_.rope_freq_base, c, s);
+    // Multi-section rope: these pairs rotate by position 0.
+    for (size_t i = 0; i < hp_.rope_pair_uses_position.size(); ++i) {
+      if (hp_.rope_pair_uses_position[i] == 0) {
+        c[i] = 1.0f;
+        s[i] = 0.0f;
+      }
+    }
   }
 }
 
 void CpuAttentionBlock::Forward(int layer, const CpuKvLayer& kv, int n, int pos0) {
   const AttentionWeights& w = layers_[static_cast<size_t>(layer)].attn;
+  const bool gated = layers_[static_cast<size_t>(layer)].mixer == MixerKind::kGatedAttention;
   const Norms& norms = norms_[static_cast<size_t>(layer)];
   const int64_t n_embd = hp_.n_embd;
   const int head_dim = hp_.head_dim;
@@ -89,13 +104,24 @@ void CpuAttentionBlock::Forward(int layer, const CpuKvLayer& kv, int n, int pos0
 
   // q, k and v read the same normed input: it is prepared once per format.
   const WeightRef* mats[3] = {&w.q, &w.k, &w.v};
-  float* outs[3] = {q_.floats(), k_.floats(), v_.floats()};
+  float* outs[3] = {gated ? q_and_gate_.floats() : q_.floats(), k_.floats(), v_.floats()};
   MatJob* jobs = runner_.jobs();
   for (int i = 0; i < 3; ++i) {
     const WeightRef& m = *mats[i];
     jobs[i] = MakeMatJob(m, m.data, batch_.PrepareInput(n, m.type), n, outs[i]);
   }
   runner_.Run(jobs, 3, CpuPhase::kDenseMatmul);
+  if (gated) {
+    // Each head's head_dim q values, then its head_dim gate values.
+    for (int t = 0; t < n; ++t) {
+      for (int h = 0; h < hp_.n_head; ++h) {
+        const float* src = q_and_gate_.floats() + (t * 2 * hp_.n_head + 2 * h) * head_dim;
+        std::memcpy(q_.floats() + t * q_dim + h * head_dim, src, head_dim * sizeof(float));
+        std::memcpy(gate_.floats() + t * q_dim + h * head_dim, src + head_dim,
+                    head_dim * sizeof(float));
+      }
+    }
+  }
 
   // The q/k norm, then rope, then into the cache.
   const int half = hp_.n_rot / 2;
@@ -138,7 +164,9 @@ void CpuAttentionBlock::Forward(int layer, const CpuKvLayer& kv, int n, int pos0
     }
   }
 
-  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  const float scale = hp_.attention_scale > 0.0f
+                          ? hp_.attention_scale
+                          : 1.0f / std::sqrt(static_cast<float>(head_dim));
   // One task per token and KV head: the query heads sharing a KV head read
   // its cached rows together.
   const int n_head_kv = hp_.n_head_kv;
@@ -162,6 +190,11 @@ void CpuAttentionBlock::Forward(int layer, const CpuKvLayer& kv, int n, int pos0
   }
   runner_.AddPhaseTime(CpuPhase::kAttention, CpuMatRunner::Now() - attn_start);
 
+  if (gated) {
+    float* o = attn_out_.floats();
+    const float* g = gate_.floats();
+    for (int64_t i = 0; i < n * q_dim; ++i) o[i] *= 1.0f / (1.0f + std::exp(-g[i]));
+  }
   const uint8_t* act = runner_.PrepareAct(act_attn_, attn_out_.floats(), n, q_dim, w.output.type);
   float* sub = batch_.row_scratch();
   jobs[0] = MakeMatJob(w.output, w.output.data, act, n, sub);

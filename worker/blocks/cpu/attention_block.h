@@ -1,8 +1,10 @@
 // Causal GQA softmax attention on the CPU, for every architecture whose
-// layers mix with MixerKind::kAttention: q/k/v projections from one
-// prepared input, the q/k norm the model asks for (none, per head, over the
-// whole projection), rope (NEOX or NORM pairs, over the first n_rot dims),
-// the KV cache of the sequence, attention, and the output projection added
+// layers mix with MixerKind::kAttention or kGatedAttention: q/k/v
+// projections from one prepared input, the q/k norm the model asks for
+// (none, per head, over the whole projection), rope (NEOX or NORM pairs,
+// over the first n_rot dims, some pairs held at position 0 for
+// multi-section rope), the KV cache of the sequence, attention, the
+// sigmoid output gate of a gated layer, and the output projection added
 // into the residual stream.
 #pragma once
 
@@ -56,6 +58,8 @@ class CpuAttentionBlock {
   std::vector<Norms> norms_;  // decoded to f32 once, per layer
 
   AlignedBytes q_;                    // [B][n_head * head_dim]
+  AlignedBytes gate_;                 // [B][n_head * head_dim] (gated layers)
+  AlignedBytes q_and_gate_;           // [B][2 * n_head * head_dim] (gated layers)
   AlignedBytes k_;                    // [B][n_head_kv * head_dim]
   AlignedBytes v_;                    // [B][n_head_kv * head_dim]
   AlignedBytes attn_out_;             // [B][n_head * head_dim]

@@ -61,7 +61,7 @@ size_t MaxActRowBytes(int64_t k) {
 std::string_view CpuPhaseName(CpuPhase phase) {
   switch (phase) {
     case CpuPhase::kDenseMatmul:
-      return "attention projections";
+      return "mixer projections";
     case CpuPhase::kRouter:
       return "router";
     case CpuPhase::kExperts:
@@ -72,6 +72,10 @@ std::string_view CpuPhaseName(CpuPhase phase) {
       return "attention";
     case CpuPhase::kExpertFetch:
       return "expert fetch";
+    case CpuPhase::kDeltaNet:
+      return "DeltaNet recurrence";
+    case CpuPhase::kSharedExpert:
+      return "shared expert";
     case CpuPhase::kOther:
       return "other";
     case CpuPhase::kCount:

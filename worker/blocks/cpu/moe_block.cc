@@ -1,6 +1,7 @@
 #include "blocks/cpu/moe_block.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <span>
 
@@ -57,12 +58,23 @@ CpuMoeBlock::CpuMoeBlock(const ModelHparams& hp, const std::vector<LayerWeights>
   act_gather_gate_ = AlignedBytes(bk * MaxActRowBytes(hp.n_embd));
   act_gather_up_ = AlignedBytes(bk * MaxActRowBytes(hp.n_embd));
   act_ff_ = AlignedBytes(bk * MaxActRowBytes(hp.n_ff_exp));
+  bool shared = false;
+  for (const LayerWeights& l : layers) shared = shared || HasSharedExpert(l.ffn);
+  if (shared) {
+    shared_logit_ = AlignedBytes(b * f);
+    shared_gate_out_ = AlignedBytes(b * hp.n_ff_shared * f);
+    shared_up_out_ = AlignedBytes(b * hp.n_ff_shared * f);
+    shared_down_out_ = AlignedBytes(b * hp.n_embd * f);
+    act_shared_ = AlignedBytes(b * MaxActRowBytes(hp.n_ff_shared));
+  }
 }
 
 uint64_t CpuMoeBlock::allocated_bytes() const {
   uint64_t bytes = 0;
-  for (const AlignedBytes* a : {&router_logits_, &router_probs_, &gate_out_, &up_out_, &down_out_,
-                                &act_gather_gate_, &act_gather_up_, &act_ff_}) {
+  for (const AlignedBytes* a :
+       {&router_logits_, &router_probs_, &gate_out_, &up_out_, &down_out_, &act_gather_gate_,
+        &act_gather_up_, &act_ff_, &shared_logit_, &shared_gate_out_, &shared_up_out_,
+        &shared_down_out_, &act_shared_}) {
     bytes += a->size();
   }
   return bytes;
@@ -213,6 +225,7 @@ absl::Status CpuMoeBlock::Forward(int layer, int n, int pos0) {
     }
     for (int64_t i = 0; i < n_embd; ++i) xt[i] += acc[i];
   }
+  if (HasSharedExpert(layers_[static_cast<size_t>(layer)].ffn)) SharedExpert(layer, n);
   if (config_.expert_source != nullptr && config_.expert_source->wants_prefetch() &&
       layer + 1 < hp_.n_layer && n <= kMaxPrefetchTokens) {
     return PrefetchNextLayer(layer + 1, n);
@@ -233,6 +246,30 @@ void CpuMoeBlock::RouteTokens(int layer, int n) {
     cpu::RouterTopK(router_logits_.floats() + t * n_expert, n_expert, top_k,
                     hp_.router.renormalize, router_probs_.floats() + t * n_expert,
                     topk_ids_.data() + t * top_k, topk_weights_.data() + t * top_k);
+  }
+}
+
+void CpuMoeBlock::SharedExpert(int layer, int n) {
+  const MoeWeights& w = layers_[static_cast<size_t>(layer)].moe;
+  const int64_t n_embd = hp_.n_embd;
+  const int64_t n_ff = hp_.n_ff_shared;
+  MatJob* jobs = runner_.jobs();
+  jobs[0] = MakeMatJob(w.shared_gate_inp, w.shared_gate_inp.data,
+                       batch_.PrepareInput(n, w.shared_gate_inp.type), n, shared_logit_.floats());
+  jobs[1] = MakeMatJob(w.shared_gate, w.shared_gate.data, batch_.PrepareInput(n, w.shared_gate.type),
+                       n, shared_gate_out_.floats());
+  jobs[2] = MakeMatJob(w.shared_up, w.shared_up.data, batch_.PrepareInput(n, w.shared_up.type), n,
+                       shared_up_out_.floats());
+  runner_.Run(jobs, 3, CpuPhase::kSharedExpert);
+  runner_.SiluMulRows(shared_gate_out_.floats(), shared_up_out_.floats(), n, n_ff);
+  const uint8_t* act =
+      runner_.PrepareAct(act_shared_, shared_gate_out_.floats(), n, n_ff, w.shared_down.type);
+  jobs[0] = MakeMatJob(w.shared_down, w.shared_down.data, act, n, shared_down_out_.floats());
+  runner_.Run(jobs, 1, CpuPhase::kSharedExpert);
+  float* x = batch_.x();
+  for (int t = 0; t < n; ++t) {
+    const float gate = 1.0f / (1.0f + std::exp(-shared_logit_.floats()[t]));
+    cpu::AxpyF32(gate, shared_down_out_.floats() + t * n_embd, x + t * n_embd, n_embd);
   }
 }
 

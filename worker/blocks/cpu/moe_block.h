@@ -5,7 +5,9 @@
 // the used experts from the expert source (the mapping, the daemon's
 // store, or an expert cache in front of either) in groups it can hold,
 // their SwiGLU over exactly their rows, the weighted sum into the residual
-// stream, and the next layer's predicted experts offered for prefetch.
+// stream, the shared expert gated by a sigmoid where the layer has one
+// (FfnKind::kMoeWithSharedExpert), and the next layer's predicted experts
+// offered for prefetch.
 //
 // Each selected expert's weights are streamed once per layer per batch.
 #pragma once
@@ -53,6 +55,9 @@ class CpuMoeBlock {
   // Offers the expert source the experts `layer`'s router picks for the
   // current hidden state.
   absl::Status PrefetchNextLayer(int layer, int n);
+  // x += sigmoid(shared_gate_inp . xn) * SwiGLU_shared(xn), xn as the
+  // router left it.
+  void SharedExpert(int layer, int n);
 
   const ModelHparams& hp_;
   const std::vector<LayerWeights>& layers_;
@@ -80,6 +85,12 @@ class CpuMoeBlock {
   AlignedBytes down_out_;                 // [B * K][n_embd]
   AlignedBytes act_gather_gate_, act_gather_up_;  // [B * K] prepared rows of n_embd
   AlignedBytes act_ff_;                   // [B * K] prepared rows of n_ff_exp
+  // The shared expert (layers that have one).
+  AlignedBytes shared_logit_;             // [B]
+  AlignedBytes shared_gate_out_;          // [B][n_ff_shared]
+  AlignedBytes shared_up_out_;            // [B][n_ff_shared]
+  AlignedBytes shared_down_out_;          // [B][n_embd]
+  AlignedBytes act_shared_;               // [B] prepared rows of n_ff_shared
 };
 
 }  // namespace moetier

@@ -1,0 +1,232 @@
+#include "blocks/cpu/deltanet_block.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "backend/cpu/cpu_check.h"
+#include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/cpu_ops.h"
+#include "gguf/tensor/quant_codec.h"
+
+namespace moetier {
+namespace {
+
+// Element-wise work below this many values runs on the calling thread.
+constexpr int64_t kMinParallelElems = 32 * 1024;
+
+std::vector<float> Decode(const WeightRef& ref) {
+  if (!ref.present()) return {};
+  const int64_t n = ref.ne[0] * ref.ne[1];
+  std::vector<float> out(static_cast<size_t>(n));
+  for (int64_t r = 0; r < ref.ne[1]; ++r) {
+    DequantizeRow(ref.type, ref.row(r), out.data() + r * ref.ne[0], ref.ne[0]);
+  }
+  return out;
+}
+
+float Silu(float z) { return z / (1.0f + std::exp(-z)); }
+float Sigmoid(float z) { return 1.0f / (1.0f + std::exp(-z)); }
+float Softplus(float z) { return z > 20.0f ? z : std::log1p(std::exp(z)); }
+
+// x / max(||x||, eps) then * scale, in place (llama.cpp's l2_norm).
+void L2Normalize(float* x, int n, float eps, float scale) {
+  double sum = 0.0;
+  for (int i = 0; i < n; ++i) sum += static_cast<double>(x[i]) * x[i];
+  const float f = static_cast<float>(1.0 / std::max(std::sqrt(sum), static_cast<double>(eps))) *
+                  scale;
+  for (int i = 0; i < n; ++i) x[i] *= f;
+}
+
+}  // namespace
+
+CpuDeltaNetBlock::CpuDeltaNetBlock(const ModelHparams& hp, const std::vector<LayerWeights>& layers,
+                                   CpuBatch& batch)
+    : hp_(hp), dn_(hp.deltanet), layers_(layers), batch_(batch), runner_(batch.runner()) {
+  bool any = false;
+  for (const LayerWeights& l : layers) {
+    if (l.mixer != MixerKind::kGatedDeltaNet) {
+      decoded_.emplace_back();
+      continue;
+    }
+    any = true;
+    const DeltaNetWeights& d = l.deltanet;
+    decoded_.push_back({Decode(l.attn_norm), Decode(d.conv), Decode(d.dt_bias), Decode(d.a),
+                        Decode(d.norm)});
+  }
+  if (!any) return;
+  const size_t b = static_cast<size_t>(batch.max_batch());
+  const size_t f = sizeof(float);
+  m_ = AlignedBytes(b * dn_.conv_dim() * f);
+  u_ = AlignedBytes(b * dn_.conv_dim() * f);
+  z_ = AlignedBytes(b * dn_.value_dim() * f);
+  beta_ = AlignedBytes(b * dn_.n_v_heads * f);
+  alpha_ = AlignedBytes(b * dn_.n_v_heads * f);
+  o_ = AlignedBytes(b * dn_.value_dim() * f);
+  act_out_ = AlignedBytes(b * MaxActRowBytes(dn_.value_dim()));
+}
+
+CpuRecurrentLayer CpuDeltaNetBlock::NewStateLayer() const {
+  const size_t f = sizeof(float);
+  return {AlignedBytes(static_cast<size_t>(dn_.conv_kernel - 1) * dn_.conv_dim() * f),
+          AlignedBytes(static_cast<size_t>(dn_.n_v_heads) * dn_.d_k * dn_.d_v * f)};
+}
+
+uint64_t CpuDeltaNetBlock::state_bytes_per_layer() const {
+  return (static_cast<uint64_t>(dn_.conv_kernel - 1) * dn_.conv_dim() +
+          static_cast<uint64_t>(dn_.n_v_heads) * dn_.d_k * dn_.d_v) *
+         sizeof(float);
+}
+
+uint64_t CpuDeltaNetBlock::allocated_bytes() const {
+  uint64_t bytes = 0;
+  for (const AlignedBytes* a : {&m_, &u_, &z_, &beta_, &alpha_, &o_, &act_out_}) {
+    bytes += a->size();
+  }
+  return bytes;
+}
+
+void CpuDeltaNetBlock::Convolve(const Decoded& d, CpuRecurrentLayer& state, int n) {
+  const int K = dn_.conv_kernel;
+  const int64_t conv_dim = dn_.conv_dim();
+  const float* m = m_.floats();
+  float* u = u_.floats();
+  float* hist = state.conv.floats();  // [K - 1][conv_dim]
+  auto channels = [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      const float* w = d.conv.data() + c * K;  // taps, oldest first
+      // Input j of the window: history row K-1+j for j < 0, else m row j.
+      auto input = [&](int j) {
+        return j < 0 ? hist[(K - 1 + j) * conv_dim + c] : m[j * conv_dim + c];
+      };
+      for (int t = 0; t < n; ++t) {
+        float sum = 0.0f;
+        for (int i = 0; i < K; ++i) sum += w[i] * input(t - (K - 1) + i);
+        u[t * conv_dim + c] = Silu(sum);
+      }
+      // The history becomes the last K - 1 raw inputs (in increasing order,
+      // so a row is read before it is overwritten).
+      for (int r = 0; r < K - 1; ++r) hist[r * conv_dim + c] = input(n - (K - 1) + r);
+    }
+  };
+  if (static_cast<int64_t>(n) * conv_dim * K >= kMinParallelElems) {
+    runner_.pool().ParallelForRange(conv_dim, 64,
+                                    [&](int64_t c0, int64_t c1, int) { channels(c0, c1); });
+  } else {
+    channels(0, conv_dim);
+  }
+}
+
+void CpuDeltaNetBlock::Recur(CpuRecurrentLayer& state, int n, int j0, int j1) {
+  const int d_k = dn_.d_k;
+  const int d_v = dn_.d_v;
+  const int64_t conv_dim = dn_.conv_dim();
+  const int64_t key_dim = dn_.key_dim();
+  const int64_t value_dim = dn_.value_dim();
+  float kv[512];
+  MOETIER_CPU_CHECK(d_v <= 512, "value head too wide");
+  for (int j = j0; j < j1; ++j) {
+    const int kh = dn_.k_head_of(j);
+    float* S = state.delta.floats() + static_cast<int64_t>(j) * d_k * d_v;  // [d_k][d_v]
+    for (int t = 0; t < n; ++t) {
+      const float* row = u_.floats() + t * conv_dim;
+      const float* q = row + kh * d_k;
+      const float* k = row + key_dim + kh * d_k;
+      const float* v = row + 2 * key_dim + j * d_v;
+      const float decay = alpha_.floats()[t * dn_.n_v_heads + j];
+      const float beta = beta_.floats()[t * dn_.n_v_heads + j];
+      // S <- decay S and kv = S^T k in one pass over the rows.
+      std::fill(kv, kv + d_v, 0.0f);
+      for (int r = 0; r < d_k; ++r) {
+        float* s = S + r * d_v;
+        const float kr = k[r];
+        for (int c = 0; c < d_v; ++c) {
+          s[c] *= decay;
+          kv[c] += s[c] * kr;
+        }
+      }
+      for (int c = 0; c < d_v; ++c) kv[c] = beta * (v[c] - kv[c]);  // the delta
+      // S <- S + k delta^T and o = S^T q in a second pass.
+      float* o = o_.floats() + t * value_dim + j * d_v;
+      std::fill(o, o + d_v, 0.0f);
+      for (int r = 0; r < d_k; ++r) {
+        float* s = S + r * d_v;
+        const float kr = k[r];
+        const float qr = q[r];
+        for (int c = 0; c < d_v; ++c) {
+          s[c] += kr * kv[c];
+          o[c] += s[c] * qr;
+        }
+      }
+    }
+  }
+}
+
+void CpuDeltaNetBlock::Forward(int layer, CpuRecurrentLayer& state, int n, int pos0) {
+  const LayerWeights& lw = layers_[static_cast<size_t>(layer)];
+  const DeltaNetWeights& w = lw.deltanet;
+  const Decoded& d = decoded_[static_cast<size_t>(layer)];
+  const int64_t n_embd = hp_.n_embd;
+  const int64_t conv_dim = dn_.conv_dim();
+  const int64_t key_dim = dn_.key_dim();
+  const int64_t value_dim = dn_.value_dim();
+  const int h_v = dn_.n_v_heads;
+  if (pos0 == 0) {
+    std::memset(state.conv.data(), 0, state.conv.size());
+    std::memset(state.delta.data(), 0, state.delta.size());
+  }
+  batch_.NormRows(0, n, d.attn_norm.data(), hp_.rms_eps);
+
+  // The four input projections read one prepared input.
+  MatJob* jobs = runner_.jobs();
+  const WeightRef* mats[4] = {&w.qkv, &w.z, &w.beta, &w.alpha};
+  float* outs[4] = {m_.floats(), z_.floats(), beta_.floats(), alpha_.floats()};
+  for (int i = 0; i < 4; ++i) {
+    jobs[i] = MakeMatJob(*mats[i], mats[i]->data, batch_.PrepareInput(n, mats[i]->type), n, outs[i]);
+  }
+  runner_.Run(jobs, 4, CpuPhase::kDenseMatmul);
+
+  const double start = CpuMatRunner::Now();
+  Convolve(d, state, n);
+  // q and k L2-normed per key head (q also scaled), the gates per value head.
+  const float q_scale = 1.0f / std::sqrt(static_cast<float>(dn_.d_k));
+  for (int t = 0; t < n; ++t) {
+    float* row = u_.floats() + t * conv_dim;
+    for (int h = 0; h < dn_.n_k_heads; ++h) {
+      L2Normalize(row + h * dn_.d_k, dn_.d_k, hp_.rms_eps, q_scale);
+      L2Normalize(row + key_dim + h * dn_.d_k, dn_.d_k, hp_.rms_eps, 1.0f);
+    }
+    for (int j = 0; j < h_v; ++j) {
+      float& beta = beta_.floats()[t * h_v + j];
+      beta = Sigmoid(beta);
+      float& alpha = alpha_.floats()[t * h_v + j];
+      alpha = std::exp(d.a[j] * Softplus(alpha + d.dt_bias[j]));  // the decay exp(g)
+    }
+  }
+  if (static_cast<int64_t>(n) * h_v * dn_.d_k * dn_.d_v >= kMinParallelElems && h_v > 1) {
+    runner_.pool().ParallelFor(h_v, [&](int64_t j, int) {
+      Recur(state, n, static_cast<int>(j), static_cast<int>(j) + 1);
+    });
+  } else {
+    Recur(state, n, 0, h_v);
+  }
+  // Gated RMSNorm of each head's output with silu(z).
+  for (int t = 0; t < n; ++t) {
+    for (int j = 0; j < h_v; ++j) {
+      float* o = o_.floats() + t * value_dim + j * dn_.d_v;
+      const float* z = z_.floats() + t * value_dim + j * dn_.d_v;
+      cpu::RmsNorm(o, d.norm.data(), dn_.d_v, hp_.rms_eps, o);
+      for (int c = 0; c < dn_.d_v; ++c) o[c] *= Silu(z[c]);
+    }
+  }
+  runner_.AddPhaseTime(CpuPhase::kDeltaNet, CpuMatRunner::Now() - start);
+
+  const uint8_t* act = runner_.PrepareAct(act_out_, o_.floats(), n, value_dim, w.out.type);
+  float* sub = batch_.row_scratch();
+  jobs[0] = MakeMatJob(w.out, w.out.data, act, n, sub);
+  runner_.Run(jobs, 1, CpuPhase::kDenseMatmul);
+  float* x = batch_.x();
+  for (int64_t i = 0; i < n * n_embd; ++i) x[i] += sub[i];
+}
+
+}  // namespace moetier

@@ -1,0 +1,74 @@
+// The Gated DeltaNet mixer on the CPU (MixerKind::kGatedDeltaNet; SPEC.md
+// §3.3–3.4): linear attention whose memory is a recurrent state instead of
+// a KV cache.
+//
+//   m = W_qkv x, z = W_z x, beta = sigmoid(W_beta x),
+//   g = a * softplus(W_alpha x + dt_bias)                     (per value head)
+//   u = silu(causal depthwise conv of m over the last K inputs)
+//   q, k = L2-normed heads of u (q scaled by 1/sqrt(d_k)), v = the rest
+//   per value head j (reading key head k_head_of(j)), token by token:
+//     S <- exp(g) S;  S <- S + k (beta (v - S^T k))^T;  o = S^T q
+//   x += W_out (RMSNorm(o_j) * ssm_norm * silu(z_j))_j
+//
+// The state of a sequence is the last K - 1 conv inputs and one d_k × d_v
+// matrix per value head (CpuRecurrentLayer), fp32.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "blocks/cpu/cpu_batch.h"
+#include "blocks/cpu/mat_runner.h"
+#include "model/model.h"
+
+namespace moetier {
+
+// One Gated DeltaNet layer's state for one sequence.
+struct CpuRecurrentLayer {
+  AlignedBytes conv;   // [conv_kernel - 1][conv_dim], oldest first
+  AlignedBytes delta;  // [n_v_heads][d_k][d_v]
+};
+
+class CpuDeltaNetBlock {
+ public:
+  // `layers` (the engine's weight table) and `batch` must outlive the block.
+  CpuDeltaNetBlock(const ModelHparams& hp, const std::vector<LayerWeights>& layers,
+                   CpuBatch& batch);
+
+  // A zeroed state for one sequence and layer.
+  CpuRecurrentLayer NewStateLayer() const;
+  uint64_t state_bytes_per_layer() const;
+
+  // x += DeltaNet(RMSNorm(x; attn_norm)) for the batch's n tokens, which
+  // follow what `state` has seen (nothing when pos0 is 0: the state is
+  // cleared first); `state` then holds what follows them.
+  void Forward(int layer, CpuRecurrentLayer& state, int n, int pos0);
+
+  uint64_t allocated_bytes() const;
+
+ private:
+  struct Decoded {  // a layer's small tensors in fp32
+    std::vector<float> attn_norm, conv, dt_bias, a, norm;
+  };
+  // u = silu(conv(m)) for the batch, and the conv state advanced.
+  void Convolve(const Decoded& d, CpuRecurrentLayer& state, int n);
+  // The delta rule for value heads [j0, j1) over the batch's n tokens.
+  void Recur(CpuRecurrentLayer& state, int n, int j0, int j1);
+
+  const ModelHparams& hp_;
+  const DeltaNetParams& dn_;
+  const std::vector<LayerWeights>& layers_;
+  CpuBatch& batch_;
+  CpuMatRunner& runner_;
+  std::vector<Decoded> decoded_;  // per layer (empty for other mixers)
+
+  AlignedBytes m_;        // [B][conv_dim] projection before the conv
+  AlignedBytes u_;        // [B][conv_dim] after conv and SiLU: q | k | v
+  AlignedBytes z_;        // [B][value_dim]
+  AlignedBytes beta_;     // [B][n_v_heads], becomes sigmoid(beta)
+  AlignedBytes alpha_;    // [B][n_v_heads], becomes the decay exp(g)
+  AlignedBytes o_;        // [B][value_dim] the heads' outputs, then the gated norm
+  AlignedBytes act_out_;  // prepared o rows for the output projection
+};
+
+}  // namespace moetier
