@@ -287,6 +287,39 @@ TEST(CpuEngineTest, HybridStateIsTheSameInBatchesAndTokenByToken) {
   EXPECT_GT(whole->recurrent_state_bytes(), 0u);
 }
 
+// A checkpoint brings a sequence back to where it was saved, recurrent
+// state included, whatever ran after it.
+TEST(CpuEngineTest, RestoringACheckpointRewindsTheSequence) {
+  for (const char* name : {"qwen35moe-tiny-f32", "tiny-q8_0"}) {
+    SCOPED_TRACE(name);
+    std::unique_ptr<Loaded> m = Load(name);
+    ASSERT_NE(m, nullptr);
+    std::unique_ptr<CpuEngine> engine = Engine(*m, 2, 4);
+    ASSERT_NE(engine, nullptr);
+    const size_t n_vocab = engine->n_vocab();
+    const std::vector<float> want = RunAll(*engine, m->ids);
+    std::unique_ptr<Sequence> seq = NewSequenceOrDie(*engine);
+    ASSERT_NE(seq, nullptr);
+    EXPECT_EQ(engine->RestoreCheckpoint(*seq).code(), absl::StatusCode::kFailedPrecondition);
+    const std::span<const int32_t> ids(m->ids);
+    std::vector<float> got(want.size());
+    ASSERT_TRUE(engine->Forward(*seq, ids.first(9), LogitRows::kAll, got.data()).ok());
+    ASSERT_TRUE(engine->SaveCheckpoint(*seq).ok());
+    EXPECT_EQ(seq->checkpoint_length(), 9);
+    // Something else after the checkpoint...
+    std::vector<int32_t> other(m->ids.rbegin(), m->ids.rend());
+    std::vector<float> scratch(other.size() * n_vocab);
+    ASSERT_TRUE(engine->Forward(*seq, std::span(other).first(7), LogitRows::kAll, scratch.data())
+                    .ok());
+    // ...then back, and the rest of the original tokens.
+    ASSERT_TRUE(engine->RestoreCheckpoint(*seq).ok());
+    EXPECT_EQ(seq->length(), 9);
+    ASSERT_TRUE(engine->Forward(*seq, ids.subspan(9), LogitRows::kAll, got.data() + 9 * n_vocab)
+                    .ok());
+    EXPECT_LT(WorstRowError(got, want, n_vocab), 1e-5);
+  }
+}
+
 TEST(CpuEngineTest, IncrementalDecodeEqualsWholeSequence) {
   std::unique_ptr<Loaded> m = Load("small-q4_k_m");
   ASSERT_NE(m, nullptr);

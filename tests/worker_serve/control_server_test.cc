@@ -69,6 +69,8 @@ class GatedEngine final : public ForwardEngine {
   }
   // Whether a Forward is under way (on the server's thread).
   bool in_forward() const { return in_forward_.load() > 0; }
+  absl::Status SaveCheckpoint(Sequence& seq) override { return inner_.SaveCheckpoint(seq); }
+  absl::Status RestoreCheckpoint(Sequence& seq) override { return inner_.RestoreCheckpoint(seq); }
   absl::StatusOr<int32_t> Sample(Sampler& sampler) override { return inner_.Sample(sampler); }
   int n_vocab() const override { return inner_.n_vocab(); }
   int max_ctx() const override { return inner_.max_ctx(); }

@@ -116,15 +116,18 @@ void CpuEngine::Allocate() {
                    .routing_override = config_.routing_override},
       *batch_);
   state_.resize(static_cast<size_t>(config_.max_sequences));
-  for (std::vector<LayerState>& seq : state_) {
+  checkpoints_.resize(static_cast<size_t>(config_.max_sequences));
+  for (size_t slot = 0; slot < state_.size(); ++slot) {
     for (const LayerWeights& l : weights_.layers) {
       LayerState s;
       if (IsAttention(l.mixer)) {
         s.kv = attention_->NewKvLayer(config_.max_ctx);
+        checkpoints_[slot].emplace_back();
       } else {
         s.recurrent = deltanet_->NewStateLayer();
+        checkpoints_[slot].push_back(deltanet_->NewStateLayer());
       }
-      seq.push_back(std::move(s));
+      state_[slot].push_back(std::move(s));
     }
   }
   last_logits_.assign(static_cast<size_t>(hp_.n_vocab), 0.0f);
@@ -139,6 +142,9 @@ uint64_t CpuEngine::allocated_bytes() const {
     for (const LayerState& l : seq) {
       bytes += l.kv.k.size() + l.kv.v.size() + l.recurrent.conv.size() + l.recurrent.delta.size();
     }
+  }
+  for (const std::vector<CpuRecurrentLayer>& seq : checkpoints_) {
+    for (const CpuRecurrentLayer& l : seq) bytes += l.conv.size() + l.delta.size();
   }
   return bytes;
 }
@@ -241,6 +247,36 @@ absl::Status CpuEngine::ForwardBatch(std::vector<LayerState>& state, const int32
   MatJob* jobs = runner_.jobs();
   jobs[0] = MakeMatJob(out, out.data, batch_->PrepareInput(count, out.type), count, logits);
   runner_.Run(jobs, 1, CpuPhase::kOutput);
+  return absl::OkStatus();
+}
+
+absl::Status CpuEngine::SaveCheckpoint(Sequence& seq) {
+  if (absl::Status s = slots_.CheckAppend(seq, 0); !s.ok()) return s;
+  const size_t slot = static_cast<size_t>(seq.slot());
+  for (size_t l = 0; l < state_[slot].size(); ++l) {
+    const CpuRecurrentLayer& from = state_[slot][l].recurrent;
+    CpuRecurrentLayer& to = checkpoints_[slot][l];
+    std::memcpy(to.conv.data(), from.conv.data(), from.conv.size());
+    std::memcpy(to.delta.data(), from.delta.data(), from.delta.size());
+  }
+  slots_.SetCheckpoint(seq, seq.length());
+  return absl::OkStatus();
+}
+
+absl::Status CpuEngine::RestoreCheckpoint(Sequence& seq) {
+  if (absl::Status s = slots_.CheckAppend(seq, 0); !s.ok()) return s;
+  if (seq.checkpoint_length() < 0) {
+    return absl::FailedPreconditionError("the sequence has no checkpoint to restore");
+  }
+  const size_t slot = static_cast<size_t>(seq.slot());
+  for (size_t l = 0; l < state_[slot].size(); ++l) {
+    const CpuRecurrentLayer& from = checkpoints_[slot][l];
+    CpuRecurrentLayer& to = state_[slot][l].recurrent;
+    std::memcpy(to.conv.data(), from.conv.data(), from.conv.size());
+    std::memcpy(to.delta.data(), from.delta.data(), from.delta.size());
+  }
+  slots_.SetLength(seq, seq.checkpoint_length());
+  have_logits_ = false;
   return absl::OkStatus();
 }
 

@@ -77,6 +77,8 @@ class CpuEngine final : public ForwardEngine {
   absl::StatusOr<std::unique_ptr<Sequence>> NewSequence() override;
   absl::Status Forward(Sequence& seq, std::span<const int32_t> tokens, LogitRows host_rows,
                        float* host_logits) override;
+  absl::Status SaveCheckpoint(Sequence& seq) override;
+  absl::Status RestoreCheckpoint(Sequence& seq) override;
   absl::StatusOr<int32_t> Sample(Sampler& sampler) override;
   int n_vocab() const override { return hp_.n_vocab; }
   int max_ctx() const override { return config_.max_ctx; }
@@ -125,8 +127,10 @@ class CpuEngine final : public ForwardEngine {
   std::unique_ptr<CpuDeltaNetBlock> deltanet_;
   std::unique_ptr<CpuMoeBlock> moe_;
   SequenceSlots slots_;
-  // Per sequence slot, per layer.
+  // Per sequence slot, per layer; and each slot's checkpoint of its
+  // recurrent layers (empty for attention layers).
   std::vector<std::vector<LayerState>> state_;
+  std::vector<std::vector<CpuRecurrentLayer>> checkpoints_;
   std::vector<float> last_logits_;  // [n_vocab]: the row Sample draws from
   bool have_logits_ = false;
 };

@@ -446,6 +446,23 @@ absl::Status CudaEngine::ForwardBatch(std::vector<CudaKvLayer>& kv, const int32_
   return ctx_->Sync("the forward pass");
 }
 
+absl::Status CudaEngine::SaveCheckpoint(Sequence& seq) {
+  // Attention layers only: their KV rows below the length stay as they are.
+  if (absl::Status s = slots_.CheckAppend(seq, 0); !s.ok()) return s;
+  slots_.SetCheckpoint(seq, seq.length());
+  return absl::OkStatus();
+}
+
+absl::Status CudaEngine::RestoreCheckpoint(Sequence& seq) {
+  if (absl::Status s = slots_.CheckAppend(seq, 0); !s.ok()) return s;
+  if (seq.checkpoint_length() < 0) {
+    return absl::FailedPreconditionError("the sequence has no checkpoint to restore");
+  }
+  slots_.SetLength(seq, seq.checkpoint_length());
+  last_row_ = nullptr;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<int32_t> CudaEngine::Sample(Sampler& sampler) {
   if (last_row_ == nullptr) {
     return absl::FailedPreconditionError("no logits to sample from: run Forward first");

@@ -104,6 +104,8 @@ class CudaEngine final : public ForwardEngine, public ExpertCacheControl {
   absl::StatusOr<std::unique_ptr<Sequence>> NewSequence() override { return slots_.Acquire(); }
   absl::Status Forward(Sequence& seq, std::span<const int32_t> tokens, LogitRows host_rows,
                        float* host_logits) override;
+  absl::Status SaveCheckpoint(Sequence& seq) override;
+  absl::Status RestoreCheckpoint(Sequence& seq) override;
   absl::StatusOr<int32_t> Sample(Sampler& sampler) override;
   int n_vocab() const override { return hp_.n_vocab; }
   int max_ctx() const override { return config_.max_ctx; }

@@ -5,8 +5,9 @@
 // engine keeps the last logits row (on the device, for a GPU) and samples
 // from it, and copies logits to the host only when asked.
 //
-// A rewind is a new sequence: there is no way to recompute a sequence from
-// the middle, because recurrent layers cannot forget what they have seen.
+// A rewind is a new sequence, or a restore of the sequence's checkpoint:
+// recurrent layers cannot forget what they have seen, so the state at an
+// earlier length exists only where it was saved.
 #pragma once
 
 #include <cstdint>
@@ -50,6 +51,16 @@ class ForwardEngine {
   // last whole batch) and no logits are kept.
   virtual absl::Status Forward(Sequence& seq, std::span<const int32_t> tokens,
                                LogitRows host_rows, float* host_logits) = 0;
+
+  // Saves `seq`'s state at its current length as its checkpoint, replacing
+  // any earlier one: the recurrent state of every recurrent layer (attention
+  // layers need nothing saved; their KV rows below the length stay). The
+  // storage was allocated with the engine.
+  virtual absl::Status SaveCheckpoint(Sequence& seq) = 0;
+  // Rewinds `seq` to its checkpoint: its length becomes the checkpoint's
+  // and the recurrent state is the saved one. The checkpoint stays.
+  // FailedPrecondition when the sequence has none.
+  virtual absl::Status RestoreCheckpoint(Sequence& seq) = 0;
 
   // The next token, drawn by `sampler` (its settings, generator and penalty
   // window) from the last logits row of the most recent successful Forward,

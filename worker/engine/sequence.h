@@ -28,6 +28,8 @@ class Sequence {
   int capacity() const { return capacity_; }
   // Which of the engine's state slots holds the sequence.
   int slot() const { return slot_; }
+  // The length the sequence's checkpoint was saved at; -1 without one.
+  int checkpoint_length() const { return checkpoint_length_; }
 
  private:
   friend class SequenceSlots;
@@ -39,6 +41,7 @@ class Sequence {
   int slot_;
   int capacity_;
   int length_ = 0;
+  int checkpoint_length_ = -1;
 };
 
 // An engine's fixed set of sequence slots.
@@ -56,6 +59,7 @@ class SequenceSlots {
   // (naming the length, the new tokens and the capacity).
   absl::Status CheckAppend(const Sequence& seq, size_t n_new) const;
   void SetLength(Sequence& seq, int length) const { seq.length_ = length; }
+  void SetCheckpoint(Sequence& seq, int length) const { seq.checkpoint_length_ = length; }
 
   int n_slots() const { return n_slots_; }
   int capacity() const { return capacity_; }

@@ -243,6 +243,16 @@ uint64_t GatedDeltaNet::state_bytes() const {
   return conv_state_.size() * sizeof(float) + state_.size() * sizeof(double);
 }
 
+void GatedDeltaNet::SaveState() {
+  saved_conv_state_ = conv_state_;
+  saved_state_ = state_;
+}
+
+void GatedDeltaNet::RestoreState() {
+  conv_state_ = saved_conv_state_;
+  state_ = saved_state_;
+}
+
 void GatedDeltaNet::Forward(const float* xn, int pos, float* out) {
   if (pos == 0) {
     std::fill(conv_state_.begin(), conv_state_.end(), 0.0f);

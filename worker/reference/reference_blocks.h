@@ -62,6 +62,9 @@ class GatedDeltaNet {
   void Forward(const float* xn, int pos, float* out);
   uint64_t weight_bytes() const;
   uint64_t state_bytes() const;
+  // The state as it is now, kept aside; and back.
+  void SaveState();
+  void RestoreState();
 
  private:
   const ModelHparams& hp_;
@@ -71,6 +74,8 @@ class GatedDeltaNet {
   std::vector<float> dt_bias_, a_, norm_;
   std::vector<float> conv_state_;  // [conv_kernel - 1][conv_dim], oldest first
   std::vector<double> state_;      // [n_v_heads][d_k][d_v]
+  std::vector<float> saved_conv_state_;
+  std::vector<double> saved_state_;
   std::vector<float> m_, z_act_, b_act_, a_act_, u_, o_, n_;
 };
 

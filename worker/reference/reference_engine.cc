@@ -111,6 +111,28 @@ absl::Status ReferenceEngine::Forward(Sequence& seq, std::span<const int32_t> to
   return absl::OkStatus();
 }
 
+absl::Status ReferenceEngine::SaveCheckpoint(Sequence& seq) {
+  if (absl::Status s = slots_.CheckAppend(seq, 0); !s.ok()) return s;
+  for (Layer& l : layers_) {
+    if (l.deltanet != nullptr) l.deltanet->SaveState();
+  }
+  slots_.SetCheckpoint(seq, seq.length());
+  return absl::OkStatus();
+}
+
+absl::Status ReferenceEngine::RestoreCheckpoint(Sequence& seq) {
+  if (absl::Status s = slots_.CheckAppend(seq, 0); !s.ok()) return s;
+  if (seq.checkpoint_length() < 0) {
+    return absl::FailedPreconditionError("the sequence has no checkpoint to restore");
+  }
+  for (Layer& l : layers_) {
+    if (l.deltanet != nullptr) l.deltanet->RestoreState();
+  }
+  slots_.SetLength(seq, seq.checkpoint_length());
+  have_logits_ = false;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<int32_t> ReferenceEngine::Sample(Sampler& sampler) {
   if (!have_logits_) {
     return absl::FailedPreconditionError("no logits to sample from: run Forward first");

@@ -31,6 +31,10 @@ class CacheStatusEngine final : public ForwardEngine {
   }
   absl::Status Forward(Sequence& seq, std::span<const int32_t> tokens, LogitRows host_rows,
                        float* host_logits) override;
+  absl::Status SaveCheckpoint(Sequence& seq) override { return engine_.SaveCheckpoint(seq); }
+  absl::Status RestoreCheckpoint(Sequence& seq) override {
+    return engine_.RestoreCheckpoint(seq);
+  }
   absl::StatusOr<int32_t> Sample(Sampler& sampler) override { return engine_.Sample(sampler); }
   int n_vocab() const override { return engine_.n_vocab(); }
   int max_ctx() const override { return engine_.max_ctx(); }
