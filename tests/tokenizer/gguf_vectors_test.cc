@@ -293,10 +293,20 @@ TEST(FromGgufMetadata, AcceptsAValidVocabulary) {
   absl::StatusOr<Tokenizer> qwen35 = Tokenizer::FromGgufMetadata(ValidMetadata("gpt2", "qwen35"));
   ASSERT_TRUE(qwen35.ok()) << qwen35.status();
   EXPECT_EQ(qwen35->pre_tokenizer(), PreTokenizer::kQwen35);
+  EXPECT_FALSE(qwen35->clean_up_spaces());
+  absl::StatusOr<Tokenizer> olmo = Tokenizer::FromGgufMetadata(ValidMetadata("gpt2", "olmo"));
+  ASSERT_TRUE(olmo.ok()) << olmo.status();
+  EXPECT_EQ(olmo->model(), TokenizerModel::kByteLevelBpe);
+  EXPECT_EQ(olmo->pre_tokenizer(), PreTokenizer::kGpt2);
+  EXPECT_TRUE(olmo->clean_up_spaces());
+  EXPECT_FALSE(olmo->add_space_prefix());
+  EXPECT_FALSE(olmo->add_bos());
 }
 
 TEST(FromGgufMetadata, ClearErrors) {
-  EXPECT_THAT(ErrorOf(ValidMetadata("llama")), HasSubstr("unsupported tokenizer model \"llama\""));
+  const std::string model_error = ErrorOf(ValidMetadata("bert"));
+  EXPECT_THAT(model_error, HasSubstr("unsupported tokenizer model \"bert\""));
+  EXPECT_THAT(model_error, HasSubstr("supported: gpt2 (byte-level BPE), llama (SentencePiece)"));
   const std::string pre_error = ErrorOf(ValidMetadata("gpt2", "llama-bpe"));
   EXPECT_THAT(pre_error, HasSubstr("llama-bpe"));
   EXPECT_THAT(pre_error, HasSubstr("supported: qwen2"));
