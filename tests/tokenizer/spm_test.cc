@@ -315,6 +315,8 @@ TEST(SentencePieceGguf, LlamaCppDefaults) {
   absl::StatusOr<Tokenizer> t = Tokenizer::FromGgufMetadata(m);
   ASSERT_TRUE(t.ok()) << t.status();
   EXPECT_EQ(t->model(), TokenizerModel::kSentencePiece);
+  EXPECT_EQ(TokenizerModelName(t->model()), "llama");
+  EXPECT_EQ(TokenizerModelName(TokenizerModel::kByteLevelBpe), "gpt2");
   EXPECT_EQ(t->bos_id(), 1);
   EXPECT_EQ(t->eos_id(), 2);
   EXPECT_EQ(t->unknown_id(), 0);
