@@ -24,18 +24,19 @@ struct Unit {
 
 uint32_t AsciiLower(uint32_t cp) { return (cp >= 'A' && cp <= 'Z') ? cp + ('a' - 'A') : cp; }
 
-// The scanner of SPEC.md §4.4, over `units` (one sentinel past the end whose
+// The scanners of SPEC.md §4.4, over `units` (one sentinel past the end whose
 // classes are 0 and codepoint is out of range). Emits piece ends as unit
 // indices.
 class Scanner {
  public:
-  explicit Scanner(const std::vector<Unit>& units) : units_(units), n_(units.size() - 1) {}
+  Scanner(const std::vector<Unit>& units, bool gpt2)
+      : units_(units), n_(units.size() - 1), gpt2_(gpt2) {}
 
   template <typename Emit>
   void Run(Emit&& emit) {
     size_t pos = 0;
     while (pos < n_) {
-      const size_t end = NextPieceEnd(pos);
+      const size_t end = gpt2_ ? NextGpt2PieceEnd(pos) : NextPieceEnd(pos);
       emit(pos, end);
       pos = end;
     }
@@ -99,18 +100,103 @@ class Scanner {
     return pos + 1;
   }
 
+  // llama.cpp's unicode_regex_split_custom_gpt2. Every unit before the end
+  // has some class in llama.cpp (unassigned codepoints are "undefined", an
+  // invalid byte is U+FFFD), so "not whitespace, letter or number" holds for
+  // every unit short of the end that is none of the three.
+  size_t NextGpt2PieceEnd(size_t pos) const {
+    const uint32_t cp = Cp(pos);
+
+    // 's|'t|'re|'ve|'m|'ll|'d, case-sensitive
+    if (cp == '\'' && pos + 1 < n_) {
+      const uint32_t next = Cp(pos + 1);
+      if (next == 's' || next == 't' || next == 'm' || next == 'd') return pos + 2;
+      if (pos + 2 < n_) {
+        const uint32_t next2 = Cp(pos + 2);
+        if ((next == 'r' && next2 == 'e') || (next == 'v' && next2 == 'e') ||
+            (next == 'l' && next2 == 'l')) {
+          return pos + 3;
+        }
+      }
+    }
+
+    //  ?\p{L}+ |  ?\p{N}+ |  ?[^\s\p{L}\p{N}]+
+    const size_t run_start = (cp == ' ') ? pos + 1 : pos;
+    const uint8_t run_class = Cls(run_start);
+    for (const uint8_t kind : {uint8_t{kLetter}, uint8_t{kNumber}}) {
+      if (run_class & kind) {
+        size_t end = run_start;
+        while (Cls(end) & kind) ++end;
+        return end;
+      }
+    }
+    constexpr uint8_t kWordOrSpace = kLetter | kNumber | kSpace;
+    if (run_start < n_ && (run_class & kWordOrSpace) == 0) {
+      size_t end = run_start;
+      while (end < n_ && (Cls(end) & kWordOrSpace) == 0) ++end;
+      return end;
+    }
+
+    // \s+(?!\S) leaves the last whitespace of a run to the next piece when
+    // one follows; otherwise \s+ takes the whole run.
+    size_t run_end = pos;
+    while (Cls(run_end) & kSpace) ++run_end;
+    const size_t run_length = run_end - pos;
+    if (run_length > 1 && run_end < n_) return run_end - 1;
+    if (run_length > 0) return run_end;
+
+    return pos + 1;
+  }
+
   const std::vector<Unit>& units_;
   const size_t n_;
+  const bool gpt2_;
+};
+
+struct NamedPreTokenizer {
+  std::string_view name;
+  PreTokenizerInfo info;
+};
+
+// tokenizer.ggml.pre names and what llama.cpp's llama_vocab::impl::load sets
+// for each. The GPT-2 names are those llama.cpp maps to
+// LLAMA_VOCAB_PRE_TYPE_GPT2, _MPT, _OLMO, _JAIS, _TRILLION or
+// _GRANITE_DOCLING (all one regex) without adding a separator token or
+// per-token strip attributes.
+constexpr NamedPreTokenizer kPreTokenizerNames[] = {
+    {"qwen2", {PreTokenizer::kQwen2, false}},
+    {"deepseek-r1-qwen", {PreTokenizer::kQwen2, false}},
+    {"qwen35", {PreTokenizer::kQwen35, false}},
+    {"olmo", {PreTokenizer::kGpt2, true}},
+    {"gpt-2", {PreTokenizer::kGpt2, true}},
+    {"mpt", {PreTokenizer::kGpt2, true}},
+    {"jais", {PreTokenizer::kGpt2, true}},
+    {"phi-2", {PreTokenizer::kGpt2, true}},
+    {"jina-es", {PreTokenizer::kGpt2, true}},
+    {"jina-de", {PreTokenizer::kGpt2, true}},
+    {"gigachat", {PreTokenizer::kGpt2, true}},
+    {"a.x-4.0", {PreTokenizer::kGpt2, true}},
+    {"mellum", {PreTokenizer::kGpt2, true}},
+    {"exaone4", {PreTokenizer::kGpt2, true}},
+    {"trillion", {PreTokenizer::kGpt2, false}},
+    {"granite-docling", {PreTokenizer::kGpt2, false}},
 };
 
 }  // namespace
 
-absl::StatusOr<PreTokenizer> PreTokenizerFromName(std::string_view name) {
-  if (name == "qwen2" || name == "deepseek-r1-qwen") return PreTokenizer::kQwen2;
-  if (name == "qwen35") return PreTokenizer::kQwen35;
+absl::StatusOr<PreTokenizerInfo> LookUpPreTokenizer(std::string_view name) {
+  for (const NamedPreTokenizer& entry : kPreTokenizerNames) {
+    if (entry.name == name) return entry.info;
+  }
   return absl::UnimplementedError(
       absl::StrCat("unsupported pre-tokenizer \"", std::string(name),
                    "\" (tokenizer.ggml.pre); supported: ", SupportedPreTokenizerNames()));
+}
+
+absl::StatusOr<PreTokenizer> PreTokenizerFromName(std::string_view name) {
+  absl::StatusOr<PreTokenizerInfo> info = LookUpPreTokenizer(name);
+  if (!info.ok()) return info.status();
+  return info->kind;
 }
 
 std::string_view PreTokenizerName(PreTokenizer kind) {
@@ -119,11 +205,16 @@ std::string_view PreTokenizerName(PreTokenizer kind) {
       return "qwen2";
     case PreTokenizer::kQwen35:
       return "qwen35";
+    case PreTokenizer::kGpt2:
+      return "gpt2";
   }
   return "?";
 }
 
-const char* SupportedPreTokenizerNames() { return "qwen2, deepseek-r1-qwen, qwen35"; }
+const char* SupportedPreTokenizerNames() {
+  return "qwen2, deepseek-r1-qwen, qwen35, olmo, gpt-2, mpt, jais, phi-2, jina-es, jina-de, "
+         "gigachat, a.x-4.0, mellum, exaone4, trillion, granite-docling";
+}
 
 void PreTokenize(PreTokenizer kind, std::string_view text, std::vector<std::string_view>* pieces) {
   if (text.empty()) return;
@@ -145,7 +236,7 @@ void PreTokenize(PreTokenizer kind, std::string_view text, std::vector<std::stri
   }
   units.push_back({text.size(), 0, 0});
 
-  Scanner scanner(units);
+  Scanner scanner(units, kind == PreTokenizer::kGpt2);
   scanner.Run([&](size_t first, size_t end) {
     pieces->push_back(text.substr(units[first].offset, units[end].offset - units[first].offset));
   });

@@ -1,6 +1,7 @@
 // Pre-tokenizers of byte-level BPE vocabularies (SPEC.md §4.4): split text
 // into the pieces that BPE then encodes one by one. These are hand-written
 // scanners equivalent to the regexes, as in llama.cpp's unicode.cpp.
+// SentencePiece vocabularies have no pre-tokenizer.
 #pragma once
 
 #include <string_view>
@@ -16,10 +17,25 @@ enum class PreTokenizer {
   kQwen2,
   // The same with \p{L} widened to [\p{L}\p{M}] (letter runs absorb marks).
   kQwen35,
+  // GPT-2 (OLMoE and other GPT-NeoX-style vocabularies), case-sensitive:
+  // 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+  kGpt2,
 };
 
-// Maps tokenizer.ggml.pre to a scanner. Accepts "qwen2" and the ids that
-// llama.cpp gives the same pattern ("deepseek-r1-qwen"), and "qwen35".
+// What llama.cpp (llama-vocab.cpp) derives from one tokenizer.ggml.pre name.
+struct PreTokenizerInfo {
+  PreTokenizer kind;
+  // llama.cpp's clean_spaces: detokenizing removes the space before ? ! . ,
+  // and some contractions (Tokenizer::Detokenize).
+  bool clean_up_spaces;
+};
+
+// Maps tokenizer.ggml.pre to a scanner: "qwen2" and "deepseek-r1-qwen";
+// "qwen35"; and the names llama.cpp gives the GPT-2 pattern with no other
+// special handling ("olmo", "gpt-2", "mpt", "jais", "phi-2", ...; see
+// SupportedPreTokenizerNames). "default" is not among them: llama.cpp runs
+// a different chain of regexes for it.
+absl::StatusOr<PreTokenizerInfo> LookUpPreTokenizer(std::string_view name);
 absl::StatusOr<PreTokenizer> PreTokenizerFromName(std::string_view name);
 std::string_view PreTokenizerName(PreTokenizer kind);
 // For error messages: the names PreTokenizerFromName accepts.

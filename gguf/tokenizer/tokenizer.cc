@@ -1,6 +1,7 @@
 #include "gguf/tokenizer/tokenizer.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
@@ -24,8 +25,82 @@ absl::string_view AsAbsl(std::string_view s) { return absl::string_view(s.data()
 
 // Texts that end generation whatever the special-id keys say (SPEC.md §4.3).
 constexpr std::string_view kEndOfGenerationTexts[] = {
-    "<|im_end|>", "<|endoftext|>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>",
+    "<|im_end|>", "<|endoftext|>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>", "</s>",
 };
+
+constexpr std::string_view kEscapedSpace = "\xE2\x96\x81";  // U+2581, SentencePiece's space
+
+// "<0x0A>" -> 0x0A; -1 unless the text is "<0x" + two hex digits + ">".
+int ParseByteToken(std::string_view text) {
+  if (text.size() != 6 || text.substr(0, 3) != "<0x" || text[5] != '>') return -1;
+  int value = 0;
+  for (const char c : text.substr(3, 2)) {
+    value <<= 4;
+    if (c >= '0' && c <= '9') {
+      value |= c - '0';
+    } else if (c >= 'A' && c <= 'F') {
+      value |= c - 'A' + 10;
+    } else if (c >= 'a' && c <= 'f') {
+      value |= c - 'a' + 10;
+    } else {
+      return -1;
+    }
+  }
+  return value;
+}
+
+void AppendUnescapedSpaces(std::string_view text, std::string* out) {
+  for (size_t pos = 0; pos < text.size();) {
+    if (text.substr(pos, kEscapedSpace.size()) == kEscapedSpace) {
+      out->push_back(' ');
+      pos += kEscapedSpace.size();
+    } else {
+      out->push_back(text[pos++]);
+    }
+  }
+}
+
+// llama.cpp's clean_spaces passes (llama_vocab::impl::detokenize), run in
+// place with the same index arithmetic so that odd inputs come out the same.
+void CleanUpSpaces(std::string* buffer) {
+  std::string& text = *buffer;
+  const int64_t total1 = static_cast<int64_t>(text.size());
+  int64_t total = total1 > 0 ? 1 : 0;
+  // " ?", " !", " .", " ," lose the space.
+  for (int64_t i = 1; i < total1; ++i) {
+    const char x = text[i];
+    if (text[i - 1] == ' ' && (x == '?' || x == '!' || x == '.' || x == ',')) --total;
+    text[total++] = x;
+  }
+  // " ' " loses both spaces.
+  const int64_t total2 = total;
+  total = total2 > 0 ? 1 : 0;
+  for (int64_t i = 1; i < total2; ++i) {
+    const char x = text[i];
+    if (x == '\'' && i + 1 < total2 && text[i - 1] == ' ' && text[i + 1] == ' ') {
+      --total;
+      text[++i] = '\0';
+    }
+    text[total++] = x;
+  }
+  // " 's", " 'm", " 're", " 've" lose the space (" 't", " 'd", " 'll" keep it).
+  const int64_t total3 = total;
+  total = total3 > 0 ? 1 : 0;
+  for (int64_t i = 1; i < total3; ++i) {
+    const char x = text[i];
+    if (text[i - 1] == ' ' && x == '\'' && i + 1 < total3) {
+      const char x1 = text[i + 1];
+      if (x1 == 's' || x1 == 'm') {
+        --total;
+      } else if (x1 != 't' && x1 != 'd' && i + 2 < total3) {
+        const char x2 = text[i + 2];
+        if ((x1 == 'r' && x2 == 'e') || (x1 == 'v' && x2 == 'e')) --total;
+      }
+    }
+    text[total++] = x;
+  }
+  text.resize(static_cast<size_t>(total));
+}
 
 uint64_t PairKey(int32_t left, int32_t right) {
   return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
@@ -73,6 +148,24 @@ struct Tokenizer::BpeScratch {
   std::vector<Candidate> queue;  // a heap
 };
 
+absl::StatusOr<TokenizerModel> TokenizerModelFromName(std::string_view name) {
+  if (name == "gpt2") return TokenizerModel::kByteLevelBpe;
+  if (name == "llama") return TokenizerModel::kSentencePiece;
+  return absl::UnimplementedError(absl::StrCat(
+      "unsupported tokenizer model \"", Printable(name),
+      "\" (tokenizer.ggml.model); supported: gpt2 (byte-level BPE), llama (SentencePiece)"));
+}
+
+std::string_view TokenizerModelName(TokenizerModel model) {
+  switch (model) {
+    case TokenizerModel::kByteLevelBpe:
+      return "gpt2";
+    case TokenizerModel::kSentencePiece:
+      return "llama";
+  }
+  return "?";
+}
+
 absl::StatusOr<Tokenizer> Tokenizer::Create(TokenizerConfig config) {
   const size_t n = config.tokens.size();
   if (n == 0) return absl::InvalidArgumentError("tokenizer vocabulary is empty");
@@ -81,6 +174,7 @@ absl::StatusOr<Tokenizer> Tokenizer::Create(TokenizerConfig config) {
         absl::StrCat("tokenizer vocabulary has ", n, " tokens, more than int32 ids can address"));
   }
   const auto vocab_size = static_cast<int32_t>(n);
+  const bool spm = config.model == TokenizerModel::kSentencePiece;
   if (config.token_types.empty()) {
     config.token_types.assign(n, TokenType::kNormal);
   } else if (config.token_types.size() != n) {
@@ -95,6 +189,28 @@ absl::StatusOr<Tokenizer> Tokenizer::Create(TokenizerConfig config) {
                                                      " is not a token type (0..6)"));
     }
   }
+  if (spm && config.scores.empty()) {
+    return absl::InvalidArgumentError(
+        "a SentencePiece (llama) vocabulary needs one score per token (tokenizer.ggml.scores)");
+  }
+  if (!config.scores.empty() && config.scores.size() != n) {
+    return absl::InvalidArgumentError(absl::StrCat("tokenizer.ggml.scores has ",
+                                                   config.scores.size(),
+                                                   " entries but tokenizer.ggml.tokens has ", n));
+  }
+  if (spm) {
+    for (size_t i = 0; i < n; ++i) {
+      // NaN has no order, and the merge queue needs one.
+      if (std::isnan(config.scores[i])) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("tokenizer.ggml.scores[", i, "] is NaN; scores must be ordered"));
+      }
+    }
+    if (!config.merges.empty()) {
+      return absl::InvalidArgumentError(
+          "a SentencePiece (llama) vocabulary merges by score; it takes no merges");
+    }
+  }
   const std::pair<const char*, int32_t> special_ids[] = {
       {"bos_token_id", config.bos_id},     {"eos_token_id", config.eos_id},
       {"padding_token_id", config.pad_id}, {"eot_token_id", config.eot_id},
@@ -106,10 +222,21 @@ absl::StatusOr<Tokenizer> Tokenizer::Create(TokenizerConfig config) {
           "tokenizer.ggml.", name, " = ", id, " is outside the vocabulary of ", n, " tokens"));
     }
   }
+  // llama.cpp refuses these at load time rather than at the first prompt.
+  if (config.add_bos && config.bos_id == kNoToken) {
+    return absl::InvalidArgumentError(
+        "tokenizer.ggml.add_bos_token is true, but tokenizer.ggml.bos_token_id is not set");
+  }
+  if (config.add_eos && config.eos_id == kNoToken) {
+    return absl::InvalidArgumentError(
+        "tokenizer.ggml.add_eos_token is true, but tokenizer.ggml.eos_token_id is not set");
+  }
 
   Tokenizer t;
+  t.model_ = config.model;
   t.tokens_ = std::move(config.tokens);
   t.types_ = std::move(config.token_types);
+  if (spm) t.scores_ = std::move(config.scores);
   t.pre_tokenizer_ = config.pre_tokenizer;
   t.bos_id_ = config.bos_id;
   t.eos_id_ = config.eos_id;
@@ -119,46 +246,80 @@ absl::StatusOr<Tokenizer> Tokenizer::Create(TokenizerConfig config) {
   t.unknown_id_ = config.unknown_id;
   t.add_bos_ = config.add_bos;
   t.add_eos_ = config.add_eos;
+  t.add_space_prefix_ = config.add_space_prefix;
+  t.clean_up_spaces_ = config.clean_up_spaces;
   t.chat_template_ = std::move(config.chat_template);
 
-  // A text stored twice resolves to the later id, as in llama.cpp.
+  // A text stored twice resolves to the later id.
   t.token_ids_.reserve(n);
   for (int32_t id = 0; id < vocab_size; ++id) t.token_ids_[t.tokens_[id]] = id;
 
   t.pieces_.resize(n);
   for (int32_t id = 0; id < vocab_size; ++id) {
+    const std::string& text = t.tokens_[id];
     switch (t.types_[id]) {
       case TokenType::kNormal:
-        ByteLevelDecode(t.tokens_[id], &t.pieces_[id]);
+        if (spm) {
+          AppendUnescapedSpaces(text, &t.pieces_[id]);
+        } else {
+          ByteLevelDecode(text, &t.pieces_[id]);
+        }
         break;
       case TokenType::kControl:
       case TokenType::kUnknown:
       case TokenType::kUserDefined:
-        t.pieces_[id] = t.tokens_[id];
+        t.pieces_[id] = text;
+        break;
+      case TokenType::kByte:
+        if (spm) {
+          const int byte = ParseByteToken(text);
+          if (byte < 0) {
+            return absl::InvalidArgumentError(
+                absl::StrCat("tokenizer.ggml.tokens[", id, "] = \"", Printable(text),
+                             "\" has token type BYTE (6) but is not of the form <0xXX>"));
+          }
+          t.pieces_[id].assign(1, static_cast<char>(byte));
+        }
         break;
       case TokenType::kUndefined:
       case TokenType::kUnused:
-      case TokenType::kByte:
         break;
     }
-    if (IsSpecialType(t.types_[id]) && !t.tokens_[id].empty()) t.special_ids_.push_back(id);
+    if (IsSpecialType(t.types_[id]) && !text.empty()) t.special_ids_.push_back(id);
   }
   std::stable_sort(t.special_ids_.begin(), t.special_ids_.end(), [&t](int32_t a, int32_t b) {
     return t.tokens_[a].size() > t.tokens_[b].size();
   });
 
-  for (int b = 0; b < 256; ++b) {
-    const std::string_view mapped = ByteToMappedUtf8(static_cast<uint8_t>(b));
-    t.byte_symbols_[b] = t.InternSymbol(mapped);
-    t.byte_tokens_[b] = t.TokenId(mapped);
+  if (absl::Status s = spm ? t.BuildSentencePiece() : t.BuildByteLevelBpe(config.merges); !s.ok()) {
+    return s;
   }
 
-  t.merge_count_ = config.merges.size();
-  t.merges_.reserve(config.merges.size());
-  t.symbol_ids_.reserve(config.merges.size() + 256);
+  for (int32_t id = 0; id < vocab_size; ++id) {
+    const std::string& text = t.tokens_[id];
+    const bool is_eog_text =
+        std::find(std::begin(kEndOfGenerationTexts), std::end(kEndOfGenerationTexts), text) !=
+        std::end(kEndOfGenerationTexts);
+    if (is_eog_text || id == t.eos_id_ || id == t.eot_id_ || id == t.eom_id_) {
+      t.eog_ids_.push_back(id);
+    }
+  }
+  return t;
+}
+
+absl::Status Tokenizer::BuildByteLevelBpe(const std::vector<std::string>& merges) {
+  for (int b = 0; b < 256; ++b) {
+    const std::string_view mapped = ByteToMappedUtf8(static_cast<uint8_t>(b));
+    byte_symbols_[b] = InternSymbol(mapped);
+    byte_tokens_[b] = TokenId(mapped);
+  }
+
+  merge_count_ = merges.size();
+  merges_.reserve(merges.size());
+  symbol_ids_.reserve(merges.size() + 256);
   std::string joined;
-  for (size_t rank = 0; rank < config.merges.size(); ++rank) {
-    const std::string& merge = config.merges[rank];
+  for (size_t rank = 0; rank < merges.size(); ++rank) {
+    const std::string& merge = merges[rank];
     // llama.cpp splits at the first space from index 1, so a left side may
     // itself start with a space.
     const size_t split = merge.size() < 2 ? std::string::npos : merge.find(' ', 1);
@@ -174,24 +335,23 @@ absl::StatusOr<Tokenizer> Tokenizer::Create(TokenizerConfig config) {
     const std::string_view right(merge.data() + split + 1, merge.size() - split - 1);
     joined.assign(left);
     joined.append(right);
-    const int32_t left_symbol = t.InternSymbol(left);
-    const int32_t right_symbol = t.InternSymbol(right);
-    const int32_t result_symbol = t.InternSymbol(joined);
+    const int32_t left_symbol = InternSymbol(left);
+    const int32_t right_symbol = InternSymbol(right);
+    const int32_t result_symbol = InternSymbol(joined);
     // A repeated pair keeps its first (lowest) rank.
-    t.merges_.try_emplace(PairKey(left_symbol, right_symbol),
-                          MergeEntry{static_cast<int32_t>(rank), result_symbol});
+    merges_.try_emplace(PairKey(left_symbol, right_symbol),
+                        MergeEntry{static_cast<int32_t>(rank), result_symbol});
   }
+  return absl::OkStatus();
+}
 
-  for (int32_t id = 0; id < vocab_size; ++id) {
-    const std::string& text = t.tokens_[id];
-    const bool is_eog_text =
-        std::find(std::begin(kEndOfGenerationTexts), std::end(kEndOfGenerationTexts), text) !=
-        std::end(kEndOfGenerationTexts);
-    if (is_eog_text || id == t.eos_id_ || id == t.eot_id_ || id == t.eom_id_) {
-      t.eog_ids_.push_back(id);
-    }
+absl::Status Tokenizer::BuildSentencePiece() {
+  for (int b = 0; b < 256; ++b) {
+    const int32_t byte_token = TokenId(absl::StrFormat("<0x%02X>", b));
+    byte_tokens_[b] =
+        byte_token != kNoToken ? byte_token : TokenId(std::string(1, static_cast<char>(b)));
   }
-  return t;
+  return absl::OkStatus();
 }
 
 int32_t Tokenizer::InternSymbol(std::string_view text) {
@@ -214,6 +374,11 @@ TokenType Tokenizer::token_type(int32_t id) const {
 int32_t Tokenizer::TokenId(std::string_view text) const {
   const auto it = token_ids_.find(AsAbsl(text));
   return it == token_ids_.end() ? kNoToken : it->second;
+}
+
+float Tokenizer::score(int32_t id) const {
+  if (id < 0 || id >= vocab_size()) DieBadId("score", id, vocab_size(), __LINE__);
+  return scores_.empty() ? 0.0f : scores_[id];
 }
 
 bool Tokenizer::IsEndOfGeneration(int32_t id) const {
@@ -331,23 +496,28 @@ absl::StatusOr<std::vector<int32_t>> Tokenizer::Encode(std::string_view text, bo
         absl::StrCat("text of ", text.size(), " bytes is too long to tokenize (limit 2 GiB)"));
   }
   std::vector<int32_t> ids;
-  if (add_special && add_bos_ && bos_id_ != kNoToken) ids.push_back(bos_id_);
+  // Create made sure that add_bos / add_eos come with their tokens.
+  if (add_special && add_bos_) ids.push_back(bos_id_);
   std::vector<Fragment> fragments;
-  SplitSpecial(text, parse_special, &fragments);
-  std::vector<std::string_view> words;
-  BpeScratch scratch;
-  for (const Fragment& fragment : fragments) {
-    if (fragment.token != kNoToken) {
-      ids.push_back(fragment.token);
-      continue;
-    }
-    words.clear();
-    PreTokenize(pre_tokenizer_, fragment.text, &words);
-    for (const std::string_view word : words) {
-      if (absl::Status s = EncodeWord(word, &scratch, &ids); !s.ok()) return s;
+  if (!text.empty()) SplitSpecial(text, parse_special, &fragments);
+  if (model_ == TokenizerModel::kSentencePiece) {
+    if (absl::Status s = EncodeSentencePiece(fragments, &ids); !s.ok()) return s;
+  } else {
+    std::vector<std::string_view> words;
+    BpeScratch scratch;
+    for (const Fragment& fragment : fragments) {
+      if (fragment.token != kNoToken) {
+        ids.push_back(fragment.token);
+        continue;
+      }
+      words.clear();
+      PreTokenize(pre_tokenizer_, fragment.text, &words);
+      for (const std::string_view word : words) {
+        if (absl::Status s = EncodeWord(word, &scratch, &ids); !s.ok()) return s;
+      }
     }
   }
-  if (add_special && add_eos_ && eos_id_ != kNoToken) ids.push_back(eos_id_);
+  if (add_special && add_eos_) ids.push_back(eos_id_);
   return ids;
 }
 
@@ -361,8 +531,15 @@ absl::StatusOr<std::string> Tokenizer::Detokenize(std::span<const int32_t> ids,
                                                      " is outside the vocabulary of ", vocab_size(),
                                                      " tokens"));
     }
-    text.append(TokenPiece(id, render_special));
+    std::string_view piece = TokenPiece(id, render_special);
+    // Only the first token loses a leading space, even when it renders as
+    // nothing (a bos that is not rendered), as in llama.cpp.
+    if (i == 0 && add_space_prefix_ && !piece.empty() && piece.front() == ' ') {
+      piece.remove_prefix(1);
+    }
+    text.append(piece);
   }
+  if (clean_up_spaces_) CleanUpSpaces(&text);
   return text;
 }
 

@@ -350,6 +350,18 @@ TEST(TokenizerConfig, AddSpecialUsesBosAndEos) {
   EXPECT_THAT(*t.Encode("a", false), ElementsAre('a'));
 }
 
+TEST(TokenizerConfig, CleanUpSpacesAsLlamaCpp) {
+  TokenizerConfig config = ByteVocab({}, {});
+  config.pre_tokenizer = PreTokenizer::kGpt2;
+  config.clean_up_spaces = true;
+  const Tokenizer t = MustCreate(std::move(config));
+  const std::string text = "a , b ' c 's d 't e 're f 'll g ! h ?";
+  EXPECT_EQ(MustDecode(t, MustEncode(t, text, false), false), "a, b'c's d 't e're f 'll g! h?");
+  // Pieces are left alone; only whole-sequence detokenizing cleans up.
+  EXPECT_EQ(t.TokenPiece(' ', false), " ");
+  EXPECT_EQ(MustDecode(t, MustEncode(t, " .", false), false), ".");
+}
+
 TEST(TokenizerConfig, RejectsInconsistentInput) {
   {
     TokenizerConfig config = ByteVocab({}, {});
@@ -376,6 +388,21 @@ TEST(TokenizerConfig, RejectsInconsistentInput) {
     TokenizerConfig config = ByteVocab({}, {});
     config.token_types.assign(256, static_cast<TokenType>(9));
     EXPECT_FALSE(Tokenizer::Create(std::move(config)).ok());
+  }
+  {
+    TokenizerConfig config = ByteVocab({}, {});
+    config.add_bos = true;
+    const auto t = Tokenizer::Create(std::move(config));
+    ASSERT_FALSE(t.ok());
+    EXPECT_THAT(std::string(t.status().message()),
+                HasSubstr("add_bos_token is true, but tokenizer.ggml.bos_token_id is not set"));
+  }
+  {
+    TokenizerConfig config = ByteVocab({}, {});
+    config.scores.assign(3, 0.0f);
+    const auto t = Tokenizer::Create(std::move(config));
+    ASSERT_FALSE(t.ok());
+    EXPECT_THAT(std::string(t.status().message()), HasSubstr("scores has 3 entries"));
   }
   EXPECT_FALSE(Tokenizer::Create(TokenizerConfig{}).ok());
 }

@@ -2,11 +2,7 @@
 // holds text -> ids that llama.cpp produced for the vocabulary stored in
 // tiny-f32.gguf (special tokens parsed). Also FromGgufMetadata's errors.
 #include <algorithm>
-#include <cctype>
-#include <cstdlib>
-#include <fstream>
 #include <memory>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -17,6 +13,7 @@
 #include "gguf/tokenizer/chat_template.h"
 #include "gguf/tokenizer/tokenizer.h"
 #include "gguf/tokenizer/unicode.h"
+#include "tests/tokenizer/json_fixture.h"
 
 namespace moetier {
 namespace {
@@ -30,169 +27,20 @@ struct TokenizeCase {
   std::vector<int32_t> ids;
 };
 
-// Just enough JSON for an array of {"text": string, "ids": [int...]}
-// objects: whitespace, strings with escapes (\uXXXX with surrogate pairs),
-// integers. Fails the test on anything else.
-class TinyJsonReader {
- public:
-  explicit TinyJsonReader(std::string text) : s_(std::move(text)) {}
-
-  std::vector<TokenizeCase> ReadCases() {
-    std::vector<TokenizeCase> cases;
-    Expect('[');
-    if (Peek() == ']') return cases;
-    while (true) {
-      cases.push_back(ReadCase());
-      if (Peek() == ',') {
-        ++pos_;
-        continue;
-      }
-      Expect(']');
-      return cases;
+std::vector<TokenizeCase> ReadCases(const std::string& path) {
+  std::vector<TokenizeCase> cases;
+  absl::StatusOr<testing::JsonValue> json = testing::ReadJsonFile(path);
+  EXPECT_TRUE(json.ok()) << json.status();
+  if (!json.ok()) return cases;
+  for (const testing::JsonValue& c : json->array) {
+    TokenizeCase tc;
+    tc.text = c.Find("text")->string;
+    for (const testing::JsonValue& id : c.Find("ids")->array) {
+      tc.ids.push_back(static_cast<int32_t>(id.number));
     }
+    cases.push_back(std::move(tc));
   }
-
-  bool failed() const { return failed_; }
-
- private:
-  TokenizeCase ReadCase() {
-    TokenizeCase c;
-    Expect('{');
-    while (!failed_) {
-      const std::string key = ReadString();
-      Expect(':');
-      if (key == "text") {
-        c.text = ReadString();
-      } else if (key == "ids") {
-        c.ids = ReadIntArray();
-      } else {
-        Fail("unexpected key " + key);
-      }
-      if (Peek() == ',') {
-        ++pos_;
-        continue;
-      }
-      Expect('}');
-      break;
-    }
-    return c;
-  }
-
-  std::vector<int32_t> ReadIntArray() {
-    std::vector<int32_t> ids;
-    Expect('[');
-    if (Peek() == ']') {
-      ++pos_;
-      return ids;
-    }
-    while (!failed_) {
-      Peek();
-      size_t end = pos_;
-      while (end < s_.size() && (isdigit(static_cast<unsigned char>(s_[end])) || s_[end] == '-')) {
-        ++end;
-      }
-      if (end == pos_) Fail("expected an integer");
-      ids.push_back(std::atoi(s_.substr(pos_, end - pos_).c_str()));
-      pos_ = end;
-      if (Peek() == ',') {
-        ++pos_;
-        continue;
-      }
-      Expect(']');
-      break;
-    }
-    return ids;
-  }
-
-  std::string ReadString() {
-    std::string out;
-    Expect('"');
-    while (!failed_ && pos_ < s_.size() && s_[pos_] != '"') {
-      char c = s_[pos_++];
-      if (c != '\\') {
-        out.push_back(c);
-        continue;
-      }
-      if (pos_ >= s_.size()) break;
-      c = s_[pos_++];
-      switch (c) {
-        case 'n':
-          out.push_back('\n');
-          break;
-        case 'r':
-          out.push_back('\r');
-          break;
-        case 't':
-          out.push_back('\t');
-          break;
-        case 'b':
-          out.push_back('\b');
-          break;
-        case 'f':
-          out.push_back('\f');
-          break;
-        case '"':
-        case '\\':
-        case '/':
-          out.push_back(c);
-          break;
-        case 'u': {
-          uint32_t cp = ReadHex4();
-          if (cp >= 0xD800 && cp <= 0xDBFF && s_.compare(pos_, 2, "\\u") == 0) {
-            pos_ += 2;
-            const uint32_t low = ReadHex4();
-            cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
-          }
-          AppendUtf8(cp, &out);
-          break;
-        }
-        default:
-          Fail("bad escape");
-      }
-    }
-    Expect('"');
-    return out;
-  }
-
-  uint32_t ReadHex4() {
-    if (pos_ + 4 > s_.size()) {
-      Fail("short \\u escape");
-      return 0;
-    }
-    const uint32_t v = static_cast<uint32_t>(std::stoul(s_.substr(pos_, 4), nullptr, 16));
-    pos_ += 4;
-    return v;
-  }
-
-  char Peek() {
-    while (pos_ < s_.size() && isspace(static_cast<unsigned char>(s_[pos_]))) ++pos_;
-    return pos_ < s_.size() ? s_[pos_] : '\0';
-  }
-
-  void Expect(char c) {
-    if (Peek() != c) {
-      Fail(std::string("expected '") + c + "'");
-      return;
-    }
-    ++pos_;
-  }
-
-  void Fail(const std::string& what) {
-    if (!failed_) ADD_FAILURE() << "JSON: " << what << " at byte " << pos_;
-    failed_ = true;
-    pos_ = s_.size();
-  }
-
-  std::string s_;
-  size_t pos_ = 0;
-  bool failed_ = false;
-};
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream buffer;
-  buffer << in.rdbuf();
-  return buffer.str();
+  return cases;
 }
 
 class TinyF32Vocab : public ::testing::Test {
@@ -209,9 +57,7 @@ class TinyF32Vocab : public ::testing::Test {
 };
 
 TEST_F(TinyF32Vocab, MatchesLlamaCppOnEveryCase) {
-  TinyJsonReader reader(ReadFile(kVectorsDir + "/tiny-f32.tokenize.json"));
-  const std::vector<TokenizeCase> cases = reader.ReadCases();
-  ASSERT_FALSE(reader.failed());
+  const std::vector<TokenizeCase> cases = ReadCases(kVectorsDir + "/tiny-f32.tokenize.json");
   ASSERT_GE(cases.size(), 10u);
   for (const TokenizeCase& c : cases) {
     absl::StatusOr<std::vector<int32_t>> ids = tokenizer_->Encode(c.text, /*parse_special=*/true);
@@ -293,10 +139,20 @@ TEST(FromGgufMetadata, AcceptsAValidVocabulary) {
   absl::StatusOr<Tokenizer> qwen35 = Tokenizer::FromGgufMetadata(ValidMetadata("gpt2", "qwen35"));
   ASSERT_TRUE(qwen35.ok()) << qwen35.status();
   EXPECT_EQ(qwen35->pre_tokenizer(), PreTokenizer::kQwen35);
+  EXPECT_FALSE(qwen35->clean_up_spaces());
+  absl::StatusOr<Tokenizer> olmo = Tokenizer::FromGgufMetadata(ValidMetadata("gpt2", "olmo"));
+  ASSERT_TRUE(olmo.ok()) << olmo.status();
+  EXPECT_EQ(olmo->model(), TokenizerModel::kByteLevelBpe);
+  EXPECT_EQ(olmo->pre_tokenizer(), PreTokenizer::kGpt2);
+  EXPECT_TRUE(olmo->clean_up_spaces());
+  EXPECT_FALSE(olmo->add_space_prefix());
+  EXPECT_FALSE(olmo->add_bos());
 }
 
 TEST(FromGgufMetadata, ClearErrors) {
-  EXPECT_THAT(ErrorOf(ValidMetadata("llama")), HasSubstr("unsupported tokenizer model \"llama\""));
+  const std::string model_error = ErrorOf(ValidMetadata("bert"));
+  EXPECT_THAT(model_error, HasSubstr("unsupported tokenizer model \"bert\""));
+  EXPECT_THAT(model_error, HasSubstr("supported: gpt2 (byte-level BPE), llama (SentencePiece)"));
   const std::string pre_error = ErrorOf(ValidMetadata("gpt2", "llama-bpe"));
   EXPECT_THAT(pre_error, HasSubstr("llama-bpe"));
   EXPECT_THAT(pre_error, HasSubstr("supported: qwen2"));

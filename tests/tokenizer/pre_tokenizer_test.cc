@@ -129,6 +129,53 @@ TEST(Qwen2PreTokenizer, InvalidUtf8IsSplitLikeAReplacementCharacter) {
                           "1"));
 }
 
+std::vector<std::string> Gpt2(std::string_view text) { return Split(text, PreTokenizer::kGpt2); }
+
+TEST(Gpt2PreTokenizer, ContractionsAreCaseSensitive) {
+  EXPECT_THAT(Gpt2("don't stop"), ElementsAre("don", "'t", " stop"));
+  EXPECT_THAT(Gpt2("we're they've I'm he'd it's we'll"),
+              ElementsAre("we", "'re", " they", "'ve", " I", "'m", " he", "'d", " it", "'s", " we",
+                          "'ll"));
+  // Upper case is no contraction: the apostrophe is punctuation.
+  EXPECT_THAT(Gpt2("DON'T"), ElementsAre("DON", "'", "T"));
+  EXPECT_THAT(Gpt2("'hello"), ElementsAre("'", "hello"));
+  EXPECT_THAT(Gpt2("'sup"), ElementsAre("'s", "up"));
+  EXPECT_THAT(Gpt2("'"), ElementsAre("'"));
+  EXPECT_THAT(Gpt2("x 's"), ElementsAre("x", " '", "s"));
+}
+
+TEST(Gpt2PreTokenizer, LettersNumbersAndPunctuationTakeOneLeadingSpace) {
+  EXPECT_THAT(Gpt2("Hello, world!"), ElementsAre("Hello", ",", " world", "!"));
+  EXPECT_THAT(Gpt2("The year 2026."), ElementsAre("The", " year", " 2026", "."));
+  EXPECT_THAT(Gpt2("abc123def"), ElementsAre("abc", "123", "def"));
+  EXPECT_THAT(Gpt2("3.14"), ElementsAre("3", ".", "14"));
+  EXPECT_THAT(Gpt2(" !! ?"), ElementsAre(" !!", " ?"));
+  EXPECT_THAT(Gpt2("(x)"), ElementsAre("(", "x", ")"));
+  EXPECT_THAT(Gpt2("\xE4\xBD\xA0\xE5\xA5\xBD \xE4\xB8\x96"),
+              ElementsAre("\xE4\xBD\xA0\xE5\xA5\xBD", " \xE4\xB8\x96"));
+  // A combining mark is neither letter nor number: it is punctuation here.
+  EXPECT_THAT(Gpt2("cafe\xCC\x81 ok"), ElementsAre("cafe", "\xCC\x81", " ok"));
+  // A tab is no "space" for the optional prefix.
+  EXPECT_THAT(Gpt2("\thello"), ElementsAre("\t", "hello"));
+}
+
+TEST(Gpt2PreTokenizer, WhitespaceLeavesItsLastCharacterToWhatFollows) {
+  EXPECT_THAT(Gpt2("a  b"), ElementsAre("a", " ", " b"));
+  EXPECT_THAT(Gpt2("  hello"), ElementsAre(" ", " hello"));
+  EXPECT_THAT(Gpt2("a\n\nb"), ElementsAre("a", "\n", "\n", "b"));
+  EXPECT_THAT(Gpt2("a \n b"), ElementsAre("a", " \n", " b"));
+  EXPECT_THAT(Gpt2("x\r\n\r\ny"), ElementsAre("x", "\r\n\r", "\n", "y"));
+  // At the end the whole run is one piece.
+  EXPECT_THAT(Gpt2("hello  \n"), ElementsAre("hello", "  \n"));
+  EXPECT_THAT(Gpt2("   "), ElementsAre("   "));
+  EXPECT_THAT(Gpt2(" "), ElementsAre(" "));
+}
+
+TEST(Gpt2PreTokenizer, InvalidUtf8IsPunctuation) {
+  EXPECT_THAT(Gpt2("a\xFF\xFE b"), ElementsAre("a", "\xFF\xFE", " b"));
+  EXPECT_THAT(Gpt2(" \x80"), ElementsAre(" \x80"));
+}
+
 TEST(PreTokenizer, PiecesConcatenateToInputForRandomBytes) {
   std::mt19937 rng(1234);
   for (int trial = 0; trial < 2000; ++trial) {
@@ -140,7 +187,7 @@ TEST(PreTokenizer, PiecesConcatenateToInputForRandomBytes) {
       text.push_back(rng() % 2 ? kInteresting[rng() % (sizeof(kInteresting) - 1)]
                                : static_cast<char>(rng() % 256));
     }
-    for (PreTokenizer kind : {PreTokenizer::kQwen2, PreTokenizer::kQwen35}) {
+    for (PreTokenizer kind : {PreTokenizer::kQwen2, PreTokenizer::kQwen35, PreTokenizer::kGpt2}) {
       std::string joined;
       for (std::string_view piece : PreTokenize(kind, text)) {
         ASSERT_FALSE(piece.empty());
@@ -160,6 +207,21 @@ TEST(PreTokenizer, Names) {
   EXPECT_THAT(std::string(bad.status().message()), ::testing::HasSubstr("llama-bpe"));
   EXPECT_THAT(std::string(bad.status().message()), ::testing::HasSubstr("qwen2"));
   EXPECT_EQ(PreTokenizerName(PreTokenizer::kQwen35), "qwen35");
+  EXPECT_EQ(PreTokenizerName(PreTokenizer::kGpt2), "gpt2");
+
+  // The GPT-2 pattern's names, and whether llama.cpp cleans up spaces.
+  for (const char* name : {"olmo", "gpt-2", "mpt", "jais", "phi-2", "exaone4"}) {
+    const absl::StatusOr<PreTokenizerInfo> info = LookUpPreTokenizer(name);
+    ASSERT_TRUE(info.ok()) << name;
+    EXPECT_EQ(info->kind, PreTokenizer::kGpt2) << name;
+    EXPECT_TRUE(info->clean_up_spaces) << name;
+  }
+  EXPECT_FALSE(LookUpPreTokenizer("trillion")->clean_up_spaces);
+  EXPECT_FALSE(LookUpPreTokenizer("qwen2")->clean_up_spaces);
+  // llama.cpp's "default" is a chain of other regexes, not this scanner.
+  const absl::StatusOr<PreTokenizerInfo> fallback = LookUpPreTokenizer("default");
+  ASSERT_FALSE(fallback.ok());
+  EXPECT_THAT(std::string(fallback.status().message()), ::testing::HasSubstr("olmo"));
 }
 
 }  // namespace
