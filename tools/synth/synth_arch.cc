@@ -42,11 +42,6 @@ absl::Status CheckSynthRange(std::string_view flag, int64_t value, int64_t lo, i
   return absl::OkStatus();
 }
 
-absl::Status CheckSynthUnused(std::string_view flag, int64_t value, std::string_view arch) {
-  if (value == 0) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat("--", std::string(flag), " is not used by ", std::string(arch)));
-}
-
 TensorType SynthFitToRow(TensorType desired, int64_t ne0) {
   if (ne0 % GetTensorTypeInfo(desired).block_elems == 0) return desired;
   TensorType fallback = TensorType::kF16;

@@ -57,8 +57,6 @@ std::string SynthBlockRawName(int64_t layer, std::string_view name);
 
 // The InvalidArgument of a flag outside [lo, hi].
 absl::Status CheckSynthRange(std::string_view flag, int64_t value, int64_t lo, int64_t hi);
-// The InvalidArgument "<flag> is not used by <arch>" when value is nonzero.
-absl::Status CheckSynthUnused(std::string_view flag, int64_t value, std::string_view arch);
 
 // `desired` if ne0 is a whole number of its blocks, else the fallback moetier
 // can encode: Q4_K -> Q4_0, Q5_K and Q6_K -> Q8_0, and F16 when ne0 is not a

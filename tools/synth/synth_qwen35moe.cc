@@ -11,7 +11,6 @@
 // stored negated, -exp(A_log), and is drawn as -exp(U(0, ln 16)), the range
 // of HF's A initialisation.
 #include <cmath>
-#include <numeric>
 
 #include "absl/strings/str_cat.h"
 #include "synth/synth_arch.h"
