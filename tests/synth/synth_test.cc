@@ -32,74 +32,14 @@
 #include "gguf/tensor/tensor_type.h"
 #include "gguf/tokenizer/chat_template.h"
 #include "gguf/tokenizer/tokenizer.h"
+#include "synth_test_util.h"
 
 namespace moetier {
 namespace {
 
 namespace fs = std::filesystem;
 using ::testing::HasSubstr;
-
-// ---------------------------------------------------------------- helpers
-
-fs::path MakeTempDir(const std::string& tag) {
-  fs::path dir = fs::temp_directory_path() / absl::StrCat("moetier_synth_test_", tag, "_", getpid());
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return dir;
-}
-
-std::vector<uint8_t> ReadFileBytes(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::vector<uint8_t>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
-SynthOptions Options(std::string_view preset, SynthQuant quant, uint64_t seed, const fs::path& out) {
-  SynthOptions o;
-  o.shape = *SynthPreset(preset);
-  o.quant = quant;
-  o.seed = seed;
-  o.out_path = out.string();
-  o.threads = 2;
-  return o;
-}
-
-SynthPlan WriteOrDie(const SynthOptions& options) {
-  absl::StatusOr<SynthPlan> plan = PlanSynthModel(options);
-  EXPECT_TRUE(plan.ok()) << plan.status();
-  if (!plan.ok()) return {};
-  const absl::Status status = WriteSynthModel(*plan, options);
-  EXPECT_TRUE(status.ok()) << status;
-  return *plan;
-}
-
-std::unique_ptr<GgufModel> OpenOrDie(const std::string& path) {
-  absl::StatusOr<std::unique_ptr<GgufModel>> model = GgufModel::Open(path);
-  EXPECT_TRUE(model.ok()) << model.status();
-  return model.ok() ? *std::move(model) : nullptr;
-}
-
-std::vector<float> Dequantize(const GgufModel& model, const GgufTensorInfo& info) {
-  std::vector<float> out(static_cast<size_t>(info.element_count()));
-  const std::span<const uint8_t> data = model.TensorData(info);
-  const int64_t rows = info.ne[1] * info.ne[2] * info.ne[3];
-  const uint64_t row_bytes = static_cast<uint64_t>(TensorRowBytes(info.type, info.ne[0]));
-  for (int64_t r = 0; r < rows; ++r) {
-    DequantizeRow(info.type, data.data() + static_cast<uint64_t>(r) * row_bytes,
-                  out.data() + r * info.ne[0], info.ne[0]);
-  }
-  return out;
-}
-
-double Mean(const std::vector<float>& v) {
-  return std::accumulate(v.begin(), v.end(), 0.0) / static_cast<double>(v.size());
-}
-
-double StdDev(const std::vector<float>& v) {
-  const double m = Mean(v);
-  double acc = 0;
-  for (float x : v) acc += (x - m) * (x - m);
-  return std::sqrt(acc / static_cast<double>(v.size()));
-}
+using namespace synth_test;  // NOLINT: the helpers of this directory's tests
 
 // The quant mix rule, restated independently of the tool's code.
 TensorType ExpectedType(SynthQuant quant, const std::string& name, int64_t layer, int64_t n_layer,
@@ -808,24 +748,6 @@ TEST(SynthNumericsTest, DeepModelGivesFiniteLogitsAndVariedRouting) {
 }
 
 // ---------------------------------------------------------------- command line
-
-struct RunResult {
-  int exit_code = -1;
-  std::string output;
-};
-
-RunResult RunTool(const std::string& args) {
-  const std::string cmd = absl::StrCat(MOETIER_BINARY_DIR, "/tools/synth/moetier-synth ", args, " 2>&1");
-  RunResult r;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (pipe == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) r.output.append(buf, n);
-  const int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
 
 TEST(SynthCommandLineTest, HelpExplainsEveryFlag) {
   const RunResult r = RunTool("--help");

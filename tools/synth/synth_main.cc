@@ -1,15 +1,20 @@
-// moetier-synth: writes a qwen3moe GGUF with deterministic random weights
-// and a real byte-level BPE tokenizer, for tests and benchmarks.
+// moetier-synth: writes a GGUF of one of the MoE architectures moetier serves
+// (qwen3moe, olmoe, llama with experts, qwen35moe) with deterministic random
+// weights, real tensor names and encodings and a real tokenizer, for tests
+// and benchmarks.
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <thread>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -28,50 +33,112 @@ namespace {
 constexpr int kExitFailure = 1;
 constexpr int kExitUsage = 2;
 
-constexpr std::string_view kHelp = R"(moetier-synth: write a synthetic qwen3moe GGUF model
+constexpr std::string_view kHelp = R"(moetier-synth: write a synthetic MoE GGUF model
 
-usage: moetier-synth [--preset tiny|small|full] [--quant f32|q8_0|q4_k_m]
-                     [--seed N] --out FILE [shape flags] [split flags] [--dry-run]
+usage: moetier-synth [--arch qwen3moe|olmoe|llama|qwen35moe] [--preset tiny|small|full]
+                     [--quant f32|q8_0|q4_k_m|q8_0-f32] [--seed N] --out FILE
+                     [shape flags] [split flags] [--dry-run]
 
 Model:
+  --arch NAME            architecture (default qwen3moe), with real tensor names, keys
+                         and tokenizer as llama.cpp's converter writes them:
+                           qwen3moe : Qwen3-30B-A3B: attention with per-head q/k norm,
+                                      routed experts; gpt2/qwen2 tokenizer
+                           olmoe    : OLMoE-1B-7B: q/k norm over the whole projection,
+                                      routed experts, output.weight always present;
+                                      gpt2/olmo tokenizer
+                           llama    : Mixtral-8x7B: plain GQA attention, routed experts;
+                                      SentencePiece ("llama") tokenizer
+                           qwen35moe: Qwen3.6-35B-A3B: Gated DeltaNet layers and, every
+                                      --full-attention-interval-th layer, gated
+                                      attention; routed + shared expert; gpt2/qwen35
+                                      tokenizer
   --preset NAME          shape to start from (default tiny); shape flags override it
-                           tiny : 2 layers, embd 64, 8 experts (top 2), expert ffn 256,
-                                  4/2 heads x 32, vocab 512, ctx 4096
-                           small: 4 layers, embd 256, 32 experts (top 4), expert ffn 256,
-                                  8/2 heads x 64, vocab 4096, ctx 8192
-                           full : Qwen3-30B-A3B: 48 layers, embd 2048, 128 experts (top 8),
-                                  expert ffn 768, 32/4 heads x 128, vocab 151936, ctx 40960
-                           all  : rope base 1e6, rms eps 1e-6, separate output matrix
-  --quant MIX            tensor types (default f32); norms and ffn_gate_inp stay F32 always
-                           f32   : everything F32 (general.file_type 0)
-                           q8_0  : every other matrix Q8_0 (general.file_type 7)
-                           q4_k_m: Q4_K_M-like (general.file_type 15): token_embd Q4_K
-                                   (Q6_K if tied), output Q6_K, attn_q/attn_k/attn_output
-                                   Q4_K, attn_v Q6_K, ffn_gate_exps/ffn_up_exps Q4_K,
-                                   ffn_down_exps Q6_K in layers i with i < n/8 or
-                                   i >= 7n/8 or (i - n/8) % 3 == 2 (llama.cpp's
-                                   use_more_bits), Q4_K in the others
+                         (H = heads, Hkv = kv heads, D = head dim, E = experts):
+    qwen3moe  tiny : 2 layers, embd 64, E 8 (top 2), expert ffn 256, H/Hkv 4/2 x D 32,
+                     vocab 512, ctx 4096
+              small: 4 layers, embd 256, E 32 (top 4), expert ffn 256, 8/2 x 64, vocab 4096,
+                     ctx 8192
+              full : Qwen3-30B-A3B: 48 layers, embd 2048, E 128 (top 8), expert ffn 768,
+                     32/4 x 128, vocab 151936, ctx 40960; rope base 1e6, rms eps 1e-6
+    olmoe     tiny : 3 layers, embd 64, E 8 (top 2), expert ffn 32, 4/4 x 16, vocab 512
+              small: 3 layers, embd 256, E 16 (top 4), expert ffn 256, 4/4 x 64, vocab 1024
+              full : OLMoE-1B-7B-0924: 16 layers, embd 2048, E 64 (top 8), expert ffn 1024,
+                     16/16 x 128, vocab 50304; all: ctx 4096, rope base 1e4, rms eps 1e-5
+    llama     tiny : 3 layers, embd 64, E 8 (top 2), expert ffn 32, 4/2 x 16, vocab 512,
+                     ctx 4096
+              small: 3 layers, embd 256, E 16 (top 4), expert ffn 256, 4/4 x 64, vocab 1024,
+                     ctx 4096
+              full : Mixtral-8x7B: 32 layers, embd 4096, E 8 (top 2), expert ffn 14336,
+                     32/8 x 128, vocab 32000, ctx 32768; all: rope base 1e6, rms eps 1e-5
+    qwen35moe tiny : 4 layers, embd 64, E 8 (top 2), expert and shared ffn 32, 4/2 x 32,
+                     rope 8 dims [2,1,1,0], DeltaNet state 16, groups 2, value heads 4,
+                     inner 64, vocab 512, ctx 4096
+              small: 4 layers, embd 256, E 16 (top 4), ffn 256 + 256, 4/2 x 64, rope 16
+                     dims [3,3,2,0], state 64, groups 2, value heads 4, inner 256,
+                     vocab 1024, ctx 4096
+              full : Qwen3.6-35B-A3B: 40 layers, embd 2048, E 256 (top 8), ffn 512 + 512,
+                     16/2 x 256, rope 64 dims [11,11,10,0], state 128, groups 16, value
+                     heads 32, inner 4096, vocab 248320, ctx 262144; all: conv kernel 4,
+                     full attention every 4th layer, rope base 1e7, rms eps 1e-6
+  --quant MIX            tensor types (default f32); norms, routers and other 1-D
+                         tensors stay F32 always
+                           f32     : everything F32 (general.file_type 0)
+                           q8_0    : every other matrix Q8_0 (general.file_type 7)
+                           q4_k_m  : Q4_K_M-like (general.file_type 15). qwen3moe:
+                                     token_embd Q4_K (Q6_K if tied), output Q6_K,
+                                     attn_q/attn_k/attn_output Q4_K, attn_v Q6_K,
+                                     ffn_gate_exps/ffn_up_exps Q4_K, ffn_down_exps Q6_K
+                                     in layers i with i < n/8 or i >= 7n/8 or
+                                     (i - n/8) % 3 == 2 (llama.cpp's use_more_bits),
+                                     Q4_K in the others. olmoe, llama, qwen35moe:
+                                     llama-quantize's rule: Q4_K, output Q6_K, attn_v
+                                     (and attn_qkv) and every ffn_down Q6_K in
+                                     use_more_bits layers, and with exactly 8 experts
+                                     attn_k/attn_v Q8_0 and attn_output Q5_K; ssm_conv1d,
+                                     ssm_a, ssm_dt, ffn_gate_inp_shexp stay F32
+                           q8_0-f32: qwen35moe only, the tensor-type shares of a
+                                     dynamic ("UD") 4-bit file: F32 for small tensors and
+                                     ssm_alpha/ssm_beta, Q8_0 for every non-expert
+                                     matrix, experts Q4_K (gate/up) and Q5_K (down),
+                                     layer 0's experts and the last ffn_down_exps Q6_K
+                                     (general.file_type 15)
                          if a row length is not a multiple of the block size:
-                         Q4_K -> Q4_0, Q6_K -> Q8_0, and F16 if not a multiple of 32
-  --seed N               weight seed, unsigned 64-bit (default 0); same seed and shape
-                         give a byte-identical file
-  --name TEXT            general.name (default describes shape and seed)
+                         Q4_K -> Q4_0, Q5_K and Q6_K -> Q8_0, F16 if not a multiple of 32
+  --seed N               weight seed, unsigned 64-bit (default 0); same arch, shape, mix
+                         and seed give a byte-identical file
+  --name TEXT            general.name (default describes arch, shape and seed)
 
-Shape (override the preset):
+Shape (override the preset; all architectures unless noted):
   --layers N             block_count
   --embd N               embedding_length
   --experts N            expert_count
   --experts-used N       expert_used_count (top-k), 1..experts
-  --expert-ffn N         expert_feed_forward_length
+  --expert-ffn N         expert FFN width: expert_feed_forward_length (qwen3moe,
+                         qwen35moe) or feed_forward_length (olmoe, llama)
   --heads N              attention.head_count
   --heads-kv N           attention.head_count_kv; must divide heads
-  --head-dim N           attention.key_length = value_length; even
-  --vocab N              token count, at least 261; vocabularies of at least 151669
-                         put the special tokens at Qwen3's ids
+  --head-dim N           attention.key_length = value_length; even (olmoe and llama
+                         write it only when it differs from embd / heads)
+  --vocab N              token count, at least 261; the real vocabulary sizes put
+                         the special tokens at the real ids
   --ctx N                context_length
   --rope-base X          rope.freq_base
   --rms-eps X            attention.layer_norm_rms_epsilon
   --tied-output          no output.weight: token_embd is also the output matrix
+                         (qwen3moe, llama, qwen35moe)
+  --rope-dims N          qwen35moe: rope.dimension_count, even, at most head-dim
+  --rope-sections A,B,C,D
+                         qwen35moe: rope.dimension_sections; they sum to rope-dims / 2
+  --shared-ffn N         qwen35moe: expert_shared_feed_forward_length
+  --full-attention-interval N
+                         qwen35moe: layer i is full attention when (i+1) % N == 0
+  --ssm-conv-kernel N    qwen35moe: ssm.conv_kernel (DeltaNet conv taps)
+  --ssm-state-size N     qwen35moe: ssm.state_size (key head dim)
+  --ssm-group-count N    qwen35moe: ssm.group_count (key heads)
+  --ssm-time-step-rank N qwen35moe: ssm.time_step_rank (value heads, a multiple of
+                         the key heads)
+  --ssm-inner-size N     qwen35moe: ssm.inner_size (value heads x value head dim)
 
 Output:
   --out FILE             file to write; with a split, FILE minus ".gguf" is the prefix
@@ -80,29 +147,45 @@ Output:
   --split-count N        split into exactly N files of about equal size
                          (the first file holds all metadata; each carries split.*)
   --threads N            threads that generate and quantize (default: all cores)
-  --dry-run              write nothing; print tensor count, bytes per type and
-                         file sizes
+  --dry-run              write nothing; print tensor count, tensors and bytes per type
+                         and file sizes
   --quiet                no progress on stderr
   --help                 this text
 
 Weights: element = mean + stddev * z, z ~ N(0,1) approximated by an Irwin-Hall sum
 (|z| <= 3.47), from a counter-based stream per (seed, tensor name), so output does
-not depend on chunking or threads. stddev: 1/sqrt(fan_in) for attn_q/k/v and
-ffn_gate/up_exps; 1/sqrt(fan_in * 2 * layers) for attn_output and ffn_down_exps (the
-residual stream stays O(1) at any depth); 2/sqrt(embd) for token_embd, output and
-ffn_gate_inp (logit and router-logit spread about 2); norm weights 1 +- 0.05.
+not depend on chunking or threads. stddev: 1/sqrt(fan_in) for the projections that
+read the residual stream; 1/sqrt(fan_in * 2 * layers) for those that write it
+(attn_output, ffn_down*, ssm_out), so the residual stream stays O(1) at any depth;
+2/sqrt(embd) for token_embd, output and ffn_gate_inp (logit and router-logit spread
+about 2); norm weights 1 +- 0.05 (qwen35moe stores its norms as 1 + w, so they are
+near 1 there too). qwen35moe: ssm_a = -exp(u), u uniform in [0, ln 16];
+ssm_dt.bias 1 +- 0.25; ssm_conv1d 1/sqrt(kernel).
 
-Tokenizer: gpt2/qwen2 byte-level BPE: 256 byte tokens, merges learned from the
-built-in corpus, [PAD<id>] (UNUSED) where the corpus runs out, then <|endoftext|>,
-<|im_start|>, <|im_end|> (CONTROL) and <think>, </think> (USER_DEFINED);
-eos = <|im_end|>, bos = pad = <|endoftext|>, add_bos_token false, Qwen3 ChatML
-chat template.
+Tokenizers (merges and pieces learned from a built-in corpus; ids past what the
+corpus supports are [PAD<id>], type UNUSED, as llama.cpp's converter pads):
+  qwen3moe : gpt2/qwen2 byte-level BPE: 256 byte tokens, merges, then <|endoftext|>,
+             <|im_start|>, <|im_end|> (CONTROL) and <think>, </think> (USER_DEFINED);
+             eos = <|im_end|>, bos = pad = <|endoftext|>, add_bos_token false, Qwen3
+             ChatML chat template
+  qwen35moe: gpt2/qwen35, the same specials at Qwen3.5's ids (248044..248046, 248068,
+             248069 in a 248320 vocabulary); eos <|im_end|>, pad <|endoftext|>, no
+             bos, add_bos_token false, the Qwen3.5 chat template (opens <think>)
+  olmoe    : gpt2/olmo (GPT-2 splitting): |||IP_ADDRESS||| 0, <|padding|> 1, byte
+             tokens, merges, |||EMAIL_ADDRESS|||, |||PHONE_NUMBER|||, <|endoftext|>
+             (50277..50279 in a 50304 vocabulary); eos <|endoftext|>, pad <|padding|>,
+             no bos, add_bos/add_eos false, the Tulu chat template
+  llama    : SentencePiece: <unk> 0, <s> 1, </s> 2, <0x00>..<0xFF> 3..258, then
+             pieces with U+2581 for spaces scored -rank, then single characters;
+             bos 1, eos 2, unknown 0, add_bos_token true, add_eos_token false,
+             Mixtral-Instruct's [INST] ... [/INST] chat template
 
 The tool checks free disk space first and refuses to start a write that cannot
 fit. Exit status: 0 success, 1 failure, 2 bad command line.
 )";
 
 struct CommandLine {
+  std::string arch = "qwen3moe";
   std::string preset = "tiny";
   std::string quant = "f32";
   uint64_t seed = 0;
@@ -118,7 +201,31 @@ struct CommandLine {
       head_dim, vocab, ctx;
   std::optional<float> rope_base, rms_eps;
   bool tied_output = false;
+  // qwen35moe.
+  std::optional<int64_t> rope_dims, shared_ffn, full_attention_interval, ssm_conv_kernel,
+      ssm_state_size, ssm_group_count, ssm_time_step_rank, ssm_inner_size;
+  std::optional<std::array<int32_t, 4>> rope_sections;
 };
+
+// "A,B,C,D" of non-negative integers.
+absl::Status ParseSections(const std::string& text, std::array<int32_t, 4>& out) {
+  size_t pos = 0;
+  for (size_t i = 0; i < out.size(); ++i) {
+    const size_t comma = text.find(',', pos);
+    const bool last = i + 1 == out.size();
+    if (last != (comma == std::string::npos)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--rope-sections expects four comma-separated integers, got '", text, "'"));
+    }
+    const std::string item = text.substr(pos, last ? std::string::npos : comma - pos);
+    if (!absl::SimpleAtoi(item, &out[i]) || out[i] < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--rope-sections expects four non-negative integers, got '", text, "'"));
+    }
+    pos = comma + 1;
+  }
+  return absl::OkStatus();
+}
 
 absl::Status ParseInt(const std::string& flag, const std::string& text, int64_t& out) {
   if (!absl::SimpleAtoi(text, &out)) {
@@ -193,7 +300,9 @@ absl::Status ParseCommandLine(int argc, char** argv, CommandLine& cl) {
     };
 
     absl::Status status;
-    if (flag == "--preset") {
+    if (flag == "--arch") {
+      status = string_flag(cl.arch);
+    } else if (flag == "--preset") {
       status = string_flag(cl.preset);
     } else if (flag == "--quant") {
       status = string_flag(cl.quant);
@@ -231,6 +340,27 @@ absl::Status ParseCommandLine(int argc, char** argv, CommandLine& cl) {
       status = float_flag(cl.rope_base);
     } else if (flag == "--rms-eps") {
       status = float_flag(cl.rms_eps);
+    } else if (flag == "--rope-dims") {
+      status = int_flag(cl.rope_dims);
+    } else if (flag == "--rope-sections") {
+      status = take_value();
+      std::array<int32_t, 4> sections{};
+      if (status.ok()) status = ParseSections(value, sections);
+      if (status.ok()) cl.rope_sections = sections;
+    } else if (flag == "--shared-ffn") {
+      status = int_flag(cl.shared_ffn);
+    } else if (flag == "--full-attention-interval") {
+      status = int_flag(cl.full_attention_interval);
+    } else if (flag == "--ssm-conv-kernel") {
+      status = int_flag(cl.ssm_conv_kernel);
+    } else if (flag == "--ssm-state-size") {
+      status = int_flag(cl.ssm_state_size);
+    } else if (flag == "--ssm-group-count") {
+      status = int_flag(cl.ssm_group_count);
+    } else if (flag == "--ssm-time-step-rank") {
+      status = int_flag(cl.ssm_time_step_rank);
+    } else if (flag == "--ssm-inner-size") {
+      status = int_flag(cl.ssm_inner_size);
     } else if (flag == "--split-max-tensors") {
       status = plain_int_flag(cl.split_max_tensors);
     } else if (flag == "--split-count") {
@@ -251,7 +381,9 @@ absl::Status ParseCommandLine(int argc, char** argv, CommandLine& cl) {
 }
 
 absl::StatusOr<SynthOptions> BuildOptions(const CommandLine& cl) {
-  absl::StatusOr<SynthShape> shape = SynthPreset(cl.preset);
+  absl::StatusOr<SynthArch> arch = ParseSynthArch(cl.arch);
+  if (!arch.ok()) return arch.status();
+  absl::StatusOr<SynthShape> shape = SynthPreset(*arch, cl.preset);
   if (!shape.ok()) return shape.status();
   absl::StatusOr<SynthQuant> quant = ParseSynthQuant(cl.quant);
   if (!quant.ok()) return quant.status();
@@ -271,13 +403,42 @@ absl::StatusOr<SynthOptions> BuildOptions(const CommandLine& cl) {
   if (cl.rms_eps) s.rms_eps = *cl.rms_eps;
   if (cl.tied_output) s.tied_output = true;
 
+  // The flags of one architecture are refused by the others.
+  const bool qwen35 = *arch == SynthArch::kQwen35Moe;
+  const std::pair<const char*, bool> qwen35_flags[] = {
+      {"--rope-dims", cl.rope_dims.has_value()},
+      {"--rope-sections", cl.rope_sections.has_value()},
+      {"--shared-ffn", cl.shared_ffn.has_value()},
+      {"--full-attention-interval", cl.full_attention_interval.has_value()},
+      {"--ssm-conv-kernel", cl.ssm_conv_kernel.has_value()},
+      {"--ssm-state-size", cl.ssm_state_size.has_value()},
+      {"--ssm-group-count", cl.ssm_group_count.has_value()},
+      {"--ssm-time-step-rank", cl.ssm_time_step_rank.has_value()},
+      {"--ssm-inner-size", cl.ssm_inner_size.has_value()},
+  };
+  for (const auto& [flag, given] : qwen35_flags) {
+    if (given && !qwen35) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, " is used by qwen35moe only, not by ", cl.arch));
+    }
+  }
+  if (cl.rope_dims) s.n_rot = *cl.rope_dims;
+  if (cl.rope_sections) s.rope_sections = *cl.rope_sections;
+  if (cl.shared_ffn) s.n_ff_shexp = *cl.shared_ffn;
+  if (cl.full_attention_interval) s.full_attention_interval = *cl.full_attention_interval;
+  if (cl.ssm_conv_kernel) s.ssm_conv_kernel = *cl.ssm_conv_kernel;
+  if (cl.ssm_state_size) s.ssm_state_size = *cl.ssm_state_size;
+  if (cl.ssm_group_count) s.ssm_group_count = *cl.ssm_group_count;
+  if (cl.ssm_time_step_rank) s.ssm_time_step_rank = *cl.ssm_time_step_rank;
+  if (cl.ssm_inner_size) s.ssm_inner_size = *cl.ssm_inner_size;
+
   SynthOptions options;
   options.shape = s;
   options.quant = *quant;
   options.seed = cl.seed;
   options.name = cl.name.empty()
-                     ? absl::StrCat("moetier synthetic qwen3moe ", cl.preset, " ", cl.quant, " seed ",
-                                    cl.seed)
+                     ? absl::StrCat("moetier synthetic ", cl.arch, " ", cl.preset, " ", cl.quant,
+                                    " seed ", cl.seed)
                      : cl.name;
   if (cl.out.empty() && !cl.dry_run) return absl::InvalidArgumentError("--out FILE is required");
   options.out_path = cl.out.empty() ? "moetier-synth.gguf" : cl.out;
@@ -296,8 +457,8 @@ std::string Mib(uint64_t bytes) {
 
 void PrintPlan(const SynthOptions& o, const SynthPlan& plan) {
   const SynthShape& s = o.shape;
-  std::printf("qwen3moe, quant %s, seed %llu\n", std::string(SynthQuantName(o.quant)).c_str(),
-              static_cast<unsigned long long>(o.seed));
+  std::printf("%s, quant %s, seed %llu\n", std::string(SynthArchName(s.arch)).c_str(),
+              std::string(SynthQuantName(o.quant)).c_str(), static_cast<unsigned long long>(o.seed));
   std::printf(
       "  layers %lld, embd %lld, experts %lld (top %lld), expert ffn %lld, heads %lld/%lld x %lld, "
       "vocab %lld, ctx %lld%s\n",
@@ -307,6 +468,19 @@ void PrintPlan(const SynthOptions& o, const SynthPlan& plan) {
       static_cast<long long>(s.n_head_kv), static_cast<long long>(s.head_dim),
       static_cast<long long>(s.n_vocab), static_cast<long long>(s.n_ctx),
       s.tied_output ? ", tied output" : "");
+  if (s.arch == SynthArch::kQwen35Moe) {
+    int64_t attention_layers = 0;
+    for (int64_t l = 0; l < s.n_layer; ++l) attention_layers += (l + 1) % s.full_attention_interval == 0;
+    std::printf(
+        "  shared ffn %lld, rope %lld dims [%d,%d,%d,%d], full attention every %lld (%lld of %lld "
+        "layers), DeltaNet conv %lld, state %lld, key heads %lld, value heads %lld, inner %lld\n",
+        static_cast<long long>(s.n_ff_shexp), static_cast<long long>(s.n_rot), s.rope_sections[0],
+        s.rope_sections[1], s.rope_sections[2], s.rope_sections[3],
+        static_cast<long long>(s.full_attention_interval), static_cast<long long>(attention_layers),
+        static_cast<long long>(s.n_layer), static_cast<long long>(s.ssm_conv_kernel),
+        static_cast<long long>(s.ssm_state_size), static_cast<long long>(s.ssm_group_count),
+        static_cast<long long>(s.ssm_time_step_rank), static_cast<long long>(s.ssm_inner_size));
+  }
   size_t merges = 0;
   size_t unused = 0;
   for (const GgufKeyValue& kv : plan.metadata) {
@@ -318,12 +492,22 @@ void PrintPlan(const SynthOptions& o, const SynthPlan& plan) {
       unused = static_cast<size_t>(std::count(types.begin(), types.end(), 5));
     }
   }
-  std::printf("tokenizer: %lld tokens, %zu merges, %zu [PAD] tokens\n",
-              static_cast<long long>(s.n_vocab), merges, unused);
+  if (merges > 0) {
+    std::printf("tokenizer: %lld tokens, %zu merges, %zu [PAD] tokens\n",
+                static_cast<long long>(s.n_vocab), merges, unused);
+  } else {
+    std::printf("tokenizer: %lld tokens (SentencePiece), %zu [PAD] tokens\n",
+                static_cast<long long>(s.n_vocab), unused);
+  }
   std::printf("tensors: %zu\n", plan.tensors.size());
+  std::map<TensorType, size_t> count_by_type;
+  for (const SynthTensor& t : plan.tensors) ++count_by_type[t.type];
   for (const auto& [type, bytes] : plan.bytes_by_type) {
-    std::printf("  %-6s %15llu bytes (%s)\n", std::string(TensorTypeName(type)).c_str(),
-                static_cast<unsigned long long>(bytes), Mib(bytes).c_str());
+    const size_t count = count_by_type[type];
+    std::printf("  %-6s %15llu bytes (%s), %zu tensors (%.1f%%)\n",
+                std::string(TensorTypeName(type)).c_str(), static_cast<unsigned long long>(bytes),
+                Mib(bytes).c_str(), count,
+                100.0 * static_cast<double>(count) / static_cast<double>(plan.tensors.size()));
   }
   std::printf("total: %llu bytes (%s) in %zu file(s)\n",
               static_cast<unsigned long long>(plan.total_file_bytes),

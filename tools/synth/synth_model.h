@@ -1,9 +1,12 @@
-// What a synthetic qwen3moe model is made of (SPEC.md §3.0–3.1, §3.9): the
-// shape presets, the quantization mixes, the tensor table with each tensor's
-// type and initial distribution, and the GGUF metadata a real Qwen3-MoE file
-// carries (§4.1–4.2 for the tokenizer part).
+// What a synthetic model is made of (SPEC.md §3): the architecture, its shape
+// presets, the quantization mixes, the tensor table with each tensor's type
+// and initial distribution, and the GGUF metadata a real file of that
+// architecture carries (§4 for the tokenizer part). Each architecture lives
+// in its own file (synth_<arch>.cc, see synth_arch.h); the functions here
+// dispatch on SynthShape::arch.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -16,13 +19,30 @@
 
 namespace moetier {
 
-// The hyperparameters of a qwen3moe model, in the units of its GGUF keys.
+// The architectures moetier-synth writes, by general.architecture.
+enum class SynthArch {
+  kQwen3Moe,   // "qwen3moe": Qwen3-30B-A3B (SPEC.md §3.1)
+  kOlmoe,      // "olmoe": OLMoE-1B-7B (§3.6)
+  kLlama,      // "llama" with experts: Mixtral-8x7B (§3.5)
+  kQwen35Moe,  // "qwen35moe": Qwen3.6-35B-A3B, Gated DeltaNet + gated attention (§3.3-3.4)
+};
+
+inline constexpr SynthArch kAllSynthArchs[] = {SynthArch::kQwen3Moe, SynthArch::kOlmoe,
+                                              SynthArch::kLlama, SynthArch::kQwen35Moe};
+
+absl::StatusOr<SynthArch> ParseSynthArch(std::string_view name);
+std::string_view SynthArchName(SynthArch arch);  // general.architecture
+
+// The hyperparameters of a model, in the units of its GGUF keys. The fields
+// after rms_eps are used only by the architectures named; the others leave
+// them 0.
 struct SynthShape {
+  SynthArch arch = SynthArch::kQwen3Moe;
   int64_t n_layer = 0;
   int64_t n_embd = 0;
   int64_t n_expert = 0;
   int64_t n_expert_used = 0;
-  int64_t n_ff_exp = 0;   // expert_feed_forward_length
+  int64_t n_ff_exp = 0;   // expert FFN width (feed_forward_length for olmoe and llama)
   int64_t n_head = 0;
   int64_t n_head_kv = 0;
   int64_t head_dim = 0;   // key_length = value_length
@@ -31,6 +51,17 @@ struct SynthShape {
   float rope_base = 0.0f;
   float rms_eps = 0.0f;
   bool tied_output = false;  // no output.weight; token_embd doubles as output
+
+  // qwen35moe.
+  int64_t n_rot = 0;                           // rope.dimension_count
+  std::array<int32_t, 4> rope_sections = {};   // rope.dimension_sections
+  int64_t n_ff_shexp = 0;                      // expert_shared_feed_forward_length
+  int64_t full_attention_interval = 0;         // layer i is full attention when (i+1) % it == 0
+  int64_t ssm_conv_kernel = 0;                 // ssm.conv_kernel, K
+  int64_t ssm_state_size = 0;                  // ssm.state_size, d_k
+  int64_t ssm_group_count = 0;                 // ssm.group_count, H_k
+  int64_t ssm_time_step_rank = 0;              // ssm.time_step_rank, H_v
+  int64_t ssm_inner_size = 0;                  // ssm.inner_size, H_v * d_v
 
   bool operator==(const SynthShape&) const = default;
 };
@@ -44,23 +75,32 @@ inline constexpr int64_t kSynthMaxHeads = 1024;
 inline constexpr int64_t kSynthMaxHeadDim = 4096;
 inline constexpr int64_t kSynthMaxVocab = 1 << 22;
 inline constexpr int64_t kSynthMaxCtx = 1 << 24;
+inline constexpr int64_t kSynthMaxSsmDim = 65536;
 
-// "tiny", "small" or "full"; see the .cc for the numbers.
+// "tiny", "small" or "full" of qwen3moe; see synth_qwen3moe.cc.
 absl::StatusOr<SynthShape> SynthPreset(std::string_view name);
+// "tiny", "small" or "full" of `arch`; see synth_<arch>.cc.
+absl::StatusOr<SynthShape> SynthPreset(SynthArch arch, std::string_view name);
 
 enum class SynthQuant {
-  kF32,     // everything F32; general.file_type 0
-  kQ8_0,    // matrices Q8_0; norms and router F32; general.file_type 7
-  kQ4_K_M,  // Q4_K_M-like mix (SynthTensorType); general.file_type 15
+  kF32,      // everything F32; general.file_type 0
+  kQ8_0,     // matrices Q8_0; norms and routers F32; general.file_type 7
+  kQ4_K_M,   // Q4_K_M-like mix (per architecture); general.file_type 15
+  kQ8_0F32,  // "q8_0-f32", qwen35moe only: the mix of Unsloth-style dynamic
+             // files: experts Q4_K/Q5_K/Q6_K, other matrices Q8_0, small
+             // tensors F32 (synth_qwen35moe.cc); general.file_type 15
 };
 
 absl::StatusOr<SynthQuant> ParseSynthQuant(std::string_view name);
 std::string_view SynthQuantName(SynthQuant quant);
 uint32_t SynthFileType(SynthQuant quant);
 
-// Checks every field against its bound and the relations between fields;
-// the message names the offending command-line flag.
+// Checks every field against its bound and the relations between fields,
+// the common ones and those of shape.arch; the message names the offending
+// command-line flag.
 absl::Status ValidateSynthShape(const SynthShape& shape);
+// Fails when `arch` has no such mix.
+absl::Status ValidateSynthQuant(SynthArch arch, SynthQuant quant);
 
 enum class SynthTensorKind {
   kTokenEmbd,
@@ -78,30 +118,51 @@ enum class SynthTensorKind {
   kFfnGateExps,
   kFfnUpExps,
   kFfnDownExps,
+  // qwen35moe.
+  kPostAttentionNorm,
+  kAttnQkv,
+  kAttnGate,
+  kSsmConv1d,
+  kSsmDtBias,
+  kSsmA,
+  kSsmBeta,
+  kSsmAlpha,
+  kSsmNorm,
+  kSsmOut,
+  kFfnGateInpShexp,
+  kFfnGateShexp,
+  kFfnUpShexp,
+  kFfnDownShexp,
 };
 
 // llama.cpp's use_more_bits(): the layers whose ffn_down Q4_K_M bumps to Q6_K
 // (the first and last eighth, and every third layer in between).
 bool SynthUseMoreBits(int64_t layer, int64_t n_layer);
 
-// The type of one tensor under a quant mix. Norms (1-D) and the router stay
-// F32 in every mix. q8_0: every other matrix Q8_0. q4_k_m: token_embd Q4_K
-// (Q6_K when tied, since it is then also the output), output Q6_K,
-// attn_q/attn_k/attn_output Q4_K, attn_v Q6_K, ffn_gate_exps/ffn_up_exps
+// The type of one qwen3moe tensor under a quant mix. Norms (1-D) and the
+// router stay F32 in every mix. q8_0: every other matrix Q8_0. q4_k_m:
+// token_embd Q4_K (Q6_K when tied, since it is then also the output), output
+// Q6_K, attn_q/attn_k/attn_output Q4_K, attn_v Q6_K, ffn_gate_exps/ffn_up_exps
 // Q4_K, ffn_down_exps Q6_K in SynthUseMoreBits layers and Q4_K elsewhere.
 // When ne0 is not a multiple of the chosen type's block, the fallback is
 // Q4_K -> Q4_0, Q6_K -> Q8_0, and F16 when ne0 is not a multiple of 32.
 TensorType SynthTensorType(SynthQuant quant, SynthTensorKind kind, int64_t layer, int64_t n_layer,
                            int64_t ne0, bool tied_output);
 
-// One tensor of the model with its initial distribution: elements are
-// mean + stddev * N(0, 1) (SynthNormal), drawn from the stream of its name.
+// How a tensor's elements are drawn, from the stream of its name.
+enum class SynthDistribution {
+  kNormal,               // mean + stddev * SynthNormal
+  kNegativeExpUniform,   // -exp(lo + (hi - lo) * SynthUniform), lo = mean, hi = stddev
+};
+
+// One tensor of the model with its initial distribution.
 struct SynthTensor {
   std::string name;
   SynthTensorKind kind = SynthTensorKind::kTokenEmbd;
   int64_t layer = -1;  // -1 for tensors outside the blocks
   TensorType type = TensorType::kF32;
   std::vector<int64_t> ne;  // ne[0] first
+  SynthDistribution distribution = SynthDistribution::kNormal;
   float mean = 0.0f;
   float stddev = 0.0f;
 
@@ -110,15 +171,17 @@ struct SynthTensor {
   uint64_t size_bytes() const;   // exact, without alignment padding
 };
 
-// The tensor table in file order: token_embd, output_norm, output (unless
-// tied), then per block attn_norm, attn_q, attn_k, attn_v, attn_output,
-// attn_q_norm, attn_k_norm, ffn_norm, ffn_gate_inp, ffn_gate_exps,
-// ffn_up_exps, ffn_down_exps. Precondition: ValidateSynthShape(shape) is ok.
+// The tensor table in file order (see the architecture's file; for
+// qwen3moe: token_embd, output_norm, output (unless tied), then per block
+// attn_norm, attn_q, attn_k, attn_v, attn_output, attn_q_norm, attn_k_norm,
+// ffn_norm, ffn_gate_inp, ffn_gate_exps, ffn_up_exps, ffn_down_exps).
+// Preconditions: ValidateSynthShape(shape) and
+// ValidateSynthQuant(shape.arch, quant) are ok.
 std::vector<SynthTensor> PlanSynthTensors(const SynthShape& shape, SynthQuant quant);
 
 // Every metadata key of the model, in file order, tokenizer included.
-// Precondition: ValidateSynthShape(shape) is ok. Fails only if the tokenizer
-// cannot be built.
+// Preconditions as for PlanSynthTensors. Fails only if the tokenizer cannot
+// be built.
 absl::StatusOr<std::vector<GgufKeyValue>> BuildSynthMetadata(const SynthShape& shape,
                                                              SynthQuant quant,
                                                              std::string_view model_name);

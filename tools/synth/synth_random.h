@@ -3,6 +3,7 @@
 // depend on how it is cut into chunks or spread over threads.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <string_view>
 
@@ -44,6 +45,24 @@ inline void SynthFill(uint64_t key, uint64_t first_index, int64_t count, float m
                       float* dst) {
   for (int64_t j = 0; j < count; ++j) {
     dst[j] = mean + stddev * SynthNormal(key, first_index + static_cast<uint64_t>(j));
+  }
+}
+
+// Uniform in [0, 1): the top 24 bits of one hash, from a stream of its own
+// (a different mix than SynthNormal's, so the two never correlate).
+inline float SynthUniform(uint64_t key, uint64_t index) {
+  const uint64_t h = SplitMix64(~key + (index + 1) * kSplitMixGamma);
+  return static_cast<float>(h >> 40) * (1.0f / 16777216.0f);
+}
+
+// dst[j] = -exp(lo + (hi - lo) * SynthUniform(key, first_index + j)): strictly
+// negative values in [-e^hi, -e^lo], as real files store decay rates
+// (ssm_a = -exp(A_log)).
+inline void SynthFillNegativeExpUniform(uint64_t key, uint64_t first_index, int64_t count, float lo,
+                                        float hi, float* dst) {
+  for (int64_t j = 0; j < count; ++j) {
+    const float u = SynthUniform(key, first_index + static_cast<uint64_t>(j));
+    dst[j] = -std::exp(lo + (hi - lo) * u);
   }
 }
 

@@ -1,64 +1,96 @@
 #include "synth/synth_tokenizer.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "synth/bpe_trainer.h"
 
 namespace moetier {
 namespace {
 
-struct SpecialToken {
-  std::string_view text;
-  SynthTokenType type;
-  int64_t qwen_id;
-};
+int32_t TypeValue(SynthTokenType type) { return static_cast<int32_t>(type); }
 
-// Qwen3 marks <|...|> tokens special (CONTROL) and adds <think> / </think>
-// with special = false (USER_DEFINED), SPEC.md §4.2.
-constexpr SpecialToken kSpecials[kSynthSpecialTokens] = {
-    {"<|endoftext|>", SynthTokenType::kControl, kQwenEndOfTextId},
-    {"<|im_start|>", SynthTokenType::kControl, kQwenImStartId},
-    {"<|im_end|>", SynthTokenType::kControl, kQwenImEndId},
-    {"<think>", SynthTokenType::kUserDefined, kQwenThinkId},
-    {"</think>", SynthTokenType::kUserDefined, kQwenThinkEndId},
-};
-
-constexpr std::string_view kChatTemplate =
-    "{%- for message in messages %}\n"
-    "    {%- if message['role'] == 'assistant' %}\n"
-    "        {%- set content = message['content'] %}\n"
-    "        {%- if not loop.last and '</think>' in content %}\n"
-    "            {%- set content = content.split('</think>')[-1].lstrip('\\n') %}\n"
-    "        {%- endif %}\n"
-    "        {{- '<|im_start|>assistant\\n' + content + '<|im_end|>\\n' }}\n"
-    "    {%- else %}\n"
-    "        {{- '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}\n"
-    "    {%- endif %}\n"
-    "{%- endfor %}\n"
-    "{%- if add_generation_prompt %}\n"
-    "    {{- '<|im_start|>assistant\\n' }}\n"
-    "    {%- if enable_thinking is defined and enable_thinking is false %}\n"
-    "        {{- '<think>\\n\\n</think>\\n\\n' }}\n"
-    "    {%- endif %}\n"
-    "{%- endif %}\n";
+SynthBpeLayout MakeQwenLayout(BpeWordSplit split, int64_t end_of_text, int64_t im_start,
+                              int64_t im_end, int64_t think, int64_t think_end) {
+  // Qwen marks <|...|> tokens special (CONTROL) and adds <think> / </think>
+  // with special = false (USER_DEFINED), SPEC.md §4.2.
+  SynthBpeLayout layout;
+  layout.split = split;
+  layout.trailing = {
+      {"<|endoftext|>", SynthTokenType::kControl, end_of_text},
+      {"<|im_start|>", SynthTokenType::kControl, im_start},
+      {"<|im_end|>", SynthTokenType::kControl, im_end},
+      {"<think>", SynthTokenType::kUserDefined, think},
+      {"</think>", SynthTokenType::kUserDefined, think_end},
+  };
+  layout.real_text_end = end_of_text;
+  return layout;
+}
 
 }  // namespace
 
-absl::StatusOr<SynthVocabulary> BuildSynthVocabulary(int64_t n_vocab) {
-  if (n_vocab < kSynthMinVocab) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("vocabulary of ", n_vocab, " tokens is too small: it needs at least ",
-                     kSynthMinVocab, " (", kSynthByteTokens, " byte tokens and ",
-                     kSynthSpecialTokens, " special tokens)"));
-  }
-  const bool qwen_layout = n_vocab >= kQwenMinVocab;
-  const int64_t text_end = qwen_layout ? kQwenEndOfTextId : n_vocab - kSynthSpecialTokens;
-  const int64_t max_merges = text_end - kSynthByteTokens;
+int64_t SynthBpeLayout::min_vocab() const {
+  return static_cast<int64_t>(leading.size()) + kSynthByteTokens + static_cast<int64_t>(trailing.size());
+}
 
-  BpeVocabulary bpe = TrainByteLevelBpe(BuiltinTrainingCorpus(), static_cast<int>(max_merges));
+int64_t SynthBpeLayout::real_min_vocab() const {
+  int64_t largest = -1;
+  for (const SynthSpecialToken& t : trailing) largest = std::max(largest, t.real_id);
+  return largest + 1;
+}
+
+const SynthBpeLayout& Qwen3BpeLayout() {
+  static const SynthBpeLayout* layout = new SynthBpeLayout(
+      MakeQwenLayout(BpeWordSplit::kQwen2, kQwenEndOfTextId, kQwenImStartId, kQwenImEndId,
+                     kQwenThinkId, kQwenThinkEndId));
+  return *layout;
+}
+
+const SynthBpeLayout& Qwen35BpeLayout() {
+  static const SynthBpeLayout* layout = new SynthBpeLayout(
+      MakeQwenLayout(BpeWordSplit::kQwen35, kQwen35EndOfTextId, kQwen35ImStartId, kQwen35ImEndId,
+                     kQwen35ThinkId, kQwen35ThinkEndId));
+  return *layout;
+}
+
+const SynthBpeLayout& OlmoeBpeLayout() {
+  static const SynthBpeLayout* layout = [] {
+    auto* l = new SynthBpeLayout;
+    l->split = BpeWordSplit::kGpt2;
+    // The OLMo GPT-NeoX vocabulary: the PII placeholders Dolma's cleaning
+    // writes, the padding token at 1 and <|endoftext|> last.
+    l->leading = {
+        {"|||IP_ADDRESS|||", SynthTokenType::kControl, 0},
+        {"<|padding|>", SynthTokenType::kControl, kOlmoePaddingId},
+    };
+    l->trailing = {
+        {"|||EMAIL_ADDRESS|||", SynthTokenType::kControl, kOlmoeEndOfTextId - 2},
+        {"|||PHONE_NUMBER|||", SynthTokenType::kControl, kOlmoeEndOfTextId - 1},
+        {"<|endoftext|>", SynthTokenType::kControl, kOlmoeEndOfTextId},
+    };
+    l->real_text_end = kOlmoeEndOfTextId - 2;
+    return l;
+  }();
+  return *layout;
+}
+
+absl::StatusOr<SynthVocabulary> BuildSynthBpeVocabulary(const SynthBpeLayout& layout, int64_t n_vocab) {
+  if (n_vocab < layout.min_vocab()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "vocabulary of ", n_vocab, " tokens is too small: it needs at least ", layout.min_vocab(),
+        " (", kSynthByteTokens, " byte tokens and ", layout.leading.size() + layout.trailing.size(),
+        " special tokens)"));
+  }
+  const bool real_layout = n_vocab >= layout.real_min_vocab();
+  const auto n_trailing = static_cast<int64_t>(layout.trailing.size());
+  const int64_t first_byte = static_cast<int64_t>(layout.leading.size());
+  const int64_t first_merge = first_byte + kSynthByteTokens;
+  const int64_t text_end = real_layout ? layout.real_text_end : n_vocab - n_trailing;
+  const int64_t max_merges = text_end - first_merge;
+
+  BpeVocabulary bpe = TrainByteLevelBpe(BuiltinTrainingCorpus(), static_cast<int>(max_merges), layout.split);
   if (bpe.merges.size() > static_cast<size_t>(max_merges) ||
       bpe.tokens.size() != kSynthByteTokens + bpe.merges.size()) {
     return absl::InternalError(absl::StrCat(
@@ -68,32 +100,94 @@ absl::StatusOr<SynthVocabulary> BuildSynthVocabulary(int64_t n_vocab) {
 
   SynthVocabulary vocab;
   vocab.tokens.resize(static_cast<size_t>(n_vocab));
-  vocab.token_types.assign(static_cast<size_t>(n_vocab), static_cast<int32_t>(SynthTokenType::kUnused));
+  vocab.token_types.assign(static_cast<size_t>(n_vocab), TypeValue(SynthTokenType::kUnused));
+  vocab.first_merge_id = first_merge;
+  for (int64_t s = 0; s < first_byte; ++s) {
+    const SynthSpecialToken& special = layout.leading[static_cast<size_t>(s)];
+    vocab.tokens[static_cast<size_t>(s)] = std::string(special.text);
+    vocab.token_types[static_cast<size_t>(s)] = TypeValue(special.type);
+    vocab.specials.emplace_back(std::string(special.text), s);
+  }
   for (size_t i = 0; i < bpe.tokens.size(); ++i) {
-    vocab.tokens[i] = std::move(bpe.tokens[i]);
-    vocab.token_types[i] = static_cast<int32_t>(SynthTokenType::kNormal);
+    vocab.tokens[static_cast<size_t>(first_byte) + i] = std::move(bpe.tokens[i]);
+    vocab.token_types[static_cast<size_t>(first_byte) + i] = TypeValue(SynthTokenType::kNormal);
   }
   vocab.merges = std::move(bpe.merges);
-
-  int64_t special_ids[kSynthSpecialTokens];
-  for (int64_t s = 0; s < kSynthSpecialTokens; ++s) {
-    special_ids[s] = qwen_layout ? kSpecials[s].qwen_id : text_end + s;
-    vocab.tokens[static_cast<size_t>(special_ids[s])] = std::string(kSpecials[s].text);
-    vocab.token_types[static_cast<size_t>(special_ids[s])] = static_cast<int32_t>(kSpecials[s].type);
+  for (int64_t s = 0; s < n_trailing; ++s) {
+    const SynthSpecialToken& special = layout.trailing[static_cast<size_t>(s)];
+    const int64_t id = real_layout ? special.real_id : text_end + s;
+    vocab.tokens[static_cast<size_t>(id)] = std::string(special.text);
+    vocab.token_types[static_cast<size_t>(id)] = TypeValue(special.type);
+    vocab.specials.emplace_back(std::string(special.text), id);
   }
   for (int64_t id = 0; id < n_vocab; ++id) {
-    if (vocab.token_types[static_cast<size_t>(id)] == static_cast<int32_t>(SynthTokenType::kUnused)) {
+    if (vocab.token_types[static_cast<size_t>(id)] == TypeValue(SynthTokenType::kUnused)) {
       vocab.tokens[static_cast<size_t>(id)] = absl::StrCat("[PAD", id, "]");
     }
   }
-  vocab.pad_id = vocab.bos_id = static_cast<uint32_t>(special_ids[0]);
-  vocab.im_start_id = static_cast<uint32_t>(special_ids[1]);
-  vocab.eos_id = static_cast<uint32_t>(special_ids[2]);
-  vocab.think_id = static_cast<uint32_t>(special_ids[3]);
-  vocab.think_end_id = static_cast<uint32_t>(special_ids[4]);
   return vocab;
 }
 
-std::string_view SynthChatTemplate() { return kChatTemplate; }
+absl::StatusOr<SynthVocabulary> BuildSynthVocabulary(int64_t n_vocab) {
+  absl::StatusOr<SynthVocabulary> vocab = BuildSynthBpeVocabulary(Qwen3BpeLayout(), n_vocab);
+  if (!vocab.ok()) return vocab.status();
+  auto id = [&](std::string_view text) { return static_cast<uint32_t>(SynthTokenId(*vocab, text)); };
+  vocab->pad_id = vocab->bos_id = id("<|endoftext|>");
+  vocab->im_start_id = id("<|im_start|>");
+  vocab->eos_id = id("<|im_end|>");
+  vocab->think_id = id("<think>");
+  vocab->think_end_id = id("</think>");
+  return vocab;
+}
+
+absl::StatusOr<SynthVocabulary> BuildSynthSpmVocabulary(int64_t n_vocab) {
+  if (n_vocab <= kSpmFixedTokens) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "vocabulary of ", n_vocab, " tokens is too small: a SentencePiece vocabulary needs more than ",
+        kSpmFixedTokens, " (<unk>, <s>, </s> and 256 byte tokens)"));
+  }
+  const int64_t max_pieces = n_vocab - kSpmFixedTokens;
+  SentencePieceBpeVocabulary spm = TrainSentencePieceBpe(BuiltinTrainingCorpus(), static_cast<int>(max_pieces));
+  const int64_t learned = static_cast<int64_t>(spm.pieces.size() + spm.characters.size());
+  if (learned > max_pieces) {
+    return absl::InternalError(absl::StrCat("SentencePiece trainer returned ", learned,
+                                            " pieces for at most ", max_pieces));
+  }
+
+  SynthVocabulary vocab;
+  vocab.tokens.reserve(static_cast<size_t>(n_vocab));
+  vocab.first_merge_id = kSpmFixedTokens;
+  auto add = [&](std::string text, SynthTokenType type, float score) {
+    vocab.tokens.push_back(std::move(text));
+    vocab.token_types.push_back(TypeValue(type));
+    vocab.scores.push_back(score);
+  };
+  add("<unk>", SynthTokenType::kUnknown, 0.0f);
+  add("<s>", SynthTokenType::kControl, 0.0f);
+  add("</s>", SynthTokenType::kControl, 0.0f);
+  vocab.specials = {{"<unk>", kSpmUnknownId}, {"<s>", kSpmBosId}, {"</s>", kSpmEosId}};
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof(name), "<0x%02X>", b);
+    add(name, SynthTokenType::kByte, 0.0f);
+  }
+  float rank = 0.0f;
+  for (std::string& piece : spm.pieces) add(std::move(piece), SynthTokenType::kNormal, 0.0f - rank++);
+  for (std::string& c : spm.characters) add(std::move(c), SynthTokenType::kNormal, 0.0f - rank++);
+  while (static_cast<int64_t>(vocab.tokens.size()) < n_vocab) {
+    add(absl::StrCat("[PAD", vocab.tokens.size(), "]"), SynthTokenType::kUnused, kSpmPadScore);
+  }
+  return vocab;
+}
+
+int64_t SynthTokenId(const SynthVocabulary& vocab, std::string_view text) {
+  for (const auto& [special, id] : vocab.specials) {
+    if (special == text) return id;
+  }
+  for (size_t i = 0; i < vocab.tokens.size(); ++i) {
+    if (vocab.tokens[i] == text) return static_cast<int64_t>(i);
+  }
+  return -1;
+}
 
 }  // namespace moetier

@@ -269,7 +269,14 @@ void EncodeSynthRows(const SynthTensor& tensor, uint64_t seed, int64_t first_row
     const int64_t rows = std::min(batch_rows, n_rows - r);
     const int64_t n = rows * ne0;
     const uint64_t first_index = static_cast<uint64_t>((first_row + r) * ne0);
-    SynthFill(key, first_index, n, tensor.mean, tensor.stddev, scratch.data());
+    switch (tensor.distribution) {
+      case SynthDistribution::kNormal:
+        SynthFill(key, first_index, n, tensor.mean, tensor.stddev, scratch.data());
+        break;
+      case SynthDistribution::kNegativeExpUniform:
+        SynthFillNegativeExpUniform(key, first_index, n, tensor.mean, tensor.stddev, scratch.data());
+        break;
+    }
     uint8_t* out = dst + r * row_bytes;
     if (tensor.type == TensorType::kF32) {
       std::memcpy(out, scratch.data(), static_cast<size_t>(n) * sizeof(float));
@@ -283,6 +290,7 @@ void EncodeSynthRows(const SynthTensor& tensor, uint64_t seed, int64_t first_row
 
 absl::StatusOr<SynthPlan> PlanSynthModel(const SynthOptions& options) {
   if (absl::Status s = ValidateSynthShape(options.shape); !s.ok()) return s;
+  if (absl::Status s = ValidateSynthQuant(options.shape.arch, options.quant); !s.ok()) return s;
   if (options.out_path.empty()) return absl::InvalidArgumentError("--out is required");
   if (options.split_max_tensors > 0 && options.split_count > 0) {
     return absl::InvalidArgumentError("--split-max-tensors and --split-count exclude each other");
@@ -298,7 +306,8 @@ absl::StatusOr<SynthPlan> PlanSynthModel(const SynthOptions& options) {
   SynthPlan plan;
   plan.tensors = PlanSynthTensors(options.shape, options.quant);
   const std::string name = options.name.empty()
-                               ? absl::StrCat("moetier synthetic qwen3moe ", options.shape.n_layer,
+                               ? absl::StrCat("moetier synthetic ", std::string(SynthArchName(options.shape.arch)),
+                                              " ", options.shape.n_layer,
                                               "x", options.shape.n_expert, " seed ", options.seed)
                                : options.name;
   absl::StatusOr<std::vector<GgufKeyValue>> metadata =

@@ -1,4 +1,4 @@
-// Plans and streams a synthetic qwen3moe GGUF (one file or a split set) with
+// Plans and streams a synthetic GGUF (one file or a split set) with
 // bounded memory: each tensor is generated in chunks of rows from its own
 // counter-based random stream, quantized by several threads, and appended
 // while the next chunk is being computed. Output bytes depend only on the

@@ -1,0 +1,171 @@
+#include "synth/synth_arch.h"
+
+#include <cmath>
+#include <cstdlib>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace moetier {
+
+bool SynthArchitecture::SupportsQuant(SynthQuant quant) const {
+  return quant == SynthQuant::kF32 || quant == SynthQuant::kQ8_0 || quant == SynthQuant::kQ4_K_M;
+}
+
+const SynthArchitecture& SynthArchitectureFor(SynthArch arch) {
+  switch (arch) {
+    case SynthArch::kQwen3Moe:
+      return Qwen3MoeArchitecture();
+    case SynthArch::kOlmoe:
+      return OlmoeArchitecture();
+    case SynthArch::kLlama:
+      return LlamaArchitecture();
+    case SynthArch::kQwen35Moe:
+      return Qwen35MoeArchitecture();
+  }
+  std::abort();
+}
+
+std::string SynthBlockName(int64_t layer, std::string_view suffix) {
+  return absl::StrCat("blk.", layer, ".", std::string(suffix), ".weight");
+}
+
+std::string SynthBlockRawName(int64_t layer, std::string_view name) {
+  return absl::StrCat("blk.", layer, ".", std::string(name));
+}
+
+absl::Status CheckSynthRange(std::string_view flag, int64_t value, int64_t lo, int64_t hi) {
+  if (value < lo || value > hi) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", std::string(flag), " ", value, " is out of range [", lo, ", ", hi, "]"));
+  }
+  return absl::OkStatus();
+}
+
+TensorType SynthFitToRow(TensorType desired, int64_t ne0) {
+  if (ne0 % GetTensorTypeInfo(desired).block_elems == 0) return desired;
+  TensorType fallback = TensorType::kF16;
+  if (desired == TensorType::kQ4_K) fallback = TensorType::kQ4_0;
+  if (desired == TensorType::kQ5_K || desired == TensorType::kQ6_K) fallback = TensorType::kQ8_0;
+  if (ne0 % GetTensorTypeInfo(fallback).block_elems != 0) fallback = TensorType::kF16;
+  return fallback;
+}
+
+bool SynthUseMoreBits(int64_t layer, int64_t n_layer) {
+  return layer < n_layer / 8 || layer >= 7 * n_layer / 8 || (layer - n_layer / 8) % 3 == 2;
+}
+
+TensorType SynthLlamaQ4KMType(const SynthLlamaQuantInput& in) {
+  const bool eight_experts = in.n_expert == 8;
+  TensorType t = TensorType::kQ4_K;
+  switch (in.role) {
+    case SynthQuantRole::kUnquantized:
+      return TensorType::kF32;
+    case SynthQuantRole::kOutput:
+      return in.ne0 % kQK_K == 0 ? TensorType::kQ6_K : SynthFitToRow(TensorType::kQ8_0, in.ne0);
+    case SynthQuantRole::kTokenEmbd:
+      if (in.tied_output) {
+        return in.ne0 % kQK_K == 0 ? TensorType::kQ6_K : SynthFitToRow(TensorType::kQ8_0, in.ne0);
+      }
+      break;
+    case SynthQuantRole::kAttnV:
+      if (eight_experts) {
+        t = TensorType::kQ8_0;
+      } else if (SynthUseMoreBits(in.attn_v_index, in.n_attn_v)) {
+        t = TensorType::kQ6_K;
+      }
+      break;
+    case SynthQuantRole::kAttnK:
+      if (eight_experts) t = TensorType::kQ8_0;
+      break;
+    case SynthQuantRole::kAttnOutput:
+      if (eight_experts) t = TensorType::kQ5_K;
+      break;
+    case SynthQuantRole::kFfnDown:
+      if (SynthUseMoreBits(in.layer, in.n_layer)) t = TensorType::kQ6_K;
+      break;
+    case SynthQuantRole::kAttnQ:
+    case SynthQuantRole::kOther:
+      break;
+  }
+  return SynthFitToRow(t, in.ne0);
+}
+
+TensorType SynthUniformType(SynthQuant quant, SynthQuantRole role, int64_t ne0) {
+  if (role == SynthQuantRole::kUnquantized || quant == SynthQuant::kF32) return TensorType::kF32;
+  return SynthFitToRow(TensorType::kQ8_0, ne0);
+}
+
+SynthScales::SynthScales(const SynthShape& s)
+    : inv_sqrt_embd(1.0f / std::sqrt(static_cast<float>(s.n_embd))),
+      residual_out(1.0f / std::sqrt(2.0f * static_cast<float>(s.n_layer))),
+      vocab(2.0f * inv_sqrt_embd),
+      router(2.0f * inv_sqrt_embd) {}
+
+float SynthScales::FanIn(int64_t fan_in) const { return 1.0f / std::sqrt(static_cast<float>(fan_in)); }
+
+float SynthScales::ResidualOut(int64_t fan_in) const {
+  return residual_out / std::sqrt(static_cast<float>(fan_in));
+}
+
+SynthTensor& SynthTensorTable::Add(std::string name, SynthTensorKind kind, int64_t layer,
+                                   std::vector<int64_t> ne, float mean, float stddev) {
+  SynthTensor t;
+  t.name = std::move(name);
+  t.kind = kind;
+  t.layer = layer;
+  t.ne = std::move(ne);
+  t.mean = mean;
+  t.stddev = stddev;
+  t.type = type_of_(t);
+  tensors_.push_back(std::move(t));
+  return tensors_.back();
+}
+
+SynthTensor& SynthTensorTable::AddNorm(std::string name, SynthTensorKind kind, int64_t layer, int64_t n) {
+  return Add(std::move(name), kind, layer, {n}, SynthScales::kNormMean, SynthScales::kNormStd);
+}
+
+std::string SynthMetadata::ArchKey(std::string_view suffix) const { return absl::StrCat(arch_, ".", std::string(suffix)); }
+
+void SynthMetadata::General(std::string_view model_name) {
+  Add("general.architecture", GgufValue::String(arch_));
+  Add("general.type", GgufValue::String("model"));
+  Add("general.name", GgufValue::String(std::string(model_name)));
+}
+
+void SynthMetadata::FileType(SynthQuant quant) {
+  Add("general.file_type", GgufValue::Uint32(SynthFileType(quant)));
+  Add("general.quantization_version", GgufValue::Uint32(2));
+}
+
+void SynthMetadata::ArchU32(std::string_view suffix, int64_t value) {
+  Add(ArchKey(suffix), GgufValue::Uint32(static_cast<uint32_t>(value)));
+}
+
+void SynthMetadata::ArchF32(std::string_view suffix, float value) {
+  Add(ArchKey(suffix), GgufValue::Float32(value));
+}
+
+void SynthMetadata::ArchI32Array(std::string_view suffix, std::vector<int32_t> values) {
+  Add(ArchKey(suffix), GgufValue::Int32Array(std::move(values)));
+}
+
+void SynthMetadata::Add(std::string key, GgufValue value) { kv_.push_back({std::move(key), std::move(value)}); }
+
+void SynthMetadata::Vocabulary(std::string_view model, std::string_view pre, SynthVocabulary vocab) {
+  Add("tokenizer.ggml.model", GgufValue::String(std::string(model)));
+  Add("tokenizer.ggml.pre", GgufValue::String(std::string(pre)));
+  Add("tokenizer.ggml.tokens", GgufValue::StringArray(std::move(vocab.tokens)));
+  if (!vocab.scores.empty()) Add("tokenizer.ggml.scores", GgufValue::Float32Array(std::move(vocab.scores)));
+  Add("tokenizer.ggml.token_type", GgufValue::Int32Array(std::move(vocab.token_types)));
+  if (!vocab.merges.empty()) Add("tokenizer.ggml.merges", GgufValue::StringArray(std::move(vocab.merges)));
+}
+
+void SynthMetadata::TokenId(std::string_view name, int64_t id) {
+  Add(absl::StrCat("tokenizer.ggml.", std::string(name), "_token_id"), GgufValue::Uint32(static_cast<uint32_t>(id)));
+}
+
+void SynthMetadata::Bool(std::string key, bool value) { Add(std::move(key), GgufValue::Bool(value)); }
+
+}  // namespace moetier

@@ -1,0 +1,174 @@
+// The interface one architecture implements, and the building blocks the
+// architectures share. To add an architecture: a SynthArch value
+// (synth_model.h), one file synth_<arch>.cc defining a SynthArchitecture,
+// its line in SynthArchitectureFor (synth_arch.cc), and the file in
+// CMakeLists.txt.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "gguf/gguf_value.h"
+#include "gguf/tensor/tensor_type.h"
+#include "synth/synth_model.h"
+#include "synth/synth_tokenizer.h"
+
+namespace moetier {
+
+class SynthArchitecture {
+ public:
+  virtual ~SynthArchitecture() = default;
+
+  virtual SynthArch arch() const = 0;
+  // general.architecture, also the prefix of the model's own keys.
+  std::string_view name() const { return SynthArchName(arch()); }
+  // "tiny", "small" or "full".
+  virtual absl::StatusOr<SynthShape> Preset(std::string_view preset) const = 0;
+  // Checks beyond the common ones of ValidateSynthShape.
+  virtual absl::Status Validate(const SynthShape& shape) const = 0;
+  // f32, q8_0 and q4_k_m unless overridden.
+  virtual bool SupportsQuant(SynthQuant quant) const;
+  virtual std::vector<SynthTensor> PlanTensors(const SynthShape& shape, SynthQuant quant) const = 0;
+  virtual absl::StatusOr<std::vector<GgufKeyValue>> BuildMetadata(const SynthShape& shape,
+                                                                  SynthQuant quant,
+                                                                  std::string_view model_name) const = 0;
+};
+
+const SynthArchitecture& SynthArchitectureFor(SynthArch arch);
+
+// The architectures, one per file.
+const SynthArchitecture& Qwen3MoeArchitecture();
+const SynthArchitecture& OlmoeArchitecture();
+const SynthArchitecture& LlamaArchitecture();
+const SynthArchitecture& Qwen35MoeArchitecture();
+
+// ---------------------------------------------------------------- shared parts
+
+// "blk.<layer>.<suffix>.weight", and "blk.<layer>.<name>" for the few tensors
+// whose name does not end in ".weight" (ssm_a, ssm_dt.bias).
+std::string SynthBlockName(int64_t layer, std::string_view suffix);
+std::string SynthBlockRawName(int64_t layer, std::string_view name);
+
+// The InvalidArgument of a flag outside [lo, hi].
+absl::Status CheckSynthRange(std::string_view flag, int64_t value, int64_t lo, int64_t hi);
+
+// `desired` if ne0 is a whole number of its blocks, else the fallback moetier
+// can encode: Q4_K -> Q4_0, Q5_K and Q6_K -> Q8_0, and F16 when ne0 is not a
+// multiple of 32 either. (llama-quantize falls back to Q5_0 and Q5_1 for
+// Q4_K and Q5_K, types moetier has no codec for.)
+TensorType SynthFitToRow(TensorType desired, int64_t ne0);
+
+// What llama-quantize's type choice (llama_tensor_get_type) needs to know of
+// a tensor. Everything it leaves alone (1-D tensors, norms, routers,
+// ssm_conv1d) is kUnquantized and stays F32.
+enum class SynthQuantRole {
+  kUnquantized,
+  kTokenEmbd,
+  kOutput,
+  kAttnV,       // attn_v and attn_qkv: llama.cpp's "attention-v-like" tensors
+  kAttnK,
+  kAttnQ,
+  kAttnOutput,
+  kFfnDown,     // every ffn_down*: experts and shared expert
+  kOther,       // the remaining matrices: the ftype's default
+};
+
+// llama.cpp's choice for LLAMA_FTYPE_MOSTLY_Q4_K_M (src/llama-quant.cpp),
+// for the roles above: default Q4_K; output Q6_K (Q8_0 if ne0 is not a
+// multiple of 256), and token_embd too when tied; attn_v Q6_K in
+// SynthUseMoreBits(attn_v_index, n_attn_v) layers; ffn_down Q6_K in
+// SynthUseMoreBits(layer, n_layer) layers; and for 8-expert models (Mixtral)
+// attn_v and attn_k Q8_0 and attn_output Q5_K. Then SynthFitToRow.
+// attn_v_index counts the attention-v-like tensors in file order.
+struct SynthLlamaQuantInput {
+  SynthQuantRole role = SynthQuantRole::kOther;
+  int64_t layer = -1;
+  int64_t n_layer = 0;
+  int64_t attn_v_index = 0;
+  int64_t n_attn_v = 0;
+  int64_t n_expert = 0;
+  int64_t ne0 = 0;
+  bool tied_output = false;
+};
+TensorType SynthLlamaQ4KMType(const SynthLlamaQuantInput& in);
+
+// The f32 and q8_0 mixes, which every architecture shares: unquantized roles
+// F32, everything else F32 or Q8_0 (SynthFitToRow).
+TensorType SynthUniformType(SynthQuant quant, SynthQuantRole role, int64_t ne0);
+
+// The scales of the initial distributions (all elements mean + stddev *
+// N(0,1) unless noted):
+// - matrices that read the residual stream or the expert activations:
+//   stddev 1/sqrt(fan_in), so every projection keeps unit RMS;
+// - matrices that write back into the residual stream (attn_output,
+//   ffn_down, ssm_out): additionally / sqrt(2 n_layer), so the residual RMS
+//   stays O(1) after all 2 n_layer additions, whatever the depth;
+// - token_embd and output: 2/sqrt(n_embd), so logits of the normalized
+//   final state have a spread of about 2 (tied or not) and the embedding
+//   is about as large as one block's contribution;
+// - router: 2/sqrt(n_embd), router logits with spread ~2, so softmax
+//   prefers different experts for different tokens without collapsing;
+// - norm weights: 1 +- 0.05.
+struct SynthScales {
+  explicit SynthScales(const SynthShape& s);
+  float FanIn(int64_t fan_in) const;          // 1/sqrt(fan_in)
+  float ResidualOut(int64_t fan_in) const;    // 1/sqrt(fan_in * 2 * n_layer)
+  float inv_sqrt_embd;
+  float residual_out;
+  float vocab;
+  float router;
+  static constexpr float kNormMean = 1.0f;
+  static constexpr float kNormStd = 0.05f;
+};
+
+// Builds a tensor table: `add` appends a tensor whose type `type_of` picks.
+class SynthTensorTable {
+ public:
+  using TypeFn = std::function<TensorType(const SynthTensor&)>;
+  explicit SynthTensorTable(TypeFn type_of) : type_of_(std::move(type_of)) {}
+
+  SynthTensor& Add(std::string name, SynthTensorKind kind, int64_t layer, std::vector<int64_t> ne,
+                   float mean, float stddev);
+  // A norm weight: {n}, 1 +- 0.05.
+  SynthTensor& AddNorm(std::string name, SynthTensorKind kind, int64_t layer, int64_t n);
+  std::vector<SynthTensor> Take() { return std::move(tensors_); }
+
+ private:
+  TypeFn type_of_;
+  std::vector<SynthTensor> tensors_;
+};
+
+// Appends metadata in file order, "<arch>." prefixed where asked.
+class SynthMetadata {
+ public:
+  explicit SynthMetadata(std::string_view arch) : arch_(arch) {}
+
+  // general.architecture, general.type, general.name.
+  void General(std::string_view model_name);
+  // general.file_type and general.quantization_version.
+  void FileType(SynthQuant quant);
+  void ArchU32(std::string_view suffix, int64_t value);
+  void ArchF32(std::string_view suffix, float value);
+  void ArchI32Array(std::string_view suffix, std::vector<int32_t> values);
+  void Add(std::string key, GgufValue value);
+  // tokenizer.ggml.model, pre, tokens, (scores), token_type, (merges): the
+  // vocabulary's arrays, moved out of it.
+  void Vocabulary(std::string_view model, std::string_view pre, SynthVocabulary vocab);
+  void TokenId(std::string_view name, int64_t id);  // tokenizer.ggml.<name>_token_id
+  void Bool(std::string key, bool value);
+
+  std::vector<GgufKeyValue> Take() { return std::move(kv_); }
+
+ private:
+  std::string ArchKey(std::string_view suffix) const;
+  std::string arch_;
+  std::vector<GgufKeyValue> kv_;
+};
+
+}  // namespace moetier

@@ -1,0 +1,178 @@
+// llama with experts (Mixtral-8x7B, SPEC.md §3.5): plain GQA attention (no
+// q/k norm, NORM rope over the whole head), 8 experts top-2, and a
+// SentencePiece vocabulary.
+//
+// Keys as llama.cpp's converter writes them (LlamaModel): the generic ones,
+// feed_forward_length = the expert width, vocab_size, and
+// rope.dimension_count = head_dim (llama.cpp requires the two to agree).
+// The converter permutes the q/k rows of the HF checkpoint so that NORM
+// (adjacent-pair) rope is right; for random weights that permutation changes
+// nothing, and the rope mode follows from the architecture.
+//
+// Tokenizer as _set_vocab_sentencepiece writes it: model "llama", pre
+// "default", tokens, scores and token types (BuildSynthSpmVocabulary), then
+// from tokenizer_config.json bos <s> 1, eos </s> 2, unknown <unk> 0,
+// add_bos_token true, add_eos_token false and the Instruct chat template.
+#include "absl/strings/str_cat.h"
+#include "synth/synth_arch.h"
+#include "synth/synth_tokenizer.h"
+
+namespace moetier {
+namespace {
+
+class Llama final : public SynthArchitecture {
+ public:
+  SynthArch arch() const override { return SynthArch::kLlama; }
+
+  absl::StatusOr<SynthShape> Preset(std::string_view name) const override {
+    SynthShape s;
+    s.rope_base = 1e6f;
+    s.rms_eps = 1e-5f;
+    if (name == "tiny") {
+      // The shape of the mixtral-tiny test vector: 3 layers, hidden 64, 8
+      // experts top-2 of width 32, 4/2 heads x 16, vocab 512.
+      s.n_layer = 3;
+      s.n_embd = 64;
+      s.n_expert = 8;
+      s.n_expert_used = 2;
+      s.n_ff_exp = 32;
+      s.n_head = 4;
+      s.n_head_kv = 2;
+      s.head_dim = 16;
+      s.n_vocab = 512;
+      s.n_ctx = 4096;
+      return s;
+    }
+    if (name == "small") {
+      // The mixtral-small test vector's shape: rows of 256 everywhere.
+      s.n_layer = 3;
+      s.n_embd = 256;
+      s.n_expert = 16;
+      s.n_expert_used = 4;
+      s.n_ff_exp = 256;
+      s.n_head = 4;
+      s.n_head_kv = 4;
+      s.head_dim = 64;
+      s.n_vocab = 1024;
+      s.n_ctx = 4096;
+      return s;
+    }
+    if (name == "full") {
+      // Mixtral-8x7B, SPEC.md §3.9.
+      s.n_layer = 32;
+      s.n_embd = 4096;
+      s.n_expert = 8;
+      s.n_expert_used = 2;
+      s.n_ff_exp = 14336;
+      s.n_head = 32;
+      s.n_head_kv = 8;
+      s.head_dim = 128;
+      s.n_vocab = kMixtralVocab;
+      s.n_ctx = 32768;
+      return s;
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown llama preset '", std::string(name), "' (expected tiny, small or full)"));
+  }
+
+  absl::Status Validate(const SynthShape& s) const override {
+    if (s.n_vocab <= kSpmFixedTokens) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--vocab ", s.n_vocab, " is too small for a SentencePiece vocabulary: it needs more than ",
+          kSpmFixedTokens, " tokens (<unk>, <s>, </s> and 256 byte tokens)"));
+    }
+    return absl::OkStatus();
+  }
+
+  std::vector<SynthTensor> PlanTensors(const SynthShape& s, SynthQuant quant) const override {
+    const SynthScales scale(s);
+    const int64_t q_dim = s.n_head * s.head_dim;
+    const int64_t kv_dim = s.n_head_kv * s.head_dim;
+    using K = SynthTensorKind;
+    using R = SynthQuantRole;
+    SynthTensorTable table([&](const SynthTensor& t) {
+      R role = R::kOther;
+      switch (t.kind) {
+        case K::kTokenEmbd: role = R::kTokenEmbd; break;
+        case K::kOutput: role = R::kOutput; break;
+        case K::kAttnQ: role = R::kAttnQ; break;
+        case K::kAttnK: role = R::kAttnK; break;
+        case K::kAttnV: role = R::kAttnV; break;
+        case K::kAttnOutput: role = R::kAttnOutput; break;
+        case K::kFfnDownExps: role = R::kFfnDown; break;
+        case K::kFfnGateExps:
+        case K::kFfnUpExps: role = R::kOther; break;
+        default: role = R::kUnquantized; break;
+      }
+      if (quant != SynthQuant::kQ4_K_M) return SynthUniformType(quant, role, t.ne[0]);
+      return SynthLlamaQ4KMType({role, t.layer, s.n_layer, t.layer, s.n_layer, s.n_expert, t.ne[0],
+                                 s.tied_output});
+    });
+    table.Add("token_embd.weight", K::kTokenEmbd, -1, {s.n_embd, s.n_vocab}, 0.0f, scale.vocab);
+    table.AddNorm("output_norm.weight", K::kOutputNorm, -1, s.n_embd);
+    if (!s.tied_output) {
+      table.Add("output.weight", K::kOutput, -1, {s.n_embd, s.n_vocab}, 0.0f, scale.vocab);
+    }
+    for (int64_t l = 0; l < s.n_layer; ++l) {
+      table.AddNorm(SynthBlockName(l, "attn_norm"), K::kAttnNorm, l, s.n_embd);
+      table.Add(SynthBlockName(l, "attn_q"), K::kAttnQ, l, {s.n_embd, q_dim}, 0.0f, scale.inv_sqrt_embd);
+      table.Add(SynthBlockName(l, "attn_k"), K::kAttnK, l, {s.n_embd, kv_dim}, 0.0f, scale.inv_sqrt_embd);
+      table.Add(SynthBlockName(l, "attn_v"), K::kAttnV, l, {s.n_embd, kv_dim}, 0.0f, scale.inv_sqrt_embd);
+      table.Add(SynthBlockName(l, "attn_output"), K::kAttnOutput, l, {q_dim, s.n_embd}, 0.0f,
+                scale.ResidualOut(q_dim));
+      table.AddNorm(SynthBlockName(l, "ffn_norm"), K::kFfnNorm, l, s.n_embd);
+      table.Add(SynthBlockName(l, "ffn_gate_inp"), K::kFfnGateInp, l, {s.n_embd, s.n_expert}, 0.0f,
+                scale.router);
+      table.Add(SynthBlockName(l, "ffn_gate_exps"), K::kFfnGateExps, l,
+                {s.n_embd, s.n_ff_exp, s.n_expert}, 0.0f, scale.inv_sqrt_embd);
+      table.Add(SynthBlockName(l, "ffn_up_exps"), K::kFfnUpExps, l, {s.n_embd, s.n_ff_exp, s.n_expert},
+                0.0f, scale.inv_sqrt_embd);
+      table.Add(SynthBlockName(l, "ffn_down_exps"), K::kFfnDownExps, l,
+                {s.n_ff_exp, s.n_embd, s.n_expert}, 0.0f, scale.ResidualOut(s.n_ff_exp));
+    }
+    return table.Take();
+  }
+
+  absl::StatusOr<std::vector<GgufKeyValue>> BuildMetadata(const SynthShape& s, SynthQuant quant,
+                                                          std::string_view model_name) const override {
+    absl::StatusOr<SynthVocabulary> vocab = BuildSynthSpmVocabulary(s.n_vocab);
+    if (!vocab.ok()) return vocab.status();
+
+    SynthMetadata md(name());
+    md.General(model_name);
+    md.ArchU32("block_count", s.n_layer);
+    md.ArchU32("context_length", s.n_ctx);
+    md.ArchU32("embedding_length", s.n_embd);
+    md.ArchU32("feed_forward_length", s.n_ff_exp);
+    md.ArchU32("attention.head_count", s.n_head);
+    md.ArchU32("attention.head_count_kv", s.n_head_kv);
+    md.ArchF32("rope.freq_base", s.rope_base);
+    md.ArchF32("attention.layer_norm_rms_epsilon", s.rms_eps);
+    md.ArchU32("expert_count", s.n_expert);
+    md.ArchU32("expert_used_count", s.n_expert_used);
+    if (s.head_dim * s.n_head != s.n_embd) {
+      md.ArchU32("attention.key_length", s.head_dim);
+      md.ArchU32("attention.value_length", s.head_dim);
+    }
+    md.ArchU32("vocab_size", s.n_vocab);
+    md.ArchU32("rope.dimension_count", s.head_dim);
+    md.FileType(quant);
+    md.Vocabulary("llama", "default", *std::move(vocab));
+    md.TokenId("bos", kSpmBosId);
+    md.TokenId("eos", kSpmEosId);
+    md.TokenId("unknown", kSpmUnknownId);
+    md.Bool("tokenizer.ggml.add_bos_token", true);
+    md.Bool("tokenizer.ggml.add_eos_token", false);
+    md.Add("tokenizer.chat_template", GgufValue::String(std::string(SynthMixtralChatTemplate())));
+    return md.Take();
+  }
+};
+
+}  // namespace
+
+const SynthArchitecture& LlamaArchitecture() {
+  static const Llama* arch = new Llama;
+  return *arch;
+}
+
+}  // namespace moetier

@@ -1,0 +1,183 @@
+// qwen3moe (Qwen3-30B-A3B, SPEC.md §3.1): attention with per-head q/k norms,
+// a routed-expert FFN without a shared expert, and the Qwen3 tokenizer.
+#include "absl/strings/str_cat.h"
+#include "synth/synth_arch.h"
+#include "synth/synth_tokenizer.h"
+
+namespace moetier {
+namespace {
+
+class Qwen3Moe final : public SynthArchitecture {
+ public:
+  SynthArch arch() const override { return SynthArch::kQwen3Moe; }
+
+  absl::StatusOr<SynthShape> Preset(std::string_view name) const override {
+    SynthShape s;
+    s.rope_base = 1e6f;
+    s.rms_eps = 1e-6f;
+    if (name == "tiny") {
+      // Small enough for reference-forward unit tests. head_dim * n_head (128)
+      // differs from n_embd (64) as in the real model; the expert FFN width of
+      // 256 gives ffn_down_exps rows that K-quants can encode, so the q4_k_m
+      // mix has Q4_K and Q6_K tensors even at this size.
+      s.n_layer = 2;
+      s.n_embd = 64;
+      s.n_expert = 8;
+      s.n_expert_used = 2;
+      s.n_ff_exp = 256;
+      s.n_head = 4;
+      s.n_head_kv = 2;
+      s.head_dim = 32;
+      s.n_vocab = 512;
+      s.n_ctx = 4096;
+      return s;
+    }
+    if (name == "small") {
+      // End-to-end tests and CPU benchmarks: every matrix row is a multiple of
+      // 256, so the q4_k_m mix is the real one with no fallback types.
+      s.n_layer = 4;
+      s.n_embd = 256;
+      s.n_expert = 32;
+      s.n_expert_used = 4;
+      s.n_ff_exp = 256;
+      s.n_head = 8;
+      s.n_head_kv = 2;
+      s.head_dim = 64;
+      s.n_vocab = 4096;
+      s.n_ctx = 8192;
+      return s;
+    }
+    if (name == "full") {
+      // Qwen3-30B-A3B, SPEC.md §3.9.
+      s.n_layer = 48;
+      s.n_embd = 2048;
+      s.n_expert = 128;
+      s.n_expert_used = 8;
+      s.n_ff_exp = 768;
+      s.n_head = 32;
+      s.n_head_kv = 4;
+      s.head_dim = 128;
+      s.n_vocab = kQwenVocab;
+      s.n_ctx = 40960;
+      return s;
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown preset '", std::string(name), "' (expected tiny, small or full)"));
+  }
+
+  absl::Status Validate(const SynthShape&) const override { return absl::OkStatus(); }
+
+  std::vector<SynthTensor> PlanTensors(const SynthShape& s, SynthQuant quant) const override {
+    const SynthScales scale(s);
+    const int64_t q_dim = s.n_head * s.head_dim;
+    const int64_t kv_dim = s.n_head_kv * s.head_dim;
+    SynthTensorTable table([&](const SynthTensor& t) {
+      return SynthTensorType(quant, t.kind, t.layer, s.n_layer, t.ne[0], s.tied_output);
+    });
+    using K = SynthTensorKind;
+    table.Add("token_embd.weight", K::kTokenEmbd, -1, {s.n_embd, s.n_vocab}, 0.0f, scale.vocab);
+    table.AddNorm("output_norm.weight", K::kOutputNorm, -1, s.n_embd);
+    if (!s.tied_output) {
+      table.Add("output.weight", K::kOutput, -1, {s.n_embd, s.n_vocab}, 0.0f, scale.vocab);
+    }
+    for (int64_t l = 0; l < s.n_layer; ++l) {
+      table.AddNorm(SynthBlockName(l, "attn_norm"), K::kAttnNorm, l, s.n_embd);
+      table.Add(SynthBlockName(l, "attn_q"), K::kAttnQ, l, {s.n_embd, q_dim}, 0.0f, scale.inv_sqrt_embd);
+      table.Add(SynthBlockName(l, "attn_k"), K::kAttnK, l, {s.n_embd, kv_dim}, 0.0f, scale.inv_sqrt_embd);
+      table.Add(SynthBlockName(l, "attn_v"), K::kAttnV, l, {s.n_embd, kv_dim}, 0.0f, scale.inv_sqrt_embd);
+      table.Add(SynthBlockName(l, "attn_output"), K::kAttnOutput, l, {q_dim, s.n_embd}, 0.0f,
+                scale.ResidualOut(q_dim));
+      table.AddNorm(SynthBlockName(l, "attn_q_norm"), K::kAttnQNorm, l, s.head_dim);
+      table.AddNorm(SynthBlockName(l, "attn_k_norm"), K::kAttnKNorm, l, s.head_dim);
+      table.AddNorm(SynthBlockName(l, "ffn_norm"), K::kFfnNorm, l, s.n_embd);
+      table.Add(SynthBlockName(l, "ffn_gate_inp"), K::kFfnGateInp, l, {s.n_embd, s.n_expert}, 0.0f,
+                scale.router);
+      table.Add(SynthBlockName(l, "ffn_gate_exps"), K::kFfnGateExps, l,
+                {s.n_embd, s.n_ff_exp, s.n_expert}, 0.0f, scale.inv_sqrt_embd);
+      table.Add(SynthBlockName(l, "ffn_up_exps"), K::kFfnUpExps, l, {s.n_embd, s.n_ff_exp, s.n_expert},
+                0.0f, scale.inv_sqrt_embd);
+      table.Add(SynthBlockName(l, "ffn_down_exps"), K::kFfnDownExps, l,
+                {s.n_ff_exp, s.n_embd, s.n_expert}, 0.0f, scale.ResidualOut(s.n_ff_exp));
+    }
+    return table.Take();
+  }
+
+  absl::StatusOr<std::vector<GgufKeyValue>> BuildMetadata(const SynthShape& s, SynthQuant quant,
+                                                          std::string_view model_name) const override {
+    absl::StatusOr<SynthVocabulary> vocab = BuildSynthVocabulary(s.n_vocab);
+    if (!vocab.ok()) return vocab.status();
+    const uint32_t eos = vocab->eos_id;
+    const uint32_t pad = vocab->pad_id;
+    const uint32_t bos = vocab->bos_id;
+
+    SynthMetadata md(name());
+    md.General(model_name);
+    md.ArchU32("block_count", s.n_layer);
+    md.ArchU32("context_length", s.n_ctx);
+    md.ArchU32("embedding_length", s.n_embd);
+    // HF intermediate_size, unused by the qwen3moe graph; Qwen3-30B-A3B's 6144
+    // equals expert ffn * experts used, the relation llama.cpp falls back on.
+    md.ArchU32("feed_forward_length", s.n_ff_exp * s.n_expert_used);
+    md.ArchU32("attention.head_count", s.n_head);
+    md.ArchU32("attention.head_count_kv", s.n_head_kv);
+    md.ArchF32("rope.freq_base", s.rope_base);
+    md.ArchF32("attention.layer_norm_rms_epsilon", s.rms_eps);
+    md.ArchU32("expert_used_count", s.n_expert_used);
+    md.ArchU32("attention.key_length", s.head_dim);
+    md.ArchU32("attention.value_length", s.head_dim);
+    md.ArchU32("expert_count", s.n_expert);
+    md.ArchU32("expert_feed_forward_length", s.n_ff_exp);
+    md.FileType(quant);
+    md.Vocabulary("gpt2", "qwen2", *std::move(vocab));
+    md.TokenId("eos", eos);
+    md.TokenId("padding", pad);
+    md.TokenId("bos", bos);
+    md.Bool("tokenizer.ggml.add_bos_token", false);
+    md.Add("tokenizer.chat_template", GgufValue::String(std::string(SynthChatTemplate())));
+    return md.Take();
+  }
+};
+
+}  // namespace
+
+TensorType SynthTensorType(SynthQuant quant, SynthTensorKind kind, int64_t layer, int64_t n_layer,
+                           int64_t ne0, bool tied_output) {
+  switch (kind) {
+    case SynthTensorKind::kOutputNorm:
+    case SynthTensorKind::kAttnNorm:
+    case SynthTensorKind::kAttnQNorm:
+    case SynthTensorKind::kAttnKNorm:
+    case SynthTensorKind::kFfnNorm:
+    case SynthTensorKind::kFfnGateInp:
+      return TensorType::kF32;
+    default:
+      break;
+  }
+  if (quant == SynthQuant::kF32) return TensorType::kF32;
+  if (quant != SynthQuant::kQ4_K_M) return SynthFitToRow(TensorType::kQ8_0, ne0);
+
+  TensorType desired = TensorType::kQ4_K;
+  switch (kind) {
+    case SynthTensorKind::kTokenEmbd:
+      desired = tied_output ? TensorType::kQ6_K : TensorType::kQ4_K;
+      break;
+    case SynthTensorKind::kOutput:
+    case SynthTensorKind::kAttnV:
+      desired = TensorType::kQ6_K;
+      break;
+    case SynthTensorKind::kFfnDownExps:
+      desired = SynthUseMoreBits(layer, n_layer) ? TensorType::kQ6_K : TensorType::kQ4_K;
+      break;
+    default:
+      desired = TensorType::kQ4_K;
+      break;
+  }
+  return SynthFitToRow(desired, ne0);
+}
+
+const SynthArchitecture& Qwen3MoeArchitecture() {
+  static const Qwen3Moe* arch = new Qwen3Moe;
+  return *arch;
+}
+
+}  // namespace moetier
