@@ -7,6 +7,7 @@
 #include "backend/cpu/cpu_check.h"
 #include "backend/cpu/cpu_kernels.h"
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/gated_delta_rule.h"
 #include "gguf/tensor/quant_codec.h"
 
 namespace moetier {
@@ -64,6 +65,10 @@ CpuDeltaNetBlock::CpuDeltaNetBlock(const ModelHparams& hp, const std::vector<Lay
   alpha_ = AlignedBytes(b * dn_.n_v_heads * f);
   o_ = AlignedBytes(b * dn_.value_dim() * f);
   act_out_ = AlignedBytes(b * MaxActRowBytes(dn_.value_dim()));
+  chunk_scratch_floats_ = static_cast<int64_t>(
+      cpu::GatedDeltaChunkScratchFloats(kChunkTokens, dn_.d_k, dn_.d_v));
+  chunk_scratch_ = AlignedBytes(static_cast<size_t>(runner_.pool().size()) *
+                                static_cast<size_t>(chunk_scratch_floats_) * f);
 }
 
 CpuRecurrentLayer CpuDeltaNetBlock::NewStateLayer() const {
@@ -80,7 +85,7 @@ uint64_t CpuDeltaNetBlock::state_bytes_per_layer() const {
 
 uint64_t CpuDeltaNetBlock::allocated_bytes() const {
   uint64_t bytes = 0;
-  for (const AlignedBytes* a : {&m_, &u_, &z_, &beta_, &alpha_, &o_, &act_out_}) {
+  for (const AlignedBytes* a : {&m_, &u_, &z_, &beta_, &alpha_, &o_, &act_out_, &chunk_scratch_}) {
     bytes += a->size();
   }
   return bytes;
@@ -117,47 +122,30 @@ void CpuDeltaNetBlock::Convolve(const Decoded& d, CpuRecurrentLayer& state, int 
   }
 }
 
-void CpuDeltaNetBlock::Recur(CpuRecurrentLayer& state, int n, int j0, int j1) {
-  const int d_k = dn_.d_k;
-  const int d_v = dn_.d_v;
+void CpuDeltaNetBlock::Recur(CpuRecurrentLayer& state, int n, int j0, int j1, int thread) {
   const int64_t conv_dim = dn_.conv_dim();
   const int64_t key_dim = dn_.key_dim();
   const int64_t value_dim = dn_.value_dim();
-  float kv[512];
-  MOETIER_CPU_CHECK(d_v <= 512, "value head too wide");
   for (int j = j0; j < j1; ++j) {
     const int kh = dn_.k_head_of(j);
-    float* S = state.delta.floats() + static_cast<int64_t>(j) * d_k * d_v;  // [d_k][d_v]
-    for (int t = 0; t < n; ++t) {
-      const float* row = u_.floats() + t * conv_dim;
-      const float* q = row + kh * d_k;
-      const float* k = row + key_dim + kh * d_k;
-      const float* v = row + 2 * key_dim + j * d_v;
-      const float decay = alpha_.floats()[t * dn_.n_v_heads + j];
-      const float beta = beta_.floats()[t * dn_.n_v_heads + j];
-      // S <- decay S and kv = S^T k in one pass over the rows.
-      std::fill(kv, kv + d_v, 0.0f);
-      for (int r = 0; r < d_k; ++r) {
-        float* s = S + r * d_v;
-        const float kr = k[r];
-        for (int c = 0; c < d_v; ++c) {
-          s[c] *= decay;
-          kv[c] += s[c] * kr;
-        }
-      }
-      for (int c = 0; c < d_v; ++c) kv[c] = beta * (v[c] - kv[c]);  // the delta
-      // S <- S + k delta^T and o = S^T q in a second pass.
-      float* o = o_.floats() + t * value_dim + j * d_v;
-      std::fill(o, o + d_v, 0.0f);
-      for (int r = 0; r < d_k; ++r) {
-        float* s = S + r * d_v;
-        const float kr = k[r];
-        const float qr = q[r];
-        for (int c = 0; c < d_v; ++c) {
-          s[c] += kr * kv[c];
-          o[c] += s[c] * qr;
-        }
-      }
+    cpu::GatedDeltaHead head;
+    head.q = u_.floats() + kh * dn_.d_k;
+    head.k = u_.floats() + key_dim + kh * dn_.d_k;
+    head.qk_stride = conv_dim;
+    head.v = u_.floats() + 2 * key_dim + static_cast<int64_t>(j) * dn_.d_v;
+    head.v_stride = conv_dim;
+    head.log_decay = alpha_.floats() + j;
+    head.beta = beta_.floats() + j;
+    head.gate_stride = dn_.n_v_heads;
+    head.out = o_.floats() + static_cast<int64_t>(j) * dn_.d_v;
+    head.out_stride = value_dim;
+    head.state = state.delta.floats() + static_cast<int64_t>(j) * dn_.d_k * dn_.d_v;
+    head.d_k = dn_.d_k;
+    head.d_v = dn_.d_v;
+    if (n >= kChunkedMinTokens) {
+      cpu::GatedDeltaChunked(head, n, kChunkTokens, chunk_scratch_.floats() + thread * chunk_scratch_floats_);
+    } else {
+      cpu::GatedDeltaTokens(head, n);
     }
   }
 }
@@ -200,15 +188,15 @@ void CpuDeltaNetBlock::Forward(int layer, CpuRecurrentLayer& state, int n, int p
       float& beta = beta_.floats()[t * h_v + j];
       beta = Sigmoid(beta);
       float& alpha = alpha_.floats()[t * h_v + j];
-      alpha = std::exp(d.a[j] * Softplus(alpha + d.dt_bias[j]));  // the decay exp(g)
+      alpha = d.a[j] * Softplus(alpha + d.dt_bias[j]);  // g, the log of the decay
     }
   }
   if (static_cast<int64_t>(n) * h_v * dn_.d_k * dn_.d_v >= kMinParallelElems && h_v > 1) {
-    runner_.pool().ParallelFor(h_v, [&](int64_t j, int) {
-      Recur(state, n, static_cast<int>(j), static_cast<int>(j) + 1);
+    runner_.pool().ParallelFor(h_v, [&](int64_t j, int thread) {
+      Recur(state, n, static_cast<int>(j), static_cast<int>(j) + 1, thread);
     });
   } else {
-    Recur(state, n, 0, h_v);
+    Recur(state, n, 0, h_v, 0);
   }
   // Gated RMSNorm of each head's output with silu(z).
   for (int t = 0; t < n; ++t) {

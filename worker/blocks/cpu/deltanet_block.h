@@ -52,8 +52,14 @@ class CpuDeltaNetBlock {
   };
   // u = silu(conv(m)) for the batch, and the conv state advanced.
   void Convolve(const Decoded& d, CpuRecurrentLayer& state, int n);
-  // The delta rule for value heads [j0, j1) over the batch's n tokens.
-  void Recur(CpuRecurrentLayer& state, int n, int j0, int j1);
+  // The delta rule for value heads [j0, j1) over the batch's n tokens, on
+  // pool thread `thread` (whose chunk scratch it uses).
+  void Recur(CpuRecurrentLayer& state, int n, int j0, int j1, int thread);
+
+  // Batches of at least this many tokens run the chunked delta rule, whose
+  // per-chunk matrices beat two passes over the state per token.
+  static constexpr int kChunkedMinTokens = 8;
+  static constexpr int kChunkTokens = 64;
 
   const ModelHparams& hp_;
   const DeltaNetParams& dn_;
@@ -66,9 +72,11 @@ class CpuDeltaNetBlock {
   AlignedBytes u_;        // [B][conv_dim] after conv and SiLU: q | k | v
   AlignedBytes z_;        // [B][value_dim]
   AlignedBytes beta_;     // [B][n_v_heads], becomes sigmoid(beta)
-  AlignedBytes alpha_;    // [B][n_v_heads], becomes the decay exp(g)
+  AlignedBytes alpha_;    // [B][n_v_heads], becomes g, the log of the decay
   AlignedBytes o_;        // [B][value_dim] the heads' outputs, then the gated norm
   AlignedBytes act_out_;  // prepared o rows for the output projection
+  AlignedBytes chunk_scratch_;  // per pool thread, for the chunked delta rule
+  int64_t chunk_scratch_floats_ = 0;
 };
 
 }  // namespace moetier
