@@ -284,7 +284,22 @@ TEST(CpuEngineTest, HybridStateIsTheSameInBatchesAndTokenByToken) {
   std::vector<int32_t> other(m->ids.rbegin(), m->ids.rend());
   (void)RunAll(*whole, other);
   EXPECT_EQ(RunAll(*whole, m->ids), want);
-  EXPECT_GT(whole->recurrent_state_bytes(), 0u);
+}
+
+// The state a sequence holds, from the file's shapes worked out by hand:
+// qwen35moe-tiny has one attention layer (2 KV heads x 32) and three DeltaNet
+// layers (conv kernel 4 over 2*2*16 + 4*16 channels, 4 value heads of
+// 16 x 16), all fp32.
+TEST(CpuEngineTest, SequenceStateSizeFollowsTheLayerPlan) {
+  std::unique_ptr<Loaded> m = Load("qwen35moe-tiny-f32");
+  ASSERT_NE(m, nullptr);
+  const SequenceStateSize size = SequenceStateSizeOf(m->model);
+  EXPECT_EQ(size.kv_bytes_per_token, 1u * 2 * 2 * 32 * 4);
+  EXPECT_EQ(size.recurrent_bytes, 3u * (3 * (2 * 2 * 16 + 4 * 16) + 4 * 16 * 16) * 4);
+  std::unique_ptr<Loaded> dense = Load("tiny-f32");  // 4 attention layers, 2 KV heads x 16
+  ASSERT_NE(dense, nullptr);
+  EXPECT_EQ(SequenceStateSizeOf(dense->model).kv_bytes_per_token, 4u * 2 * 2 * 16 * 4);
+  EXPECT_EQ(SequenceStateSizeOf(dense->model).recurrent_bytes, 0u);
 }
 
 // A checkpoint brings a sequence back to where it was saved, recurrent

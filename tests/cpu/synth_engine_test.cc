@@ -129,5 +129,53 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"small_q4_k_m", "small", SynthQuant::kQ4_K_M, true, 5e-3, 0.85}),
     [](const ::testing::TestParamInfo<Case>& param_info) { return param_info.param.name; });
 
+// Qwen3.6's full context: an engine of 262,144 positions is made and runs,
+// one more than the file's context is refused by name, and a state that
+// cannot fit in memory is refused before anything is allocated.
+TEST(SynthEngineLongContextTest, TheModelsWholeContextIsAccepted) {
+  absl::StatusOr<SynthShape> shape = SynthPreset(SynthArch::kQwen35Moe, "tiny");
+  ASSERT_TRUE(shape.ok()) << shape.status();
+  shape->n_ctx = 262144;
+  SynthOptions options;
+  options.shape = *shape;
+  options.quant = SynthQuant::kF32;
+  options.seed = 5;
+  options.threads = 2;
+  options.out_path = TempModelPath("qwen35moe_long_context");
+  absl::StatusOr<SynthPlan> plan = PlanSynthModel(options);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_TRUE(WriteSynthModel(*plan, options).ok());
+  absl::StatusOr<std::unique_ptr<GgufModel>> gguf = GgufModel::Open(options.out_path);
+  ASSERT_TRUE(gguf.ok()) << gguf.status();
+  absl::StatusOr<Model> model = LoadModel(**gguf);
+  ASSERT_TRUE(model.ok()) << model.status();
+  ASSERT_EQ(model->hparams.n_ctx_train, 262144);
+
+  CpuEngineConfig config;
+  config.max_ctx = 262144;
+  config.n_threads = 2;
+  absl::StatusOr<std::unique_ptr<CpuEngine>> cpu = CpuEngine::Create(*model, config);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  EXPECT_EQ((*cpu)->max_ctx(), 262144);
+  const std::vector<int32_t> ids = {1, 2, 3, 4};
+  const std::vector<float> logits = testing::RunNewSequence(**cpu, ids);
+  EXPECT_EQ(logits.size(), 4u * model->hparams.n_vocab);
+  cpu->reset();
+
+  config.max_ctx = 262145;
+  absl::StatusOr<std::unique_ptr<CpuEngine>> too_long = CpuEngine::Create(*model, config);
+  ASSERT_FALSE(too_long.ok());
+  EXPECT_NE(too_long.status().message().find("262144"), std::string::npos) << too_long.status();
+
+  // 1024 sequences of the whole context: 128 GiB of KV cache.
+  config.max_ctx = 262144;
+  config.max_sequences = 1024;
+  absl::StatusOr<std::unique_ptr<CpuEngine>> too_big = CpuEngine::Create(*model, config);
+  ASSERT_FALSE(too_big.ok());
+  EXPECT_EQ(too_big.status().code(), absl::StatusCode::kResourceExhausted) << too_big.status();
+  EXPECT_NE(too_big.status().message().find("lower --ctx"), std::string::npos) << too_big.status();
+  std::remove(options.out_path.c_str());
+}
+
 }  // namespace
 }  // namespace moetier

@@ -9,6 +9,7 @@
 #include "backend/cpu/cpu_check.h"
 #include "backend/cpu/cpu_kernels.h"
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/host_memory.h"
 #include "engine/weight_checks.h"
 #include "gguf/tensor/quant_codec.h"
 
@@ -47,6 +48,24 @@ std::vector<cpu::ByteRange> WeightSpans(const ModelWeights& w, bool include_expe
   return spans;
 }
 
+// Every sequence slot's state (and its checkpoint of the recurrent part) is
+// allocated and zeroed at creation: a context that cannot fit is refused
+// here, by name, rather than by the out-of-memory killer later.
+absl::Status CheckSequenceStateFits(const Model& model, const CpuEngineConfig& config) {
+  const SequenceStateSize size = SequenceStateSizeOf(model);
+  const uint64_t per_sequence = size.BytesAt(static_cast<uint64_t>(config.max_ctx)) +
+                                size.recurrent_bytes;
+  const uint64_t total = per_sequence * static_cast<uint64_t>(config.max_sequences);
+  const uint64_t available = cpu::MemAvailableBytes();
+  if (available == 0 || total <= available) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrFormat(
+      "the state of %d sequence(s) of %d tokens needs %.2f GiB (%d bytes of KV cache per token, "
+      "%d bytes of recurrent state per sequence), more than the %.2f GiB of memory available; "
+      "lower --ctx",
+      config.max_sequences, config.max_ctx, static_cast<double>(total) / (1 << 30),
+      size.kv_bytes_per_token, size.recurrent_bytes, static_cast<double>(available) / (1 << 30)));
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CpuEngine>> CpuEngine::Create(const Model& model,
@@ -70,6 +89,7 @@ absl::StatusOr<std::unique_ptr<CpuEngine>> CpuEngine::Create(const Model& model,
         absl::StrFormat("batch size %d is outside 1..8192", config.max_batch));
   }
   if (absl::Status s = CheckModelForBackend(model, kCpuSupport); !s.ok()) return s;
+  if (absl::Status s = CheckSequenceStateFits(model, config); !s.ok()) return s;
   if (config.expert_source != nullptr && config.expert_source->max_experts_held() < 1) {
     return absl::InvalidArgumentError("the expert source can hold no experts at once");
   }
@@ -147,12 +167,6 @@ uint64_t CpuEngine::allocated_bytes() const {
     for (const CpuRecurrentLayer& l : seq) bytes += l.conv.size() + l.delta.size();
   }
   return bytes;
-}
-
-uint64_t CpuEngine::recurrent_state_bytes() const {
-  uint64_t layers = 0;
-  for (const LayerWeights& l : weights_.layers) layers += l.mixer == MixerKind::kGatedDeltaNet;
-  return layers * deltanet_->state_bytes_per_layer();
 }
 
 absl::StatusOr<std::unique_ptr<Sequence>> CpuEngine::NewSequence() { return slots_.Acquire(); }

@@ -93,11 +93,6 @@ class CpuEngine final : public ForwardEngine {
   void ResetPhaseTimes() { runner_.phase_seconds().fill(0.0); }
   // Bytes of buffers, KV caches and weight copies the engine allocated.
   uint64_t allocated_bytes() const;
-  // Bytes of one sequence's state: per position of context (K and V of
-  // every attention layer), and fixed (the recurrent state of every Gated
-  // DeltaNet layer).
-  uint64_t state_bytes_per_token() const { return attention_->kv_bytes_per_token(); }
-  uint64_t recurrent_state_bytes() const;
 
  private:
   CpuEngine(const Model& model, const CpuEngineConfig& config);

@@ -50,6 +50,22 @@ std::vector<Ref*> RefsOf(Weights& w, bool include_experts) {
 
 }  // namespace
 
+SequenceStateSize SequenceStateSizeOf(const Model& model) {
+  const ModelHparams& hp = model.hparams;
+  const DeltaNetParams& dn = hp.deltanet;
+  SequenceStateSize size;
+  for (const LayerWeights& l : model.weights.layers) {
+    if (IsAttention(l.mixer)) {
+      size.kv_bytes_per_token += 2 * static_cast<uint64_t>(hp.n_head_kv) * hp.head_dim * sizeof(float);
+    } else if (l.mixer == MixerKind::kGatedDeltaNet) {
+      size.recurrent_bytes += (static_cast<uint64_t>(dn.conv_kernel - 1) * dn.conv_dim() +
+                               static_cast<uint64_t>(dn.n_v_heads) * dn.d_k * dn.d_v) *
+                              sizeof(float);
+    }
+  }
+  return size;
+}
+
 std::vector<const WeightRef*> WeightRefs(const ModelWeights& w, bool include_experts) {
   return RefsOf<const ModelWeights, const WeightRef>(w, include_experts);
 }

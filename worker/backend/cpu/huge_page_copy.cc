@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_format.h"
 #include "backend/cpu/cpu_check.h"
+#include "backend/cpu/host_memory.h"
 
 namespace moetier::cpu {
 namespace {
@@ -49,18 +50,6 @@ std::string ReadSmallFile(const char* path) {
   std::stringstream text;
   text << in.rdbuf();
   return text.str();
-}
-
-// MemAvailable from /proc/meminfo in bytes; 0 when unknown.
-size_t MemAvailableBytes() {
-  std::istringstream meminfo(ReadSmallFile("/proc/meminfo"));
-  std::string key;
-  size_t kib = 0;
-  std::string unit;
-  while (meminfo >> key >> kib >> unit) {
-    if (key == "MemAvailable:") return kib * 1024;
-  }
-  return 0;
 }
 
 }  // namespace
