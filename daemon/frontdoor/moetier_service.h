@@ -2,14 +2,19 @@
 // tokenizes, hands the work to the scheduler and streams the worker's
 // replies back as text. Cancelling a call (or the client disconnecting)
 // cancels its job, which frees the worker's sequence.
+//
+// The sampling settings of an API request are checked here, once, and
+// their defaults filled in; past this point they travel as they are.
 #pragma once
 
 #include <optional>
 #include <string>
 
+#include "absl/status/statusor.h"
 #include "config/daemon_config.h"
 #include "frontdoor/status_report.h"
 #include "moetier/v1/moetier.grpc.pb.h"
+#include "request/sampling_params.h"
 #include "scheduler/request_scheduler.h"
 #include "gguf/tokenizer/chat_template.h"
 #include "gguf/tokenizer/tokenizer.h"
@@ -26,12 +31,19 @@ struct FrontDoorLimits {
 
 FrontDoorLimits FrontDoorLimitsFromConfig(const DaemonConfig& config);
 
+// The sampling settings of an API request: its unset (zero) fields replaced
+// by what they stand for (top_p and repetition_penalty 1, repeat_last_n 64),
+// the seed drawn at random when absent, then every value checked.
+// INVALID_ARGUMENT names the API field, its value and its valid range.
+absl::StatusOr<SamplingParams> SamplingFromApi(const v1::SamplingParams& sampling);
+
 class MoetierService final : public v1::Moetier::Service {
  public:
   // `tokenizer` and `chat_template` are the model's, or the error that says
   // why it has none: requests that need them then fail FAILED_PRECONDITION
   // with that message, while token-id requests still work. Pointers must
-  // outlive the service.
+  // outlive the service; `reporter` may be null when GetStatus and
+  // WatchStatus are not called.
   MoetierService(const absl::StatusOr<Tokenizer>* tokenizer,
                  absl::StatusOr<ChatTemplate> chat_template, int32_t n_vocab,
                  RequestScheduler* scheduler, StatusReporter* reporter,

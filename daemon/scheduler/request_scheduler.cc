@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "control/control_channel.h"
 #include "log/daemon_log.h"
+#include "request/control_codec.h"
 #include "store/shared_futex.h"
 
 namespace moetier {
@@ -20,7 +21,7 @@ constexpr int64_t kReaderPollMs = 100;
 control_v1::WorkerReply CancelledDone(uint64_t id) {
   control_v1::WorkerReply reply;
   reply.set_id(id);
-  reply.mutable_done()->set_stop_reason(control_v1::STOP_CANCELLED);
+  reply.mutable_done()->set_stop_reason(StopReasonToControl(StopReason::kCancelled));
   return reply;
 }
 
@@ -97,7 +98,8 @@ void RequestScheduler::OnReply(Connection& c, control_v1::WorkerReply reply) {
   const bool done = reply.has_done();
   if (done) {
     const control_v1::DoneReply& d = reply.done();
-    if (d.stop_reason() == control_v1::STOP_CANCELLED) ++cancelled_;
+    const absl::StatusOr<StopReason> stop = StopReasonFromControl(d.stop_reason());
+    if (stop.ok() && *stop == StopReason::kCancelled) ++cancelled_;
     if (d.generated_tokens() > 1 && d.decode_seconds() > 0) {
       c.info.last_decode_tokens_per_s = (d.generated_tokens() - 1) / d.decode_seconds();
     }

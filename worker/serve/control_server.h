@@ -19,6 +19,9 @@
 // tokens (and between Score batches): a Cancel takes effect there, other
 // requests are queued. A bad request gets Done(STOP_ERROR) with an
 // INVALID_ARGUMENT code and a message naming the problem; serving goes on.
+// The sampling settings were checked by the daemon's front door and are
+// used exactly as sent (every field must be present); values outside their
+// ranges are a daemon bug and abort (Sampler).
 //
 // Token loop: the logits row, the reply messages and the send buffer are
 // allocated once; a token costs the engine's work, one sample, one
@@ -39,7 +42,7 @@
 #include "cache/expert_cache_control.h"
 #include "engine/forward_engine.h"
 #include "moetier/worker/v1/control.pb.h"
-#include "sampling/sampler.h"
+#include "request/stop_reason.h"
 
 namespace moetier {
 
@@ -61,11 +64,6 @@ struct ControlServerOptions {
   // (daemon mode: shows the new cache on the status page at once).
   std::function<void()> expert_cache_resized;
 };
-
-// The engine's sampling parameters for a request's. proto3 cannot tell an
-// unset field from 0, so top_p and repetition_penalty of 0 mean "off" (1),
-// like the values that switch them off.
-SamplingParams SamplingFromProto(const control_v1::Sampling& sampling);
 
 class ControlServer {
  public:

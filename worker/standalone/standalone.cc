@@ -191,16 +191,19 @@ class TextSink final : public TokenSink {
   std::string text_;
 };
 
-const char* StopName(GenerationStop stop) {
+const char* StopName(StopReason stop) {
   switch (stop) {
-    case GenerationStop::kEndOfGeneration:
+    case StopReason::kEndOfGeneration:
       return "end of generation";
-    case GenerationStop::kMaxTokens:
+    case StopReason::kMaxTokens:
       return "length";
-    case GenerationStop::kContextFull:
+    case StopReason::kContextFull:
       return "context full";
-    case GenerationStop::kStopped:
+    case StopReason::kCancelled:
       return "stopped";
+    case StopReason::kError:
+    case StopReason::kComplete:
+      break;  // not a generation's end
   }
   return "unknown";
 }
@@ -263,7 +266,7 @@ absl::Status RunGenerate(const WorkerOptions& options, const Model& model,
 
   // The stop token is not part of the text.
   const int generated =
-      result->generated - (result->stop == GenerationStop::kEndOfGeneration ? 1 : 0);
+      result->generated - (result->stop == StopReason::kEndOfGeneration ? 1 : 0);
   const double prefill_s = result->prefill_s;
   const double decode_s = result->decode_s;
   const std::string replayed = hooks->replayer != nullptr ? "; " + hooks->ReplayLabel() : "";
