@@ -109,13 +109,24 @@ MoetierService::MoetierService(const absl::StatusOr<Tokenizer>* tokenizer,
       scheduler_(scheduler),
       reporter_(reporter),
       devices_(std::move(devices)),
-      limits_(limits) {}
+      limits_(limits) {
+  // Every id the tokenizer produces (encoded prompts, end-of-generation
+  // stop ids) is below its vocabulary size; if that fits the model's, no
+  // such id needs checking again.
+  if (!tokenizer_->ok()) {
+    text_unavailable_ = tokenizer_->status();
+  } else if ((*tokenizer_)->vocab_size() > n_vocab_) {
+    text_unavailable_ = absl::FailedPreconditionError(absl::StrFormat(
+        "its tokenizer has %d tokens, more than the %d the model computes logits for",
+        (*tokenizer_)->vocab_size(), n_vocab_));
+  }
+}
 
 grpc::Status MoetierService::NeedTokenizer() const {
-  if (tokenizer_->ok()) return grpc::Status::OK;
+  if (text_unavailable_.ok()) return grpc::Status::OK;
   return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                       absl::StrFormat("this model cannot handle text (%s); send token ids",
-                                      tokenizer_->status().message()));
+                                      text_unavailable_.message()));
 }
 
 grpc::Status MoetierService::CheckTokenIds(const google::protobuf::RepeatedField<int32_t>& ids,
@@ -210,20 +221,16 @@ grpc::Status MoetierService::RunGeneration(grpc::ServerContext* context,
   }
   absl::StatusOr<SamplingParams> settings = SamplingFromApi(sampling);
   if (!settings.ok()) return ToGrpc(settings.status());
-  if (std::optional<RequestScheduler::ModelLimits> model = scheduler_->ReadyLimits();
-      model.has_value() && static_cast<int64_t>(prompt_ids.size()) >= model->max_ctx) {
-    return Invalid(absl::StrFormat(
-        "the prompt is %d tokens; the worker's context holds %d (prompt + generated)",
-        prompt_ids.size(), model->max_ctx));
-  }
 
+  // Whether the prompt fits a worker's context is the scheduler's to say:
+  // it knows each worker's.
   control_v1::WorkerRequest request;
   control_v1::GenerateRequest* generate = request.mutable_generate();
   generate->mutable_prompt_token_ids()->Add(prompt_ids.begin(), prompt_ids.end());
   generate->set_max_new_tokens(max_new_tokens);
   *generate->mutable_sampling() = SamplingToControl(*settings);
   std::optional<StreamingDecoder> decoder;
-  if (tokenizer_->ok()) {
+  if (text_unavailable_.ok()) {
     if (!ignore_end_of_generation) {
       for (int32_t id : (*tokenizer_)->end_of_generation_ids()) generate->add_stop_token_ids(id);
     }

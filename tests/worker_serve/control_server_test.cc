@@ -3,7 +3,8 @@
 // Generate equal to a direct engine + sampler loop (greedy and seeded, the
 // sampling settings used exactly as sent); stop tokens, max_new_tokens and a
 // full context end a generation; Cancel of the running and of a queued
-// request; bad requests answered with STOP_ERROR while serving goes on;
+// request; malformed requests answered with STOP_ERROR while serving goes
+// on (the values themselves are the daemon's to check, tests/daemon);
 // closing the channel ends the server;
 // ResizeExpertCache waits for the running request, resizes the engine's slot
 // cache, tells the status page and answers with the size in effect.
@@ -540,16 +541,8 @@ TEST_F(ControlServerTest, BadRequestsGetErrorsAndServingGoesOn) {
   };
   std::vector<Case> cases;
   cases.push_back({ScoreRequest(1, {}), "no token ids"});
-  cases.push_back({ScoreRequest(2, {1, 512, 3}), "token id 512 at index 1"});
-  cases.push_back({ScoreRequest(3, {-4}), "token id -4"});
-  cases.push_back({ScoreRequest(4, Prompt(kMaxCtx + 1)), "exceed the worker's context"});
   cases.push_back({GenerateRequest(5, {}, 4), "the prompt is empty"});
-  cases.push_back({GenerateRequest(6, Prompt(kMaxCtx + 1), 4), "exceed the worker's context"});
-  cases.push_back({GenerateRequest(7, {5, 600}, 4), "token id 600"});
   cases.push_back({GenerateRequest(8, {5}, 0), "max_new_tokens"});
-  WorkerRequest bad_stop = GenerateRequest(12, {5}, 4);
-  bad_stop.mutable_generate()->add_stop_token_ids(9999);
-  cases.push_back({bad_stop, "stop tokens"});
   WorkerRequest no_sampling = GenerateRequest(9, {5}, 4);
   no_sampling.mutable_generate()->clear_sampling();
   cases.push_back({no_sampling, "no sampling settings"});
@@ -559,6 +552,10 @@ TEST_F(ControlServerTest, BadRequestsGetErrorsAndServingGoesOn) {
   WorkerRequest no_kind;
   no_kind.set_id(11);
   cases.push_back({no_kind, "no kind"});
+  // The daemon's front door checks token ids; ids it would never send are
+  // still refused by the engine's own guard, and serving goes on.
+  cases.push_back({ScoreRequest(2, {1, 512, 3}), "outside the vocabulary"});
+  cases.push_back({GenerateRequest(6, {5, 600}, 4), "outside the vocabulary"});
   for (const Case& c : cases) {
     Send(c.request);
     const WorkerReply reply = Receive();
@@ -568,7 +565,7 @@ TEST_F(ControlServerTest, BadRequestsGetErrorsAndServingGoesOn) {
     EXPECT_EQ(reply.done().error_code(), static_cast<int>(absl::StatusCode::kInvalidArgument))
         << c.mentions;
     EXPECT_THAT(reply.done().error_message(), HasSubstr(c.mentions));
-    if (c.request.id() == 6) ExpectScoreServed(100, Prompt(4));
+    if (c.request.id() == 2) ExpectScoreServed(100, Prompt(4));
   }
   // A datagram that is no WorkerRequest has no id to answer: it is skipped.
   const char garbage[] = "\xff\xff\xff";

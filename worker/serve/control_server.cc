@@ -225,17 +225,6 @@ absl::Status ControlServer::Run() {
 
 // ------------------------------------------------------------------ requests
 
-absl::Status ControlServer::CheckTokens(const char* what, const int32_t* ids, int n) const {
-  for (int i = 0; i < n; ++i) {
-    if (ids[i] < 0 || ids[i] >= n_vocab_) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("%s: token id %d at index %d is outside the vocabulary 0..%d", what,
-                          ids[i], i, n_vocab_ - 1));
-    }
-  }
-  return absl::OkStatus();
-}
-
 absl::Status ControlServer::Serve(const WorkerRequest& request) {
   running_id_ = request.id();
   running_ = true;
@@ -266,14 +255,6 @@ absl::Status ControlServer::Serve(const WorkerRequest& request) {
 absl::Status ControlServer::Score(uint64_t id, const control_v1::ScoreRequest& request) {
   const int n = request.token_ids_size();
   if (n == 0) return SendError(id, absl::InvalidArgumentError("score: no token ids"));
-  if (n > engine_.max_ctx()) {
-    return SendError(id, absl::InvalidArgumentError(absl::StrFormat(
-                             "score: %d tokens exceed the worker's context of %d tokens", n,
-                             engine_.max_ctx())));
-  }
-  if (absl::Status bad = CheckTokens("score", request.token_ids().data(), n); !bad.ok()) {
-    return SendError(id, bad);
-  }
   const auto start = Clock::now();
   absl::StatusOr<std::unique_ptr<Sequence>> seq = engine_.NewSequence();
   if (!seq.ok()) return SendError(id, seq.status());
@@ -320,25 +301,8 @@ absl::Status ControlServer::Score(uint64_t id, const control_v1::ScoreRequest& r
 
 absl::Status ControlServer::Generate(uint64_t id, const control_v1::GenerateRequest& request) {
   const int n_prompt = request.prompt_token_ids_size();
-  const int max_ctx = engine_.max_ctx();
   if (n_prompt == 0) {
     return SendError(id, absl::InvalidArgumentError("generate: the prompt is empty"));
-  }
-  if (n_prompt > max_ctx) {
-    return SendError(id, absl::InvalidArgumentError(absl::StrFormat(
-                             "generate: the prompt's %d tokens exceed the worker's context of "
-                             "%d tokens",
-                             n_prompt, max_ctx)));
-  }
-  if (absl::Status bad =
-          CheckTokens("generate: prompt", request.prompt_token_ids().data(), n_prompt);
-      !bad.ok()) {
-    return SendError(id, bad);
-  }
-  if (absl::Status bad = CheckTokens("generate: stop tokens", request.stop_token_ids().data(),
-                                     request.stop_token_ids_size());
-      !bad.ok()) {
-    return SendError(id, bad);
   }
   if (request.max_new_tokens() < 1) {
     return SendError(id, absl::InvalidArgumentError(absl::StrFormat(

@@ -17,11 +17,17 @@
 //
 // While a request runs, the channel is polled without blocking between
 // tokens (and between Score batches): a Cancel takes effect there, other
-// requests are queued. A bad request gets Done(STOP_ERROR) with an
-// INVALID_ARGUMENT code and a message naming the problem; serving goes on.
-// The sampling settings were checked by the daemon's front door and are
-// used exactly as sent (every field must be present); values outside their
-// ranges are a daemon bug and abort (Sampler).
+// requests are queued.
+//
+// The daemon checked every request's values where it entered the system
+// (token ids against n_vocab, the length against max_ctx, the sampling
+// settings), so the server checks only the message's shape: a kind it
+// knows, ids to run, max_new_tokens >= 1, every sampling field present. A
+// malformed request gets Done(STOP_ERROR) with INVALID_ARGUMENT and a
+// message naming the problem; serving goes on. What the engine cannot
+// compute (an id outside the vocabulary, a sequence past its capacity) it
+// refuses itself, and that error ends the request the same way; sampling
+// values outside their ranges are a daemon bug and abort (Sampler).
 //
 // Token loop: the logits row, the reply messages and the send buffer are
 // allocated once; a token costs the engine's work, one sample, one
@@ -102,8 +108,6 @@ class ControlServer {
   absl::Status SendError(uint64_t id, const absl::Status& status);
   absl::Status SendToken(uint64_t id, int32_t token, bool is_stop, double latency_ms);
   absl::Status SendLogits(uint64_t id, uint64_t first_float, const float* values, size_t count);
-  // An error naming the first token id outside the vocabulary; OK if none.
-  absl::Status CheckTokens(const char* what, const int32_t* ids, int n) const;
 
   const int fd_;
   ForwardEngine& engine_;
