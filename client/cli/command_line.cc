@@ -9,10 +9,12 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "cli/flag_set.h"
+#include "request/sampling_params.h"
 
 namespace moetier::client {
 namespace {
 
+constexpr int64_t kInt32Min = std::numeric_limits<int32_t>::min();
 constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 constexpr int64_t kMaxTimeoutMs = int64_t{7} * 24 * 3600 * 1000;
 
@@ -167,6 +169,9 @@ void AddGlobalFlags(FlagSet& fs, CommandLine& cl) {
   fs.AddSwitch({"-h", "--help"}, "this text", [&cl] { cl.help = true; });
 }
 
+// The sampling flags only parse their numbers: the daemon's front door is
+// where the values are checked (INVALID_ARGUMENT naming the field and its
+// range), for this client and every other.
 void AddSamplingFlags(FlagSet& fs, v1::SamplingParams* s,
                       std::function<void(int32_t)> set_max_new_tokens) {
   fs.Add({"-n", "--max-new-tokens"}, "N",
@@ -182,14 +187,13 @@ void AddSamplingFlags(FlagSet& fs, v1::SamplingParams* s,
          [s](std::string_view f, std::string_view v) {
            float t = 0;
            if (absl::Status st = ParseFloatFlag(f, v, &t); !st.ok()) return st;
-           if (t < 0) return FlagError(f, "must not be negative");
            s->set_temperature(t);
            return absl::OkStatus();
          });
   fs.Add({"--top-k"}, "K", "keep the K most likely tokens (default 40; 0: off)",
          [s](std::string_view f, std::string_view v) {
            int64_t k = 0;
-           if (absl::Status st = ParseIntFlag(f, v, 0, kInt32Max, &k); !st.ok()) return st;
+           if (absl::Status st = ParseIntFlag(f, v, kInt32Min, kInt32Max, &k); !st.ok()) return st;
            s->set_top_k(static_cast<int32_t>(k));
            return absl::OkStatus();
          });
@@ -198,7 +202,6 @@ void AddSamplingFlags(FlagSet& fs, v1::SamplingParams* s,
          [s](std::string_view f, std::string_view v) {
            float p = 0;
            if (absl::Status st = ParseFloatFlag(f, v, &p); !st.ok()) return st;
-           if (p < 0 || p > 1) return FlagError(f, "must be within 0..1");
            s->set_top_p(p);
            return absl::OkStatus();
          });
@@ -207,7 +210,6 @@ void AddSamplingFlags(FlagSet& fs, v1::SamplingParams* s,
          [s](std::string_view f, std::string_view v) {
            float m = 0;
            if (absl::Status st = ParseFloatFlag(f, v, &m); !st.ok()) return st;
-           if (m < 0 || m > 1) return FlagError(f, "must be within 0..1");
            s->set_min_p(m);
            return absl::OkStatus();
          });
@@ -216,14 +218,15 @@ void AddSamplingFlags(FlagSet& fs, v1::SamplingParams* s,
          [s](std::string_view f, std::string_view v) {
            float r = 0;
            if (absl::Status st = ParseFloatFlag(f, v, &r); !st.ok()) return st;
-           if (r <= 0) return FlagError(f, "must be positive");
            s->set_repetition_penalty(r);
            return absl::OkStatus();
          });
   fs.Add({"--repeat-last-n"}, "N", "tokens the repeat penalty looks back over (default 64)",
          [s](std::string_view f, std::string_view v) {
            int64_t n = 0;
-           if (absl::Status st = ParseIntFlag(f, v, 0, 1 << 20, &n); !st.ok()) return st;
+           if (absl::Status st = ParseIntFlag(f, v, kInt32Min, kInt32Max, &n); !st.ok()) {
+             return st;
+           }
            s->set_repeat_last_n(static_cast<int32_t>(n));
            return absl::OkStatus();
          });
@@ -240,13 +243,16 @@ void AddSamplingFlags(FlagSet& fs, v1::SamplingParams* s,
          });
 }
 
+// The same defaults as moetier-worker --standalone, so both give the same
+// kind of text.
 void SetSamplingDefaults(v1::SamplingParams* s) {
-  s->set_temperature(0.8f);
-  s->set_top_k(40);
-  s->set_top_p(0.95f);
-  s->set_min_p(0.05f);
-  s->set_repetition_penalty(1.0f);
-  s->set_repeat_last_n(64);
+  const SamplingParams& d = kCommandLineSamplingDefaults;
+  s->set_temperature(d.temperature);
+  s->set_top_k(d.top_k);
+  s->set_top_p(d.top_p);
+  s->set_min_p(d.min_p);
+  s->set_repetition_penalty(d.repeat_penalty);
+  s->set_repeat_last_n(d.repeat_last_n);
 }
 
 void AddStatsFlag(FlagSet& fs, bool* stats) {

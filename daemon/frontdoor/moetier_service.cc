@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_format.h"
 #include "gguf/tokenizer/unicode.h"
+#include "request/control_codec.h"
 
 namespace moetier {
 namespace {
@@ -17,7 +18,8 @@ constexpr int64_t kCancelPollMs = 50;
 // After a cancel, how long the handler waits for the worker's Done before
 // leaving (the scheduler keeps tracking the job either way).
 constexpr int64_t kCancelGraceMs = 5000;
-constexpr int32_t kDefaultRepeatLastN = 64;
+// What the API's zero (unset) repeat_last_n stands for.
+constexpr int32_t kApiDefaultRepeatLastN = 64;
 // SetBudget's ceiling: 1 PiB, far above any device, and far from overflowing
 // the bytes the worker is sent.
 constexpr uint64_t kMaxExpertCacheMib = uint64_t{1} << 30;
@@ -26,46 +28,62 @@ grpc::Status Invalid(const std::string& message) {
   return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, message);
 }
 
-v1::StopReason ToApi(control_v1::StopReason reason) {
+// The API's stop reason for one of ours. kComplete ends no generation.
+v1::StopReason ToApi(StopReason reason) {
   switch (reason) {
-    case control_v1::STOP_END_OF_GENERATION:
+    case StopReason::kEndOfGeneration:
       return v1::STOP_REASON_END_OF_GENERATION;
-    case control_v1::STOP_MAX_TOKENS:
+    case StopReason::kMaxTokens:
       return v1::STOP_REASON_MAX_TOKENS;
-    case control_v1::STOP_CONTEXT_FULL:
+    case StopReason::kContextFull:
       return v1::STOP_REASON_CONTEXT_FULL;
-    case control_v1::STOP_CANCELLED:
+    case StopReason::kCancelled:
       return v1::STOP_REASON_CANCELLED;
-    case control_v1::STOP_ERROR:
+    case StopReason::kError:
       return v1::STOP_REASON_ERROR;
-    default:
-      return v1::STOP_REASON_UNSPECIFIED;
+    case StopReason::kComplete:
+      break;
   }
+  return v1::STOP_REASON_UNSPECIFIED;
 }
 
-control_v1::Sampling ToWorker(const v1::SamplingParams& p, uint64_t seed) {
-  control_v1::Sampling s;
-  s.set_temperature(p.temperature());
-  s.set_top_k(p.top_k());
-  s.set_top_p(p.top_p() == 0 ? 1.0f : p.top_p());
-  s.set_min_p(p.min_p());
-  s.set_repetition_penalty(p.repetition_penalty() == 0 ? 1.0f : p.repetition_penalty());
-  s.set_repeat_last_n(p.repeat_last_n() == 0 ? kDefaultRepeatLastN : p.repeat_last_n());
-  s.set_seed(seed);
-  return s;
-}
+// What the API's fields are called in errors.
+constexpr SamplingFieldNames kApiSamplingNames{
+    .temperature = "sampling.temperature",
+    .top_k = "sampling.top_k",
+    .top_p = "sampling.top_p",
+    .min_p = "sampling.min_p",
+    .repeat_penalty = "sampling.repetition_penalty",
+    .repeat_last_n = "sampling.repeat_last_n",
+};
 
-grpc::Status CheckSampling(const v1::SamplingParams& p) {
-  if (!(p.temperature() >= 0)) return Invalid("sampling.temperature must be >= 0");
-  if (p.top_k() < 0) return Invalid("sampling.top_k must be >= 0");
-  if (!(p.top_p() >= 0 && p.top_p() <= 1)) return Invalid("sampling.top_p must be in [0, 1]");
-  if (!(p.min_p() >= 0 && p.min_p() <= 1)) return Invalid("sampling.min_p must be in [0, 1]");
-  if (!(p.repetition_penalty() >= 0)) return Invalid("sampling.repetition_penalty must be >= 0");
-  if (p.repeat_last_n() < 0) return Invalid("sampling.repeat_last_n must be >= 0");
-  return grpc::Status::OK;
+// The worker reports what the control protocol allows; anything else is a
+// worker out of step with this daemon.
+absl::StatusOr<StopReason> StopOf(const control_v1::DoneReply& done) {
+  absl::StatusOr<StopReason> stop = StopReasonFromControl(done.stop_reason());
+  if (!stop.ok()) {
+    return absl::InternalError(absl::StrFormat("the worker ended the request oddly: %s",
+                                               stop.status().message()));
+  }
+  return stop;
 }
 
 }  // namespace
+
+absl::StatusOr<SamplingParams> SamplingFromApi(const v1::SamplingParams& api) {
+  // Unset (zero) API fields mean "off", or the default where 0 would mean
+  // something else; from here on every value is exact.
+  SamplingParams p;
+  p.temperature = api.temperature();
+  p.top_k = api.top_k();
+  p.top_p = api.top_p() == 0.0f ? 1.0f : api.top_p();
+  p.min_p = api.min_p();
+  p.repeat_penalty = api.repetition_penalty() == 0.0f ? 1.0f : api.repetition_penalty();
+  p.repeat_last_n = api.repeat_last_n() == 0 ? kApiDefaultRepeatLastN : api.repeat_last_n();
+  p.seed = api.has_seed() ? api.seed() : std::random_device{}();
+  if (absl::Status s = ValidateSamplingParams(p, kApiSamplingNames); !s.ok()) return s;
+  return p;
+}
 
 grpc::Status ToGrpc(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
@@ -91,13 +109,24 @@ MoetierService::MoetierService(const absl::StatusOr<Tokenizer>* tokenizer,
       scheduler_(scheduler),
       reporter_(reporter),
       devices_(std::move(devices)),
-      limits_(limits) {}
+      limits_(limits) {
+  // Every id the tokenizer produces (encoded prompts, end-of-generation
+  // stop ids) is below its vocabulary size; if that fits the model's, no
+  // such id needs checking again.
+  if (!tokenizer_->ok()) {
+    text_unavailable_ = tokenizer_->status();
+  } else if ((*tokenizer_)->vocab_size() > n_vocab_) {
+    text_unavailable_ = absl::FailedPreconditionError(absl::StrFormat(
+        "its tokenizer has %d tokens, more than the %d the model computes logits for",
+        (*tokenizer_)->vocab_size(), n_vocab_));
+  }
+}
 
 grpc::Status MoetierService::NeedTokenizer() const {
-  if (tokenizer_->ok()) return grpc::Status::OK;
+  if (text_unavailable_.ok()) return grpc::Status::OK;
   return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                       absl::StrFormat("this model cannot handle text (%s); send token ids",
-                                      tokenizer_->status().message()));
+                                      text_unavailable_.message()));
 }
 
 grpc::Status MoetierService::CheckTokenIds(const google::protobuf::RepeatedField<int32_t>& ids,
@@ -190,22 +219,18 @@ grpc::Status MoetierService::RunGeneration(grpc::ServerContext* context,
     return Invalid(absl::StrFormat("max_new_tokens %d is above the limit max_new_tokens_limit=%d",
                                    max_new_tokens, limits_.max_new_tokens_limit));
   }
-  if (grpc::Status s = CheckSampling(sampling); !s.ok()) return s;
-  if (std::optional<RequestScheduler::ModelLimits> model = scheduler_->ReadyLimits();
-      model.has_value() && static_cast<int64_t>(prompt_ids.size()) >= model->max_ctx) {
-    return Invalid(absl::StrFormat(
-        "the prompt is %d tokens; the worker's context holds %d (prompt + generated)",
-        prompt_ids.size(), model->max_ctx));
-  }
-  const uint64_t seed = sampling.has_seed() ? sampling.seed() : std::random_device{}();
+  absl::StatusOr<SamplingParams> settings = SamplingFromApi(sampling);
+  if (!settings.ok()) return ToGrpc(settings.status());
 
+  // Whether the prompt fits a worker's context is the scheduler's to say:
+  // it knows each worker's.
   control_v1::WorkerRequest request;
   control_v1::GenerateRequest* generate = request.mutable_generate();
   generate->mutable_prompt_token_ids()->Add(prompt_ids.begin(), prompt_ids.end());
   generate->set_max_new_tokens(max_new_tokens);
-  *generate->mutable_sampling() = ToWorker(sampling, seed);
+  *generate->mutable_sampling() = SamplingToControl(*settings);
   std::optional<StreamingDecoder> decoder;
-  if (tokenizer_->ok()) {
+  if (text_unavailable_.ok()) {
     if (!ignore_end_of_generation) {
       for (int32_t id : (*tokenizer_)->end_of_generation_ids()) generate->add_stop_token_ids(id);
     }
@@ -248,7 +273,9 @@ grpc::Status MoetierService::RunGeneration(grpc::ServerContext* context,
     }
     if (!reply.has_done()) continue;  // a score chunk cannot answer a generation
     const control_v1::DoneReply& done = reply.done();
-    if (done.stop_reason() == control_v1::STOP_ERROR) {
+    const absl::StatusOr<StopReason> stop = StopOf(done);
+    if (!stop.ok()) return ToGrpc(stop.status());
+    if (*stop == StopReason::kError) {
       return grpc::Status(static_cast<grpc::StatusCode>(done.error_code()),
                           done.error_message());
     }
@@ -270,8 +297,8 @@ grpc::Status MoetierService::RunGeneration(grpc::ServerContext* context,
     if (done.generated_tokens() > 1 && done.decode_seconds() > 0) {
       stats->set_decode_tokens_per_s((done.generated_tokens() - 1) / done.decode_seconds());
     }
-    stats->set_stop_reason(ToApi(done.stop_reason()));
-    stats->set_seed(seed);
+    stats->set_stop_reason(ToApi(*stop));
+    stats->set_seed(settings->seed);
     stats->set_worker_device((*job)->worker_device());
     stats->set_queue_wait_ms((*job)->queue_wait_ms());
     writer->Write(last);
@@ -314,11 +341,13 @@ grpc::Status MoetierService::Score(grpc::ServerContext* context, const v1::Score
     }
     if (!reply.has_done()) continue;
     const control_v1::DoneReply& done = reply.done();
-    if (done.stop_reason() == control_v1::STOP_ERROR) {
+    const absl::StatusOr<StopReason> stop = StopOf(done);
+    if (!stop.ok()) return ToGrpc(stop.status());
+    if (*stop == StopReason::kError) {
       return grpc::Status(static_cast<grpc::StatusCode>(done.error_code()),
                           done.error_message());
     }
-    if (done.stop_reason() == control_v1::STOP_CANCELLED) {
+    if (*stop == StopReason::kCancelled) {
       return grpc::Status(grpc::StatusCode::CANCELLED, "the call was cancelled");
     }
     const uint64_t want =
@@ -414,12 +443,14 @@ grpc::Status MoetierService::SetBudget(grpc::ServerContext* context,
     if (!next.ok()) return ToGrpc(next.status());
     if (!next->has_value() || !(*next)->has_done()) continue;
     const control_v1::DoneReply& done = (*next)->done();
-    if (done.stop_reason() == control_v1::STOP_ERROR) {
+    const absl::StatusOr<StopReason> stop = StopOf(done);
+    if (!stop.ok()) return ToGrpc(stop.status());
+    if (*stop == StopReason::kError) {
       return grpc::Status(static_cast<grpc::StatusCode>(done.error_code()),
                           absl::StrFormat("device '%s': %s", request->device(),
                                           done.error_message()));
     }
-    if (done.stop_reason() == control_v1::STOP_CANCELLED) {
+    if (*stop == StopReason::kCancelled) {
       return grpc::Status(grpc::StatusCode::CANCELLED, "the call was cancelled");
     }
     response->set_expert_cache_bytes(done.expert_cache_bytes());

@@ -2,14 +2,24 @@
 // tokenizes, hands the work to the scheduler and streams the worker's
 // replies back as text. Cancelling a call (or the client disconnecting)
 // cancels its job, which frees the worker's sequence.
+//
+// This is where an API request's values are checked, once: token ids
+// against the model's n_vocab (prompt_token_ids, Score's and Detokenize's
+// ids; the tokenizer's own ids by its vocabulary size, at construction),
+// max_new_tokens and the byte limits, and the sampling settings, whose
+// defaults are filled in here. Whether the tokens fit a worker's context is
+// the scheduler's check, which knows every worker's. Past this point the
+// values travel as they are.
 #pragma once
 
 #include <optional>
 #include <string>
 
+#include "absl/status/statusor.h"
 #include "config/daemon_config.h"
 #include "frontdoor/status_report.h"
 #include "moetier/v1/moetier.grpc.pb.h"
+#include "request/sampling_params.h"
 #include "scheduler/request_scheduler.h"
 #include "gguf/tokenizer/chat_template.h"
 #include "gguf/tokenizer/tokenizer.h"
@@ -26,12 +36,20 @@ struct FrontDoorLimits {
 
 FrontDoorLimits FrontDoorLimitsFromConfig(const DaemonConfig& config);
 
+// The sampling settings of an API request: its unset (zero) fields replaced
+// by what they stand for (top_p and repetition_penalty 1, repeat_last_n 64),
+// the seed drawn at random when absent, then every value checked.
+// INVALID_ARGUMENT names the API field, its value and its valid range.
+absl::StatusOr<SamplingParams> SamplingFromApi(const v1::SamplingParams& sampling);
+
 class MoetierService final : public v1::Moetier::Service {
  public:
   // `tokenizer` and `chat_template` are the model's, or the error that says
   // why it has none: requests that need them then fail FAILED_PRECONDITION
-  // with that message, while token-id requests still work. Pointers must
-  // outlive the service.
+  // with that message, while token-id requests still work (the same when
+  // the tokenizer has more tokens than n_vocab). Pointers must outlive the
+  // service; `reporter` may be null when GetStatus and WatchStatus are not
+  // called.
   MoetierService(const absl::StatusOr<Tokenizer>* tokenizer,
                  absl::StatusOr<ChatTemplate> chat_template, int32_t n_vocab,
                  RequestScheduler* scheduler, StatusReporter* reporter,
@@ -62,11 +80,15 @@ class MoetierService final : public v1::Moetier::Service {
   grpc::Status CheckTokenIds(const google::protobuf::RepeatedField<int32_t>& ids,
                              const char* what) const;
 
-  // OK when the model has a tokenizer; else FAILED_PRECONDITION saying why.
+  // OK when the model has a usable tokenizer; else FAILED_PRECONDITION
+  // saying why.
   grpc::Status NeedTokenizer() const;
 
   const absl::StatusOr<Tokenizer>* tokenizer_;
   int32_t n_vocab_;
+  // Why text cannot be handled: no tokenizer, or one whose ids do not all
+  // fit n_vocab_. OK when it can.
+  absl::Status text_unavailable_;
   absl::StatusOr<ChatTemplate> chat_template_;
   RequestScheduler* scheduler_;
   StatusReporter* reporter_;

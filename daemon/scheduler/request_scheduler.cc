@@ -9,6 +9,7 @@
 #include "absl/strings/str_format.h"
 #include "control/control_channel.h"
 #include "log/daemon_log.h"
+#include "request/control_codec.h"
 #include "store/shared_futex.h"
 
 namespace moetier {
@@ -20,8 +21,22 @@ constexpr int64_t kReaderPollMs = 100;
 control_v1::WorkerReply CancelledDone(uint64_t id) {
   control_v1::WorkerReply reply;
   reply.set_id(id);
-  reply.mutable_done()->set_stop_reason(control_v1::STOP_CANCELLED);
+  reply.mutable_done()->set_stop_reason(StopReasonToControl(StopReason::kCancelled));
   return reply;
+}
+
+// The positions of a sequence a request needs: a Score one per id, a
+// Generate its prompt and room for the one token it must at least
+// generate. 0: it needs no sequence.
+int64_t ContextPositions(const control_v1::WorkerRequest& request) {
+  switch (request.kind_case()) {
+    case control_v1::WorkerRequest::kScore:
+      return request.score().token_ids_size();
+    case control_v1::WorkerRequest::kGenerate:
+      return int64_t{request.generate().prompt_token_ids_size()} + 1;
+    default:
+      return 0;
+  }
 }
 
 }  // namespace
@@ -80,10 +95,12 @@ void RequestScheduler::OnReply(Connection& c, control_v1::WorkerReply reply) {
     c.info.n_vocab = reply.ready().n_vocab();
     c.info.max_ctx = reply.ready().max_ctx();
     c.info.backend = reply.ready().backend();
+    announced_max_ctx_[c.info.device] = c.info.max_ctx;
     LogInfo("worker %d (%s, pid %d) is ready: %s backend, %d threads, context %d tokens",
             c.info.index, c.info.device, c.info.pid, c.info.backend, reply.ready().threads(),
             c.info.max_ctx);
     worker_ready_.notify_all();
+    RefuseWhatCannotFit();
     Dispatch();
     return;
   }
@@ -97,7 +114,8 @@ void RequestScheduler::OnReply(Connection& c, control_v1::WorkerReply reply) {
   const bool done = reply.has_done();
   if (done) {
     const control_v1::DoneReply& d = reply.done();
-    if (d.stop_reason() == control_v1::STOP_CANCELLED) ++cancelled_;
+    const absl::StatusOr<StopReason> stop = StopReasonFromControl(d.stop_reason());
+    if (stop.ok() && *stop == StopReason::kCancelled) ++cancelled_;
     if (d.generated_tokens() > 1 && d.decode_seconds() > 0) {
       c.info.last_decode_tokens_per_s = (d.generated_tokens() - 1) / d.decode_seconds();
     }
@@ -138,11 +156,47 @@ void RequestScheduler::OnClosed(Connection& c, const absl::Status& why) {
 RequestScheduler::Connection* RequestScheduler::IdleWorkerFor(const Queued& q) {
   for (std::unique_ptr<Connection>& c : connections_) {
     if (c->info.ready && !c->info.busy && !c->closed &&
-        (q.device.empty() || q.device == c->info.device)) {
+        (q.device.empty() || q.device == c->info.device) && q.positions <= c->info.max_ctx) {
       return c.get();
     }
   }
   return nullptr;
+}
+
+absl::Status RequestScheduler::CheckContext(const control_v1::WorkerRequest& request,
+                                            const std::string& device, int64_t positions) const {
+  if (positions == 0) return absl::OkStatus();
+  const std::string* largest_device = nullptr;
+  int32_t largest = 0;
+  for (const auto& [d, max_ctx] : announced_max_ctx_) {
+    if (!device.empty() && d != device) continue;
+    if (largest_device == nullptr || max_ctx > largest) {
+      largest_device = &d;
+      largest = max_ctx;
+    }
+  }
+  if (largest_device == nullptr || positions <= largest) return absl::OkStatus();
+  if (request.has_score()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%d token ids to score; the context of the worker on %s holds %d tokens",
+        request.score().token_ids_size(), *largest_device, largest));
+  }
+  return absl::InvalidArgumentError(absl::StrFormat(
+      "the prompt is %d tokens; the context of the worker on %s holds %d tokens, prompt and "
+      "generated together, so a prompt may have at most %d",
+      request.generate().prompt_token_ids_size(), *largest_device, largest, largest - 1));
+}
+
+void RequestScheduler::RefuseWhatCannotFit() {
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    const absl::Status fits = CheckContext(it->job->request(), it->device, it->positions);
+    if (fits.ok()) {
+      ++it;
+      continue;
+    }
+    it->job->Fail(fits);
+    it = queue_.erase(it);
+  }
 }
 
 void RequestScheduler::Dispatch() {
@@ -189,6 +243,8 @@ absl::StatusOr<std::shared_ptr<RequestJob>> RequestScheduler::Enqueue(
     std::string device, control_v1::WorkerRequest request) {
   std::lock_guard<std::mutex> lock(mutex_);
   if (shut_down_) return absl::UnavailableError("moetierd is shutting down");
+  const int64_t positions = ContextPositions(request);
+  if (absl::Status fits = CheckContext(request, device, positions); !fits.ok()) return fits;
   if (queue_.size() >= limits_.max_queued_requests) {
     ++rejected_;
     return absl::ResourceExhaustedError(absl::StrFormat(
@@ -197,7 +253,7 @@ absl::StatusOr<std::shared_ptr<RequestJob>> RequestScheduler::Enqueue(
   }
   request.set_id(next_id_++);
   auto job = std::make_shared<RequestJob>(std::move(request));
-  queue_.push_back({job, store::MonotonicNowNs(), std::move(device)});
+  queue_.push_back({job, store::MonotonicNowNs(), std::move(device), positions});
   Dispatch();
   return job;
 }

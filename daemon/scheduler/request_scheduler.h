@@ -5,6 +5,14 @@
 // cache) waits in the same queue for that worker; it holds back no request
 // that another idle worker can take.
 //
+// The scheduler is where a request's length meets the workers' contexts:
+// each worker announces its max_ctx in its ReadyReply, and a request that
+// fits none of them (a Score's ids, a Generate's prompt plus the one token
+// it must at least generate) is refused before it is queued, with the
+// numbers in the message; it is only ever sent to a worker whose context
+// holds it. Nothing past the scheduler checks the length again but the
+// engine's own guard.
+//
 // The scheduler owns the control channel of every admitted worker (the
 // supervisor hands over a duplicate) and reads its replies on a thread per
 // worker. A worker whose channel closes fails its running request with
@@ -17,6 +25,7 @@
 #include <atomic>
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -69,9 +78,12 @@ class RequestScheduler {
   // on_admitted callback). Safe from any thread.
   void AddWorker(AdmittedWorker worker);
 
-  // Queues `request` (its kind set, its id assigned here). RESOURCE_EXHAUSTED
-  // when max_queued_requests are already waiting; UNAVAILABLE after
-  // Shutdown().
+  // Queues `request` (its kind set, its id assigned here). INVALID_ARGUMENT
+  // when its tokens fit the context of no worker that has announced one,
+  // naming the request's length and the largest context; a request queued
+  // before any worker announced its context fails the same way when one
+  // does, if it does not fit. RESOURCE_EXHAUSTED when max_queued_requests
+  // are already waiting; UNAVAILABLE after Shutdown().
   absl::StatusOr<std::shared_ptr<RequestJob>> Submit(control_v1::WorkerRequest request);
   // Like Submit, for the worker on `device` only: it runs there after the
   // requests that worker is serving or that were queued before it and could
@@ -113,14 +125,23 @@ class RequestScheduler {
     std::shared_ptr<RequestJob> job;
     uint64_t submitted_ns = 0;
     std::string device;  // the only worker that may take it; empty: any
+    int64_t positions = 0;  // sequence positions it needs (ContextPositions)
   };
 
   void ReadLoop(Connection* connection);
   void OnReply(Connection& connection, control_v1::WorkerReply reply);  // mutex_ held
   void OnClosed(Connection& connection, const absl::Status& why);       // mutex_ held
   void Dispatch();                                                       // mutex_ held
-  // A ready, idle worker that may take `q`; null if none. mutex_ held.
+  // A ready, idle worker that may take `q` and whose context holds it; null
+  // if none. mutex_ held.
   Connection* IdleWorkerFor(const Queued& q);
+  // OK when `positions` fit the largest context announced by a worker on
+  // `device` (empty: any), or when none has announced one yet; else the
+  // refusal, with the numbers. mutex_ held.
+  absl::Status CheckContext(const control_v1::WorkerRequest& request, const std::string& device,
+                            int64_t positions) const;
+  // Fails the queued requests that fit no announced context. mutex_ held.
+  void RefuseWhatCannotFit();
   absl::StatusOr<std::shared_ptr<RequestJob>> Enqueue(std::string device,
                                                       control_v1::WorkerRequest request);
 
@@ -130,6 +151,9 @@ class RequestScheduler {
   std::deque<Queued> queue_;
   std::vector<std::unique_ptr<Connection>> connections_;
   std::vector<std::thread> finished_readers_;  // joined outside the lock
+  // Each device's max_ctx from its worker's latest ReadyReply; kept while
+  // that worker restarts.
+  std::map<std::string, int32_t> announced_max_ctx_;
   uint64_t next_id_ = 1;
   uint32_t active_ = 0;
   uint64_t completed_ = 0;

@@ -51,8 +51,12 @@ namespace moetier::store {
 
 // "MOETSTOR" read as a little-endian u64.
 inline constexpr uint64_t kSegmentMagic = 0x524F545354454F4DULL;
-// Bump on any change to a struct below; attach refuses other versions.
-inline constexpr uint32_t kLayoutVersion = 2;
+// Bump on any change to a struct below, and on any change to what the
+// control protocol's messages mean (moetier/worker/v1/control.proto): the
+// worker's join (worker_channel.h) and attach refuse other versions, so a
+// daemon and a worker from different builds never talk. 3: the control
+// protocol's sampling settings are exact, every field present.
+inline constexpr uint32_t kLayoutVersion = 3;
 
 inline constexpr uint32_t kMaxLayers = 128;
 inline constexpr uint32_t kMaxExpertsPerLayer = 512;

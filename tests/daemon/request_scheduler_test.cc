@@ -80,6 +80,15 @@ control_v1::WorkerRequest GenerateRequest(std::vector<int32_t> prompt) {
   return r;
 }
 
+control_v1::WorkerRequest ScoreRequest(int n) {
+  control_v1::WorkerRequest r;
+  for (int i = 0; i < n; ++i) r.mutable_score()->add_token_ids(i % 32);
+  return r;
+}
+
+// A prompt of n tokens.
+control_v1::WorkerRequest PromptOf(int n) { return GenerateRequest(std::vector<int32_t>(n, 1)); }
+
 // Takes replies until one is a Done (or the job fails); returns them all.
 std::vector<control_v1::WorkerReply> Drain(RequestJob& job, absl::Status* failure = nullptr) {
   std::vector<control_v1::WorkerReply> replies;
@@ -321,6 +330,79 @@ TEST(RequestSchedulerTest, ARequestForAnAbsentWorkerWaitsUntilCancelled) {
   ASSERT_EQ(replies.size(), 1u);
   EXPECT_EQ(replies[0].done().stop_reason(), control_v1::STOP_CANCELLED);
   EXPECT_EQ(scheduler.Snapshot().queued, 0u);
+}
+
+TEST(RequestSchedulerTest, ARequestThatFitsNoContextIsRefusedBeforeItIsQueued) {
+  RequestScheduler scheduler({4, 4});
+  FakeWorker worker(scheduler, 0, /*max_ctx=*/16);
+  ASSERT_TRUE(scheduler.WaitForReadyWorker(kWaitMs));
+  // A generation needs room for its prompt and one token: 16 is too many.
+  absl::StatusOr<std::shared_ptr<RequestJob>> refused = scheduler.Submit(PromptOf(16));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(refused.status().message(),
+            "the prompt is 16 tokens; the context of the worker on cpu holds 16 tokens, prompt "
+            "and generated together, so a prompt may have at most 15");
+  absl::StatusOr<std::shared_ptr<RequestJob>> too_many = scheduler.Submit(ScoreRequest(17));
+  ASSERT_FALSE(too_many.ok());
+  EXPECT_EQ(too_many.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(too_many.status().message(),
+            "17 token ids to score; the context of the worker on cpu holds 16 tokens");
+  EXPECT_TRUE(worker.NothingPending()) << "a request that cannot fit reached the worker";
+  EXPECT_EQ(scheduler.Snapshot().queued, 0u);
+
+  // Exactly full is fine.
+  absl::StatusOr<std::shared_ptr<RequestJob>> longest = scheduler.Submit(PromptOf(15));
+  ASSERT_TRUE(longest.ok()) << longest.status();
+  const control_v1::WorkerRequest got = worker.Receive();
+  EXPECT_EQ(got.generate().prompt_token_ids_size(), 15);
+  worker.SendDone(got.id(), control_v1::STOP_CONTEXT_FULL);
+  absl::StatusOr<std::shared_ptr<RequestJob>> score = scheduler.Submit(ScoreRequest(16));
+  ASSERT_TRUE(score.ok()) << score.status();
+  EXPECT_EQ(worker.Receive().score().token_ids_size(), 16);
+}
+
+TEST(RequestSchedulerTest, ARequestQueuedBeforeAnyContextWasKnownFailsWhenItCannotFit) {
+  RequestScheduler scheduler({4, 4});
+  // No worker has announced a context yet: both wait.
+  absl::StatusOr<std::shared_ptr<RequestJob>> too_long = scheduler.Submit(PromptOf(40));
+  absl::StatusOr<std::shared_ptr<RequestJob>> fits = scheduler.Submit(PromptOf(3));
+  ASSERT_TRUE(too_long.ok() && fits.ok());
+  FakeWorker worker(scheduler, 0, /*max_ctx=*/32);
+  absl::Status failure;
+  EXPECT_TRUE(Drain(**too_long, &failure).empty());
+  EXPECT_EQ(failure.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(failure.message().find("the prompt is 40 tokens"), absl::string_view::npos) << failure;
+  EXPECT_NE(failure.message().find("holds 32 tokens"), absl::string_view::npos) << failure;
+  // The one that fits runs; the other never reached the worker.
+  const control_v1::WorkerRequest got = worker.Receive();
+  EXPECT_EQ(got.id(), (*fits)->id());
+  worker.SendDone(got.id(), control_v1::STOP_MAX_TOKENS);
+  EXPECT_TRUE(worker.NothingPending());
+}
+
+TEST(RequestSchedulerTest, ARequestGoesOnlyToAWorkerWhoseContextHoldsIt) {
+  RequestScheduler scheduler({8, 8});
+  FakeWorker small(scheduler, 0, 16, "cpu");
+  FakeWorker large(scheduler, 1, 256, "cuda:0");
+  auto all_ready = [&] {
+    int ready = 0;
+    for (const SchedulerWorkerInfo& w : scheduler.Snapshot().workers) ready += w.ready;
+    return ready == 2;
+  };
+  for (int i = 0; i < 500 && !all_ready(); ++i) usleep(10000);
+  ASSERT_TRUE(all_ready());
+  // Both are idle; only the larger context holds it.
+  auto job = scheduler.Submit(PromptOf(100));
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(large.Receive().id(), (*job)->id());
+  EXPECT_TRUE(small.NothingPending());
+  // Beyond every context: refused, naming the largest.
+  absl::StatusOr<std::shared_ptr<RequestJob>> refused = scheduler.Submit(PromptOf(300));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("the worker on cuda:0 holds 256 tokens"),
+            absl::string_view::npos)
+      << refused.status();
 }
 
 TEST(RequestSchedulerTest, ShutdownFailsWaitingRequestsAndRefusesNewOnes) {

@@ -171,7 +171,7 @@ TEST(SamplerTest, RepeatPenaltyWindowForgetsOldTokens) {
   EXPECT_EQ(logits[0], 3.0f);
 }
 
-TEST(SamplerTest, RejectsBadParameters) {
+TEST(SamplerTest, CreateRejectsBadParameters) {
   SamplingParams p = Plain(1.0f);
   p.temperature = -1.0f;
   EXPECT_FALSE(Sampler::Create(10, p).ok());
@@ -191,6 +191,24 @@ TEST(SamplerTest, RejectsBadParameters) {
   p.repeat_last_n = -1;
   EXPECT_FALSE(Sampler::Create(10, p).ok());
   EXPECT_FALSE(Sampler::Create(0, Plain(1.0f)).ok());
+}
+
+// Past the edge the settings are trusted: a sampler given values that never
+// passed ValidateSamplingParams is a bug, and it stops there.
+TEST(SamplerDeathTest, TheConstructorAbortsOnImpossibleSettings) {
+  SamplingParams p = Plain(1.0f);
+  p.top_p = 1.5f;
+  EXPECT_DEATH(Sampler(10, p), "check failed");
+  EXPECT_DEATH(Sampler(0, Plain(1.0f)), "check failed");
+}
+
+TEST(SamplerTest, TopPZeroKeepsOnlyTheLikeliestToken) {
+  // Exact values: 0 is not "off" here.
+  SamplingParams p = Plain(1.0f);
+  p.top_p = 0.0f;
+  Sampler s(4, p);
+  const std::vector<float> logits{0.5f, 0.4f, 0.6f, 0.3f};
+  for (int i = 0; i < 200; ++i) EXPECT_EQ(s.Sample(logits), 2);
 }
 
 }  // namespace

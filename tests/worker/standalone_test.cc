@@ -258,6 +258,23 @@ TEST(WorkerStandaloneTest, UsageErrorsAreOneLine) {
        "drop --device or the backend"},
       {{"--standalone", "--model"}, "needs a value"},
       {{"--standalone", "stray"}, "stray"},
+      // The sampling flags are checked here, once, before the model is read.
+      {{"--standalone", "--model", TinyModel(), "--prompt", "x", "--top-p", "1.5"},
+       "flag --top-p is 1.5; it must be in [0, 1]"},
+      {{"--standalone", "--model", TinyModel(), "--prompt", "x", "--temp", "-1"},
+       "flag --temp is -1; it must be finite and >= 0"},
+      {{"--standalone", "--model", TinyModel(), "--prompt", "x", "--top-k", "-2"},
+       "flag --top-k is -2; it must be >= 0"},
+      {{"--standalone", "--model", TinyModel(), "--prompt", "x", "--min-p", "1.01"},
+       "flag --min-p is 1.01; it must be in [0, 1]"},
+      {{"--standalone", "--model", TinyModel(), "--prompt", "x", "--repeat-penalty", "0"},
+       "flag --repeat-penalty is 0; it must be finite and > 0"},
+      {{"--standalone", "--model", TinyModel(), "--prompt", "x", "--repeat-last-n", "2000000"},
+       "flag --repeat-last-n is 2000000; it must be in 0..1048576"},
+      // Even with a model that does not exist: the flags are refused first.
+      {{"--standalone", "--model", TempPath("no-such-model.gguf"), "--prompt", "x", "--top-p",
+        "-0.5"},
+       "flag --top-p is -0.5"},
   };
   for (const Case& c : cases) {
     const Result r = RunWorker(c.args);

@@ -24,7 +24,7 @@ absl::StatusOr<GenerationResult> RunGeneration(ForwardEngine& engine, Sequence& 
   const int n_prompt = static_cast<int>(request.prompt.size());
   const auto start = Clock::now();
   if (n_prompt >= seq.capacity()) {
-    result.stop = GenerationStop::kContextFull;
+    result.stop = StopReason::kContextFull;
     return result;
   }
   if (absl::Status s = engine.Forward(seq, request.prompt, LogitRows::kNone, nullptr); !s.ok()) {
@@ -35,7 +35,7 @@ absl::StatusOr<GenerationResult> RunGeneration(ForwardEngine& engine, Sequence& 
   for (int32_t token : request.prompt) sampler.Accept(token);
   const auto decode_start = Clock::now();
   result.prefill_s = Seconds(start, decode_start);
-  auto finish = [&](GenerationStop stop) {
+  auto finish = [&](StopReason stop) {
     result.stop = stop;
     result.decode_s = Seconds(decode_start, Clock::now());
     return result;
@@ -46,7 +46,7 @@ absl::StatusOr<GenerationResult> RunGeneration(ForwardEngine& engine, Sequence& 
     absl::StatusOr<int32_t> token = engine.Sample(sampler);
     if (!token.ok()) {
       result.engine_error = token.status();
-      return finish(GenerationStop::kMaxTokens);
+      return finish(StopReason::kMaxTokens);
     }
     sampler.Accept(*token);
     ++result.generated;
@@ -55,19 +55,19 @@ absl::StatusOr<GenerationResult> RunGeneration(ForwardEngine& engine, Sequence& 
     const double latency_ms =
         std::chrono::duration<double, std::milli>(Clock::now() - token_start).count();
     if (absl::Status s = sink.OnToken(*token, is_stop, latency_ms); !s.ok()) return s;
-    if (is_stop) return finish(GenerationStop::kEndOfGeneration);
+    if (is_stop) return finish(StopReason::kEndOfGeneration);
     if (request.max_new_tokens >= 0 && result.generated >= request.max_new_tokens) {
-      return finish(GenerationStop::kMaxTokens);
+      return finish(StopReason::kMaxTokens);
     }
-    if (n_prompt + result.generated >= seq.capacity()) return finish(GenerationStop::kContextFull);
+    if (n_prompt + result.generated >= seq.capacity()) return finish(StopReason::kContextFull);
     absl::StatusOr<bool> stop = sink.ShouldStop();
     if (!stop.ok()) return stop.status();
-    if (*stop) return finish(GenerationStop::kStopped);
+    if (*stop) return finish(StopReason::kCancelled);
     token_start = Clock::now();
     const int32_t one[1] = {*token};
     if (absl::Status s = engine.Forward(seq, one, LogitRows::kNone, nullptr); !s.ok()) {
       result.engine_error = s;
-      return finish(GenerationStop::kMaxTokens);
+      return finish(StopReason::kMaxTokens);
     }
   }
 }

@@ -14,16 +14,10 @@
 #include "absl/status/statusor.h"
 #include "engine/forward_engine.h"
 #include "engine/sequence.h"
+#include "request/stop_reason.h"
 #include "sampling/sampler.h"
 
 namespace moetier {
-
-enum class GenerationStop {
-  kEndOfGeneration,  // a stop token was sampled (and reported)
-  kMaxTokens,
-  kContextFull,
-  kStopped,  // the sink asked to stop (a cancel, a closed channel)
-};
 
 struct GenerationRequest {
   std::span<const int32_t> prompt;    // non-empty, ids checked by the engine
@@ -38,12 +32,14 @@ class TokenSink {
   // Each sampled token in order, stop tokens included (flagged);
   // latency_ms is the time to compute it (the first includes the prefill).
   virtual absl::Status OnToken(int32_t token, bool is_stop, double latency_ms) = 0;
-  // Asked between tokens: true stops the loop with kStopped.
+  // Asked between tokens: true stops the loop with kCancelled.
   virtual absl::StatusOr<bool> ShouldStop() { return false; }
 };
 
 struct GenerationResult {
-  GenerationStop stop = GenerationStop::kMaxTokens;
+  // kEndOfGeneration, kMaxTokens, kContextFull, or kCancelled when the sink
+  // asked to stop (a cancel, a closed channel).
+  StopReason stop = StopReason::kMaxTokens;
   int generated = 0;        // tokens reported, stop token included
   double prefill_s = 0.0;   // the prompt's forward pass
   double decode_s = 0.0;    // from the end of the prefill to the end

@@ -1,62 +1,31 @@
-#include "base/check.h"
 #include "sampling/sampler.h"
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "base/check.h"
 
 namespace moetier {
-namespace {
 
-
-constexpr int kMaxRepeatLastN = 1 << 20;
-
-}  // namespace
-
-absl::StatusOr<Sampler> Sampler::Create(int n_vocab, const SamplingParams& p) {
+absl::StatusOr<Sampler> Sampler::Create(int n_vocab, const SamplingParams& params) {
   if (n_vocab < 1) {
     return absl::InvalidArgumentError(absl::StrFormat("vocabulary size %d must be >= 1", n_vocab));
   }
-  if (!std::isfinite(p.temperature) || p.temperature < 0.0f) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("temperature %g must be finite and >= 0 (0 is greedy)", p.temperature));
-  }
-  if (p.top_k < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("top-k %d must be >= 0 (0 disables it)", p.top_k));
-  }
-  if (!(p.top_p >= 0.0f && p.top_p <= 1.0f)) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("top-p %g must be in [0, 1] (1 disables it)", p.top_p));
-  }
-  if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("min-p %g must be in [0, 1] (0 disables it)", p.min_p));
-  }
-  if (!std::isfinite(p.repeat_penalty) || p.repeat_penalty <= 0.0f) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "repeat penalty %g must be finite and > 0 (1 disables it)", p.repeat_penalty));
-  }
-  if (p.repeat_last_n < 0 || p.repeat_last_n > kMaxRepeatLastN) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("repeat-last-n %d must be in 0..%d (0 disables the penalty)",
-                        p.repeat_last_n, kMaxRepeatLastN));
-  }
-  return Sampler(n_vocab, p);
+  if (absl::Status s = ValidateSamplingParams(params); !s.ok()) return s;
+  return Sampler(n_vocab, params);
 }
 
 Sampler::Sampler(int n_vocab, const SamplingParams& params)
-    : n_vocab_(n_vocab),
-      params_(params),
-      rng_(params.seed),
-      candidates_(n_vocab),
-      probs_(n_vocab),
-      window_(params.repeat_last_n),
-      penalized_(n_vocab, 0) {}
+    : n_vocab_(n_vocab), params_(params), rng_(params.seed) {
+  MOETIER_CHECK(n_vocab >= 1);
+  MOETIER_CHECK(ValidateSamplingParams(params).ok());
+  candidates_.resize(static_cast<size_t>(n_vocab));
+  probs_.resize(static_cast<size_t>(n_vocab));
+  window_.resize(static_cast<size_t>(params.repeat_last_n));
+  penalized_.assign(static_cast<size_t>(n_vocab), 0);
+}
 
 void Sampler::Reset() {
   window_next_ = 0;

@@ -1,7 +1,11 @@
 // Token sampling with llama.cpp's semantics and order: repetition penalty,
-// top-k, top-p, min-p, temperature, then a seeded draw. Temperature <= 0 is
+// top-k, top-p, min-p, temperature, then a seeded draw. Temperature 0 is
 // greedy (argmax after the penalty). All buffers are sized at creation, so
 // sampling a token never allocates.
+//
+// The settings are proto/request/sampling_params.h's, checked where the
+// request entered the system (the daemon's front door, the standalone
+// worker's flags); the sampler takes them as they are.
 #pragma once
 
 #include <cstdint>
@@ -10,22 +14,18 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "request/sampling_params.h"
 
 namespace moetier {
 
-struct SamplingParams {
-  float temperature = 0.8f;     // <= 0: greedy
-  int top_k = 40;               // <= 0: off
-  float top_p = 0.95f;          // >= 1: off; else in (0, 1)
-  float min_p = 0.05f;          // <= 0: off; else in (0, 1]
-  float repeat_penalty = 1.0f;  // 1: off; > 0
-  int repeat_last_n = 64;       // how many recent tokens the penalty looks at; 0: off
-  uint64_t seed = 0;
-};
-
 class Sampler {
  public:
-  // Checks the parameters (errors name the bad one and its valid range).
+  // `params` must pass ValidateSamplingParams and n_vocab be >= 1: a
+  // violation is a bug of the caller and aborts.
+  Sampler(int n_vocab, const SamplingParams& params);
+
+  // For callers that are their own edge (benchmarks, tests): checks the
+  // settings with ValidateSamplingParams, then constructs.
   static absl::StatusOr<Sampler> Create(int n_vocab, const SamplingParams& params);
 
   // Picks the next token from one row of n_vocab logits, which are left
@@ -46,7 +46,6 @@ class Sampler {
     int32_t id;
   };
 
-  Sampler(int n_vocab, const SamplingParams& params);
   void ApplyRepeatPenalty();
   // Uniform in [0, 1), from the generator's raw bits so the same seed gives
   // the same draws with any standard library.

@@ -14,6 +14,8 @@
 #include "absl/strings/str_format.h"
 #include "control/control_channel.h"
 #include "generation/generate_loop.h"
+#include "request/control_codec.h"
+#include "sampling/sampler.h"
 
 namespace moetier {
 namespace {
@@ -22,7 +24,6 @@ static_assert(std::endian::native == std::endian::little,
               "LogitsChunk carries the host's float32 bytes, which must be little-endian");
 
 using control_v1::DoneReply;
-using control_v1::StopReason;
 using control_v1::WorkerReply;
 using control_v1::WorkerRequest;
 
@@ -34,19 +35,13 @@ double SecondsSince(Clock::time_point start) {
 
 bool PeerGone(int error) { return error == EPIPE || error == ECONNRESET || error == ENOTCONN; }
 
-}  // namespace
-
-SamplingParams SamplingFromProto(const control_v1::Sampling& s) {
-  SamplingParams p;
-  p.temperature = s.temperature();
-  p.top_k = s.top_k();
-  p.top_p = s.top_p() == 0.0f ? 1.0f : s.top_p();
-  p.min_p = s.min_p();
-  p.repeat_penalty = s.repetition_penalty() == 0.0f ? 1.0f : s.repetition_penalty();
-  p.repeat_last_n = s.repeat_last_n();
-  p.seed = s.seed();
-  return p;
+DoneReply Done(StopReason reason) {
+  DoneReply done;
+  done.set_stop_reason(StopReasonToControl(reason));
+  return done;
 }
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<ControlServer>> ControlServer::Create(
     int control_fd, ForwardEngine& engine, const ControlServerOptions& options) {
@@ -115,8 +110,7 @@ absl::Status ControlServer::SendDone(uint64_t id, const DoneReply& done) {
 }
 
 absl::Status ControlServer::SendError(uint64_t id, const absl::Status& error) {
-  DoneReply done;
-  done.set_stop_reason(control_v1::STOP_ERROR);
+  DoneReply done = Done(StopReason::kError);
   done.set_error_code(static_cast<int32_t>(error.code()));
   done.set_error_message(std::string(error.message()));
   return SendDone(id, done);
@@ -157,9 +151,7 @@ absl::Status ControlServer::Intake(WorkerRequest request) {
   for (auto it = queue_.begin(); it != queue_.end(); ++it) {
     if (it->id() == target && it->kind_case() != WorkerRequest::kCancel) {
       queue_.erase(it);
-      DoneReply done;
-      done.set_stop_reason(control_v1::STOP_CANCELLED);
-      return SendDone(target, done);
+      return SendDone(target, Done(StopReason::kCancelled));
     }
   }
   return absl::OkStatus();  // unknown or finished: nothing to do
@@ -233,17 +225,6 @@ absl::Status ControlServer::Run() {
 
 // ------------------------------------------------------------------ requests
 
-absl::Status ControlServer::CheckTokens(const char* what, const int32_t* ids, int n) const {
-  for (int i = 0; i < n; ++i) {
-    if (ids[i] < 0 || ids[i] >= n_vocab_) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("%s: token id %d at index %d is outside the vocabulary 0..%d", what,
-                          ids[i], i, n_vocab_ - 1));
-    }
-  }
-  return absl::OkStatus();
-}
-
 absl::Status ControlServer::Serve(const WorkerRequest& request) {
   running_id_ = request.id();
   running_ = true;
@@ -274,14 +255,6 @@ absl::Status ControlServer::Serve(const WorkerRequest& request) {
 absl::Status ControlServer::Score(uint64_t id, const control_v1::ScoreRequest& request) {
   const int n = request.token_ids_size();
   if (n == 0) return SendError(id, absl::InvalidArgumentError("score: no token ids"));
-  if (n > engine_.max_ctx()) {
-    return SendError(id, absl::InvalidArgumentError(absl::StrFormat(
-                             "score: %d tokens exceed the worker's context of %d tokens", n,
-                             engine_.max_ctx())));
-  }
-  if (absl::Status bad = CheckTokens("score", request.token_ids().data(), n); !bad.ok()) {
-    return SendError(id, bad);
-  }
   const auto start = Clock::now();
   absl::StatusOr<std::unique_ptr<Sequence>> seq = engine_.NewSequence();
   if (!seq.ok()) return SendError(id, seq.status());
@@ -314,15 +287,13 @@ absl::Status ControlServer::Score(uint64_t id, const control_v1::ScoreRequest& r
     if (absl::Status s = PollChannel(); !s.ok()) return s;
     if (closed_) return absl::OkStatus();
     if (cancel_running_ && pos < n) {
-      DoneReply done;
-      done.set_stop_reason(control_v1::STOP_CANCELLED);
+      DoneReply done = Done(StopReason::kCancelled);
       done.set_prompt_tokens(n);
       done.set_prefill_seconds(SecondsSince(start));
       return SendDone(id, done);
     }
   }
-  DoneReply done;
-  done.set_stop_reason(control_v1::STOP_COMPLETE);
+  DoneReply done = Done(StopReason::kComplete);
   done.set_prompt_tokens(n);
   done.set_prefill_seconds(SecondsSince(start));
   return SendDone(id, done);
@@ -330,36 +301,24 @@ absl::Status ControlServer::Score(uint64_t id, const control_v1::ScoreRequest& r
 
 absl::Status ControlServer::Generate(uint64_t id, const control_v1::GenerateRequest& request) {
   const int n_prompt = request.prompt_token_ids_size();
-  const int max_ctx = engine_.max_ctx();
-  if (n_prompt == 0)
+  if (n_prompt == 0) {
     return SendError(id, absl::InvalidArgumentError("generate: the prompt is empty"));
-  if (n_prompt > max_ctx) {
-    return SendError(id, absl::InvalidArgumentError(absl::StrFormat(
-                             "generate: the prompt's %d tokens exceed the worker's context of "
-                             "%d tokens",
-                             n_prompt, max_ctx)));
-  }
-  if (absl::Status bad =
-          CheckTokens("generate: prompt", request.prompt_token_ids().data(), n_prompt);
-      !bad.ok()) {
-    return SendError(id, bad);
-  }
-  if (absl::Status bad = CheckTokens("generate: stop tokens", request.stop_token_ids().data(),
-                                     request.stop_token_ids_size());
-      !bad.ok()) {
-    return SendError(id, bad);
   }
   if (request.max_new_tokens() < 1) {
     return SendError(id, absl::InvalidArgumentError(absl::StrFormat(
                              "generate: max_new_tokens is %d; it must be at least 1",
                              request.max_new_tokens())));
   }
-  absl::StatusOr<Sampler> sampler =
-      Sampler::Create(n_vocab_, SamplingFromProto(request.sampling()));
-  if (!sampler.ok()) {
-    return SendError(id, absl::InvalidArgumentError(
-                             absl::StrFormat("generate: %s", sampler.status().message())));
+  if (!request.has_sampling()) {
+    return SendError(id, absl::InvalidArgumentError("generate: no sampling settings"));
   }
+  absl::StatusOr<SamplingParams> params = SamplingFromControl(request.sampling());
+  if (!params.ok()) {
+    return SendError(id, absl::InvalidArgumentError(
+                             absl::StrFormat("generate: %s", params.status().message())));
+  }
+  // The values are the daemon's, checked at its front door: used as sent.
+  Sampler sampler(n_vocab_, *params);
   stop_ids_.assign(request.stop_token_ids().begin(), request.stop_token_ids().end());
   std::sort(stop_ids_.begin(), stop_ids_.end());
   absl::StatusOr<std::unique_ptr<Sequence>> seq = engine_.NewSequence();
@@ -388,33 +347,18 @@ absl::Status ControlServer::Generate(uint64_t id, const control_v1::GenerateRequ
                                          static_cast<size_t>(n_prompt)),
       .max_new_tokens = request.max_new_tokens(),
       .stop_ids = stop_ids_};
-  absl::StatusOr<GenerationResult> result = RunGeneration(engine_, **seq, *sampler, generation, sink);
+  absl::StatusOr<GenerationResult> result = RunGeneration(engine_, **seq, sampler, generation, sink);
   if (!result.ok()) return result.status();
   if (closed_) return absl::OkStatus();
-  DoneReply done;
+  const bool failed = !result->engine_error.ok();
+  DoneReply done = Done(failed ? StopReason::kError : result->stop);
   done.set_prompt_tokens(n_prompt);
   done.set_generated_tokens(result->generated);
   done.set_prefill_seconds(result->prefill_s);
   done.set_decode_seconds(result->decode_s);
-  if (!result->engine_error.ok()) {
-    done.set_stop_reason(control_v1::STOP_ERROR);
+  if (failed) {
     done.set_error_code(static_cast<int32_t>(result->engine_error.code()));
     done.set_error_message(std::string(result->engine_error.message()));
-    return SendDone(id, done);
-  }
-  switch (result->stop) {
-    case GenerationStop::kEndOfGeneration:
-      done.set_stop_reason(control_v1::STOP_END_OF_GENERATION);
-      break;
-    case GenerationStop::kMaxTokens:
-      done.set_stop_reason(control_v1::STOP_MAX_TOKENS);
-      break;
-    case GenerationStop::kContextFull:
-      done.set_stop_reason(control_v1::STOP_CONTEXT_FULL);
-      break;
-    case GenerationStop::kStopped:
-      done.set_stop_reason(control_v1::STOP_CANCELLED);
-      break;
   }
   return SendDone(id, done);
 }
@@ -438,8 +382,7 @@ absl::Status ControlServer::ResizeExpertCache(uint64_t id,
                  *bytes / 1048576.0, request.pool_bytes() / 1048576.0);
     std::fflush(options_.log);
   }
-  DoneReply done;
-  done.set_stop_reason(control_v1::STOP_COMPLETE);
+  DoneReply done = Done(StopReason::kComplete);
   done.set_expert_cache_bytes(*bytes);
   return SendDone(id, done);
 }

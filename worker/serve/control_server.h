@@ -17,8 +17,17 @@
 //
 // While a request runs, the channel is polled without blocking between
 // tokens (and between Score batches): a Cancel takes effect there, other
-// requests are queued. A bad request gets Done(STOP_ERROR) with an
-// INVALID_ARGUMENT code and a message naming the problem; serving goes on.
+// requests are queued.
+//
+// The daemon checked every request's values where it entered the system
+// (token ids against n_vocab, the length against max_ctx, the sampling
+// settings), so the server checks only the message's shape: a kind it
+// knows, ids to run, max_new_tokens >= 1, every sampling field present. A
+// malformed request gets Done(STOP_ERROR) with INVALID_ARGUMENT and a
+// message naming the problem; serving goes on. What the engine cannot
+// compute (an id outside the vocabulary, a sequence past its capacity) it
+// refuses itself, and that error ends the request the same way; sampling
+// values outside their ranges are a daemon bug and abort (Sampler).
 //
 // Token loop: the logits row, the reply messages and the send buffer are
 // allocated once; a token costs the engine's work, one sample, one
@@ -39,7 +48,7 @@
 #include "cache/expert_cache_control.h"
 #include "engine/forward_engine.h"
 #include "moetier/worker/v1/control.pb.h"
-#include "sampling/sampler.h"
+#include "request/stop_reason.h"
 
 namespace moetier {
 
@@ -61,11 +70,6 @@ struct ControlServerOptions {
   // (daemon mode: shows the new cache on the status page at once).
   std::function<void()> expert_cache_resized;
 };
-
-// The engine's sampling parameters for a request's. proto3 cannot tell an
-// unset field from 0, so top_p and repetition_penalty of 0 mean "off" (1),
-// like the values that switch them off.
-SamplingParams SamplingFromProto(const control_v1::Sampling& sampling);
 
 class ControlServer {
  public:
@@ -104,8 +108,6 @@ class ControlServer {
   absl::Status SendError(uint64_t id, const absl::Status& status);
   absl::Status SendToken(uint64_t id, int32_t token, bool is_stop, double latency_ms);
   absl::Status SendLogits(uint64_t id, uint64_t first_float, const float* values, size_t count);
-  // An error naming the first token id outside the vocabulary; OK if none.
-  absl::Status CheckTokens(const char* what, const int32_t* ids, int n) const;
 
   const int fd_;
   ForwardEngine& engine_;

@@ -141,6 +141,8 @@ std::vector<Flag> MakeFlags(WorkerOptions& o) {
     return absl::OkStatus();
   };
   const int int_max = std::numeric_limits<int>::max();
+  // The sampling flags' ranges are checked once all are parsed (CheckStandalone).
+  const int int_min = std::numeric_limits<int>::min();
   return {
       {"--help", false,
        [&o](auto, auto) {
@@ -227,8 +229,8 @@ std::vector<Flag> MakeFlags(WorkerOptions& o) {
          return Assign(ParseFloat(f, v), o.sampling.temperature);
        }},
       {"--top-k", true,
-       [&o, int_max](std::string_view f, std::string_view v) {
-         return Assign(ParseInt(f, v, 0, int_max), o.sampling.top_k);
+       [&o, int_min, int_max](std::string_view f, std::string_view v) {
+         return Assign(ParseInt(f, v, int_min, int_max), o.sampling.top_k);
        }},
       {"--top-p", true,
        [&o](std::string_view f, std::string_view v) {
@@ -243,8 +245,8 @@ std::vector<Flag> MakeFlags(WorkerOptions& o) {
          return Assign(ParseFloat(f, v), o.sampling.repeat_penalty);
        }},
       {"--repeat-last-n", true,
-       [&o](std::string_view f, std::string_view v) {
-         return Assign(ParseInt(f, v, 0, 1 << 20), o.sampling.repeat_last_n);
+       [&o, int_min, int_max](std::string_view f, std::string_view v) {
+         return Assign(ParseInt(f, v, int_min, int_max), o.sampling.repeat_last_n);
        }},
       {"--seed", true,
        [&o](std::string_view f, std::string_view v) {
@@ -331,9 +333,20 @@ std::vector<Flag> MakeFlags(WorkerOptions& o) {
   };
 }
 
+// What the sampling flags are called in errors.
+constexpr SamplingFieldNames kSamplingFlagNames{
+    .temperature = "flag --temp",
+    .top_k = "flag --top-k",
+    .top_p = "flag --top-p",
+    .min_p = "flag --min-p",
+    .repeat_penalty = "flag --repeat-penalty",
+    .repeat_last_n = "flag --repeat-last-n",
+};
+
 // Checks that the flags make one complete standalone command.
 absl::Status CheckStandalone(const WorkerOptions& o) {
   if (o.model_path.empty()) return absl::InvalidArgumentError("--model FILE is required");
+  if (absl::Status s = ValidateSamplingParams(o.sampling, kSamplingFlagNames); !s.ok()) return s;
   switch (o.mode) {
     case StandaloneMode::kNone:
       return absl::InvalidArgumentError(

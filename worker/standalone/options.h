@@ -14,7 +14,7 @@
 #include "cache/expert_cache_policy.h"
 #include "cache/miss_cost_model.h"
 #include "engine/forward_engine.h"
-#include "sampling/sampler.h"
+#include "request/sampling_params.h"
 
 namespace moetier {
 
@@ -53,7 +53,9 @@ struct WorkerOptions {
   std::string text;             // --tokenize or --prompt
   bool chat = false;
   int n_predict = 64;  // -n; -1: until end of generation or a full context
-  SamplingParams sampling;
+  // The sampling flags over the command-line defaults; checked by
+  // ParseWorkerArgs, so the generation uses them as they are.
+  SamplingParams sampling = kCommandLineSamplingDefaults;
   bool seed_given = false;  // without --seed the seed is drawn at random
   BackendKind backend = BackendKind::kCpu;
   int n_threads = 0;  // 0: one per hardware thread
@@ -78,9 +80,11 @@ inline constexpr int kDefaultCtx = 4096;
 
 // Parses argv. Errors are one line naming the flag and the problem. Unless
 // --help is given, checks that the flags form one complete standalone
-// command (with --standalone) or daemon command (with --daemon, which takes
-// only --model, --control-socket, --worker-index, --device, --threads, --ctx,
-// --huge-pages, the routing trace flags and the expert cache flags).
+// command (with --standalone; the sampling flags' values are checked here,
+// with proto/request/sampling_params.h's ValidateSamplingParams) or daemon
+// command (with --daemon, which takes only --model, --control-socket,
+// --worker-index, --device, --threads, --ctx, --huge-pages, the routing
+// trace flags and the expert cache flags).
 absl::StatusOr<WorkerOptions> ParseWorkerArgs(int argc, const char* const* argv);
 
 // The --help text.

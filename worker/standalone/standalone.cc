@@ -191,16 +191,19 @@ class TextSink final : public TokenSink {
   std::string text_;
 };
 
-const char* StopName(GenerationStop stop) {
+const char* StopName(StopReason stop) {
   switch (stop) {
-    case GenerationStop::kEndOfGeneration:
+    case StopReason::kEndOfGeneration:
       return "end of generation";
-    case GenerationStop::kMaxTokens:
+    case StopReason::kMaxTokens:
       return "length";
-    case GenerationStop::kContextFull:
+    case StopReason::kContextFull:
       return "context full";
-    case GenerationStop::kStopped:
+    case StopReason::kCancelled:
       return "stopped";
+    case StopReason::kError:
+    case StopReason::kComplete:
+      break;  // not a generation's end
   }
   return "unknown";
 }
@@ -238,13 +241,12 @@ absl::Status RunGenerate(const WorkerOptions& options, const Model& model,
         prompt_ids->size(), *ctx));
   }
 
-  SamplingParams sampling = options.sampling;
+  SamplingParams sampling = options.sampling;  // checked by ParseWorkerArgs
   if (!options.seed_given) {
     sampling.seed = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
     std::fprintf(err, "seed: %llu\n", static_cast<unsigned long long>(sampling.seed));
   }
-  absl::StatusOr<Sampler> sampler = Sampler::Create(hp.n_vocab, sampling);
-  if (!sampler.ok()) return sampler.status();
+  Sampler sampler(hp.n_vocab, sampling);
   absl::StatusOr<RoutingTraceHooks> hooks = OpenHooks(options, hp, err);
   if (!hooks.ok()) return hooks.status();
   absl::StatusOr<StandaloneEngine> engine = MakeEngine(options, model, *ctx, *hooks, err);
@@ -257,14 +259,14 @@ absl::Status RunGenerate(const WorkerOptions& options, const Model& model,
   const GenerationRequest request{.prompt = *prompt_ids,
                                   .max_new_tokens = options.n_predict,
                                   .stop_ids = tokenizer.end_of_generation_ids()};
-  absl::StatusOr<GenerationResult> result = RunGeneration(e, **seq, *sampler, request, sink);
+  absl::StatusOr<GenerationResult> result = RunGeneration(e, **seq, sampler, request, sink);
   if (!result.ok()) return result.status();
   if (!result->engine_error.ok()) return result->engine_error;
   sink.Finish();
 
   // The stop token is not part of the text.
   const int generated =
-      result->generated - (result->stop == GenerationStop::kEndOfGeneration ? 1 : 0);
+      result->generated - (result->stop == StopReason::kEndOfGeneration ? 1 : 0);
   const double prefill_s = result->prefill_s;
   const double decode_s = result->decode_s;
   const std::string replayed = hooks->replayer != nullptr ? "; " + hooks->ReplayLabel() : "";
