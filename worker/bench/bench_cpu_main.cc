@@ -328,10 +328,16 @@ double MatMulRate(cpu::ThreadPool& pool, TensorType type, int64_t k, const std::
   return Summarize(rates).median;
 }
 
+// MOETIER_CPU_ACTIVATIONS: the quantized activation rows the kernels read.
+const char* ActivationsName() {
+  return cpu::ActivationsHaveResidualPlane() ? "q8x2 (int8 + residual plane)" : "q8 (one plane)";
+}
+
 int RunKernels(const Options& o) {
   cpu::ThreadPool pool(o.threads);
   std::printf("threads: %d, simd: %s\n", o.threads,
               std::string(cpu::SimdLevelName(cpu::ActiveSimdLevel())).c_str());
+  std::printf("activations: %s\n", ActivationsName());
   BandwidthProbe probe(pool, o.bandwidth_mib);
   const double bw = probe.Best(o.runs);
   std::printf("RAM read bandwidth: %.2f GB/s (best of %d passes)\n", bw, o.runs);
@@ -428,6 +434,7 @@ int Run(const Options& o) {
       hp.head_dim, hp.n_vocab);
   std::printf("threads: %d, simd: %s, batch %d\n", o.threads,
               std::string(cpu::SimdLevelName(cpu::ActiveSimdLevel())).c_str(), o.batch);
+  std::printf("activations: %s\n", ActivationsName());
   if (replayer != nullptr) {
     std::printf(
         "%s (%zu tokens, cycled from its first token in every run): the experts are the "
