@@ -6,7 +6,7 @@
 // as llama.cpp pairs them: Q4_K/Q5_K/Q6_K with Q8_K, Q8_0/Q4_0 with Q8_0, and
 // F32/F16/BF16 with plain f32. For quantized weights a row carries, after
 // that plane, a second one in the same format that quantizes the first
-// one's rounding error, so the products are about as exact as in f32 (8-bit
+// one's rounding error, about 15 bits a value instead of 8 (8-bit
 // activations cost llama.cpp most of its error against exact logits). The
 // prepared rows are then shared by every weight row, and MatMul over
 // disjoint row ranges can run on many threads.
