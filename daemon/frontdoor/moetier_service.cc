@@ -290,9 +290,11 @@ grpc::Status MoetierService::RunGeneration(grpc::ServerContext* context,
     }
     v1::GenerationStats* stats = last.mutable_final_stats();
     stats->set_prompt_tokens(done.prompt_tokens());
+    stats->set_cached_prompt_tokens(done.cached_prompt_tokens());
     stats->set_generated_tokens(done.generated_tokens());
     if (done.prefill_seconds() > 0) {
-      stats->set_prefill_tokens_per_s(done.prompt_tokens() / done.prefill_seconds());
+      stats->set_prefill_tokens_per_s((done.prompt_tokens() - done.cached_prompt_tokens()) /
+                                      done.prefill_seconds());
     }
     if (done.generated_tokens() > 1 && done.decode_seconds() > 0) {
       stats->set_decode_tokens_per_s((done.generated_tokens() - 1) / done.decode_seconds());

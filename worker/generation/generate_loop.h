@@ -19,10 +19,27 @@
 
 namespace moetier {
 
+enum class PromptCheckpoint {
+  kNone,
+  // At the prompt's end: free for a model without recurrent layers, where a
+  // checkpoint is only a length.
+  kPromptEnd,
+  // Just before the prompt's last token, which is then computed alone: a
+  // request with the very same prompt (a regeneration) restores it and
+  // computes one token. Costs a recurrent model one more step per prompt.
+  kBeforeLastToken,
+};
+
 struct GenerationRequest {
   std::span<const int32_t> prompt;    // non-empty, ids checked by the engine
   int max_new_tokens = -1;            // >= 1, or -1: no limit but the context
   std::span<const int32_t> stop_ids;  // sorted ascending
+  // At most this many prompt positions per Forward call; 0: the whole
+  // remaining prompt in one call. 1 runs the prompt through the decode path.
+  int ubatch_size = 0;
+  // Where the sequence's checkpoint is saved, for a later request that
+  // shares the prompt but not what was generated after it.
+  PromptCheckpoint checkpoint = PromptCheckpoint::kNone;
 };
 
 // Where the tokens go. Errors from it end the loop with that error.
@@ -41,15 +58,18 @@ struct GenerationResult {
   // asked to stop (a cancel, a closed channel).
   StopReason stop = StopReason::kMaxTokens;
   int generated = 0;        // tokens reported, stop token included
+  int prompt_reused = 0;    // prompt positions already in the sequence, not computed
   double prefill_s = 0.0;   // the prompt's forward pass
   double decode_s = 0.0;    // from the end of the prefill to the end
   absl::Status engine_error;  // set when the engine failed; `stop` is then meaningless
 };
 
-// `seq` must be empty. The prompt and every sampled token go into
-// `sampler`'s penalty window. Returns the sink's error, if any; an engine
-// failure comes back in GenerationResult::engine_error with the times so
-// far.
+// `seq` holds a prefix of the prompt: empty, or the state of the prompt's
+// first seq.length() < prompt.size() tokens (the caller vouches for which
+// tokens they were); only the rest is computed. The whole prompt and every
+// sampled token go into `sampler`'s penalty window. Returns the sink's
+// error, if any; an engine failure comes back in
+// GenerationResult::engine_error with the times so far.
 absl::StatusOr<GenerationResult> RunGeneration(ForwardEngine& engine, Sequence& seq,
                                                Sampler& sampler, const GenerationRequest& request,
                                                TokenSink& sink);
