@@ -28,13 +28,12 @@ absl::Status Prefill(ForwardEngine& engine, Sequence& seq, const GenerationReque
     }
     return absl::OkStatus();
   };
-  if (request.checkpoint == PromptCheckpoint::kBeforeLastToken) {
-    if (absl::Status s = forward_until(n_prompt - 1); !s.ok()) return s;
+  const int checkpoint = request.checkpoint_position;
+  if (checkpoint > seq.length()) {
+    if (absl::Status s = forward_until(checkpoint); !s.ok()) return s;
     if (absl::Status s = engine.SaveCheckpoint(seq); !s.ok()) return s;
   }
-  if (absl::Status s = forward_until(n_prompt); !s.ok()) return s;
-  if (request.checkpoint == PromptCheckpoint::kPromptEnd) return engine.SaveCheckpoint(seq);
-  return absl::OkStatus();
+  return forward_until(n_prompt);
 }
 
 }  // namespace
@@ -46,6 +45,7 @@ absl::StatusOr<GenerationResult> RunGeneration(ForwardEngine& engine, Sequence& 
   const int n_prompt = static_cast<int>(request.prompt.size());
   MOETIER_CHECK(seq.length() < n_prompt);
   MOETIER_CHECK(request.ubatch_size >= 0);
+  MOETIER_CHECK(request.checkpoint_position >= 0 && request.checkpoint_position <= n_prompt);
   result.prompt_reused = seq.length();
   const auto start = Clock::now();
   if (n_prompt >= seq.capacity()) {

@@ -19,17 +19,6 @@
 
 namespace moetier {
 
-enum class PromptCheckpoint {
-  kNone,
-  // At the prompt's end: free for a model without recurrent layers, where a
-  // checkpoint is only a length.
-  kPromptEnd,
-  // Just before the prompt's last token, which is then computed alone: a
-  // request with the very same prompt (a regeneration) restores it and
-  // computes one token. Costs a recurrent model one more step per prompt.
-  kBeforeLastToken,
-};
-
 struct GenerationRequest {
   std::span<const int32_t> prompt;    // non-empty, ids checked by the engine
   int max_new_tokens = -1;            // >= 1, or -1: no limit but the context
@@ -37,9 +26,11 @@ struct GenerationRequest {
   // At most this many prompt positions per Forward call; 0: the whole
   // remaining prompt in one call. 1 runs the prompt through the decode path.
   int ubatch_size = 0;
-  // Where the sequence's checkpoint is saved, for a later request that
-  // shares the prompt but not what was generated after it.
-  PromptCheckpoint checkpoint = PromptCheckpoint::kNone;
+  // The prompt position, in [1, prompt.size()], where the sequence's
+  // checkpoint is saved, for a later request that shares the prompt up to
+  // there but not what follows; 0: none. Short of the prompt's end it
+  // splits the prefill in two calls.
+  int checkpoint_position = 0;
 };
 
 // Where the tokens go. Errors from it end the loop with that error.

@@ -362,9 +362,7 @@ absl::Status ControlServer::Generate(uint64_t id, const control_v1::GenerateRequ
                                      .max_new_tokens = request.max_new_tokens(),
                                      .stop_ids = stop_ids_,
                                      .ubatch_size = options_.ubatch_size,
-                                     .checkpoint = options_.state_size.recurrent_bytes > 0
-                                                       ? PromptCheckpoint::kBeforeLastToken
-                                                       : PromptCheckpoint::kPromptEnd};
+                                     .checkpoint_position = CheckpointPosition(request)};
   absl::StatusOr<GenerationResult> result = RunGeneration(engine_, **seq, sampler, generation, sink);
   const bool failed = !result.ok() || !result->engine_error.ok();
   // After an engine error the state is not trusted for a follow-up.
@@ -382,6 +380,16 @@ absl::Status ControlServer::Generate(uint64_t id, const control_v1::GenerateRequ
     done.set_error_message(std::string(result->engine_error.message()));
   }
   return SendDone(id, done);
+}
+
+int ControlServer::CheckpointPosition(const control_v1::GenerateRequest& request) const {
+  const int n_prompt = request.prompt_token_ids_size();
+  const int asked = request.checkpoint_position();
+  if (asked > 0 && asked <= n_prompt) return asked;
+  // A regeneration (the very same prompt) can then restore and compute one
+  // token; a model without recurrent layers checkpoints for free anywhere,
+  // so it keeps its prefill in one piece.
+  return options_.state_size.recurrent_bytes > 0 ? n_prompt - 1 : n_prompt;
 }
 
 absl::Status ControlServer::ResizeExpertCache(uint64_t id,

@@ -107,6 +107,8 @@ class ControlServer {
   absl::Status Serve(const control_v1::WorkerRequest& request);
   absl::Status Score(uint64_t id, const control_v1::ScoreRequest& request);
   absl::Status Generate(uint64_t id, const control_v1::GenerateRequest& request);
+  // Where the running Generate saves its sequence's checkpoint.
+  int CheckpointPosition(const control_v1::GenerateRequest& request) const;
   absl::Status ResizeExpertCache(uint64_t id, const control_v1::ResizeExpertCacheRequest& request);
 
   // Sends one reply through the fixed buffer. A peer that has gone sets
