@@ -78,9 +78,11 @@ TEST(GenerationStatsTest, CachedPromptTokensAreShownWhenThereAreAny) {
   stats.set_prompt_tokens(120);
   stats.set_cached_prompt_tokens(100);
   stats.set_generated_tokens(8);
-  EXPECT_THAT(FormatGenerationStats(stats), ::testing::StartsWith("prompt 120 tokens (100 cached), generated 8"));
+  EXPECT_THAT(FormatGenerationStats(stats),
+              ::testing::StartsWith("prompt 120 tokens (100 cached), generated 8"));
   stats.set_cached_prompt_tokens(0);
-  EXPECT_THAT(FormatGenerationStats(stats), ::testing::StartsWith("prompt 120 tokens, generated 8"));
+  EXPECT_THAT(FormatGenerationStats(stats),
+              ::testing::StartsWith("prompt 120 tokens, generated 8"));
 }
 
 TEST_F(CommandsTest, GenerateReadsThePromptFromStdin) {
