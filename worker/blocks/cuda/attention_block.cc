@@ -86,9 +86,11 @@ absl::Status CudaAttentionBlock::Forward(int layer, const CudaKvLayer& kv, int n
   const int32_t* positions = positions_ + pos0;
   auto rope = hp_.rope_style == RopeStyle::kNeox ? &cuda::RopeNeox : &cuda::RopeAdjacentPairs;
   MOETIER_RETURN_IF_ERROR(
-      rope(q_, positions, n, hp_.n_head, head_dim, hp_.n_rot, hp_.rope_freq_base, stream));
+      rope(q_, positions, n, hp_.n_head, head_dim, hp_.n_rot, hp_.rope_freq_base,
+           /*pair_uses_position=*/nullptr, stream));
   MOETIER_RETURN_IF_ERROR(
-      rope(k_, positions, n, hp_.n_head_kv, head_dim, hp_.n_rot, hp_.rope_freq_base, stream));
+      rope(k_, positions, n, hp_.n_head_kv, head_dim, hp_.n_rot, hp_.rope_freq_base,
+           /*pair_uses_position=*/nullptr, stream));
   // Head-major cache: KV head g's row for position p at g * capacity *
   // head_dim + p * head_dim.
   MOETIER_RETURN_IF_ERROR(cuda::StoreKv(k_, n, hp_.n_head_kv, head_dim, kv.k, TensorType::kF32,
