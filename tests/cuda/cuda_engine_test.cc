@@ -547,6 +547,19 @@ TEST_F(CudaEngineTest, RestoringACheckpointRewindsTheSequence) {
     std::vector<float> again(want.size() - 9 * n_vocab);
     ASSERT_TRUE(engine->Forward(*seq, ids.subspan(9), LogitRows::kAll, again.data()).ok());
     EXPECT_TRUE(std::equal(again.begin(), again.end(), got.begin() + 9 * n_vocab));
+    // A fresh sequence given the same calls (so the same batches and
+    // chunks) computes the same bits: the restored state is the saved one,
+    // and the slot's old state is not carried into the new sequence.
+    seq.reset();
+    std::unique_ptr<Sequence> fresh = NewSequence(*engine);
+    ASSERT_NE(fresh, nullptr);
+    std::vector<float> fresh_rows(want.size());
+    ASSERT_TRUE(engine->Forward(*fresh, ids.first(9), LogitRows::kAll, fresh_rows.data()).ok());
+    ASSERT_TRUE(engine
+                    ->Forward(*fresh, ids.subspan(9), LogitRows::kAll,
+                              fresh_rows.data() + 9 * n_vocab)
+                    .ok());
+    EXPECT_EQ(fresh_rows, got);
   }
 }
 
