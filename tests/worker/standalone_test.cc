@@ -212,9 +212,8 @@ TEST(WorkerStandaloneTest, HelpExplainsEveryFlag) {
   for (const char* flag :
        {"--standalone", "--model", "--tokens", "--logits-out", "--tokenize", "--prompt", "-n",
         "--chat", "--temp", "--top-k", "--top-p", "--min-p", "--repeat-penalty", "--repeat-last-n",
-        "--seed", "--backend", "--threads", "--ctx", "--ubatch-size", "--huge-pages",
-        "--expert-cache-mib",
-        "--miss-policy", "--prefetch", "--cache-policy", "--n-cpu-moe", "--help"}) {
+        "--seed", "--backend", "--threads", "--ctx", "--ubatch-size", "--activations",
+        "--huge-pages", "--expert-cache-mib", "--miss-policy", "--prefetch", "--cache-policy", "--n-cpu-moe", "--help"}) {
     EXPECT_THAT(r.out, HasSubstr(flag));
   }
 }
@@ -489,6 +488,27 @@ TEST(WorkerStandaloneTest, UbatchSizeOneAgreesWithWholeBatches) {
                                  "--logits-out", TempPath("x.f32"), "--ubatch-size", "0"});
   EXPECT_NE(zero.exit_code, 0);
   EXPECT_THAT(zero.err, HasSubstr("--ubatch-size"));
+}
+
+// --activations q8x2 (the residual int8 plane) brings a quantized file's
+// logits far closer to the exact ones than the default q8, which loses
+// about what llama.cpp loses.
+TEST(WorkerStandaloneTest, ResidualActivationsComeFarCloserToExactLogits) {
+  const std::string model = TestDataPath("vectors/small-q4_k_m.gguf");
+  const std::vector<int32_t> ids = ReadIds(TestDataPath("vectors/small-q4_k_m.ids"));
+  const std::vector<float> exact = ReadFloats(TestDataPath("vectors/small-q4_k_m.exact.f32"));
+  const std::vector<float> q8 = WorkerLogits(model, ids, {});
+  const std::vector<float> q8x2 = WorkerLogits(model, ids, {"--activations", "q8x2"});
+  ASSERT_EQ(q8.size(), exact.size());
+  ASSERT_EQ(q8x2.size(), exact.size());
+  const double kl_q8 = MeanKl(q8, exact, 1024);
+  const double kl_q8x2 = MeanKl(q8x2, exact, 1024);
+  EXPECT_GT(kl_q8, 1e-4);
+  EXPECT_LT(kl_q8x2, 1e-2 * kl_q8);
+  const Result bad = RunWorker({"--standalone", "--model", model, "--tokens", "1",
+                                "--logits-out", TempPath("x.f32"), "--activations", "q16"});
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_THAT(bad.err, HasSubstr("--activations"));
 }
 
 // Without CUDA in the build, or without a GPU and driver, a CUDA device is

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <thread>
 
+#include "backend/cpu/cpu_kernels.h"
 #include "reference/reference_engine.h"
 
 #include "absl/strings/str_format.h"
@@ -134,6 +135,13 @@ absl::StatusOr<WorkerEngine> MakeWorkerEngine(const WorkerOptions& options, cons
   WorkerEngine out;
   out.max_ctx = max_ctx;
   out.threads = ResolveThreads(options);
+  // The CPU kernels (the cpu backend, and misses a GPU worker computes on
+  // the host) fix their activation format before their first buffer.
+  if (options.activations_given) {
+    if (absl::Status s = cpu::SetActivationsResidualPlane(options.residual_activations); !s.ok()) {
+      return s;
+    }
+  }
   switch (options.backend) {
     case BackendKind::kCuda: {
       absl::StatusOr<CudaWorkerEngine> cuda =

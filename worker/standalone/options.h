@@ -62,6 +62,9 @@ struct WorkerOptions {
   WeightPages weight_pages = WeightPages::kAuto;  // --huge-pages
   int ctx = 0;        // 0: min(kDefaultCtx, the model's training context)
   int ubatch_size = 0;  // --ubatch-size: positions per forward call; 0: no limit
+  // --activations: q8 (false, the default) or q8x2 (true) for the CPU kernels.
+  bool residual_activations = false;
+  bool activations_given = false;
   // Routing traces (engine/routing_trace_hooks.h), cpu backend only: record
   // the router's choices to a file, or replay a file's in place of the
   // router (a benchmark mode; every output says so).

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "backend/cpu/block_layouts.h"
 #include "backend/cpu/cpu_check.h"
 #include "backend/cpu/kernel_table.h"
@@ -128,14 +129,19 @@ const KernelTable& Table() {
 
 size_t RoundUp(size_t n, size_t align) { return (n + align - 1) / align * align; }
 
+// -1: not asked (the environment decides), else 0 or 1.
+std::atomic<int> g_residual_plane_request{-1};
+
 // Read once, before any buffer is sized from ActRowBytes: switching later
 // would change the row layout under existing buffers.
 bool ReadResidualPlaneSetting() {
+  const int requested = g_residual_plane_request.load();
+  if (requested >= 0) return requested == 1;
   const char* env = std::getenv("MOETIER_CPU_ACTIVATIONS");
-  if (env == nullptr || env[0] == '\0' || std::string_view(env) == "q8x2") return true;
-  if (std::string_view(env) == "q8") return false;
-  std::fprintf(stderr, "moetier: MOETIER_CPU_ACTIVATIONS=%s is not q8 or q8x2; using q8x2\n", env);
-  return true;
+  if (env == nullptr || env[0] == '\0' || std::string_view(env) == "q8") return false;
+  if (std::string_view(env) == "q8x2") return true;
+  std::fprintf(stderr, "moetier: MOETIER_CPU_ACTIVATIONS=%s is not q8 or q8x2; using q8\n", env);
+  return false;
 }
 
 bool ResidualPlane() {
@@ -268,6 +274,16 @@ size_t ActRowBytes(TensorType weight_type, int64_t k) {
 }
 
 bool ActivationsHaveResidualPlane() { return ResidualPlane(); }
+
+absl::Status SetActivationsResidualPlane(bool on) {
+  g_residual_plane_request.store(on ? 1 : 0);
+  if (ResidualPlane() != on) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "the CPU activation format is already %s; it is fixed when the first engine is made",
+        ResidualPlane() ? "q8x2" : "q8"));
+  }
+  return absl::OkStatus();
+}
 
 void QuantizeActRows(TensorType weight_type, const float* x, int64_t x_stride, int64_t k,
                      int64_t n_rows, void* dst) {

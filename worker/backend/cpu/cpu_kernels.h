@@ -49,10 +49,15 @@ bool SupportsWeightType(TensorType type);
 ActFormat ActFormatFor(TensorType weight_type);
 // Elements per block along k that the weight type requires (1, 32 or 256).
 int64_t WeightBlockElems(TensorType weight_type);
-// Whether quantized activation rows carry the residual plane: yes, unless
-// the environment variable MOETIER_CPU_ACTIVATIONS is "q8" (one plane, as
-// llama.cpp; for comparisons). Read once, at first use.
+// Whether quantized activation rows carry the residual plane ("q8x2": about
+// 15 bits a value, mean KL from exact logits 1e-8 instead of about 1e-2, at
+// roughly half the prompt speed on few cores) or not ("q8", llama.cpp's
+// formats, the default). Fixed at first use: by SetActivationsResidualPlane
+// if called before, else by the environment variable MOETIER_CPU_ACTIVATIONS
+// (q8 or q8x2).
 bool ActivationsHaveResidualPlane();
+// Chooses the format; FailedPrecondition once it is fixed otherwise.
+absl::Status SetActivationsResidualPlane(bool on);
 // Bytes of one prepared activation row of k values for `weight_type`
 // weights; a multiple of 64. Precondition: k is a multiple of
 // WeightBlockElems(weight_type).
