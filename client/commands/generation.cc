@@ -57,10 +57,13 @@ StreamOutcome StreamText(grpc::ClientContext* call,
 }
 
 std::string FormatGenerationStats(const v1::GenerationStats& s) {
+  // Cached prompt tokens were kept from the worker's previous request.
+  const std::string cached =
+      s.cached_prompt_tokens() > 0 ? absl::StrFormat(" (%d cached)", s.cached_prompt_tokens()) : "";
   return absl::StrFormat(
-      "prompt %d tokens, generated %d (%s); prefill %.1f tok/s, decode %.1f tok/s; seed %d; "
-      "worker %s; queued %.1f ms",
-      s.prompt_tokens(), s.generated_tokens(), StopReasonText(s.stop_reason()),
+      "prompt %d tokens%s, generated %d (%s); prefill %.1f tok/s, decode %.1f tok/s; "
+      "seed %d; worker %s; queued %.1f ms",
+      s.prompt_tokens(), cached, s.generated_tokens(), StopReasonText(s.stop_reason()),
       s.prefill_tokens_per_s(), s.decode_tokens_per_s(), s.seed(),
       s.worker_device().empty() ? "?" : s.worker_device(), s.queue_wait_ms());
 }

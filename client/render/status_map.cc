@@ -166,6 +166,21 @@ std::string ExpertCacheLine(const v1::WorkerStatus& w) {
   return line;
 }
 
+// What one sequence's state takes on a worker: its KV rows per token of
+// context, the whole context's worth, and any recurrent state (live and
+// checkpoint copy, whatever the length).
+std::string SequenceStateLine(const v1::WorkerStatus& w) {
+  std::string line = absl::StrFormat(
+      "   sequence state: KV %s per token x %d tokens = %s", FormatBytes(w.kv_bytes_per_token()),
+      w.max_ctx(), FormatBytes(w.kv_bytes_per_token() * static_cast<uint64_t>(w.max_ctx())));
+  if (w.recurrent_state_bytes() > 0) {
+    absl::StrAppendFormat(&line, "   recurrent %s (+ %s checkpoint)",
+                          FormatBytes(w.recurrent_state_bytes()),
+                          FormatBytes(w.recurrent_state_bytes()));
+  }
+  return line;
+}
+
 }  // namespace
 
 int HeatLevel(float heat) {
@@ -314,6 +329,7 @@ std::string RenderStatusMap(const v1::Status& status, const MapStyle& style) {
     const v1::WorkerStatus& w = status.workers(i);
     line(i == 0 ? "workers" : "", WorkerLine(w));
     if (HasExpertCache(w)) line("", ExpertCacheLine(w));
+    if (w.max_ctx() > 0) line("", SequenceStateLine(w));
   }
   return out;
 }

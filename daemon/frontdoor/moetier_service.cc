@@ -1,5 +1,6 @@
 #include "frontdoor/moetier_service.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <random>
@@ -202,8 +203,23 @@ grpc::Status MoetierService::Chat(grpc::ServerContext* context, const v1::ChatRe
   // inside a message's content is parsed as markers too.
   absl::StatusOr<std::vector<int32_t>> ids = (*tokenizer_)->Encode(*prompt, true, true);
   if (!ids.ok()) return ToGrpc(ids.status());
+  // The next turn renders this turn's generation prompt differently (Qwen
+  // templates drop the think block of earlier replies), so the worker's
+  // checkpoint goes where the generation prompt starts: the next turn then
+  // recomputes only the reply and its own message.
+  int32_t checkpoint_position = 0;
+  options.add_generation_prompt = false;
+  absl::StatusOr<std::string> history = chat_template_->Render(messages, options);
+  if (history.ok()) {
+    absl::StatusOr<std::vector<int32_t>> history_ids =
+        (*tokenizer_)->Encode(*history, true, true);
+    if (history_ids.ok() && !history_ids->empty() && history_ids->size() < ids->size() &&
+        std::equal(history_ids->begin(), history_ids->end(), ids->begin())) {
+      checkpoint_position = static_cast<int32_t>(history_ids->size());
+    }
+  }
   return RunGeneration(context, std::move(*ids), request->max_new_tokens(), request->sampling(),
-                       /*ignore_end_of_generation=*/false, writer);
+                       /*ignore_end_of_generation=*/false, writer, checkpoint_position);
 }
 
 grpc::Status MoetierService::RunGeneration(grpc::ServerContext* context,
@@ -211,7 +227,8 @@ grpc::Status MoetierService::RunGeneration(grpc::ServerContext* context,
                                            int32_t max_new_tokens,
                                            const v1::SamplingParams& sampling,
                                            bool ignore_end_of_generation,
-                                           grpc::ServerWriter<v1::GenerateResponse>* writer) {
+                                           grpc::ServerWriter<v1::GenerateResponse>* writer,
+                                           int32_t checkpoint_position) {
   if (prompt_ids.empty()) return Invalid("the prompt is empty");
   if (max_new_tokens < 0) return Invalid("max_new_tokens must be >= 0");
   if (max_new_tokens == 0) max_new_tokens = static_cast<int32_t>(limits_.default_max_new_tokens);
@@ -228,6 +245,7 @@ grpc::Status MoetierService::RunGeneration(grpc::ServerContext* context,
   control_v1::GenerateRequest* generate = request.mutable_generate();
   generate->mutable_prompt_token_ids()->Add(prompt_ids.begin(), prompt_ids.end());
   generate->set_max_new_tokens(max_new_tokens);
+  generate->set_checkpoint_position(checkpoint_position);
   *generate->mutable_sampling() = SamplingToControl(*settings);
   std::optional<StreamingDecoder> decoder;
   if (text_unavailable_.ok()) {
@@ -290,9 +308,11 @@ grpc::Status MoetierService::RunGeneration(grpc::ServerContext* context,
     }
     v1::GenerationStats* stats = last.mutable_final_stats();
     stats->set_prompt_tokens(done.prompt_tokens());
+    stats->set_cached_prompt_tokens(done.cached_prompt_tokens());
     stats->set_generated_tokens(done.generated_tokens());
     if (done.prefill_seconds() > 0) {
-      stats->set_prefill_tokens_per_s(done.prompt_tokens() / done.prefill_seconds());
+      stats->set_prefill_tokens_per_s((done.prompt_tokens() - done.cached_prompt_tokens()) /
+                                      done.prefill_seconds());
     }
     if (done.generated_tokens() > 1 && done.decode_seconds() > 0) {
       stats->set_decode_tokens_per_s((done.generated_tokens() - 1) / done.decode_seconds());

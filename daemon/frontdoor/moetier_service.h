@@ -76,7 +76,8 @@ class MoetierService final : public v1::Moetier::Service {
   grpc::Status RunGeneration(grpc::ServerContext* context, std::vector<int32_t> prompt_ids,
                              int32_t max_new_tokens, const v1::SamplingParams& sampling,
                              bool ignore_end_of_generation,
-                             grpc::ServerWriter<v1::GenerateResponse>* writer);
+                             grpc::ServerWriter<v1::GenerateResponse>* writer,
+                             int32_t checkpoint_position = 0);
   grpc::Status CheckTokenIds(const google::protobuf::RepeatedField<int32_t>& ids,
                              const char* what) const;
 

@@ -132,6 +132,11 @@ v1::Status StatusReporter::Build() {
     ws->set_copy_bytes_per_s(w.copy_bytes_per_s);
     if (sched != nullptr) ws->set_requests_served(sched->requests_served);
     if (sched != nullptr) ws->set_tokens_per_s(sched->last_decode_tokens_per_s);
+    if (sched != nullptr && sched->ready) {
+      ws->set_max_ctx(sched->max_ctx);
+      ws->set_kv_bytes_per_token(sched->kv_bytes_per_token);
+      ws->set_recurrent_state_bytes(sched->recurrent_state_bytes);
+    }
   }
 
   v1::QueueStatus* q = out.mutable_queue();

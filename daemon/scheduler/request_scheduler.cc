@@ -95,6 +95,8 @@ void RequestScheduler::OnReply(Connection& c, control_v1::WorkerReply reply) {
     c.info.n_vocab = reply.ready().n_vocab();
     c.info.max_ctx = reply.ready().max_ctx();
     c.info.backend = reply.ready().backend();
+    c.info.kv_bytes_per_token = reply.ready().kv_bytes_per_token();
+    c.info.recurrent_state_bytes = reply.ready().recurrent_state_bytes();
     announced_max_ctx_[c.info.device] = c.info.max_ctx;
     LogInfo("worker %d (%s, pid %d) is ready: %s backend, %d threads, context %d tokens",
             c.info.index, c.info.device, c.info.pid, c.info.backend, reply.ready().threads(),

@@ -52,6 +52,8 @@ struct SchedulerWorkerInfo {
   bool busy = false;
   int32_t n_vocab = 0;
   int32_t max_ctx = 0;
+  uint64_t kv_bytes_per_token = 0;     // from the ReadyReply
+  uint64_t recurrent_state_bytes = 0;  // from the ReadyReply
   std::string backend;
   uint64_t requests_served = 0;
   double last_decode_tokens_per_s = 0;

@@ -13,6 +13,7 @@
 #include "client_test_util.h"
 #include "connection/interrupt.h"
 #include "fake_moetier_service.h"
+#include "commands/generation.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -70,6 +71,18 @@ TEST_F(CommandsTest, GenerateStatsGoToStderr) {
   EXPECT_EQ(run.err,
             "prompt 4 tokens, generated 3 (max tokens); prefill 100.0 tok/s, decode 10.0 tok/s; "
             "seed 5; worker cpu; queued 0.5 ms\n");
+}
+
+TEST(GenerationStatsTest, CachedPromptTokensAreShownWhenThereAreAny) {
+  v1::GenerationStats stats;
+  stats.set_prompt_tokens(120);
+  stats.set_cached_prompt_tokens(100);
+  stats.set_generated_tokens(8);
+  EXPECT_THAT(FormatGenerationStats(stats),
+              ::testing::StartsWith("prompt 120 tokens (100 cached), generated 8"));
+  stats.set_cached_prompt_tokens(0);
+  EXPECT_THAT(FormatGenerationStats(stats),
+              ::testing::StartsWith("prompt 120 tokens, generated 8"));
 }
 
 TEST_F(CommandsTest, GenerateReadsThePromptFromStdin) {

@@ -233,5 +233,29 @@ TEST(RenderStatusMapTest, AGpuWorkerWithoutACacheHasNoCacheLine) {
   EXPECT_THAT(map, HasSubstr("#1 cuda:0 ready, pid 4343, 31.5 tok/s, served 3, restarts 0"));
 }
 
+TEST(RenderStatusMapTest, EachWorkerShowsWhatASequencesStateTakes) {
+  v1::Status status = SampleStatus();
+  v1::WorkerStatus* hybrid = status.add_workers();
+  hybrid->set_index(1);
+  hybrid->set_device("cpu");
+  hybrid->set_state("ready");
+  // Qwen3.6-35B-A3B: 10 attention layers of 2 KV heads x 256 dims in fp32,
+  // 30 DeltaNet layers of conv and delta-rule state.
+  hybrid->set_max_ctx(262144);
+  hybrid->set_kv_bytes_per_token(40960);
+  hybrid->set_recurrent_state_bytes(30 * (3 * 8192 + 32 * 128 * 128) * 4);
+  v1::WorkerStatus* plain = status.add_workers();
+  plain->set_index(2);
+  plain->set_device("cpu");
+  plain->set_state("ready");
+  plain->set_max_ctx(4096);
+  plain->set_kv_bytes_per_token(98304);
+  const std::string map = RenderStatusMap(status, MapStyle());
+  EXPECT_THAT(map, HasSubstr("sequence state: KV 40.0 KiB per token x 262144 tokens = 10.0 GiB   "
+                             "recurrent 62.8 MiB (+ 62.8 MiB checkpoint)"));
+  EXPECT_THAT(map, HasSubstr("sequence state: KV 96.0 KiB per token x 4096 tokens = 384.0 MiB\n"));
+  EXPECT_EQ(Count(map, "recurrent"), 1u) << "a model without recurrent layers shows none";
+}
+
 }  // namespace
 }  // namespace moetier::client

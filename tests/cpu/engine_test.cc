@@ -1,7 +1,7 @@
-// The CPU qwen3moe engine on the test vectors of tests/data/vectors (see its
-// README.md): exact logits for F32, llama.cpp's logits for the quantized
-// models (which quantize activations the same way), and self-consistency of
-// batching, incremental decoding, thread counts and SIMD levels.
+// The CPU engine on the test vectors of tests/data/vectors (see its
+// README.md): exact logits for every file, llama.cpp's distance from them as
+// the bar on quantized files, and self-consistency of batching, incremental
+// decoding, thread counts and SIMD levels.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -132,6 +132,12 @@ Agreement Compare(const std::vector<float>& actual, const std::vector<float>& ex
   return a;
 }
 
+// Measured: at most 9e-8 from exact (llama.cpp: 1e-3 to 1.5e-2), a
+// fraction of at most 1e-5 of llama.cpp's; the bounds leave a wide margin for
+// rounding differences between machines.
+constexpr double kMaxMeanKlFromExact = 1e-6;
+constexpr double kKlFractionOfLlamaCpps = 0.01;
+
 TEST(CpuEngineTest, F32MatchesExactLogits) {
   std::unique_ptr<Loaded> m = Load("tiny-f32");
   ASSERT_NE(m, nullptr);
@@ -175,16 +181,24 @@ INSTANTIATE_TEST_SUITE_P(Vectors, F32VectorTest,
                            return s;
                          });
 
+// Quantized files: the engine computes over the dequantized weights, so it
+// is held to the exact logits. Its activations keep about 15 bits (two 8-bit
+// planes), so every SIMD level lands close to them, and the levels, which
+// differ only in float summation order, agree with one another (to 1e-4 of
+// the range, except where the DeltaNet recurrence carries rounding from
+// token to token).
 class QuantizedVectorTest : public ::testing::TestWithParam<const char*> {};
 
-TEST_P(QuantizedVectorTest, AgreesWithLlamaCpp) {
+TEST_P(QuantizedVectorTest, CloseToExactLogitsAtEveryLevel) {
+  if (!cpu::ActivationsHaveResidualPlane()) GTEST_SKIP() << "MOETIER_CPU_ACTIVATIONS=q8";
   const std::string name = GetParam();
   std::unique_ptr<Loaded> m = Load(name);
   ASSERT_NE(m, nullptr);
   std::unique_ptr<CpuEngine> engine = Engine(*m);
   ASSERT_NE(engine, nullptr);
-  const std::vector<float> expected = ReadFloats(VectorPath(name + ".llamacpp.f32"));
-  ASSERT_EQ(expected.size(), m->ids.size() * engine->n_vocab());
+  const size_t n_vocab = engine->n_vocab();
+  const std::vector<float> exact = ReadFloats(VectorPath(name + ".exact.f32"));
+  ASSERT_EQ(exact.size(), m->ids.size() * n_vocab);
   std::vector<float> first;
   for (cpu::SimdLevel level :
        {cpu::SimdLevel::kScalar, cpu::SimdLevel::kAvx2, cpu::SimdLevel::kAvx512}) {
@@ -192,37 +206,35 @@ TEST_P(QuantizedVectorTest, AgreesWithLlamaCpp) {
     SCOPED_TRACE(cpu::SimdLevelName(level));
     ASSERT_TRUE(cpu::SetSimdLevel(level).ok());
     const std::vector<float> logits = RunAll(*engine, m->ids);
-    const Agreement a = Compare(logits, expected, engine->n_vocab());
-    EXPECT_LE(a.mean_kl, 1e-2);
-    EXPECT_GE(a.top1_fraction, 0.9);
-    // The levels differ only in float summation order. On small-q4_k_m that
-    // is enough to flip router near-ties at a few positions (as it does
-    // between llama.cpp and the exact logits), so only the agreement with
-    // llama.cpp is required there.
+    const Agreement a = Compare(logits, exact, n_vocab);
+    EXPECT_LE(a.mean_kl, kMaxMeanKlFromExact);
+    EXPECT_GE(a.top1_fraction, 0.95);
     if (first.empty()) {
       first = logits;
-    } else if (name == "tiny-q8_0") {
-      EXPECT_LT(WorstRowError(logits, first, engine->n_vocab()), 1e-4);
+    } else {
+      EXPECT_LT(WorstRowError(logits, first, n_vocab), name.starts_with("qwen35moe") ? 1e-3 : 1e-4);
     }
   }
   ASSERT_TRUE(cpu::SetSimdLevel(cpu::BestSupportedSimdLevel()).ok());
 }
 
 INSTANTIATE_TEST_SUITE_P(Vectors, QuantizedVectorTest,
-                         ::testing::Values("tiny-q8_0", "small-q4_k_m", "mixtral-small-q4_k_m"),
+                         ::testing::Values("tiny-q8_0", "small-q4_k_m", "mixtral-small-q4_k_m",
+                                           "qwen35moe-small-q4_k_m"),
                          [](const ::testing::TestParamInfo<const char*>& param_info) {
                            std::string s = param_info.param;
                            std::replace(s.begin(), s.end(), '-', '_');
                            return s;
                          });
 
-// On quantized files the engine's 8-bit activations cost accuracy, as
-// llama.cpp's do (the same Q8_K / Q8_0 formats, so the two lose about the
-// same): its mean KL from the exact logits stays within 5% of llama.cpp's,
-// and on the hybrid model, where llama.cpp loses most, below it.
-class AsFaithfulAsLlamaCppTest : public ::testing::TestWithParam<const char*> {};
+// llama.cpp's 8-bit activations (Q8_K / Q8_0) cost it most of its distance
+// from the exact logits; the residual plane removes most of that, so the
+// engine's mean KL from the exact logits is a small fraction of llama.cpp's
+// on every quantized file. With MOETIER_CPU_ACTIVATIONS=q8 (llama.cpp's
+// formats) the engine loses about as much as llama.cpp and this fails.
+class MoreFaithfulThanLlamaCppTest : public ::testing::TestWithParam<const char*> {};
 
-TEST_P(AsFaithfulAsLlamaCppTest, MeanKlFromExactNoWorseThanLlamaCpp) {
+TEST_P(MoreFaithfulThanLlamaCppTest, MeanKlFromExactWellBelowLlamaCpps) {
   const std::string name = GetParam();
   std::unique_ptr<Loaded> m = Load(name);
   ASSERT_NE(m, nullptr);
@@ -237,15 +249,11 @@ TEST_P(AsFaithfulAsLlamaCppTest, MeanKlFromExactNoWorseThanLlamaCpp) {
   const Agreement theirs = Compare(llamacpp, exact, n_vocab);
   std::printf("%s: mean KL from exact %.3g (llama.cpp %.3g)\n", name.c_str(), a.mean_kl,
               theirs.mean_kl);
-  if (name.starts_with("qwen35moe")) {
-    EXPECT_LE(a.mean_kl, theirs.mean_kl);
-  } else {
-    EXPECT_LE(a.mean_kl, 1.05 * theirs.mean_kl);
-  }
+  EXPECT_LE(a.mean_kl, kKlFractionOfLlamaCpps * theirs.mean_kl);
 }
 
-INSTANTIATE_TEST_SUITE_P(Vectors, AsFaithfulAsLlamaCppTest,
-                         ::testing::Values("small-q4_k_m", "mixtral-small-q4_k_m",
+INSTANTIATE_TEST_SUITE_P(Vectors, MoreFaithfulThanLlamaCppTest,
+                         ::testing::Values("tiny-q8_0", "small-q4_k_m", "mixtral-small-q4_k_m",
                                            "qwen35moe-small-q4_k_m"),
                          [](const ::testing::TestParamInfo<const char*>& param_info) {
                            std::string s = param_info.param;

@@ -102,11 +102,11 @@ std::vector<uint8_t> MakeWeightRow(TensorType type, int64_t k, WeightSource sour
   return row;
 }
 
-// Decodes a prepared activation row back to floats (the layout of
-// block_layouts.h).
-std::vector<float> DecodeActRow(TensorType weight_type, const uint8_t* row, int64_t k) {
+// Decodes one plane of a prepared activation row back to floats (the
+// layout of block_layouts.h).
+std::vector<float> DecodePlane(ActFormat format, const uint8_t* row, int64_t k) {
   std::vector<float> out(k);
-  switch (ActFormatFor(weight_type)) {
+  switch (format) {
     case ActFormat::kF32:
       std::memcpy(out.data(), row, k * sizeof(float));
       break;
@@ -141,6 +141,22 @@ std::vector<float> DecodeActRow(TensorType weight_type, const uint8_t* row, int6
       }
       break;
     }
+  }
+  return out;
+}
+
+bool HasResidualPlane(TensorType weight_type) {
+  return ActFormatFor(weight_type) != ActFormat::kF32 && ActivationsHaveResidualPlane();
+}
+
+// Decodes a prepared activation row: its plane, plus the residual plane in
+// the second half of the row when there is one.
+std::vector<float> DecodeActRow(TensorType weight_type, const uint8_t* row, int64_t k) {
+  const ActFormat format = ActFormatFor(weight_type);
+  std::vector<float> out = DecodePlane(format, row, k);
+  if (HasResidualPlane(weight_type)) {
+    const std::vector<float> fine = DecodePlane(format, row + ActRowBytes(weight_type, k) / 2, k);
+    for (int64_t j = 0; j < k; ++j) out[j] += fine[j];
   }
   return out;
 }
@@ -183,7 +199,8 @@ void RunCase(const Case& c, WeightSource source, uint32_t seed) {
   }
 
   // Activation quantization moves each element by at most half a step; the
-  // step is d of the element's block.
+  // step is d of the element's block, amax / 127, and with the residual
+  // plane that of the residual, at most half of amax / 127, over 127.
   std::vector<float> half_step(c.n_act * c.k, 0.0f);
   const int64_t act_block = ActFormatFor(c.type) == ActFormat::kQ8_K ? 256 : 32;
   for (int64_t i = 0; i < c.n_act * c.k; ++i) {
@@ -196,8 +213,10 @@ void RunCase(const Case& c, WeightSource source, uint32_t seed) {
     const int64_t block_start = i / act_block * act_block;
     for (int64_t j = block_start; j < block_start + act_block; ++j)
       amax = std::fmax(amax, std::fabs(x[j]));
-    ASSERT_LE(half_step[i], amax / 254.0f * 1.0001f)
-        << "activation " << i << " quantized too coarsely";
+    const float bound = HasResidualPlane(c.type)
+                            ? amax / (254.0f * 254.0f) * 1.01f + 4e-7f * amax
+                            : amax / 254.0f * 1.0001f;
+    ASSERT_LE(half_step[i], bound) << "activation " << i << " quantized too coarsely";
   }
 
   const int64_t ldo = c.n_rows + 3;
@@ -288,6 +307,18 @@ TEST(CpuKernelsTest, FormatsAndBlockSizes) {
   EXPECT_GE(ActRowBytes(TensorType::kQ4_K, 512), 512u + 64u + 8u);
 }
 
+// The residual plane is the default; MOETIER_CPU_ACTIVATIONS=q8 (ctest runs
+// this test and the rest of the suite once more with it) leaves one plane.
+TEST(CpuKernelsTest, ResidualPlaneFollowsEnvironment) {
+  const char* env = std::getenv("MOETIER_CPU_ACTIVATIONS");
+  const bool single = env != nullptr && std::string(env) == "q8";
+  EXPECT_EQ(ActivationsHaveResidualPlane(), !single);
+  const size_t plane = 640;  // qs, bsums, d: 584 bytes, padded to a multiple of 64
+  EXPECT_EQ(ActRowBytes(TensorType::kQ4_K, 512), single ? plane : 2 * plane);
+  EXPECT_EQ(ActRowBytes(TensorType::kQ8_0, 64), single ? 192u : 384u);
+  EXPECT_EQ(ActRowBytes(TensorType::kF16, 64), 256u);
+}
+
 TEST(CpuKernelsTest, FloatWeights) {
   uint32_t seed = 1;
   for (TensorType type : {TensorType::kF32, TensorType::kF16, TensorType::kBF16}) {
@@ -333,6 +364,39 @@ TEST(CpuKernelsTest, TiledBatches) {
   RunCase({TensorType::kF16, 1000, 40, 6}, WeightSource::kQuantized, 303);
 }
 
+// Rows spaced wider than ActRowBytes give the same products as packed rows.
+TEST(CpuKernelsTest, PaddedActivationRows) {
+  std::mt19937 rng(17);
+  std::normal_distribution<float> gauss(0.0f, 1.0f);
+  for (TensorType type : {TensorType::kQ4_K, TensorType::kQ8_0, TensorType::kF32}) {
+    const int64_t k = 512, n_rows = 20, n_act = 5;
+    std::vector<uint8_t> w;
+    for (int64_t r = 0; r < n_rows; ++r) {
+      const std::vector<uint8_t> row = MakeWeightRow(type, k, WeightSource::kQuantized, rng);
+      w.insert(w.end(), row.begin(), row.end());
+    }
+    std::vector<float> x(n_act * k);
+    for (float& v : x) v = gauss(rng);
+    const size_t packed = ActRowBytes(type, k);
+    const size_t padded = packed + 128;
+    AlignedBuffer a(packed * n_act), b(padded * n_act);
+    QuantizeActRows(type, x.data(), k, k, n_act, a.data());
+    for (int64_t m = 0; m < n_act; ++m) {
+      QuantizeActRows(type, x.data() + m * k, k, k, 1, b.data() + m * padded);
+    }
+    for (SimdLevel level : SupportedLevels()) {
+      LevelGuard guard(level);
+      std::vector<float> want(n_act * n_rows), got(n_act * n_rows);
+      const size_t w_row_bytes = w.size() / n_rows;
+      MatMul(type, k, w.data(), w_row_bytes, 0, n_rows, a.data(), packed, n_act, want.data(),
+             n_rows);
+      MatMul(type, k, w.data(), w_row_bytes, 0, n_rows, b.data(), padded, n_act, got.data(),
+             n_rows);
+      EXPECT_EQ(got, want) << TensorTypeName(type) << " " << SimdLevelName(level);
+    }
+  }
+}
+
 // Activations of zeros and of extreme ranges quantize without NaN and give
 // the exact zero product.
 TEST(CpuKernelsTest, ZeroActivations) {
@@ -371,8 +435,9 @@ TEST(CpuKernelsTest, ActivationBytesIdenticalAcrossLevels) {
     x[2 * k + j] = (j % 3 == 0) ? 0.0f : 1e-30f * static_cast<float>(j % 7);
   for (TensorType type : {TensorType::kQ8_0, TensorType::kQ4_K}) {
     const size_t row_bytes = ActRowBytes(type, k);
-    // Only the defined part of a row: qs, per-block values (no padding).
+    // Only the defined part of a plane: qs, per-block values (no padding).
     const size_t used = ActFormatFor(type) == ActFormat::kQ8_0 ? 3 * k : k + k / 8 + k / 64;
+    const size_t second = HasResidualPlane(type) ? row_bytes / 2 : 0;
     std::vector<std::vector<uint8_t>> bytes;
     for (SimdLevel level : SupportedLevels()) {
       LevelGuard guard(level);
@@ -380,7 +445,9 @@ TEST(CpuKernelsTest, ActivationBytesIdenticalAcrossLevels) {
       QuantizeActRows(type, x.data(), k, k, 3, act.data());
       std::vector<uint8_t> rows;
       for (int m = 0; m < 3; ++m) {
-        rows.insert(rows.end(), act.data() + m * row_bytes, act.data() + m * row_bytes + used);
+        const uint8_t* row = act.data() + m * row_bytes;
+        rows.insert(rows.end(), row, row + used);
+        if (second != 0) rows.insert(rows.end(), row + second, row + second + used);
       }
       bytes.push_back(rows);
     }

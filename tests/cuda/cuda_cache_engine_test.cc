@@ -228,7 +228,10 @@ class CudaCacheEngineTest : public ::testing::Test {
   }
 };
 
-const char* const kModels[] = {"small-q4_k_m", "tiny-q8_0", "mixtral-small-q4_k_m"};
+// qwen35moe: Gated DeltaNet layers and a shared expert, which is dense and
+// never goes through the cache.
+const char* const kModels[] = {"small-q4_k_m", "tiny-q8_0", "mixtral-small-q4_k_m",
+                               "qwen35moe-small-q4_k_m"};
 
 // The slot geometry the engine uses for `m`.
 ExpertSlotCacheOptions CacheOptions(const Loaded& m) {

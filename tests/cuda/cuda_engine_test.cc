@@ -2,9 +2,13 @@
 // tests/data/vectors: decoding one token at a time, prompts through the fp16
 // GEMM (cuBLAS and the tiled kernel), continuing sequences, new sequences,
 // sampling on the device, the experts seam, greedy generation, and the
-// preconditions of ForwardEngine. Everything that needs a device
-// skips without one; the configuration and weight-type checks, which run
-// before any device call, run everywhere.
+// preconditions of ForwardEngine; for the hybrid qwen35moe files also the
+// CPU engine's assertions (tests/cpu/engine_test.cc): the recurrent state
+// the same in batches and token by token, chunked and not, a checkpoint
+// that rewinds a sequence, sequences that keep their own state, and a mean
+// KL from the exact logits no worse than llama.cpp's. Everything that needs
+// a device skips without one; the configuration and weight-type checks,
+// which run before any device call, run everywhere.
 //
 // Tolerances:
 // - GEMV path (batches of at most gemv_max_rows rows): weights are decoded
@@ -21,12 +25,17 @@
 //   of ~1e-3 of the range and occasional router flips, about what the CPU
 //   engine's 8-bit activation quantization costs. Held to the bounds the CPU
 //   synthetic-model test uses: mean KL <= 5e-3, top-1 agreement >= 85%.
+// - Gated DeltaNet layers: batches of deltanet_chunk_min_tokens or more run
+//   the chunked delta rule, which equals the token-by-token one within fp32
+//   rounding (~1e-6 of the values, tests/cuda/delta_rule_chunk_test.cc);
+//   held to the CPU engine's batch-versus-token bound, 1e-5 of the range.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <fstream>
 #include <iterator>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -75,7 +84,7 @@ std::unique_ptr<ReferenceEngine> Reference(const Loaded& m) {
 // The GEMV-path bound for `name` (see the file comment).
 void ExpectGemvAgreement(const std::string& name, const std::vector<float>& got,
                          const std::vector<float>& want, size_t n_vocab) {
-  if (name == "small-q4_k_m" || name == "mixtral-small-q4_k_m") {
+  if (name.ends_with("small-q4_k_m")) {
     const Agreement a = Compare(got, want, n_vocab);
     EXPECT_LE(a.mean_kl, 1e-3) << name;
     EXPECT_GE(a.top1_fraction, 0.9) << name;
@@ -94,10 +103,14 @@ class CudaEngineTest : public ::testing::Test {
   }
 };
 
-// qwen3moe, llama with experts (NORM rope, no q/k norm) and olmoe (q/k norm
-// over the whole projection, no renormalization).
-const char* const kModels[] = {"tiny-f32",         "tiny-q8_0",      "small-q4_k_m",
-                               "mixtral-tiny-f32", "olmoe-tiny-f32", "mixtral-small-q4_k_m"};
+// qwen3moe, llama with experts (NORM rope, no q/k norm), olmoe (q/k norm
+// over the whole projection, no renormalization) and qwen35moe (Gated
+// DeltaNet and gated attention layers, multi-section rope, the shared
+// expert).
+const char* const kModels[] = {"tiny-f32",         "tiny-q8_0",
+                               "small-q4_k_m",     "mixtral-tiny-f32",
+                               "olmoe-tiny-f32",   "mixtral-small-q4_k_m",
+                               "qwen35moe-tiny-f32", "qwen35moe-small-q4_k_m"};
 
 TEST_F(CudaEngineTest, DecodeMatchesReference) {
   for (const char* name : kModels) {
@@ -124,8 +137,9 @@ TEST_F(CudaEngineTest, DecodeMatchesReference) {
 }
 
 // With every product on the GEMV, a prompt in batches (GEMV calls of 8 rows,
-// experts on exactly their rows) computes each row with the same arithmetic
-// as decoding it alone, so the logits are identical, not just close.
+// experts on exactly their rows, the delta rule token by token) computes
+// each row with the same arithmetic as decoding it alone, so the logits are
+// identical, not just close.
 TEST_F(CudaEngineTest, GemvPrefillEqualsDecodeBitForBit) {
   for (const char* name : kModels) {
     SCOPED_TRACE(name);
@@ -134,6 +148,7 @@ TEST_F(CudaEngineTest, GemvPrefillEqualsDecodeBitForBit) {
     CudaEngineConfig config;
     config.max_batch = 16;  // 24 tokens: one batch of 16, one of 8
     config.gemv_max_rows = config.max_batch;
+    config.deltanet_chunk_min_tokens = config.max_batch + 1;  // never chunked
     std::unique_ptr<CudaEngine> engine = Engine(*m, config);
     ASSERT_NE(engine, nullptr);
     const std::vector<float> batched = RunAll(*engine, m->ids);
@@ -208,14 +223,21 @@ INSTANTIATE_TEST_SUITE_P(Paths, CudaEngineGemmTest,
 // Continuing a sequence in pieces of any size, as the reference does, and
 // a new sequence forgetting what an earlier one held.
 TEST_F(CudaEngineTest, ContinuationAndNewSequencesMatchReference) {
-  for (const char* name : {"tiny-f32", "tiny-q8_0"}) {
-    SCOPED_TRACE(name);
+  struct Case {
+    const char* name;
+    int chunk_min_tokens;  // the hybrid model also with every batch chunked
+  };
+  for (const Case& c : {Case{"tiny-f32", 16}, Case{"tiny-q8_0", 16},
+                        Case{"qwen35moe-tiny-f32", 16}, Case{"qwen35moe-tiny-f32", 1}}) {
+    const char* name = c.name;
+    SCOPED_TRACE(::testing::Message() << name << ", chunked from " << c.chunk_min_tokens);
     std::unique_ptr<Loaded> m = Load(name);
     ASSERT_NE(m, nullptr);
     std::unique_ptr<ReferenceEngine> ref = Reference(*m);
     ASSERT_NE(ref, nullptr);
     CudaEngineConfig config;
     config.max_batch = 4;
+    config.deltanet_chunk_min_tokens = c.chunk_min_tokens;
     std::unique_ptr<CudaEngine> engine = Engine(*m, config);
     ASSERT_NE(engine, nullptr);
     const size_t n_vocab = engine->n_vocab();
@@ -287,7 +309,7 @@ TEST_F(CudaEngineTest, SampleIsTheArgmaxOfTheLastRowOnTheDevice) {
 
 TEST_F(CudaEngineTest, GreedyGenerationMatchesReference) {
   constexpr int kGenerate = 12;
-  for (const char* name : {"tiny-f32", "tiny-q8_0"}) {
+  for (const char* name : {"tiny-f32", "tiny-q8_0", "qwen35moe-tiny-f32"}) {
     SCOPED_TRACE(name);
     std::unique_ptr<Loaded> m = Load(name);
     ASSERT_NE(m, nullptr);
@@ -424,6 +446,196 @@ TEST_F(CudaEngineTest, ForwardChecksItsPreconditions) {
   EXPECT_EQ(seq->length(), kMaxCtx);
 }
 
+// ------------------------------------------------------------ hybrid models
+//
+// The CPU engine's assertions on qwen35moe (tests/cpu/engine_test.cc), with
+// every product on the GEMV so that only the delta rule's form (chunked or
+// token by token) differs between runs.
+
+CudaEngineConfig GemvConfig(int max_batch, int chunk_min_tokens) {
+  CudaEngineConfig config;
+  config.max_batch = max_batch;
+  config.gemv_max_rows = max_batch;
+  config.deltanet_chunk_min_tokens = chunk_min_tokens;
+  return config;
+}
+
+// The recurrent layers: a prompt in batches of any size, chunked or not,
+// and decoding one token at a time, carry the same state.
+TEST_F(CudaEngineTest, HybridStateIsTheSameInBatchesAndTokenByToken) {
+  for (const char* name : {"qwen35moe-tiny-f32", "qwen35moe-small-q4_k_m"}) {
+    SCOPED_TRACE(name);
+    std::unique_ptr<Loaded> m = Load(name);
+    ASSERT_NE(m, nullptr);
+    // All 24 tokens in one chunked batch.
+    std::unique_ptr<CudaEngine> whole = Engine(*m, GemvConfig(256, 16));
+    ASSERT_NE(whole, nullptr);
+    const size_t n_vocab = whole->n_vocab();
+    const std::vector<float> want = RunAll(*whole, m->ids);
+    struct Case {
+      int batch, chunk_min_tokens;
+    };
+    // Token by token in batches of 1, 3 and 7; chunked in batches of 20 and 4.
+    for (const Case& c : {Case{1, 16}, Case{3, 16}, Case{7, 16}, Case{20, 1}}) {
+      SCOPED_TRACE(::testing::Message() << "batch " << c.batch << ", chunked from "
+                                        << c.chunk_min_tokens);
+      std::unique_ptr<CudaEngine> engine = Engine(*m, GemvConfig(c.batch, c.chunk_min_tokens));
+      ASSERT_NE(engine, nullptr);
+      const std::vector<float> got = RunAll(*engine, m->ids);
+      std::printf("%s batch %d: worst |error| / range %.3g against one chunked batch\n", name,
+                  c.batch, WorstRowError(got, want, n_vocab));
+      EXPECT_LT(WorstRowError(got, want, n_vocab), 1e-5);
+    }
+    // A prompt, then one token per call.
+    std::unique_ptr<Sequence> seq = NewSequence(*whole);
+    ASSERT_NE(seq, nullptr);
+    std::vector<float> step(m->ids.size() * n_vocab);
+    ASSERT_TRUE(
+        whole->Forward(*seq, std::span(m->ids).first(4), LogitRows::kAll, step.data()).ok());
+    for (size_t i = 4; i < m->ids.size(); ++i) {
+      ASSERT_TRUE(whole
+                      ->Forward(*seq, std::span(m->ids).subspan(i, 1), LogitRows::kAll,
+                                step.data() + i * n_vocab)
+                      .ok());
+    }
+    EXPECT_LT(WorstRowError(step, want, n_vocab), 1e-5);
+    // A new sequence starts from a zero state.
+    seq.reset();
+    std::vector<int32_t> other(m->ids.rbegin(), m->ids.rend());
+    (void)RunAll(*whole, other);
+    EXPECT_EQ(RunAll(*whole, m->ids), want);
+  }
+}
+
+// A checkpoint brings a sequence back to where it was saved, recurrent
+// state included, whatever ran after it.
+TEST_F(CudaEngineTest, RestoringACheckpointRewindsTheSequence) {
+  struct Case {
+    const char* name;
+    int chunk_min_tokens;
+  };
+  for (const Case& c : {Case{"qwen35moe-tiny-f32", 16}, Case{"qwen35moe-tiny-f32", 1},
+                        Case{"qwen35moe-small-q4_k_m", 16}, Case{"tiny-q8_0", 16}}) {
+    SCOPED_TRACE(::testing::Message() << c.name << ", chunked from " << c.chunk_min_tokens);
+    std::unique_ptr<Loaded> m = Load(c.name);
+    ASSERT_NE(m, nullptr);
+    std::unique_ptr<CudaEngine> engine = Engine(*m, GemvConfig(4, c.chunk_min_tokens));
+    ASSERT_NE(engine, nullptr);
+    const size_t n_vocab = engine->n_vocab();
+    const std::vector<float> want = RunAll(*engine, m->ids);
+    std::unique_ptr<Sequence> seq = NewSequence(*engine);
+    ASSERT_NE(seq, nullptr);
+    EXPECT_EQ(engine->RestoreCheckpoint(*seq).code(), absl::StatusCode::kFailedPrecondition);
+    const std::span<const int32_t> ids(m->ids);
+    std::vector<float> got(want.size());
+    ASSERT_TRUE(engine->Forward(*seq, ids.first(9), LogitRows::kAll, got.data()).ok());
+    ASSERT_TRUE(engine->SaveCheckpoint(*seq).ok());
+    EXPECT_EQ(seq->checkpoint_length(), 9);
+    // Something else after the checkpoint...
+    std::vector<int32_t> other(m->ids.rbegin(), m->ids.rend());
+    std::vector<float> scratch(other.size() * n_vocab);
+    ASSERT_TRUE(
+        engine->Forward(*seq, std::span(other).first(7), LogitRows::kAll, scratch.data()).ok());
+    // ...then back, and the rest of the original tokens.
+    ASSERT_TRUE(engine->RestoreCheckpoint(*seq).ok());
+    EXPECT_EQ(seq->length(), 9);
+    ASSERT_TRUE(
+        engine->Forward(*seq, ids.subspan(9), LogitRows::kAll, got.data() + 9 * n_vocab).ok());
+    EXPECT_LT(WorstRowError(got, want, n_vocab), 1e-5);
+    // The checkpoint stays: a second rewind gives the same rows again.
+    ASSERT_TRUE(engine->RestoreCheckpoint(*seq).ok());
+    std::vector<float> again(want.size() - 9 * n_vocab);
+    ASSERT_TRUE(engine->Forward(*seq, ids.subspan(9), LogitRows::kAll, again.data()).ok());
+    EXPECT_TRUE(std::equal(again.begin(), again.end(), got.begin() + 9 * n_vocab));
+    // A fresh sequence given the same calls (so the same batches and
+    // chunks) computes the same bits: the restored state is the saved one,
+    // and the slot's old state is not carried into the new sequence.
+    seq.reset();
+    std::unique_ptr<Sequence> fresh = NewSequence(*engine);
+    ASSERT_NE(fresh, nullptr);
+    std::vector<float> fresh_rows(want.size());
+    ASSERT_TRUE(engine->Forward(*fresh, ids.first(9), LogitRows::kAll, fresh_rows.data()).ok());
+    ASSERT_TRUE(engine
+                    ->Forward(*fresh, ids.subspan(9), LogitRows::kAll,
+                              fresh_rows.data() + 9 * n_vocab)
+                    .ok());
+    EXPECT_EQ(fresh_rows, got);
+  }
+}
+
+// Each sequence slot has its own KV caches and recurrent state.
+TEST_F(CudaEngineTest, HybridSequencesKeepTheirOwnState) {
+  std::unique_ptr<Loaded> m = Load("qwen35moe-tiny-f32");
+  ASSERT_NE(m, nullptr);
+  CudaEngineConfig config = GemvConfig(8, 16);
+  config.max_sequences = 2;
+  std::unique_ptr<CudaEngine> engine = Engine(*m, config);
+  ASSERT_NE(engine, nullptr);
+  const size_t n_vocab = engine->n_vocab();
+  std::vector<int32_t> other(m->ids.rbegin(), m->ids.rend());
+  const std::vector<float> want_a = RunDecode(*engine, m->ids);
+  const std::vector<float> want_b = RunDecode(*engine, other);
+  std::unique_ptr<Sequence> a = NewSequence(*engine);
+  std::unique_ptr<Sequence> b = NewSequence(*engine);
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  EXPECT_NE(a->slot(), b->slot());
+  std::vector<float> got_a(want_a.size()), got_b(want_b.size());
+  for (size_t i = 0; i < m->ids.size(); ++i) {
+    ASSERT_TRUE(engine
+                    ->Forward(*a, std::span(m->ids).subspan(i, 1), LogitRows::kAll,
+                              &got_a[i * n_vocab])
+                    .ok());
+    ASSERT_TRUE(
+        engine->Forward(*b, std::span(other).subspan(i, 1), LogitRows::kAll, &got_b[i * n_vocab])
+            .ok());
+  }
+  EXPECT_EQ(got_a, want_a);
+  EXPECT_EQ(got_b, want_b);
+}
+
+// On quantized files the engine keeps activations in fp32 (GEMV) or fp16
+// (GEMM), finer than llama.cpp's 8-bit activations: its mean KL from the
+// exact logits stays within 5% of llama.cpp's, and on the hybrid model
+// below it (the CPU engine's assertion, tests/cpu/engine_test.cc), on the
+// GEMM path (the default configuration) and on the GEMV path (decode).
+class CudaAsFaithfulAsLlamaCppTest : public CudaEngineTest,
+                                     public ::testing::WithParamInterface<const char*> {};
+
+TEST_P(CudaAsFaithfulAsLlamaCppTest, MeanKlFromExactNoWorseThanLlamaCpp) {
+  const std::string name = GetParam();
+  std::unique_ptr<Loaded> m = Load(name);
+  ASSERT_NE(m, nullptr);
+  std::unique_ptr<CudaEngine> engine = Engine(*m);
+  ASSERT_NE(engine, nullptr);
+  const size_t n_vocab = engine->n_vocab();
+  const std::vector<float> exact = ReadFloats(VectorPath(name + ".exact.f32"));
+  const std::vector<float> llamacpp = ReadFloats(VectorPath(name + ".llamacpp.f32"));
+  const Agreement theirs = Compare(llamacpp, exact, n_vocab);
+  for (const bool decode : {false, true}) {
+    SCOPED_TRACE(decode ? "decode (GEMV)" : "prompt (GEMM)");
+    const std::vector<float> ours = decode ? RunDecode(*engine, m->ids) : RunAll(*engine, m->ids);
+    ASSERT_EQ(exact.size(), ours.size());
+    const Agreement a = Compare(ours, exact, n_vocab);
+    std::printf("%s %s: mean KL from exact %.3g (llama.cpp %.3g)\n", name.c_str(),
+                decode ? "decode" : "prompt", a.mean_kl, theirs.mean_kl);
+    if (name.starts_with("qwen35moe")) {
+      EXPECT_LE(a.mean_kl, theirs.mean_kl);
+    } else {
+      EXPECT_LE(a.mean_kl, 1.05 * theirs.mean_kl);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Vectors, CudaAsFaithfulAsLlamaCppTest,
+                         ::testing::Values("small-q4_k_m", "mixtral-small-q4_k_m",
+                                           "qwen35moe-small-q4_k_m"),
+                         [](const ::testing::TestParamInfo<const char*>& param_info) {
+                           std::string s = param_info.param;
+                           std::replace(s.begin(), s.end(), '-', '_');
+                           return s;
+                         });
+
 // Checks that come before any device call: they run on every machine.
 TEST(CudaEngineArgsTest, RejectsBadConfigurationsAndWeightTypes) {
   std::unique_ptr<Loaded> m = Load("tiny-f32");
@@ -444,6 +656,9 @@ TEST(CudaEngineArgsTest, RejectsBadConfigurationsAndWeightTypes) {
   config.gemv_max_rows = -1;
   EXPECT_EQ(create(config).code(), absl::StatusCode::kInvalidArgument);
   config.gemv_max_rows = 8;
+  config.deltanet_chunk_min_tokens = 0;
+  EXPECT_EQ(create(config).code(), absl::StatusCode::kInvalidArgument);
+  config.deltanet_chunk_min_tokens = 16;
 
   // A type the CUDA kernels lack is named with its tensor.
   Model unsupported = m->model;
@@ -462,6 +677,31 @@ TEST(CudaEngineArgsTest, RejectsBadConfigurationsAndWeightTypes) {
   } else {
     config.device = CudaDeviceCount();
     EXPECT_EQ(create(config).code(), absl::StatusCode::kInvalidArgument);
+  }
+}
+
+// The hybrid files pass every check the engine makes before it touches a
+// device: their blocks, shapes and weight types are all ones it computes.
+TEST(CudaEngineArgsTest, AcceptsEveryBlockOfTheHybridModels) {
+  for (const char* name : {"qwen35moe-tiny-f32", "qwen35moe-small-q4_k_m"}) {
+    SCOPED_TRACE(name);
+    std::unique_ptr<Loaded> m = Load(name);
+    ASSERT_NE(m, nullptr);
+    CudaEngineConfig config;
+    config.max_ctx = kMaxCtx;
+    const absl::Status s = CudaEngine::Create(m->model, config).status();
+    if (CudaDeviceCount() == 0) {
+      EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+    } else {
+      EXPECT_TRUE(s.ok()) << s;
+    }
+    // A key head wider than the delta rule's kernels hold is refused by
+    // name, before any device call.
+    Model wide = m->model;
+    wide.hparams.deltanet.d_k = 512;
+    const absl::Status refused = CudaEngine::Create(wide, config).status();
+    EXPECT_EQ(refused.code(), absl::StatusCode::kUnimplemented) << refused;
+    EXPECT_NE(refused.message().find("d_k 512"), absl::string_view::npos) << refused;
   }
 }
 

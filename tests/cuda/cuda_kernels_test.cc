@@ -16,6 +16,7 @@
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cuda/cuda_device.h"
 #include "backend/cuda/cuda_kernels.h"
+#include "device_buffer.h"
 #include "gtest/gtest.h"
 #include "gguf/tensor/half.h"
 #include "gguf/tensor/quant_codec.h"
@@ -23,6 +24,8 @@
 
 namespace moetier::cuda {
 namespace {
+
+using cuda_test::DeviceBuffer;
 
 constexpr TensorType kWeightTypes[] = {TensorType::kF32,  TensorType::kF16,  TensorType::kBF16,
                                        TensorType::kQ8_0, TensorType::kQ4_0, TensorType::kQ4_K,
@@ -37,44 +40,6 @@ std::vector<float> Gaussian(size_t n, uint32_t seed, float sigma = 1.0f) {
   for (float& x : v) x = gauss(rng);
   return v;
 }
-
-// Owns one device allocation; copies abort the test on failure.
-class DeviceBuffer {
- public:
-  explicit DeviceBuffer(size_t bytes) : bytes_(bytes) {
-    if (cudaMalloc(&ptr_, bytes == 0 ? 1 : bytes) != cudaSuccess) ptr_ = nullptr;
-  }
-  template <typename T>
-  explicit DeviceBuffer(const std::vector<T>& host) : DeviceBuffer(host.size() * sizeof(T)) {
-    Upload(host.data(), bytes_);
-  }
-  ~DeviceBuffer() {
-    if (ptr_ != nullptr) cudaFree(ptr_);
-  }
-  DeviceBuffer(const DeviceBuffer&) = delete;
-  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
-
-  void Upload(const void* src, size_t bytes) {
-    ASSERT_NE(ptr_, nullptr) << "cudaMalloc of " << bytes_ << " bytes failed";
-    ASSERT_EQ(cudaMemcpy(ptr_, src, bytes, cudaMemcpyHostToDevice), cudaSuccess);
-  }
-  template <typename T>
-  std::vector<T> Download(size_t n) const {
-    std::vector<T> out(n);
-    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess) << cudaGetErrorString(cudaGetLastError());
-    EXPECT_EQ(cudaMemcpy(out.data(), ptr_, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
-    return out;
-  }
-  template <typename T>
-  T* as() const {
-    return static_cast<T*>(ptr_);
-  }
-  void* get() const { return ptr_; }
-
- private:
-  void* ptr_ = nullptr;
-  size_t bytes_;
-};
 
 std::vector<uint8_t> Quantize(TensorType type, const std::vector<float>& values) {
   std::vector<uint8_t> bytes(
@@ -275,7 +240,7 @@ TEST_F(CudaKernelsTest, RopeNeoxMatchesCpu) {
     const std::vector<float> x = Gaussian(static_cast<size_t>(n_tokens * n_heads * c.head_dim), 9);
     DeviceBuffer x_dev(x), pos_dev(positions);
     ASSERT_TRUE(RopeNeox(x_dev.as<float>(), pos_dev.as<int32_t>(), n_tokens, n_heads, c.head_dim,
-                         c.n_rot, base, nullptr)
+                         c.n_rot, base, nullptr, nullptr)
                     .ok());
     const std::vector<float> got = x_dev.Download<float>(x.size());
     std::vector<float> want = x;
@@ -289,6 +254,105 @@ TEST_F(CudaKernelsTest, RopeNeoxMatchesCpu) {
     for (size_t i = 0; i < x.size(); ++i) {
       ASSERT_NEAR(got[i], want[i], 1e-6 * (1.0 + std::fabs(want[i])))
           << "head_dim " << c.head_dim << " n_rot " << c.n_rot << " element " << i;
+    }
+  }
+}
+
+// Multi-section rope: the pairs held at position 0 stay as they are, as the
+// CPU attention block's cos 1, sin 0 leaves them.
+TEST_F(CudaKernelsTest, RopeWithSectionsHoldsTheUnusedPairs) {
+  const int n_heads = 3, n_tokens = 2, head_dim = 32, n_rot = 16;
+  const std::vector<int32_t> positions = {5, 1234};
+  const std::vector<uint8_t> uses = {1, 1, 0, 1, 0, 0, 1, 1};
+  const float base = 1e7f;
+  for (bool adjacent : {false, true}) {
+    SCOPED_TRACE(adjacent ? "NORM" : "NEOX");
+    const std::vector<float> x = Gaussian(static_cast<size_t>(n_tokens * n_heads * head_dim), 12);
+    DeviceBuffer x_dev(x), pos_dev(positions), uses_dev(uses);
+    auto rope = adjacent ? &RopeAdjacentPairs : &RopeNeox;
+    ASSERT_TRUE(rope(x_dev.as<float>(), pos_dev.as<int32_t>(), n_tokens, n_heads, head_dim, n_rot,
+                     base, uses_dev.as<uint8_t>(), nullptr)
+                    .ok());
+    const std::vector<float> got = x_dev.Download<float>(x.size());
+    std::vector<float> want = x;
+    std::vector<float> cos_t(n_rot / 2), sin_t(n_rot / 2);
+    for (int t = 0; t < n_tokens; ++t) {
+      cpu::RopeAngles(positions[static_cast<size_t>(t)], n_rot, base, cos_t.data(), sin_t.data());
+      for (size_t i = 0; i < uses.size(); ++i) {
+        if (uses[i] == 0) {
+          cos_t[i] = 1.0f;
+          sin_t[i] = 0.0f;
+        }
+      }
+      float* xt = want.data() + t * n_heads * head_dim;
+      if (adjacent) {
+        cpu::RopeAdjacentPairs(xt, n_heads, head_dim, n_rot, cos_t.data(), sin_t.data());
+      } else {
+        cpu::RopeNeox(xt, n_heads, head_dim, n_rot, cos_t.data(), sin_t.data());
+      }
+    }
+    for (size_t i = 0; i < x.size(); ++i) {
+      ASSERT_NEAR(got[i], want[i], 1e-6 * (1.0 + std::fabs(want[i]))) << i;
+    }
+    // Held pairs are untouched bit for bit.
+    for (int t = 0; t < n_tokens; ++t) {
+      for (int h = 0; h < n_heads; ++h) {
+        const size_t head = static_cast<size_t>((t * n_heads + h) * head_dim);
+        for (int i = 0; i < n_rot / 2; ++i) {
+          if (uses[static_cast<size_t>(i)] != 0) continue;
+          const size_t a = head + (adjacent ? 2 * i : i);
+          const size_t b = head + (adjacent ? 2 * i + 1 : i + n_rot / 2);
+          ASSERT_EQ(got[a], x[a]);
+          ASSERT_EQ(got[b], x[b]);
+        }
+      }
+    }
+  }
+}
+
+// The gated attention layer's q/gate split and output gate, and the shared
+// expert's gated sum, against host loops of the CPU blocks' arithmetic.
+TEST_F(CudaKernelsTest, GatedAttentionAndSharedExpertGlue) {
+  const int n_rows = 6, n = 40;  // rows = tokens * heads, n = head_dim
+  const std::vector<float> src = Gaussian(static_cast<size_t>(2 * n_rows * n), 13);
+  DeviceBuffer src_dev(src), first_dev(src.size() / 2 * sizeof(float)),
+      second_dev(src.size() / 2 * sizeof(float));
+  ASSERT_TRUE(SplitRowHalves(src_dev.as<float>(), n_rows, n, first_dev.as<float>(),
+                             second_dev.as<float>(), nullptr)
+                  .ok());
+  const std::vector<float> first = first_dev.Download<float>(src.size() / 2);
+  const std::vector<float> second = second_dev.Download<float>(src.size() / 2);
+  for (int r = 0; r < n_rows; ++r) {
+    for (int i = 0; i < n; ++i) {
+      ASSERT_EQ(first[static_cast<size_t>(r * n + i)], src[static_cast<size_t>(2 * r * n + i)]);
+      ASSERT_EQ(second[static_cast<size_t>(r * n + i)],
+                src[static_cast<size_t>(2 * r * n + n + i)]);
+    }
+  }
+  const std::vector<float> x = Gaussian(first.size(), 14);
+  const std::vector<float> gate = Gaussian(first.size(), 15, 4.0f);
+  DeviceBuffer x_dev(x), gate_dev(gate);
+  ASSERT_TRUE(MulSigmoid(x_dev.as<float>(), gate_dev.as<float>(), static_cast<int64_t>(x.size()),
+                         nullptr)
+                  .ok());
+  const std::vector<float> gated = x_dev.Download<float>(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const float want = x[i] * (1.0f / (1.0f + std::exp(-gate[i])));
+    ASSERT_NEAR(gated[i], want, 1e-6 * (1.0 + std::fabs(want))) << i;
+  }
+  const std::vector<float> y = Gaussian(x.size(), 16);
+  const std::vector<float> logits = Gaussian(static_cast<size_t>(n_rows), 17, 3.0f);
+  DeviceBuffer acc_dev(x), y_dev(y), logits_dev(logits);
+  ASSERT_TRUE(AddSigmoidScaledRows(acc_dev.as<float>(), y_dev.as<float>(), logits_dev.as<float>(),
+                                   n_rows, n, nullptr)
+                  .ok());
+  const std::vector<float> acc = acc_dev.Download<float>(x.size());
+  for (int r = 0; r < n_rows; ++r) {
+    const float g = 1.0f / (1.0f + std::exp(-logits[static_cast<size_t>(r)]));
+    for (int i = 0; i < n; ++i) {
+      const size_t k = static_cast<size_t>(r * n + i);
+      const float want = x[k] + g * y[k];
+      ASSERT_NEAR(acc[k], want, 1e-6 * (1.0 + std::fabs(want))) << k;
     }
   }
 }
@@ -609,7 +673,7 @@ TEST(CudaKernelsArgsTest, RejectsBadArgumentsBeforeLaunching) {
             absl::StatusCode::kInvalidArgument);  // misaligned f32 weights
   EXPECT_EQ(DequantizeToF32(TensorType::kQ6_K, f, 255, f, nullptr).code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(RopeNeox(f, reinterpret_cast<int32_t*>(f), 1, 1, 64, 65, 1e4f, nullptr).code(),
+  EXPECT_EQ(RopeNeox(f, reinterpret_cast<int32_t*>(f), 1, 1, 64, 65, 1e4f, nullptr, nullptr).code(),
             absl::StatusCode::kInvalidArgument);  // odd n_rot
   EXPECT_EQ(RouterTopK(f, 1, 8, 9, true, f, reinterpret_cast<int32_t*>(f), f, nullptr).code(),
             absl::StatusCode::kInvalidArgument);  // k > n_expert
@@ -632,6 +696,10 @@ TEST(CudaKernelsArgsTest, RejectsBadArgumentsBeforeLaunching) {
   EXPECT_EQ(MoeCombine(f, reinterpret_cast<int32_t*>(f), f, 1, 0, 64, f, nullptr).code(),
             absl::StatusCode::kInvalidArgument);  // k = 0
   EXPECT_EQ(AddInPlace(f, f, -1, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(SplitRowHalves(f, 1, 0, f, f, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(MulSigmoid(f, nullptr, 4, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(AddSigmoidScaledRows(f, f, nullptr, 1, 4, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(CudaWeightTypeSupported(TensorType::kQ5_K));
   EXPECT_FALSE(CudaWeightTypeSupported(TensorType::kQ3_K));
 }

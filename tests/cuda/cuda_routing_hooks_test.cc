@@ -9,10 +9,11 @@
 //   probabilities in RouterTopK's fp32 order);
 // - an override that forces other experts gives the CPU engine's logits
 //   with the same override, within the bounds the CUDA engine tests use
-//   against the fp32 reference (tiny-f32: 1e-4 of each row's range; the
-//   CPU engine's activations are fp32 there) and those the cache tests use
-//   for 8-bit host activations (tiny-q8_0: mean KL 1e-2, top-1 90%). A
-//   forced choice has no router near-ties to flip;
+//   against the fp32 reference (tiny-f32 and the hybrid qwen35moe-tiny-f32:
+//   1e-4 of each row's range; the CPU engine's activations are fp32 there)
+//   and those the cache tests use for 8-bit host activations (tiny-q8_0:
+//   mean KL 1e-2, top-1 90%). A forced choice has no router near-ties to
+//   flip;
 // - the observer sees each batch's layers in order with n_tokens * top_k
 //   ids and weights, the override's ids when there is one;
 // - an override id outside the model fails Forward with a message naming
@@ -160,7 +161,8 @@ class CudaRoutingHooksTest : public ::testing::Test {
   }
 };
 
-const char* const kModels[] = {"tiny-f32", "tiny-q8_0", "small-q4_k_m"};
+const char* const kModels[] = {"tiny-f32", "tiny-q8_0", "small-q4_k_m",
+                               "qwen35moe-tiny-f32"};
 
 TEST_F(CudaRoutingHooksTest, TheRoutersOwnChoiceGivesBitIdenticalLogits) {
   for (const char* name : kModels) {
@@ -211,7 +213,8 @@ TEST_F(CudaRoutingHooksTest, TheRoutersOwnChoiceGivesBitIdenticalLogits) {
 }
 
 TEST_F(CudaRoutingHooksTest, ForcedExpertsGiveTheCpuEnginesLogits) {
-  for (const char* name : {"tiny-f32", "tiny-q8_0"}) {
+  // qwen35moe-tiny-f32: the hybrid model's blocks against the CPU engine's.
+  for (const char* name : {"tiny-f32", "tiny-q8_0", "qwen35moe-tiny-f32"}) {
     SCOPED_TRACE(name);
     std::unique_ptr<Loaded> m = Load(name, kPrompt);
     ASSERT_NE(m, nullptr);
@@ -242,7 +245,8 @@ TEST_F(CudaRoutingHooksTest, ForcedExpertsGiveTheCpuEnginesLogits) {
     const Agreement a = Compare(got, want, n_vocab);
     std::printf("  %s: worst |error| / range %.3g, mean KL %.3g, top-1 %.2f\n", name,
                 WorstRowError(got, want, n_vocab), a.mean_kl, a.top1_fraction);
-    if (std::string(name) == "tiny-f32") {
+    const bool f32 = std::string(name).ends_with("-f32");
+    if (f32) {
       EXPECT_LT(WorstRowError(got, want, n_vocab), 1e-4);
     } else {
       EXPECT_LE(a.mean_kl, 1e-2);
@@ -256,7 +260,7 @@ TEST_F(CudaRoutingHooksTest, ForcedExpertsGiveTheCpuEnginesLogits) {
     // The observer saw the forced experts, mixed with the CPU engine's
     // weights (the router's probabilities of those experts, renormalized;
     // on tiny-q8_0 the CPU's router reads 8-bit activations).
-    const float weight_tolerance = std::string(name) == "tiny-f32" ? 1e-4f : 2e-2f;
+    const float weight_tolerance = f32 ? 1e-4f : 2e-2f;
     ASSERT_EQ(seen.seen.size(), cpu_seen.seen.size());
     ASSERT_FALSE(seen.seen.empty());
     for (size_t k = 0; k < seen.seen.size(); ++k) {

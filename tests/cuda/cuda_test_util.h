@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -20,8 +21,12 @@
 
 namespace moetier::cuda_test {
 
+// The build's tests/data, or MOETIER_TEST_DATA_DIR when set: a GPU bundle
+// (tests/cuda/make-gpu-bundle.sh) runs these tests far from the source tree.
 inline std::string VectorPath(const std::string& name) {
-  return std::string(MOETIER_TEST_DATA_DIR) + "/vectors/" + name;
+  const char* dir = std::getenv("MOETIER_TEST_DATA_DIR");
+  return std::string(dir != nullptr && *dir != '\0' ? dir : MOETIER_TEST_DATA_DIR) + "/vectors/" +
+         name;
 }
 
 inline std::vector<int32_t> ReadIds(const std::string& path) {

@@ -4,6 +4,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <iterator>
@@ -11,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "gguf/gguf_reader.h"
@@ -209,7 +212,8 @@ TEST(WorkerStandaloneTest, HelpExplainsEveryFlag) {
   for (const char* flag :
        {"--standalone", "--model", "--tokens", "--logits-out", "--tokenize", "--prompt", "-n",
         "--chat", "--temp", "--top-k", "--top-p", "--min-p", "--repeat-penalty", "--repeat-last-n",
-        "--seed", "--backend", "--threads", "--ctx", "--huge-pages", "--expert-cache-mib",
+        "--seed", "--backend", "--threads", "--ctx", "--ubatch-size", "--huge-pages",
+        "--expert-cache-mib",
         "--miss-policy", "--prefetch", "--cache-policy", "--n-cpu-moe", "--help"}) {
     EXPECT_THAT(r.out, HasSubstr(flag));
   }
@@ -391,6 +395,100 @@ TEST(WorkerStandaloneTest, CpuBackendIsTheDefault) {
     const testing::RowError e = testing::CompareRow(&cpu[pos * 512], &ref[pos * 512], 512);
     EXPECT_LE(e.max_abs, 1e-3 * e.range) << "position " << pos;
   }
+}
+
+// Mean KL(p_expected || p_actual) over rows of n logits.
+double MeanKl(const std::vector<float>& actual, const std::vector<float>& expected, size_t n) {
+  double sum = 0.0;
+  const size_t rows = expected.size() / n;
+  for (size_t r = 0; r < rows; ++r) {
+    const float* a = &actual[r * n];
+    const float* e = &expected[r * n];
+    const double a_max = *std::max_element(a, a + n);
+    const double e_max = *std::max_element(e, e + n);
+    double a_sum = 0.0;
+    double e_sum = 0.0;
+    for (size_t i = 0; i < n; ++i) {
+      a_sum += std::exp(a[i] - a_max);
+      e_sum += std::exp(e[i] - e_max);
+    }
+    double kl = 0.0;
+    for (size_t i = 0; i < n; ++i) {
+      const double log_pe = e[i] - e_max - std::log(e_sum);
+      const double log_pa = a[i] - a_max - std::log(a_sum);
+      kl += std::exp(log_pe) * (log_pe - log_pa);
+    }
+    sum += kl;
+  }
+  return sum / static_cast<double>(rows);
+}
+
+// The logits of `ids` from the standalone cpu worker, with `extra` flags.
+std::vector<float> WorkerLogits(const std::string& model, const std::vector<int32_t>& ids,
+                                const std::vector<std::string>& extra) {
+  const std::string out = TempPath("ubatch.f32");
+  std::vector<std::string> args = {"--standalone", "--model", model, "--threads", "2",
+                                   "--tokens", absl::StrJoin(ids, ","), "--logits-out", out};
+  args.insert(args.end(), extra.begin(), extra.end());
+  const Result r = RunWorker(args);
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+  std::vector<float> floats = ReadFloats(out);
+  std::remove(out.c_str());
+  return floats;
+}
+
+// The vector's ids, lengthened past one chunk of the delta rule (64
+// positions) and two logits batches (32).
+std::vector<int32_t> LongIds(const std::string& stem, int n_vocab) {
+  std::vector<int32_t> ids = ReadIds(TestDataPath("vectors/" + stem + ".ids"));
+  while (ids.size() < 80) ids.push_back(static_cast<int32_t>((ids.size() * 37 + 11) % n_vocab));
+  return ids;
+}
+
+// --ubatch-size 1 sends every position through the decode path (one token
+// per forward call; for Gated DeltaNet layers the token recurrence instead
+// of the chunked delta rule): on F32 weights the same logits as whole
+// batches to float rounding; on quantized weights, where a rounding
+// difference can move an 8-bit activation by one step, the same
+// distributions far within the quantization's own error; the same greedy
+// text either way.
+TEST(WorkerStandaloneTest, UbatchSizeOneAgreesWithWholeBatches) {
+  const std::string f32_model = TestDataPath("vectors/qwen35moe-tiny-f32.gguf");
+  const std::vector<int32_t> f32_ids = LongIds("qwen35moe-tiny-f32", 512);
+  const std::vector<float> batched = WorkerLogits(f32_model, f32_ids, {});
+  ASSERT_EQ(batched.size(), f32_ids.size() * 512u);
+  for (const char* ubatch : {"1", "7"}) {
+    SCOPED_TRACE(absl::StrCat("--ubatch-size ", ubatch));
+    const std::vector<float> split = WorkerLogits(f32_model, f32_ids, {"--ubatch-size", ubatch});
+    ASSERT_EQ(split.size(), batched.size());
+    EXPECT_NE(split, batched) << "another path rounds differently somewhere";
+    for (size_t pos = 0; pos < f32_ids.size(); ++pos) {
+      const testing::RowError e = testing::CompareRow(&split[pos * 512], &batched[pos * 512], 512);
+      EXPECT_LE(e.max_abs, 1e-5 * e.range) << "position " << pos;
+    }
+  }
+
+  const std::string q4_model = TestDataPath("vectors/qwen35moe-small-q4_k_m.gguf");
+  const std::vector<int32_t> q4_ids = LongIds("qwen35moe-small-q4_k_m", 1024);
+  const std::vector<float> q4_batched = WorkerLogits(q4_model, q4_ids, {});
+  const std::vector<float> q4_one = WorkerLogits(q4_model, q4_ids, {"--ubatch-size=1"});
+  ASSERT_EQ(q4_batched.size(), q4_ids.size() * 1024u);
+  ASSERT_EQ(q4_one.size(), q4_batched.size());
+  // The quantized engine's own mean KL from exact logits is about 1e-2.
+  EXPECT_LE(MeanKl(q4_one, q4_batched, 1024), 1e-3);
+
+  auto greedy = [&](const char* ubatch) {
+    const Result r = RunWorker({"--standalone", "--model", q4_model, "--threads", "2", "--prompt",
+                                "the cat sat on the mat and then the dog came by", "-n", "12",
+                                "--temp", "0", "--ubatch-size", ubatch});
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    return r.out;
+  };
+  EXPECT_EQ(greedy("1"), greedy("512"));
+  const Result zero = RunWorker({"--standalone", "--model", q4_model, "--tokens", "1",
+                                 "--logits-out", TempPath("x.f32"), "--ubatch-size", "0"});
+  EXPECT_NE(zero.exit_code, 0);
+  EXPECT_THAT(zero.err, HasSubstr("--ubatch-size"));
 }
 
 // Without CUDA in the build, or without a GPU and driver, a CUDA device is

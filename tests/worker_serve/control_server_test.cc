@@ -182,13 +182,14 @@ class ControlServerTest : public ::testing::Test {
  protected:
   void SetUp() override {
     absl::StatusOr<std::unique_ptr<LoadedModel>> loaded =
-        serve_test::LoadModel(serve_test::VectorsModel("tiny-q8_0"));
+        serve_test::LoadModel(serve_test::VectorsModel(ModelStem()));
     ASSERT_TRUE(loaded.ok()) << loaded.status();
     loaded_ = std::move(*loaded);
     CpuEngineConfig config = EngineConfig();
     ControlServerOptions options;
     options.threads = 1;
     options.model_fingerprint = 0x1234;
+    options.state_size = SequenceStateSizeOf(model());
     // Small Score batches: chunks must straddle them.
     options.score_batch_tokens = 7;
     absl::StatusOr<std::unique_ptr<CpuEngine>> engine = CpuEngine::Create(model(), config);
@@ -210,6 +211,8 @@ class ControlServerTest : public ::testing::Test {
 
   // A derived fixture's additions to the server's options.
   virtual void Prepare(ControlServerOptions&) {}
+  // The test vector the server runs.
+  virtual const char* ModelStem() const { return "tiny-q8_0"; }
 
   void TearDown() override {
     CloseChannel();
@@ -397,6 +400,114 @@ TEST_F(ControlServerTest, GreedyGenerateEqualsTheEngineAndSampler) {
   EXPECT_GT(g.done.prefill_seconds(), 0.0);
   EXPECT_GE(g.done.decode_seconds(), 0.0);
   EXPECT_EQ(std::count(g.stop_flags.begin(), g.stop_flags.end(), true), 0);
+}
+
+// A chat's next turn: the last prompt, the reply and a new message.
+std::vector<int32_t> NextTurn(const std::vector<int32_t>& prompt,
+                              const std::vector<int32_t>& reply) {
+  std::vector<int32_t> next = prompt;
+  next.insert(next.end(), reply.begin(), reply.end());
+  for (int32_t t : {5, 77, 301}) next.push_back(t);
+  return next;
+}
+
+TEST_F(ControlServerTest, ReadyAnnouncesTheSequenceStateSize) {
+  const WorkerReply ready = ReceiveReady();
+  const SequenceStateSize size = SequenceStateSizeOf(model());
+  EXPECT_GT(size.kv_bytes_per_token, 0u);
+  EXPECT_EQ(ready.ready().kv_bytes_per_token(), size.kv_bytes_per_token);
+  EXPECT_EQ(ready.ready().recurrent_state_bytes(), 0u) << "qwen3moe has no recurrent layer";
+}
+
+TEST_F(ControlServerTest, ANextTurnComputesOnlyItsNewTokens) {
+  ReceiveReady();
+  const std::vector<int32_t> prompt = Prompt(10);
+  Send(GenerateRequest(1, prompt, 6));
+  const Generation first = ReceiveGeneration(1);
+  ASSERT_EQ(first.tokens.size(), 6u);
+  EXPECT_EQ(first.done.cached_prompt_tokens(), 0);
+  const std::vector<int32_t> next = NextTurn(prompt, first.tokens);
+  Send(GenerateRequest(2, next, 6));
+  const Generation second = ReceiveGeneration(2);
+  // Everything but the reply's last token (sampled, never fed back) was kept.
+  EXPECT_EQ(second.done.cached_prompt_tokens(), 10 + 6 - 1);
+  EXPECT_EQ(second.done.prompt_tokens(), static_cast<int>(next.size()));
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  EXPECT_EQ(second.tokens, DirectGeneration(model(), next, 6, greedy));
+}
+
+TEST_F(ControlServerTest, AHistoryDifferentFromTheReplyRewindsToThePromptEnd) {
+  ReceiveReady();
+  const std::vector<int32_t> prompt = Prompt(10);
+  Send(GenerateRequest(1, prompt, 6));
+  const Generation first = ReceiveGeneration(1);
+  std::vector<int32_t> other_reply = first.tokens;
+  other_reply[1] = (other_reply[1] + 1) % 512;
+  const std::vector<int32_t> next = NextTurn(prompt, other_reply);
+  Send(GenerateRequest(2, next, 6));
+  const Generation second = ReceiveGeneration(2);
+  EXPECT_EQ(second.done.cached_prompt_tokens(), 10);
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  EXPECT_EQ(second.tokens, DirectGeneration(model(), next, 6, greedy));
+}
+
+TEST_F(ControlServerTest, AScoreTakesTheKeptSequencesSlot) {
+  ReceiveReady();
+  ASSERT_EQ(engine_->max_sequences(), 1);
+  const std::vector<int32_t> prompt = Prompt(10);
+  Send(GenerateRequest(1, prompt, 4));
+  const Generation first = ReceiveGeneration(1);
+  ExpectScoreServed(2, Prompt(12));
+  Send(GenerateRequest(3, NextTurn(prompt, first.tokens), 4));
+  EXPECT_EQ(ReceiveGeneration(3).done.cached_prompt_tokens(), 0);
+}
+
+// The same on a hybrid model (Gated DeltaNet layers with recurrent state),
+// where a rewind needs the checkpoint saved before the prompt's last token.
+class HybridControlServerTest : public ControlServerTest {
+ protected:
+  const char* ModelStem() const override { return "qwen35moe-tiny-f32"; }
+};
+
+TEST_F(HybridControlServerTest, ANextTurnComputesOnlyItsNewTokens) {
+  const WorkerReply ready = ReceiveReady();
+  EXPECT_EQ(ready.ready().recurrent_state_bytes(), SequenceStateSizeOf(model()).recurrent_bytes);
+  EXPECT_GT(ready.ready().recurrent_state_bytes(), 0u);
+  const std::vector<int32_t> prompt = Prompt(10);
+  Send(GenerateRequest(1, prompt, 6));
+  const Generation first = ReceiveGeneration(1);
+  ASSERT_EQ(first.tokens.size(), 6u);
+  const std::vector<int32_t> next = NextTurn(prompt, first.tokens);
+  Send(GenerateRequest(2, next, 6));
+  const Generation second = ReceiveGeneration(2);
+  EXPECT_EQ(second.done.cached_prompt_tokens(), 10 + 6 - 1);
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  EXPECT_EQ(second.tokens, DirectGeneration(model(), next, 6, greedy));
+}
+
+TEST_F(HybridControlServerTest, ARegenerationRestoresTheCheckpointAndComputesOneToken) {
+  ReceiveReady();
+  const std::vector<int32_t> prompt = Prompt(10);
+  Send(GenerateRequest(1, prompt, 6));
+  const Generation first = ReceiveGeneration(1);
+  Send(GenerateRequest(2, prompt, 6));
+  const Generation again = ReceiveGeneration(2);
+  EXPECT_EQ(again.done.cached_prompt_tokens(), 9);
+  // The very computation of the first time from the checkpoint on.
+  EXPECT_EQ(again.tokens, first.tokens);
+  // And a history that departs from the reply rewinds there too.
+  std::vector<int32_t> other_reply = first.tokens;
+  other_reply[0] = (other_reply[0] + 1) % 512;
+  const std::vector<int32_t> next = NextTurn(prompt, other_reply);
+  Send(GenerateRequest(3, next, 6));
+  const Generation third = ReceiveGeneration(3);
+  EXPECT_EQ(third.done.cached_prompt_tokens(), 9);
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  EXPECT_EQ(third.tokens, DirectGeneration(model(), next, 6, greedy));
 }
 
 TEST_F(ControlServerTest, SeededSamplingIsReproducible) {

@@ -28,6 +28,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "backend/cpu/cpu_kernels.h"
 #include "backend/cpu/thread_pool.h"
@@ -159,6 +160,48 @@ Stats Summarize(std::vector<double> v) {
   const size_t n = v.size();
   const double median = n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
   return {median, v.front(), v.back()};
+}
+
+// Where a run's time went: every phase ("<what> time by phase: name x%,
+// ..."), then by the blocks of the architecture: each mixer (its projections
+// and its own work), the routed experts (router, fetch and projections), the
+// shared expert and the output projection; blocks the model lacks are left
+// out of that line.
+void PrintPhases(const char* what, const CpuPhaseSeconds& seconds, const std::string& label) {
+  double total = 0.0;
+  for (double s : seconds) total += s;
+  if (!(total > 0.0)) return;
+  std::printf("%s time by phase:", what);
+  for (int p = 0; p < static_cast<int>(CpuPhase::kCount); ++p) {
+    std::printf("%s %s %.1f%%", p == 0 ? "" : ",",
+                std::string(CpuPhaseName(static_cast<CpuPhase>(p))).c_str(),
+                100.0 * seconds[p] / total);
+  }
+  std::printf("%s\n", label.c_str());
+  const auto share = [&](std::initializer_list<CpuPhase> phases) {
+    double s = 0.0;
+    for (CpuPhase p : phases) s += seconds[static_cast<size_t>(p)];
+    return 100.0 * s / total;
+  };
+  const auto name = [](CpuPhase p) { return std::string(CpuPhaseName(p)); };
+  std::string line;
+  const auto group = [&](const char* title, std::initializer_list<CpuPhase> phases) {
+    if (share(phases) <= 0.0) return;
+    absl::StrAppendFormat(&line, "%s%s %.1f%% (", line.empty() ? "" : "; ", title, share(phases));
+    bool first = true;
+    for (CpuPhase p : phases) {
+      absl::StrAppendFormat(&line, "%s%s %.1f%%", first ? "" : ", ", name(p), share({p}));
+      first = false;
+    }
+    line += ")";
+  };
+  group("DeltaNet", {CpuPhase::kDeltaNetProjections, CpuPhase::kDeltaNet});
+  group("attention", {CpuPhase::kAttentionProjections, CpuPhase::kAttention});
+  group("experts", {CpuPhase::kRouter, CpuPhase::kExpertFetch, CpuPhase::kExperts});
+  for (CpuPhase p : {CpuPhase::kSharedExpert, CpuPhase::kOutput, CpuPhase::kOther}) {
+    if (share({p}) > 0.0) absl::StrAppendFormat(&line, "; %s %.1f%%", name(p), share({p}));
+  }
+  std::printf("%s time by block: %s%s\n", what, line.c_str(), label.c_str());
 }
 
 // Reads one byte per page of every tensor so that the timed runs measure
@@ -328,10 +371,16 @@ double MatMulRate(cpu::ThreadPool& pool, TensorType type, int64_t k, const std::
   return Summarize(rates).median;
 }
 
+// MOETIER_CPU_ACTIVATIONS: the quantized activation rows the kernels read.
+const char* ActivationsName() {
+  return cpu::ActivationsHaveResidualPlane() ? "q8x2 (int8 + residual plane)" : "q8 (one plane)";
+}
+
 int RunKernels(const Options& o) {
   cpu::ThreadPool pool(o.threads);
   std::printf("threads: %d, simd: %s\n", o.threads,
               std::string(cpu::SimdLevelName(cpu::ActiveSimdLevel())).c_str());
+  std::printf("activations: %s\n", ActivationsName());
   BandwidthProbe probe(pool, o.bandwidth_mib);
   const double bw = probe.Best(o.runs);
   std::printf("RAM read bandwidth: %.2f GB/s (best of %d passes)\n", bw, o.runs);
@@ -428,6 +477,7 @@ int Run(const Options& o) {
       hp.head_dim, hp.n_vocab);
   std::printf("threads: %d, simd: %s, batch %d\n", o.threads,
               std::string(cpu::SimdLevelName(cpu::ActiveSimdLevel())).c_str(), o.batch);
+  std::printf("activations: %s\n", ActivationsName());
   if (replayer != nullptr) {
     std::printf(
         "%s (%zu tokens, cycled from its first token in every run): the experts are the "
@@ -455,11 +505,20 @@ int Run(const Options& o) {
   std::printf("weights read per decode token: %.1f MiB -> roofline %.2f tok/s\n",
               bytes_per_token / 1048576.0, roofline);
   // Attention also reads the f32 KV cache, which the roofline leaves out:
-  // small at short contexts, comparable to the weights at long ones.
-  const double kv_bytes = 2.0 * hp.n_layer * hp.n_head_kv * hp.head_dim * sizeof(float) *
-                          (o.context + 0.5 * o.decode_tokens);
+  // small at short contexts, comparable to the weights at long ones. A
+  // recurrent layer reads and writes its whole state every token instead.
+  const SequenceStateSize state = SequenceStateSizeOf(*model);
+  const double kv_bytes =
+      static_cast<double>(state.kv_bytes_per_token) * (o.context + 0.5 * o.decode_tokens);
   std::printf("KV cache read per decode token (mean over the run, not in the roofline): %.1f MiB\n",
               kv_bytes / 1048576.0);
+  if (state.recurrent_bytes > 0) {
+    std::printf(
+        "recurrent state read and written per decode token (not in the roofline): 2 x %.1f MiB "
+        "(roofline with it: %.2f tok/s)\n",
+        state.recurrent_bytes / 1048576.0,
+        bw * 1e9 / (static_cast<double>(bytes_per_token) + 2.0 * state.recurrent_bytes));
+  }
 
   std::mt19937 rng(1234);
   std::uniform_int_distribution<int32_t> token(0, n_vocab - 1);
@@ -477,7 +536,7 @@ int Run(const Options& o) {
   std::vector<double> decode_rates;
   std::vector<double> run_ratios;
   std::vector<int32_t> first_tokens;
-  std::array<double, static_cast<int>(CpuPhase::kCount)> decode_phase_seconds{};
+  CpuPhaseSeconds decode_phase_seconds{};
   for (int r = 0; r < o.runs + 1; ++r) {
     if (!new_sequence()) return 1;
     if (replayer != nullptr) replayer->Rewind();
@@ -523,10 +582,12 @@ int Run(const Options& o) {
 
   // Prompt processing: the whole prompt, logits of the last token only.
   std::vector<double> prompt_rates;
+  CpuPhaseSeconds prompt_phase_seconds{};
   std::vector<float> first_logits;
   for (int r = 0; r < o.runs + 1; ++r) {
     if (!new_sequence()) return 1;
     if (replayer != nullptr) replayer->Rewind();
+    e.ResetPhaseTimes();
     const double t0 = Seconds();
     if (absl::Status s = e.Forward(*seq, prompt, LogitRows::kLast, logits.data()); !s.ok()) {
       std::fprintf(stderr, "moetier-bench-cpu: %s\n", std::string(s.message()).c_str());
@@ -544,6 +605,9 @@ int Run(const Options& o) {
     if (logits != first_logits) {
       std::fprintf(stderr, "moetier-bench-cpu: prompt run %d gave different logits\n", r);
       return 1;
+    }
+    for (int p = 0; p < static_cast<int>(CpuPhase::kCount); ++p) {
+      prompt_phase_seconds[p] += e.phase_seconds(static_cast<CpuPhase>(p));
     }
     prompt_rates.push_back(o.prompt_tokens / dt);
   }
@@ -565,15 +629,8 @@ int Run(const Options& o) {
       100.0 * ratio.median, 100.0 * ratio.min, 100.0 * ratio.max);
   std::printf("effective decode read rate: %.2f GB/s%s\n",
               decode.median * static_cast<double>(bytes_per_token) / 1e9, label.c_str());
-  double decode_total = 0.0;
-  for (double seconds : decode_phase_seconds) decode_total += seconds;
-  std::printf("decode time by phase:");
-  for (int p = 0; p < static_cast<int>(CpuPhase::kCount); ++p) {
-    std::printf("%s %s %.1f%%", p == 0 ? "" : ",",
-                std::string(CpuPhaseName(static_cast<CpuPhase>(p))).c_str(),
-                100.0 * decode_phase_seconds[p] / decode_total);
-  }
-  std::printf("%s\n", label.c_str());
+  PrintPhases("decode", decode_phase_seconds, label);
+  PrintPhases("prompt", prompt_phase_seconds, label);
   std::printf("check: ok (runs reproduced the same tokens and logits)%s\n", label.c_str());
   return 0;
 }

@@ -28,9 +28,14 @@ constexpr int kMaxTopK = 64;
 constexpr int kMaxHeadDim = 256;
 // Attention and RoPE put tokens on the grid's y dimension.
 constexpr int kMaxBatch = 8192;
+// The delta rule's and the conv's limits (backend/cuda/delta_rule.h,
+// cuda_deltanet.cu).
+constexpr int kMaxDeltaNetKeyDim = cuda::delta_chunk::kMaxDk;
+constexpr int kMaxConvKernel = 64;
 
-bool CudaMixer(MixerKind kind) { return kind == MixerKind::kAttention; }
-bool CudaFfn(FfnKind kind) { return kind == FfnKind::kMoe; }
+// Every block of the layer plan (model.h) has a CUDA block.
+bool CudaMixer(MixerKind) { return true; }
+bool CudaFfn(FfnKind) { return true; }
 
 constexpr BackendWeightSupport kCudaSupport = {
     .backend = "CUDA",
@@ -45,6 +50,33 @@ std::vector<float> DecodeVector(const WeightRef& ref) {
   std::vector<float> values(static_cast<size_t>(ref.ne[0]));
   DequantizeRow(ref.type, ref.data, values.data(), ref.ne[0]);
   return values;
+}
+
+// Every row of a small 2-D tensor, [ne[1]][ne[0]] (the conv taps).
+std::vector<float> DecodeRows(const WeightRef& ref) {
+  std::vector<float> values(static_cast<size_t>(ref.ne[0] * ref.ne[1]));
+  for (int64_t r = 0; r < ref.ne[1]; ++r) {
+    DequantizeRow(ref.type, ref.row(r), values.data() + r * ref.ne[0], ref.ne[0]);
+  }
+  return values;
+}
+
+// The dense matrices a layer reads (its mixer's, the router, a shared
+// expert's), uploaded with the embedding and output.
+std::vector<const WeightRef*> DenseMatrices(const LayerWeights& l) {
+  std::vector<const WeightRef*> out = {&l.moe.router};
+  if (IsAttention(l.mixer)) {
+    for (const WeightRef* r : {&l.attn.q, &l.attn.k, &l.attn.v, &l.attn.output}) out.push_back(r);
+  } else {
+    const DeltaNetWeights& d = l.deltanet;
+    for (const WeightRef* r : {&d.qkv, &d.z, &d.beta, &d.alpha, &d.out}) out.push_back(r);
+  }
+  if (HasSharedExpert(l.ffn)) {
+    for (const WeightRef* r : {&l.moe.shared_gate, &l.moe.shared_up, &l.moe.shared_down}) {
+      out.push_back(r);
+    }
+  }
+  return out;
 }
 
 // The bytes a matrix tensor spans: ne[2] matrices of ne[1] rows (the experts
@@ -120,6 +152,10 @@ absl::StatusOr<std::unique_ptr<CudaEngine>> CudaEngine::Create(const Model& mode
     return absl::InvalidArgumentError(
         absl::StrFormat("gemv_max_rows %d is negative", config.gemv_max_rows));
   }
+  if (config.deltanet_chunk_min_tokens < 1) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "deltanet_chunk_min_tokens %d must be at least 1", config.deltanet_chunk_min_tokens));
+  }
   if (config.device_experts != nullptr && config.expert_source != nullptr) {
     return absl::InvalidArgumentError(
         "give the engine either device_experts or an expert_source (with its VRAM cache), not "
@@ -142,6 +178,20 @@ absl::StatusOr<std::unique_ptr<CudaEngine>> CudaEngine::Create(const Model& mode
         "the CUDA engine handles head_dim up to %d, %d experts and top-%d routing; this model "
         "has head_dim %d, %d experts, top-%d (use the cpu backend)",
         kMaxHeadDim, kMaxExperts, kMaxTopK, hp.head_dim, hp.n_expert, hp.n_expert_used));
+  }
+  const bool recurrent = std::any_of(
+      model.weights.layers.begin(), model.weights.layers.end(),
+      [](const LayerWeights& l) { return l.mixer == MixerKind::kGatedDeltaNet; });
+  const DeltaNetParams& dn = hp.deltanet;
+  if (recurrent && (dn.d_k < 1 || dn.d_k > kMaxDeltaNetKeyDim || dn.d_v < 1 ||
+                    dn.conv_kernel < 1 || dn.conv_kernel > kMaxConvKernel ||
+                    dn.n_k_heads < 1 || dn.n_v_heads % dn.n_k_heads != 0)) {
+    return absl::UnimplementedError(absl::StrFormat(
+        "the CUDA engine's Gated DeltaNet handles key heads of up to %d values and conv "
+        "kernels of up to %d taps, with value heads a multiple of key heads; this model has "
+        "d_k %d, d_v %d, a %d-tap conv, %d key and %d value heads (use the cpu backend)",
+        kMaxDeltaNetKeyDim, kMaxConvKernel, dn.d_k, dn.d_v, dn.conv_kernel, dn.n_k_heads,
+        dn.n_v_heads));
   }
   if (absl::Status s = CheckModelForBackend(model, kCudaSupport); !s.ok()) return s;
 
@@ -179,13 +229,18 @@ CudaEngine::~CudaEngine() {
   // The blocks first: the MoE block's cache waits for copies on the
   // context's streams, which go with the context.
   moe_.reset();
+  deltanet_.reset();
   attention_.reset();
 }
 
 absl::Status CudaEngine::Init(const Model& model) {
   MOETIER_RETURN_IF_ERROR(ctx_->Init(config_.max_batch));
   attention_ = std::make_unique<CudaAttentionBlock>(hp_, *ctx_, batch_);
-  MOETIER_RETURN_IF_ERROR(UploadWeights(model));
+  deltanet_ = std::make_unique<CudaDeltaNetBlock>(hp_, *ctx_, batch_,
+                                                  config_.deltanet_chunk_min_tokens);
+  for (const LayerWeights& l : model.weights.layers) mixers_.push_back(l.mixer);
+  std::vector<CudaMoeWeights> moe_weights;
+  MOETIER_RETURN_IF_ERROR(UploadWeights(model, moe_weights));
   CudaMoeConfig moe;
   moe.max_batch = config_.max_batch;
   moe.device_experts =
@@ -197,21 +252,9 @@ absl::Status CudaEngine::Init(const Model& model) {
   moe.dma_ranges = config_.dma_ranges;
   moe.routing_observer = config_.routing_observer;
   moe.routing_override = config_.routing_override;
-  std::vector<CudaMoeWeights> moe_weights(model.weights.layers.size());
-  for (size_t il = 0; il < model.weights.layers.size(); ++il) {
-    const LayerWeights& src = model.weights.layers[il];
-    absl::StatusOr<float*> norm =
-        ctx_->UploadFloats(DecodeVector(src.ffn_norm), "tensor " + src.ffn_norm.name);
-    if (!norm.ok()) return norm.status();
-    moe_weights[il].ffn_norm = *norm;
-    moe_weights[il].gate_type = src.moe.gate_exps.type;
-    moe_weights[il].up_type = src.moe.up_exps.type;
-    moe_weights[il].down_type = src.moe.down_exps.type;
-  }
   moe_ = std::make_unique<CudaMoeBlock>(hp_, RoutedExpertShapesOf(model), *ctx_, batch_,
                                         std::move(moe));
   for (size_t il = 0; il < moe_weights.size(); ++il) {
-    moe_weights[il].router = routers_[il];
     moe_->SetWeights(static_cast<int>(il), moe_weights[il]);
   }
   MOETIER_RETURN_IF_ERROR(AllocateBuffers());
@@ -224,14 +267,13 @@ absl::Status CudaEngine::Init(const Model& model) {
   return moe_->CreateExpertCache();
 }
 
-absl::Status CudaEngine::UploadWeights(const Model& model) {
+absl::Status CudaEngine::UploadWeights(const Model& model,
+                                       std::vector<CudaMoeWeights>& moe_weights) {
   const ModelWeights& w = model.weights;
   const bool own_experts = config_.device_experts == nullptr && config_.expert_source == nullptr;
   std::vector<const WeightRef*> matrices = {&w.token_embd, &w.output};
   for (const LayerWeights& l : w.layers) {
-    for (const WeightRef* r : {&l.attn.q, &l.attn.k, &l.attn.v, &l.attn.output, &l.moe.router}) {
-      matrices.push_back(r);
-    }
+    for (const WeightRef* r : DenseMatrices(l)) matrices.push_back(r);
     if (own_experts) {
       for (const WeightRef* r : {&l.moe.gate_exps, &l.moe.up_exps, &l.moe.down_exps}) {
         matrices.push_back(r);
@@ -288,23 +330,62 @@ absl::Status CudaEngine::UploadWeights(const Model& model) {
   if (!output_norm.ok()) return output_norm.status();
   output_norm_ = *output_norm;
   std::vector<ResidentExperts::LayerExperts> resident;
-  routers_.clear();
+  moe_weights.assign(w.layers.size(), CudaMoeWeights{});
   for (size_t il = 0; il < w.layers.size(); ++il) {
     const LayerWeights& src = w.layers[il];
-    CudaAttentionWeights a;
-    for (auto [dst, ref] : {std::pair{&a.attn_norm, &src.attn_norm},
-                            std::pair{&a.q_norm, &src.attn.q_norm},
-                            std::pair{&a.k_norm, &src.attn.k_norm}}) {
-      absl::StatusOr<float*> v = upload(*ref);
-      if (!v.ok()) return v.status();
-      *dst = *v;
+    if (IsAttention(src.mixer)) {
+      CudaAttentionWeights a;
+      for (auto [dst, ref] : {std::pair{&a.attn_norm, &src.attn_norm},
+                              std::pair{&a.q_norm, &src.attn.q_norm},
+                              std::pair{&a.k_norm, &src.attn.k_norm}}) {
+        absl::StatusOr<float*> v = upload(*ref);
+        if (!v.ok()) return v.status();
+        *dst = *v;
+      }
+      a.q = matrix(src.attn.q);
+      a.k = matrix(src.attn.k);
+      a.v = matrix(src.attn.v);
+      a.output = matrix(src.attn.output);
+      a.gated = src.mixer == MixerKind::kGatedAttention;
+      attention_->SetWeights(static_cast<int>(il), a);
+    } else {
+      const DeltaNetWeights& d = src.deltanet;
+      CudaDeltaNetWeights dw;
+      for (auto [dst, ref] : {std::pair{&dw.attn_norm, &src.attn_norm},
+                              std::pair{&dw.dt_bias, &d.dt_bias}, std::pair{&dw.a, &d.a},
+                              std::pair{&dw.norm, &d.norm}}) {
+        absl::StatusOr<float*> v = upload(*ref);
+        if (!v.ok()) return v.status();
+        *dst = *v;
+      }
+      absl::StatusOr<float*> conv = ctx_->UploadFloats(DecodeRows(d.conv), "tensor " + d.conv.name);
+      if (!conv.ok()) return conv.status();
+      dw.conv = *conv;
+      dw.qkv = matrix(d.qkv);
+      dw.z = matrix(d.z);
+      dw.beta = matrix(d.beta);
+      dw.alpha = matrix(d.alpha);
+      dw.out = matrix(d.out);
+      deltanet_->SetWeights(static_cast<int>(il), dw);
     }
-    a.q = matrix(src.attn.q);
-    a.k = matrix(src.attn.k);
-    a.v = matrix(src.attn.v);
-    a.output = matrix(src.attn.output);
-    attention_->SetWeights(static_cast<int>(il), a);
-    routers_.push_back(matrix(src.moe.router));
+    CudaMoeWeights& m = moe_weights[il];
+    absl::StatusOr<float*> ffn_norm = upload(src.ffn_norm);
+    if (!ffn_norm.ok()) return ffn_norm.status();
+    m.ffn_norm = *ffn_norm;
+    m.router = matrix(src.moe.router);
+    m.gate_type = src.moe.gate_exps.type;
+    m.up_type = src.moe.up_exps.type;
+    m.down_type = src.moe.down_exps.type;
+    if (HasSharedExpert(src.ffn)) {
+      // The gate's one row, decoded: any codec, an exact fp32 product.
+      absl::StatusOr<float*> gate_inp = upload(src.moe.shared_gate_inp);
+      if (!gate_inp.ok()) return gate_inp.status();
+      m.has_shared_expert = true;
+      m.shared_gate_inp = DeviceMatrix{TensorType::kF32, 1, hp_.n_embd, *gate_inp};
+      m.shared_gate = matrix(src.moe.shared_gate);
+      m.shared_up = matrix(src.moe.shared_up);
+      m.shared_down = matrix(src.moe.shared_down);
+    }
     if (own_experts) {
       resident.push_back({translate(src.moe.gate_exps.data), translate(src.moe.up_exps.data),
                           translate(src.moe.down_exps.data), src.moe.gate_exps.expert_stride_bytes,
@@ -324,13 +405,35 @@ absl::Status CudaEngine::AllocateBuffers() {
   const uint64_t q_dim = static_cast<uint64_t>(hp_.n_head) * hp_.head_dim;
   const uint64_t kv_dim = static_cast<uint64_t>(hp_.n_head_kv) * hp_.head_dim;
   const uint64_t n_ff = static_cast<uint64_t>(hp_.n_ff_exp);
+  const uint64_t n_ff_shared = static_cast<uint64_t>(hp_.n_ff_shared);
   const uint64_t n_expert = static_cast<uint64_t>(hp_.n_expert);
-  kv_.resize(static_cast<size_t>(config_.max_sequences));
-  for (std::vector<CudaKvLayer>& seq : kv_) {
+  const uint64_t conv_dim = static_cast<uint64_t>(hp_.deltanet.conv_dim());
+  const uint64_t value_dim = static_cast<uint64_t>(hp_.deltanet.value_dim());
+  // Per sequence slot and layer: a KV cache, or a recurrent state and its
+  // checkpoint.
+  state_.resize(static_cast<size_t>(config_.max_sequences));
+  checkpoints_.resize(static_cast<size_t>(config_.max_sequences));
+  for (size_t slot = 0; slot < state_.size(); ++slot) {
     for (int il = 0; il < hp_.n_layer; ++il) {
-      absl::StatusOr<CudaKvLayer> kv = attention_->NewKvLayer(config_.max_ctx, il);
-      if (!kv.ok()) return kv.status();
-      seq.push_back(*kv);
+      LayerState layer;
+      CudaRecurrentLayer checkpoint;
+      if (IsAttention(mixers_[static_cast<size_t>(il)])) {
+        absl::StatusOr<CudaKvLayer> kv = attention_->NewKvLayer(config_.max_ctx, il);
+        if (!kv.ok()) return kv.status();
+        layer.kv = *kv;
+      } else {
+        const std::string what =
+            absl::StrFormat("the recurrent state of layer %d, sequence slot %d", il, slot);
+        absl::StatusOr<CudaRecurrentLayer> state = deltanet_->NewStateLayer(what);
+        if (!state.ok()) return state.status();
+        layer.recurrent = *state;
+        absl::StatusOr<CudaRecurrentLayer> saved =
+            deltanet_->NewStateLayer("the checkpoint of " + what);
+        if (!saved.ok()) return saved.status();
+        checkpoint = *saved;
+      }
+      state_[slot].push_back(layer);
+      checkpoints_[slot].push_back(checkpoint);
     }
   }
   MOETIER_RETURN_IF_ERROR(ctx_->AllocBuffer(batch_.x, b * n_embd, "activations (residual)"));
@@ -338,6 +441,7 @@ absl::Status CudaEngine::AllocateBuffers() {
   MOETIER_RETURN_IF_ERROR(
       ctx_->AllocBuffer(batch_.sub_out, b * n_embd, "activations (sublayer output)"));
   MOETIER_RETURN_IF_ERROR(attention_->Allocate(config_.max_batch, config_.max_ctx));
+  MOETIER_RETURN_IF_ERROR(deltanet_->Allocate(config_.max_batch));
   MOETIER_RETURN_IF_ERROR(moe_->Allocate());
   MOETIER_RETURN_IF_ERROR(
       ctx_->AllocBuffer(logits_, b * static_cast<uint64_t>(hp_.n_vocab), "logits"));
@@ -347,11 +451,12 @@ absl::Status CudaEngine::AllocateBuffers() {
   if (ctx_->gemm_possible(config_.max_batch)) {
     // The GEMM's fp16 scratch: the largest matrix it may be given, and
     // max_batch rows of the widest input (an expert never gets more rows
-    // than the batch has tokens).
+    // than the batch has tokens). A gated q projection has 2 * q_dim rows.
     const uint64_t vocab_matrix = static_cast<uint64_t>(hp_.n_vocab) * n_embd;
-    const uint64_t widest = std::max({n_embd, q_dim, n_ff});
-    const uint64_t largest = std::max({vocab_matrix, q_dim * n_embd, kv_dim * n_embd,
-                                       n_expert * n_embd, n_ff * n_embd});
+    const uint64_t widest = std::max({n_embd, q_dim, n_ff, n_ff_shared, value_dim});
+    const uint64_t largest =
+        std::max({vocab_matrix, 2 * q_dim * n_embd, kv_dim * n_embd, n_expert * n_embd,
+                  n_ff * n_embd, n_ff_shared * n_embd, conv_dim * n_embd, value_dim * n_embd});
     MOETIER_RETURN_IF_ERROR(ctx_->AllocGemmScratch(static_cast<int64_t>(largest),
                                                    static_cast<int64_t>(b * widest)));
   }
@@ -379,7 +484,7 @@ absl::Status CudaEngine::Forward(Sequence& seq, std::span<const int32_t> tokens,
     return absl::InvalidArgumentError("no logits buffer");
   }
   MOETIER_RETURN_IF_ERROR(ctx_->MakeCurrent());
-  std::vector<CudaKvLayer>& kv = kv_[static_cast<size_t>(seq.slot())];
+  std::vector<LayerState>& state = state_[static_cast<size_t>(seq.slot())];
   const int pos0 = seq.length();
   const int n = static_cast<int>(tokens.size());
   for (int done = 0; done < n;) {
@@ -396,7 +501,8 @@ absl::Status CudaEngine::Forward(Sequence& seq, std::span<const int32_t> tokens,
       first_row = batch - 1;
       out = host_rows == LogitRows::kLast ? host_logits : nullptr;
     }
-    absl::Status s = ForwardBatch(kv, tokens.data() + done, batch, pos0 + done, first_row, out);
+    absl::Status s =
+        ForwardBatch(state, tokens.data() + done, batch, pos0 + done, first_row, out);
     // The last hold of the batch ends with it, also on failure.
     const absl::Status released = moe_->FinishBatch();
     if (s.ok()) s = released;
@@ -410,8 +516,8 @@ absl::Status CudaEngine::Forward(Sequence& seq, std::span<const int32_t> tokens,
   return absl::OkStatus();
 }
 
-absl::Status CudaEngine::ForwardBatch(std::vector<CudaKvLayer>& kv, const int32_t* tokens, int n,
-                                      int pos0, int first_row, float* host_logits) {
+absl::Status CudaEngine::ForwardBatch(std::vector<LayerState>& state, const int32_t* tokens,
+                                      int n, int pos0, int first_row, float* host_logits) {
   const cuda::CudaStream stream = ctx_->stream();
   const int64_t n_embd = hp_.n_embd;
   const uint64_t embd_row_bytes =
@@ -423,7 +529,17 @@ absl::Status CudaEngine::ForwardBatch(std::vector<CudaKvLayer>& kv, const int32_
         batch_.x + t * n_embd, stream));
   }
   for (int l = 0; l < hp_.n_layer; ++l) {
-    MOETIER_RETURN_IF_ERROR(attention_->Forward(l, kv[static_cast<size_t>(l)], n, pos0));
+    const LayerState& layer = state[static_cast<size_t>(l)];
+    switch (mixers_[static_cast<size_t>(l)]) {
+      case MixerKind::kAttention:
+      case MixerKind::kGatedAttention:
+        MOETIER_RETURN_IF_ERROR(attention_->Forward(l, layer.kv, n, pos0));
+        break;
+      case MixerKind::kGatedDeltaNet:
+        MOETIER_RETURN_IF_ERROR(deltanet_->Forward(l, layer.recurrent, n, pos0));
+        break;
+    }
+    // Every layer's FFN is the MoE block (with or without a shared expert).
     MOETIER_RETURN_IF_ERROR(moe_->Forward(l, n, pos0));
   }
   if (first_row >= 0) {
@@ -446,9 +562,21 @@ absl::Status CudaEngine::ForwardBatch(std::vector<CudaKvLayer>& kv, const int32_
   return ctx_->Sync("the forward pass");
 }
 
+absl::Status CudaEngine::CopyRecurrentState(int slot, bool save) {
+  const std::vector<LayerState>& state = state_[static_cast<size_t>(slot)];
+  const std::vector<CudaRecurrentLayer>& saved = checkpoints_[static_cast<size_t>(slot)];
+  MOETIER_RETURN_IF_ERROR(ctx_->MakeCurrent());
+  for (size_t l = 0; l < state.size(); ++l) {
+    if (IsAttention(mixers_[l])) continue;  // KV rows below the length stay
+    MOETIER_RETURN_IF_ERROR(save ? deltanet_->CopyState(state[l].recurrent, saved[l])
+                                 : deltanet_->CopyState(saved[l], state[l].recurrent));
+  }
+  return ctx_->Sync(save ? "saving a checkpoint" : "restoring a checkpoint");
+}
+
 absl::Status CudaEngine::SaveCheckpoint(Sequence& seq) {
-  // Attention layers only: their KV rows below the length stay as they are.
   if (absl::Status s = slots_.CheckAppend(seq, 0); !s.ok()) return s;
+  MOETIER_RETURN_IF_ERROR(CopyRecurrentState(seq.slot(), /*save=*/true));
   slots_.SetCheckpoint(seq, seq.length());
   return absl::OkStatus();
 }
@@ -458,6 +586,7 @@ absl::Status CudaEngine::RestoreCheckpoint(Sequence& seq) {
   if (seq.checkpoint_length() < 0) {
     return absl::FailedPreconditionError("the sequence has no checkpoint to restore");
   }
+  MOETIER_RETURN_IF_ERROR(CopyRecurrentState(seq.slot(), /*save=*/false));
   slots_.SetLength(seq, seq.checkpoint_length());
   last_row_ = nullptr;
   return absl::OkStatus();

@@ -2,11 +2,13 @@
 // plan uses the CUDA blocks (blocks/cuda/), the counterpart of
 // engine/cpu_engine.h.
 //
-// Every dense weight, and without an expert source every routed expert too,
-// is copied to device memory at creation, in the file's own encoding. The
-// sequences' KV caches (fp32, head-major like the CPU engine's), the
-// activations and the scratch of the prefill GEMM are allocated at creation
-// too; Forward allocates nothing. All compute runs on one stream (the expert
+// Every dense weight (shared experts included), and without an expert
+// source every routed expert too, is copied to device memory at creation,
+// in the file's own encoding. The sequences' state (the KV caches of
+// attention layers, fp32, head-major like the CPU engine's; the recurrent
+// state of Gated DeltaNet layers and its checkpoint copy), the activations
+// and the scratch of the prefill GEMM are allocated at creation too;
+// Forward allocates nothing. All compute runs on one stream (the expert
 // cache adds a copy stream). Per MoE layer the host waits once, for the
 // router's choice (blocks/cuda/moe_block.h).
 //
@@ -14,7 +16,8 @@
 // asked, and Sample draws greedy tokens on the device (one id comes back);
 // other settings copy the last row and sample on the host.
 //
-// Numerics: activations, norms, attention and logits are fp32. Matrix
+// Numerics: activations, norms, attention, recurrent states and logits are
+// fp32. Matrix
 // inputs of up to `gemv_max_rows` rows go through GemvQuant (exact weights,
 // fp32 sums); larger ones through GemmQuant, which rounds weights and
 // activations to fp16 and sums in fp32. Nothing uses atomics and the MoE
@@ -35,6 +38,7 @@
 #include "blocks/cuda/attention_block.h"
 #include "blocks/cuda/cuda_context.h"
 #include "blocks/cuda/cuda_expert_cache.h"
+#include "blocks/cuda/deltanet_block.h"
 #include "blocks/cuda/moe_block.h"
 #include "cache/expert_cache_control.h"
 #include "engine/expert_source.h"
@@ -54,6 +58,11 @@ struct CudaEngineConfig {
   // kCudaGemvMaxBatch rows), more rows the fp16 GEMM. 0 sends every product
   // through the GEMM; max_batch sends every product through the GEMV.
   int gemv_max_rows = cuda::kCudaGemvMaxBatch;
+  // Gated DeltaNet layers run batches of at least this many tokens through
+  // the chunked delta rule (chunks of 64), shorter ones token by token;
+  // the two agree within fp32 rounding. Decoding (one token) is always
+  // token by token. A guess, not yet measured on a GPU.
+  int deltanet_chunk_min_tokens = 16;
   // The GEMM through cuBLAS; false: the backend's tiled kernel. True is an
   // error in a build without cuBLAS.
   bool use_cublas = cuda::CudaBlasAvailable();
@@ -132,10 +141,21 @@ class CudaEngine final : public ForwardEngine, public ExpertCacheControl {
  private:
   CudaEngine(const Model& model, const CudaEngineConfig& config);
   absl::Status Init(const Model& model);
-  absl::Status UploadWeights(const Model& model);
+  // One layer's state of one sequence: the KV cache of an attention layer,
+  // the recurrent state of a Gated DeltaNet layer.
+  struct LayerState {
+    CudaKvLayer kv;
+    CudaRecurrentLayer recurrent;
+  };
+  // Uploads the dense weights (and experts, when the engine owns them) and
+  // gives the mixer blocks theirs; the MoE block's come back in
+  // `moe_weights`, one per layer.
+  absl::Status UploadWeights(const Model& model, std::vector<CudaMoeWeights>& moe_weights);
   absl::Status AllocateBuffers();
-  absl::Status ForwardBatch(std::vector<CudaKvLayer>& kv, const int32_t* tokens, int n, int pos0,
+  absl::Status ForwardBatch(std::vector<LayerState>& state, const int32_t* tokens, int n, int pos0,
                             int first_row, float* host_logits);
+  // Copies slot's recurrent layers to their checkpoint (save) or back.
+  absl::Status CopyRecurrentState(int slot, bool save);
 
   ModelHparams hp_;
   CudaEngineConfig config_;
@@ -145,11 +165,14 @@ class CudaEngine final : public ForwardEngine, public ExpertCacheControl {
   DeviceMatrix token_embd_, output_;
   float* output_norm_ = nullptr;
   std::unique_ptr<DeviceExperts> own_experts_;  // when the config gives none
-  std::vector<DeviceMatrix> routers_;           // per layer, until the MoE block takes them
+  std::vector<MixerKind> mixers_;               // per layer
   std::unique_ptr<CudaAttentionBlock> attention_;
+  std::unique_ptr<CudaDeltaNetBlock> deltanet_;
   std::unique_ptr<CudaMoeBlock> moe_;
-  // Per sequence slot, per layer.
-  std::vector<std::vector<CudaKvLayer>> kv_;
+  // Per sequence slot, per layer; and each slot's checkpoint of its
+  // recurrent layers (empty for attention layers).
+  std::vector<std::vector<LayerState>> state_;
+  std::vector<std::vector<CudaRecurrentLayer>> checkpoints_;
   float* logits_ = nullptr;        // [B][n_vocab], device
   const float* last_row_ = nullptr;  // the row Sample draws from (device); null: none
   int32_t* sampled_ = nullptr;     // [1], device

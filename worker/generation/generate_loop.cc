@@ -14,20 +14,45 @@ double Seconds(Clock::time_point from, Clock::time_point to) {
   return std::chrono::duration<double>(to - from).count();
 }
 
+// Forwards prompt[seq.length()..end) in calls of at most ubatch_size
+// positions, saving the checkpoint where asked.
+absl::Status Prefill(ForwardEngine& engine, Sequence& seq, const GenerationRequest& request) {
+  const int n_prompt = static_cast<int>(request.prompt.size());
+  const int ubatch = request.ubatch_size > 0 ? request.ubatch_size : n_prompt;
+  auto forward_until = [&](int end) -> absl::Status {
+    while (seq.length() < end) {
+      const int count = std::min(ubatch, end - seq.length());
+      const std::span<const int32_t> part =
+          request.prompt.subspan(static_cast<size_t>(seq.length()), static_cast<size_t>(count));
+      if (absl::Status s = engine.Forward(seq, part, LogitRows::kNone, nullptr); !s.ok()) return s;
+    }
+    return absl::OkStatus();
+  };
+  const int checkpoint = request.checkpoint_position;
+  if (checkpoint > seq.length()) {
+    if (absl::Status s = forward_until(checkpoint); !s.ok()) return s;
+    if (absl::Status s = engine.SaveCheckpoint(seq); !s.ok()) return s;
+  }
+  return forward_until(n_prompt);
+}
+
 }  // namespace
 
 absl::StatusOr<GenerationResult> RunGeneration(ForwardEngine& engine, Sequence& seq,
                                                Sampler& sampler, const GenerationRequest& request,
                                                TokenSink& sink) {
-  MOETIER_CHECK(seq.length() == 0);
   GenerationResult result;
   const int n_prompt = static_cast<int>(request.prompt.size());
+  MOETIER_CHECK(seq.length() < n_prompt);
+  MOETIER_CHECK(request.ubatch_size >= 0);
+  MOETIER_CHECK(request.checkpoint_position >= 0 && request.checkpoint_position <= n_prompt);
+  result.prompt_reused = seq.length();
   const auto start = Clock::now();
   if (n_prompt >= seq.capacity()) {
     result.stop = StopReason::kContextFull;
     return result;
   }
-  if (absl::Status s = engine.Forward(seq, request.prompt, LogitRows::kNone, nullptr); !s.ok()) {
+  if (absl::Status s = Prefill(engine, seq, request); !s.ok()) {
     result.prefill_s = Seconds(start, Clock::now());
     result.engine_error = s;
     return result;

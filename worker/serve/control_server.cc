@@ -198,6 +198,8 @@ absl::Status ControlServer::Run() {
   r->set_backend(options_.backend);
   r->set_threads(options_.threads);
   r->set_model_fingerprint(options_.model_fingerprint);
+  r->set_kv_bytes_per_token(options_.state_size.kv_bytes_per_token);
+  r->set_recurrent_state_bytes(options_.state_size.recurrent_bytes);
   if (absl::Status s = Send(ready); !s.ok()) return s;
 
   while (!closed_) {
@@ -257,6 +259,12 @@ absl::Status ControlServer::Score(uint64_t id, const control_v1::ScoreRequest& r
   if (n == 0) return SendError(id, absl::InvalidArgumentError("score: no token ids"));
   const auto start = Clock::now();
   absl::StatusOr<std::unique_ptr<Sequence>> seq = engine_.NewSequence();
+  if (absl::IsResourceExhausted(seq.status()) && retained_.holds_sequence()) {
+    // Scoring needs every position's logits, so the kept sequence is no use
+    // to it; its slot is.
+    retained_.Drop();
+    seq = engine_.NewSequence();
+  }
   if (!seq.ok()) return SendError(id, seq.status());
   const size_t chunk_floats = control::kLogitsChunkFloats;
   const size_t row = static_cast<size_t>(n_vocab_);
@@ -321,15 +329,20 @@ absl::Status ControlServer::Generate(uint64_t id, const control_v1::GenerateRequ
   Sampler sampler(n_vocab_, *params);
   stop_ids_.assign(request.stop_token_ids().begin(), request.stop_token_ids().end());
   std::sort(stop_ids_.begin(), stop_ids_.end());
-  absl::StatusOr<std::unique_ptr<Sequence>> seq = engine_.NewSequence();
+  const std::span<const int32_t> prompt(request.prompt_token_ids().data(),
+                                        static_cast<size_t>(n_prompt));
+  int reused = 0;
+  absl::StatusOr<std::unique_ptr<Sequence>> seq = retained_.TakeFor(engine_, prompt, &reused);
   if (!seq.ok()) return SendError(id, seq.status());
 
   // Tokens go out as they come; between tokens the channel is polled, where
   // a Cancel (or the daemon closing it) stops the loop.
   class ReplySink final : public TokenSink {
    public:
-    ReplySink(ControlServer& server, uint64_t id) : server_(server), id_(id) {}
+    ReplySink(ControlServer& server, uint64_t id, std::vector<int32_t>& tokens)
+        : server_(server), id_(id), tokens_(tokens) {}
     absl::Status OnToken(int32_t token, bool is_stop, double latency_ms) override {
+      tokens_.push_back(token);
       return server_.SendToken(id_, token, is_stop, latency_ms);
     }
     absl::StatusOr<bool> ShouldStop() override {
@@ -340,19 +353,25 @@ absl::Status ControlServer::Generate(uint64_t id, const control_v1::GenerateRequ
    private:
     ControlServer& server_;
     const uint64_t id_;
+    std::vector<int32_t>& tokens_;
   };
-  ReplySink sink(*this, id);
-  const GenerationRequest generation{
-      .prompt = std::span<const int32_t>(request.prompt_token_ids().data(),
-                                         static_cast<size_t>(n_prompt)),
-      .max_new_tokens = request.max_new_tokens(),
-      .stop_ids = stop_ids_};
+  // The sequence's tokens: the prompt, then each sampled one.
+  std::vector<int32_t> tokens(prompt.begin(), prompt.end());
+  ReplySink sink(*this, id, tokens);
+  const GenerationRequest generation{.prompt = prompt,
+                                     .max_new_tokens = request.max_new_tokens(),
+                                     .stop_ids = stop_ids_,
+                                     .ubatch_size = options_.ubatch_size,
+                                     .checkpoint_position = CheckpointPosition(request)};
   absl::StatusOr<GenerationResult> result = RunGeneration(engine_, **seq, sampler, generation, sink);
+  const bool failed = !result.ok() || !result->engine_error.ok();
+  // After an engine error the state is not trusted for a follow-up.
+  if (!failed) retained_.Keep(*std::move(seq), std::move(tokens));
   if (!result.ok()) return result.status();
   if (closed_) return absl::OkStatus();
-  const bool failed = !result->engine_error.ok();
   DoneReply done = Done(failed ? StopReason::kError : result->stop);
   done.set_prompt_tokens(n_prompt);
+  done.set_cached_prompt_tokens(result->prompt_reused);
   done.set_generated_tokens(result->generated);
   done.set_prefill_seconds(result->prefill_s);
   done.set_decode_seconds(result->decode_s);
@@ -361,6 +380,16 @@ absl::Status ControlServer::Generate(uint64_t id, const control_v1::GenerateRequ
     done.set_error_message(std::string(result->engine_error.message()));
   }
   return SendDone(id, done);
+}
+
+int ControlServer::CheckpointPosition(const control_v1::GenerateRequest& request) const {
+  const int n_prompt = request.prompt_token_ids_size();
+  const int asked = request.checkpoint_position();
+  if (asked > 0 && asked <= n_prompt) return asked;
+  // A regeneration (the very same prompt) can then restore and compute one
+  // token; a model without recurrent layers checkpoints for free anywhere,
+  // so it keeps its prefill in one piece.
+  return options_.state_size.recurrent_bytes > 0 ? n_prompt - 1 : n_prompt;
 }
 
 absl::Status ControlServer::ResizeExpertCache(uint64_t id,

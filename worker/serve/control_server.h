@@ -5,9 +5,12 @@
 //
 //   Score    -> LogitsChunk replies (the row-major logits of every position,
 //               kLogitsChunkFloats floats per chunk), then Done(STOP_COMPLETE)
-//   Generate -> prefill as a fresh sequence, then one TokenReply per sampled
-//               token until a stop token (sent, flagged), max_new_tokens, a
-//               full context or a Cancel, then Done with counts and times
+//   Generate -> prefill (continuing the last Generate's sequence where the
+//               prompt starts with its tokens: generation/retained_sequence.h),
+//               then one TokenReply per sampled token until a stop token
+//               (sent, flagged), max_new_tokens, a full context or a Cancel,
+//               then Done with counts (cached_prompt_tokens: not computed)
+//               and times
 //   Cancel   -> the running request stops at its next token boundary; a
 //               queued one is dropped at once with Done(STOP_CANCELLED)
 //   ResizeExpertCache
@@ -47,6 +50,7 @@
 #include "absl/status/statusor.h"
 #include "cache/expert_cache_control.h"
 #include "engine/forward_engine.h"
+#include "generation/retained_sequence.h"
 #include "moetier/worker/v1/control.pb.h"
 #include "request/stop_reason.h"
 
@@ -58,9 +62,13 @@ struct ControlServerOptions {
   std::string backend = "cpu";  // ReadyReply.backend
   int threads = 1;              // ReadyReply.threads
   uint64_t model_fingerprint = 0;
+  SequenceStateSize state_size;  // ReadyReply: what one sequence's state takes
   // Positions of a Score computed per engine call (bounds its buffer to
   // score_batch_tokens x n_vocab floats; results do not depend on it).
   int score_batch_tokens = 32;
+  // Generate: at most this many prompt positions per engine call; 0: the
+  // whole prompt at once (results agree within rounding either way).
+  int ubatch_size = 0;
   // Where notes about malformed datagrams go, and resizes; null: nowhere.
   std::FILE* log = nullptr;
   // What ResizeExpertCache resizes (not owned; outlives the server); null
@@ -99,6 +107,8 @@ class ControlServer {
   absl::Status Serve(const control_v1::WorkerRequest& request);
   absl::Status Score(uint64_t id, const control_v1::ScoreRequest& request);
   absl::Status Generate(uint64_t id, const control_v1::GenerateRequest& request);
+  // Where the running Generate saves its sequence's checkpoint.
+  int CheckpointPosition(const control_v1::GenerateRequest& request) const;
   absl::Status ResizeExpertCache(uint64_t id, const control_v1::ResizeExpertCacheRequest& request);
 
   // Sends one reply through the fixed buffer. A peer that has gone sets
@@ -119,6 +129,7 @@ class ControlServer {
   bool running_ = false;
   bool cancel_running_ = false;
   std::atomic<uint64_t> requests_finished_{0};
+  RetainedSequence retained_;  // the last Generate's sequence, for a follow-up
 
   std::vector<float> score_buffer_;       // [score_batch_tokens * n_vocab + kLogitsChunkFloats]
   std::vector<int32_t> stop_ids_;         // the running Generate's stop tokens, sorted

@@ -163,6 +163,12 @@ absl::Status RunDaemonMode(const WorkerOptions& options, std::FILE* err,
   server_options.backend = worker->backend;
   server_options.threads = worker->threads;
   server_options.model_fingerprint = fingerprint;
+  server_options.ubatch_size = options.ubatch_size;
+  server_options.state_size = SequenceStateSizeOf(*model);
+  if (options.ubatch_size > 0) {
+    server_options.score_batch_tokens = std::min(server_options.score_batch_tokens,
+                                                 options.ubatch_size);
+  }
   server_options.log = err;
   server_options.expert_cache = worker->cache_control;
   if (cache_report != nullptr) {

@@ -82,6 +82,7 @@ constexpr std::string_view kDaemonFlags[] = {store::kWorkerFlagDaemonMode,
                                              store::kWorkerFlagModel,
                                              "--threads",
                                              "--ctx",
+                                             "--ubatch-size",
                                              "--huge-pages",
                                              "--routing-trace-out",
                                              "--routing-from-trace",
@@ -290,6 +291,10 @@ std::vector<Flag> MakeFlags(WorkerOptions& o) {
        [&o](std::string_view f, std::string_view v) {
          return Assign(ParseInt(f, v, 1, kMaxCtx), o.ctx);
        }},
+      {"--ubatch-size", true,
+       [&o](std::string_view f, std::string_view v) {
+         return Assign(ParseInt(f, v, 1, kMaxCtx), o.ubatch_size);
+       }},
       {"--routing-trace-out", true,
        [&o](std::string_view f, std::string_view v) {
          if (v.empty()) return FlagError(f, "the path is empty");
@@ -403,8 +408,8 @@ absl::Status CheckDaemon(const WorkerOptions& o, const std::vector<std::string_v
         std::end(kDaemonFlags)) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "flag %s goes only with --standalone; daemon mode takes --model, --control-socket, "
-          "--worker-index, --device, --threads, --ctx, --huge-pages, the routing trace flags "
-          "and the expert cache flags",
+          "--worker-index, --device, --threads, --ctx, --ubatch-size, --huge-pages, the routing "
+          "trace flags and the expert cache flags",
           flag));
     }
   }
@@ -500,8 +505,8 @@ runs one engine directly on a GGUF file, for scoring, tokenizing and generating.
 
 Usage:
   moetier-worker --daemon --control-socket=PATH --worker-index=N --device=DEV --model=FILE
-                 [--threads N] [--ctx N] [--huge-pages MODE] [routing trace flags]
-                 [expert cache flags]
+                 [--threads N] [--ctx N] [--ubatch-size N] [--huge-pages MODE]
+                 [routing trace flags] [expert cache flags]
   moetier-worker --standalone --model FILE --tokens 1,2,3 --logits-out OUT
   moetier-worker --standalone --model FILE --tokenize TEXT
   moetier-worker --standalone --model FILE --prompt TEXT [-n N] [--chat] [sampling flags]
@@ -517,7 +522,7 @@ Daemon mode (started by moetierd; the extra flags come from worker_extra_args):
   --model FILE         the GGUF file moetierd serves (hyperparameters and
                        dense weights are read from it; the experts come from
                        the store, which must hold the same model)
-  --threads, --ctx and --huge-pages as below (huge pages hold the dense
+  --threads, --ctx, --ubatch-size and --huge-pages as below (huge pages hold the dense
   weights only; the experts stay in the store)
   --routing-trace-out and --routing-from-trace as below: every request's
   tokens go to the one trace file, in the order they are computed; a
@@ -563,6 +568,12 @@ Engine:
                        cuda: threads for misses computed on the host)
   --ctx N              KV cache length in tokens (default: %d, at most the
                        model's training context)
+  --ubatch-size N      at most N positions per forward call, for the prompt
+                       and for --tokens (default: the whole prompt at once,
+                       --tokens 32 at a time); 1 runs every position through
+                       the decode path. Results agree within rounding at any
+                       N; smaller N needs less scratch memory, larger N
+                       prefills faster
   --huge-pages MODE    cpu backend: on copies the weights into 2 MiB
                        transparent huge pages at start (about twice the
                        decode speed of a large model; costs the copy time

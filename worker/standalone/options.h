@@ -61,6 +61,7 @@ struct WorkerOptions {
   int n_threads = 0;  // 0: one per hardware thread
   WeightPages weight_pages = WeightPages::kAuto;  // --huge-pages
   int ctx = 0;        // 0: min(kDefaultCtx, the model's training context)
+  int ubatch_size = 0;  // --ubatch-size: positions per forward call; 0: no limit
   // Routing traces (engine/routing_trace_hooks.h), cpu backend only: record
   // the router's choices to a file, or replay a file's in place of the
   // router (a benchmark mode; every output says so).

@@ -114,14 +114,17 @@ absl::Status RunLogits(const WorkerOptions& options, const Model& model, std::FI
                                                       options.logits_out, std::strerror(errno)));
   }
   const size_t n_vocab = static_cast<size_t>(hp.n_vocab);
-  std::vector<float> logits(kScoreChunk * n_vocab);
+  const size_t chunk_tokens =
+      options.ubatch_size > 0 ? std::min(kScoreChunk, static_cast<size_t>(options.ubatch_size))
+                              : kScoreChunk;
+  std::vector<float> logits(chunk_tokens * n_vocab);
   const std::span<const int32_t> tokens(options.tokens);
   ForwardEngine& e = *engine->worker.engine;
   absl::StatusOr<std::unique_ptr<Sequence>> seq = e.NewSequence();
   absl::Status status = seq.status();
-  for (size_t start = 0; start < tokens.size() && status.ok(); start += kScoreChunk) {
+  for (size_t start = 0; start < tokens.size() && status.ok(); start += chunk_tokens) {
     const std::span<const int32_t> chunk =
-        tokens.subspan(start, std::min(kScoreChunk, tokens.size() - start));
+        tokens.subspan(start, std::min(chunk_tokens, tokens.size() - start));
     status = e.Forward(**seq, chunk, LogitRows::kAll, logits.data());
     if (status.ok() && std::fwrite(logits.data(), sizeof(float), chunk.size() * n_vocab, file) !=
                            chunk.size() * n_vocab) {
@@ -259,7 +262,8 @@ absl::Status RunGenerate(const WorkerOptions& options, const Model& model,
   TextSink sink(tokenizer, out);
   const GenerationRequest request{.prompt = *prompt_ids,
                                   .max_new_tokens = options.n_predict,
-                                  .stop_ids = tokenizer.end_of_generation_ids()};
+                                  .stop_ids = tokenizer.end_of_generation_ids(),
+                                  .ubatch_size = options.ubatch_size};
   absl::StatusOr<GenerationResult> result = RunGeneration(e, **seq, sampler, request, sink);
   if (!result.ok()) return result.status();
   if (!result->engine_error.ok()) return result->engine_error;

@@ -10,6 +10,7 @@
 #include <cstdlib>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "backend/cpu/block_layouts.h"
@@ -127,6 +128,48 @@ const KernelTable& Table() {
 
 size_t RoundUp(size_t n, size_t align) { return (n + align - 1) / align * align; }
 
+// Read once, before any buffer is sized from ActRowBytes: switching later
+// would change the row layout under existing buffers.
+bool ReadResidualPlaneSetting() {
+  const char* env = std::getenv("MOETIER_CPU_ACTIVATIONS");
+  if (env == nullptr || env[0] == '\0' || std::string_view(env) == "q8x2") return true;
+  if (std::string_view(env) == "q8") return false;
+  std::fprintf(stderr, "moetier: MOETIER_CPU_ACTIVATIONS=%s is not q8 or q8x2; using q8x2\n", env);
+  return true;
+}
+
+bool ResidualPlane() {
+  static const bool residual = ReadResidualPlaneSetting();
+  return residual;
+}
+
+// Bytes of one quantized plane of k activations (block_layouts.h).
+size_t PlaneBytes(ActFormat format, size_t k) {
+  switch (format) {
+    case ActFormat::kF32:
+      return RoundUp(k * sizeof(float), kActRowAlign);
+    case ActFormat::kQ8_0:
+      return RoundUp(3 * k, kActRowAlign);  // qs, d8, nsum8
+    case ActFormat::kQ8_K:
+      return RoundUp(k + k / 8 + k / 64, kActRowAlign);  // qs, bsums, d
+  }
+  return 0;
+}
+
+// x minus what the plane at `row` decodes to, for the residual plane.
+void Residual(ActFormat format, const float* x, int64_t k, const uint8_t* row, float* r) {
+  const int8_t* qs = reinterpret_cast<const int8_t*>(row);
+  if (format == ActFormat::kQ8_0) {
+    const float* d8 = reinterpret_cast<const float*>(row + k);
+    for (int64_t j = 0; j < k; ++j) {
+      r[j] = x[j] - d8[j / kQK8_0 * kActRepeat] * static_cast<float>(qs[j]);
+    }
+  } else {
+    const float* d = reinterpret_cast<const float*>(row + k + k / 8);
+    for (int64_t j = 0; j < k; ++j) r[j] = x[j] - d[j / kQK_K] * static_cast<float>(qs[j]);
+  }
+}
+
 }  // namespace
 
 std::string_view SimdLevelName(SimdLevel level) {
@@ -219,17 +262,12 @@ int64_t WeightBlockElems(TensorType weight_type) {
 size_t ActRowBytes(TensorType weight_type, int64_t k) {
   MOETIER_CPU_CHECK(k > 0 && k % WeightBlockElems(weight_type) == 0,
                     "k is not a whole number of blocks");
-  const size_t n = static_cast<size_t>(k);
-  switch (ActFormatFor(weight_type)) {
-    case ActFormat::kF32:
-      return RoundUp(n * sizeof(float), kActRowAlign);
-    case ActFormat::kQ8_0:
-      return RoundUp(3 * n, kActRowAlign);  // qs, d8, nsum8
-    case ActFormat::kQ8_K:
-      return RoundUp(n + n / 8 + n / 64, kActRowAlign);  // qs, bsums, d
-  }
-  return 0;
+  const ActFormat format = ActFormatFor(weight_type);
+  const size_t plane = PlaneBytes(format, static_cast<size_t>(k));
+  return format == ActFormat::kF32 || !ResidualPlane() ? plane : 2 * plane;
 }
+
+bool ActivationsHaveResidualPlane() { return ResidualPlane(); }
 
 void QuantizeActRows(TensorType weight_type, const float* x, int64_t x_stride, int64_t k,
                      int64_t n_rows, void* dst) {
@@ -237,22 +275,65 @@ void QuantizeActRows(TensorType weight_type, const float* x, int64_t x_stride, i
   uint8_t* out = static_cast<uint8_t*>(dst);
   const ActFormat format = ActFormatFor(weight_type);
   const KernelTable& t = Table();
+  const QuantizeActFn quantize = format == ActFormat::kQ8_0 ? t.quantize_q8_0 : t.quantize_q8_k;
+  const size_t plane = PlaneBytes(format, static_cast<size_t>(k));
+  thread_local std::vector<float> residual;
   for (int64_t m = 0; m < n_rows; ++m) {
     const float* xm = x + m * x_stride;
     uint8_t* row = out + m * row_bytes;
-    switch (format) {
-      case ActFormat::kF32:
-        std::copy(xm, xm + k, reinterpret_cast<float*>(row));
-        break;
-      case ActFormat::kQ8_0:
-        t.quantize_q8_0(xm, k, row);
-        break;
-      case ActFormat::kQ8_K:
-        t.quantize_q8_k(xm, k, row);
-        break;
+    if (format == ActFormat::kF32) {
+      std::copy(xm, xm + k, reinterpret_cast<float*>(row));
+      continue;
+    }
+    quantize(xm, k, row);
+    if (row_bytes == plane) continue;
+    // The second plane quantizes what the first one missed, with its own
+    // scales, so the pair carries about 15 bits per value.
+    residual.resize(static_cast<size_t>(k));
+    Residual(format, xm, k, row, residual.data());
+    quantize(residual.data(), k, row + plane);
+  }
+}
+
+namespace {
+
+// A tile of weight rows small enough to stay in L1/L2 while every group of
+// activation rows passes over it: the rows come from memory once.
+int64_t RowTile(size_t w_row_bytes) {
+  constexpr size_t kRowTileBytes = 16 * 1024;
+  return std::max<int64_t>(1,
+                           static_cast<int64_t>(kRowTileBytes / std::max<size_t>(1, w_row_bytes)));
+}
+
+// Both planes of an activation row are handed to the kernel as two
+// activation rows, so each weight block is unpacked once for both; the two
+// dot products are added in float.
+void MatMulTwoPlanes(GemmTileFn fn, int64_t k, const uint8_t* w, size_t w_row_bytes, int64_t r0,
+                     int64_t r1, const uint8_t* act, size_t act_row_bytes, size_t plane,
+                     int64_t n_act, float* out, int64_t ldo) {
+  constexpr int64_t kMaxTileRows = 256;
+  // Planes of consecutive rows are evenly spaced when rows are packed, so
+  // a kernel call takes kMaxActTile / 2 activation rows; otherwise one.
+  const int64_t per_call = act_row_bytes == 2 * plane ? kMaxActTile / 2 : 1;
+  const int64_t row_tile = std::min(RowTile(w_row_bytes), kMaxTileRows);
+  float parts[kMaxActTile * kMaxTileRows];
+  for (int64_t r = r0; r < r1; r += row_tile) {
+    const int64_t nr = std::min(row_tile, r1 - r);
+    for (int64_t m = 0; m < n_act; m += per_call) {
+      const int64_t na = std::min(per_call, n_act - m);
+      fn(k, w + r * w_row_bytes, w_row_bytes, nr, act + m * act_row_bytes, plane,
+         static_cast<int>(2 * na), parts, nr);
+      for (int64_t i = 0; i < na; ++i) {
+        const float* coarse = parts + 2 * i * nr;
+        const float* fine = coarse + nr;
+        float* o = out + (m + i) * ldo + r;
+        for (int64_t j = 0; j < nr; ++j) o[j] = coarse[j] + fine[j];
+      }
     }
   }
 }
+
+}  // namespace
 
 void MatMul(TensorType weight_type, int64_t k, const void* w, size_t w_row_bytes, int64_t r0,
             int64_t r1, const void* act, size_t act_row_bytes, int64_t n_act, float* out,
@@ -294,16 +375,18 @@ void MatMul(TensorType weight_type, int64_t k, const void* w, size_t w_row_bytes
   }
   const uint8_t* wb = static_cast<const uint8_t*>(w);
   const uint8_t* ab = static_cast<const uint8_t*>(act);
+  const ActFormat format = ActFormatFor(weight_type);
+  const size_t plane = PlaneBytes(format, static_cast<size_t>(k));
+  if (format != ActFormat::kF32 && ResidualPlane()) {
+    MatMulTwoPlanes(fn, k, wb, w_row_bytes, r0, r1, ab, act_row_bytes, plane, n_act, out, ldo);
+    return;
+  }
   if (n_act <= kMaxActTile) {
     fn(k, wb + r0 * w_row_bytes, w_row_bytes, r1 - r0, ab, act_row_bytes, static_cast<int>(n_act),
        out + r0, ldo);
     return;
   }
-  // A tile of weight rows small enough to stay in L1/L2 while every group of
-  // activation rows passes over it: the rows come from memory once.
-  constexpr size_t kRowTileBytes = 16 * 1024;
-  const int64_t row_tile =
-      std::max<int64_t>(1, static_cast<int64_t>(kRowTileBytes / std::max<size_t>(1, w_row_bytes)));
+  const int64_t row_tile = RowTile(w_row_bytes);
   for (int64_t r = r0; r < r1; r += row_tile) {
     const int64_t nr = std::min(row_tile, r1 - r);
     for (int64_t m = 0; m < n_act; m += kMaxActTile) {

@@ -4,8 +4,12 @@
 // Weights stay in the file's encoding. Activations are prepared once per
 // matrix input (QuantizeActRows) in the format the weight type pairs with,
 // as llama.cpp pairs them: Q4_K/Q5_K/Q6_K with Q8_K, Q8_0/Q4_0 with Q8_0, and
-// F32/F16/BF16 with plain f32. The prepared rows are then shared by every
-// weight row, and MatMul over disjoint row ranges can run on many threads.
+// F32/F16/BF16 with plain f32. For quantized weights a row carries, after
+// that plane, a second one in the same format that quantizes the first
+// one's rounding error, about 15 bits a value instead of 8 (8-bit
+// activations cost llama.cpp most of its error against exact logits). The
+// prepared rows are then shared by every weight row, and MatMul over
+// disjoint row ranges can run on many threads.
 #pragma once
 
 #include <cstddef>
@@ -45,6 +49,10 @@ bool SupportsWeightType(TensorType type);
 ActFormat ActFormatFor(TensorType weight_type);
 // Elements per block along k that the weight type requires (1, 32 or 256).
 int64_t WeightBlockElems(TensorType weight_type);
+// Whether quantized activation rows carry the residual plane: yes, unless
+// the environment variable MOETIER_CPU_ACTIVATIONS is "q8" (one plane, as
+// llama.cpp; for comparisons). Read once, at first use.
+bool ActivationsHaveResidualPlane();
 // Bytes of one prepared activation row of k values for `weight_type`
 // weights; a multiple of 64. Precondition: k is a multiple of
 // WeightBlockElems(weight_type).

@@ -22,6 +22,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "backend/cuda/delta_rule.h"
 #include "gguf/tensor/tensor_type.h"
 
 namespace moetier::cuda {
@@ -100,14 +101,18 @@ absl::Status RmsNorm(const float* x, const float* w, int64_t n_rows, int n, floa
 // token t is at position positions[t] (device array); pairs
 // (x[i], x[i + n_rot/2]) rotate by theta_i = pos * base^(-2i / n_rot),
 // computed in double as cpu::RopeAngles does. Dims from n_rot on are
-// unchanged.
+// unchanged. With pair_uses_position (a device array of n_rot / 2 flags;
+// null: every pair), pairs whose flag is 0 rotate by position 0, i.e. stay
+// as they are (multi-section rope of text tokens).
 absl::Status RopeNeox(float* x, const int32_t* positions, int n_tokens, int n_heads,
-                      int head_dim, int n_rot, float freq_base, CudaStream stream);
+                      int head_dim, int n_rot, float freq_base, const uint8_t* pair_uses_position,
+                      CudaStream stream);
 
 // NORM rotary embedding (llama's): as RopeNeox, but pair i is the adjacent
 // (x[2i], x[2i + 1]).
 absl::Status RopeAdjacentPairs(float* x, const int32_t* positions, int n_tokens, int n_heads,
-                               int head_dim, int n_rot, float freq_base, CudaStream stream);
+                               int head_dim, int n_rot, float freq_base,
+                               const uint8_t* pair_uses_position, CudaStream stream);
 
 // out[i] = silu(gate[i]) * up[i]; out may alias either input.
 absl::Status SiluMul(const float* gate, const float* up, int64_t n, float* out, CudaStream stream);
@@ -131,6 +136,64 @@ absl::Status Attention(const float* q, const void* k_cache, const void* v_cache,
                        TensorType kv_type, int64_t kv_head_stride, int64_t kv_stride,
                        int n_tokens, int64_t n_past, int n_head, int n_head_kv, int head_dim,
                        float scale, float* out, CudaStream stream);
+
+// --- Gated attention and the shared expert (fp32) -----------------------
+
+// Splits each of n_rows rows of 2n values into its halves: first row r =
+// src[2rn .. 2rn + n), second row r = src[2rn + n .. 2(r+1)n) (a gated q
+// projection's per-head q and gate, with n_rows = tokens * heads).
+absl::Status SplitRowHalves(const float* src, int64_t n_rows, int n, float* first, float* second,
+                            CudaStream stream);
+
+// x[i] *= sigmoid(gate[i]) = 1 / (1 + exp(-gate[i])) for i < n.
+absl::Status MulSigmoid(float* x, const float* gate, int64_t n, CudaStream stream);
+
+// x[r * n + i] += sigmoid(logits[r]) * y[r * n + i] (the shared expert's
+// gated output into the residual).
+absl::Status AddSigmoidScaledRows(float* x, const float* y, const float* logits, int64_t n_rows,
+                                  int n, CudaStream stream);
+
+// --- Gated DeltaNet (fp32) -------------------------------------------------
+
+// Causal depthwise conv over time with state, then SiLU: for channel c and
+// token t, y[t][c] = silu(sum_{i<K} w[c][i] * s[t - (K-1) + i][c]), where s
+// is the rows of x ([n_tokens][channels]) preceded by the K - 1 rows of
+// `state` ([K-1][channels], oldest first; zeros at a sequence's start).
+// Afterwards `state` holds the last K - 1 rows of s (raw inputs). w is
+// [channels][K], tap K-1 on the current token. y must not alias x. K <= 64.
+absl::Status CausalConv1dSilu(const float* x, const float* w, float* state, int n_tokens,
+                              int channels, int kernel, float* y, CudaStream stream);
+
+// In place, per head h of token t (head_dim values at
+// x + t * token_stride + h * head_dim): x / max(||x||, eps) * scale, the
+// squares summed in double (llama.cpp's l2_norm; the CPU block's).
+absl::Status L2NormHeads(float* x, int n_tokens, int n_heads, int head_dim, int64_t token_stride,
+                         float eps, float scale, CudaStream stream);
+
+// Per token t and value head j (arrays [n_tokens][n_heads]):
+// beta_out = sigmoid(beta_in), g_out = a[j] * softplus(alpha_in + dt_bias[j])
+// (the log decay; softplus(z) = z above 20). Outputs may alias the inputs.
+absl::Status DeltaRuleGates(const float* beta_in, const float* alpha_in, const float* a,
+                            const float* dt_bias, int n_tokens, int n_heads, float* beta_out,
+                            float* g_out, CudaStream stream);
+
+// The gated delta rule token by token (DeltaRuleArgs in delta_rule.h): one
+// warp per value column, d_k <= 256. Each column's arithmetic does not
+// depend on n_tokens, so a batch gives the bits of its tokens one by one.
+absl::Status GatedDeltaRule(const DeltaRuleArgs& args, CudaStream stream);
+
+// The same values in chunks of 64 tokens (delta_rule.h's chunked form),
+// equal to GatedDeltaRule within fp32 rounding. `scratch` holds
+// GatedDeltaRuleChunkedScratchFloats(n_tokens, ...) floats.
+absl::Status GatedDeltaRuleChunked(const DeltaRuleArgs& args, float* scratch,
+                                   int64_t scratch_floats, CudaStream stream);
+int64_t GatedDeltaRuleChunkedScratchFloats(int n_tokens, int n_v_heads, int d_k, int d_v);
+
+// For each of n_rows rows of n values: y = RMSNorm(x) * w * silu(z), the
+// same w for every row (the Gated DeltaNet's output norm, rows = tokens *
+// value heads). y may equal x.
+absl::Status RmsNormGated(const float* x, const float* w, const float* z, int64_t n_rows, int n,
+                          float eps, float* y, CudaStream stream);
 
 // --- Engine glue (fp32) ---------------------------------------------------
 

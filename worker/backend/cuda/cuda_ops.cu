@@ -32,14 +32,17 @@ __global__ void RmsNormKernel(const float* x, const float* w, int n, float eps, 
 
 // One block per (token, head); thread i rotates pair i.
 // Pair i is (i, i + n_rot/2) (NEOX) or, with `adjacent`, (2i, 2i + 1) (NORM).
+// Pairs with pair_uses_position[i] == 0 rotate by position 0: unchanged.
 __global__ void RopeKernel(float* x, const int32_t* positions, int n_heads, int head_dim,
-                           int n_rot, float freq_base, bool adjacent) {
+                           int n_rot, float freq_base, bool adjacent,
+                           const uint8_t* pair_uses_position) {
   const int t = blockIdx.y;
   const int h = blockIdx.x;
   float* xh = x + (static_cast<int64_t>(t) * n_heads + h) * head_dim;
   const int half = n_rot / 2;
   const double pos = positions[t];
   for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    if (pair_uses_position != nullptr && pair_uses_position[i] == 0) continue;
     const double theta = pos * pow(static_cast<double>(freq_base), -2.0 * i / n_rot);
     const float c = static_cast<float>(cos(theta));
     const float s = static_cast<float>(sin(theta));
@@ -266,6 +269,33 @@ __global__ void StoreKvKernel(const float* src, int n_head_kv, int head_dim, KV*
   for (int i = threadIdx.x; i < head_dim; i += blockDim.x) d[i] = StoreKvValue<KV>(s[i]);
 }
 
+// first row r = src row r's first n values, second row r = its last n.
+__global__ void SplitRowHalvesKernel(const float* src, int64_t n_rows, int n, float* first,
+                                     float* second) {
+  const int64_t total = n_rows * n;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = i / n;
+    const int64_t c = i % n;
+    first[i] = src[2 * r * n + c];
+    second[i] = src[2 * r * n + n + c];
+  }
+}
+
+__global__ void MulSigmoidKernel(float* x, const float* gate, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    x[i] *= 1.0f / (1.0f + expf(-gate[i]));
+  }
+}
+
+// One block per row.
+__global__ void AddSigmoidScaledRowsKernel(float* x, const float* y, const float* logits, int n) {
+  const int64_t row = blockIdx.x;
+  const float scale = 1.0f / (1.0f + expf(-logits[row]));
+  for (int i = threadIdx.x; i < n; i += blockDim.x) x[row * n + i] += scale * y[row * n + i];
+}
+
 // One block per token; each thread sums its elements over j = 0..k-1 in
 // order, then adds the sum to the residual (as the CPU engine does).
 __global__ void MoeCombineKernel(const float* expert_out, const int32_t* rows,
@@ -296,7 +326,8 @@ absl::Status RmsNorm(const float* x, const float* w, int64_t n_rows, int n, floa
 namespace {
 
 absl::Status Rope(float* x, const int32_t* positions, int n_tokens, int n_heads, int head_dim,
-                  int n_rot, float freq_base, bool adjacent, CudaStream stream) {
+                  int n_rot, float freq_base, bool adjacent, const uint8_t* pair_uses_position,
+                  CudaStream stream) {
   MOETIER_CUDA_REQUIRE(x != nullptr && positions != nullptr, "null pointer");
   MOETIER_CUDA_REQUIRE(n_tokens >= 0 && n_tokens <= 65535 && n_heads > 0 && head_dim > 0,
                        "bad shape");
@@ -306,20 +337,24 @@ absl::Status Rope(float* x, const int32_t* positions, int n_tokens, int n_heads,
   if (n_tokens == 0) return absl::OkStatus();
   const dim3 grid(static_cast<unsigned>(n_heads), static_cast<unsigned>(n_tokens));
   RopeKernel<<<grid, 128, 0, AsStream(stream)>>>(x, positions, n_heads, head_dim, n_rot,
-                                                 freq_base, adjacent);
+                                                 freq_base, adjacent, pair_uses_position);
   return LaunchStatus(adjacent ? "RopeAdjacentPairs" : "RopeNeox");
 }
 
 }  // namespace
 
 absl::Status RopeNeox(float* x, const int32_t* positions, int n_tokens, int n_heads,
-                      int head_dim, int n_rot, float freq_base, CudaStream stream) {
-  return Rope(x, positions, n_tokens, n_heads, head_dim, n_rot, freq_base, false, stream);
+                      int head_dim, int n_rot, float freq_base, const uint8_t* pair_uses_position,
+                      CudaStream stream) {
+  return Rope(x, positions, n_tokens, n_heads, head_dim, n_rot, freq_base, false,
+              pair_uses_position, stream);
 }
 
 absl::Status RopeAdjacentPairs(float* x, const int32_t* positions, int n_tokens, int n_heads,
-                               int head_dim, int n_rot, float freq_base, CudaStream stream) {
-  return Rope(x, positions, n_tokens, n_heads, head_dim, n_rot, freq_base, true, stream);
+                               int head_dim, int n_rot, float freq_base,
+                               const uint8_t* pair_uses_position, CudaStream stream) {
+  return Rope(x, positions, n_tokens, n_heads, head_dim, n_rot, freq_base, true,
+              pair_uses_position, stream);
 }
 
 absl::Status SiluMul(const float* gate, const float* up, int64_t n, float* out,
@@ -423,6 +458,43 @@ absl::Status StoreKv(const float* src, int n_tokens, int n_head_kv, int head_dim
                                                kv_stride, pos0);
   }
   return LaunchStatus("StoreKv");
+}
+
+namespace {
+
+unsigned GridStrideBlocks(int64_t n) {
+  const int64_t blocks = (n + kRowThreads - 1) / kRowThreads;
+  return static_cast<unsigned>(blocks < 65535 ? blocks : 65535);
+}
+
+}  // namespace
+
+absl::Status SplitRowHalves(const float* src, int64_t n_rows, int n, float* first, float* second,
+                            CudaStream stream) {
+  MOETIER_CUDA_REQUIRE(src != nullptr && first != nullptr && second != nullptr, "null pointer");
+  MOETIER_CUDA_REQUIRE(n > 0 && n_rows >= 0, "bad shape");
+  if (n_rows == 0) return absl::OkStatus();
+  SplitRowHalvesKernel<<<GridStrideBlocks(n_rows * n), kRowThreads, 0, AsStream(stream)>>>(
+      src, n_rows, n, first, second);
+  return LaunchStatus("SplitRowHalves");
+}
+
+absl::Status MulSigmoid(float* x, const float* gate, int64_t n, CudaStream stream) {
+  MOETIER_CUDA_REQUIRE(x != nullptr && gate != nullptr, "null pointer");
+  MOETIER_CUDA_REQUIRE(n >= 0, "negative size");
+  if (n == 0) return absl::OkStatus();
+  MulSigmoidKernel<<<GridStrideBlocks(n), kRowThreads, 0, AsStream(stream)>>>(x, gate, n);
+  return LaunchStatus("MulSigmoid");
+}
+
+absl::Status AddSigmoidScaledRows(float* x, const float* y, const float* logits, int64_t n_rows,
+                                  int n, CudaStream stream) {
+  MOETIER_CUDA_REQUIRE(x != nullptr && y != nullptr && logits != nullptr, "null pointer");
+  MOETIER_CUDA_REQUIRE(n > 0 && n_rows >= 0 && n_rows <= INT32_MAX, "bad shape");
+  if (n_rows == 0) return absl::OkStatus();
+  AddSigmoidScaledRowsKernel<<<static_cast<unsigned>(n_rows), kRowThreads, 0, AsStream(stream)>>>(
+      x, y, logits, n);
+  return LaunchStatus("AddSigmoidScaledRows");
 }
 
 absl::Status MoeCombine(const float* expert_out, const int32_t* rows, const float* weights,

@@ -110,7 +110,7 @@ void CpuAttentionBlock::Forward(int layer, const CpuKvLayer& kv, int n, int pos0
     const WeightRef& m = *mats[i];
     jobs[i] = MakeMatJob(m, m.data, batch_.PrepareInput(n, m.type), n, outs[i]);
   }
-  runner_.Run(jobs, 3, CpuPhase::kDenseMatmul);
+  runner_.Run(jobs, 3, CpuPhase::kAttentionProjections);
   if (gated) {
     // Each head's head_dim q values, then its head_dim gate values.
     for (int t = 0; t < n; ++t) {
@@ -198,7 +198,7 @@ void CpuAttentionBlock::Forward(int layer, const CpuKvLayer& kv, int n, int pos0
   const uint8_t* act = runner_.PrepareAct(act_attn_, attn_out_.floats(), n, q_dim, w.output.type);
   float* sub = batch_.row_scratch();
   jobs[0] = MakeMatJob(w.output, w.output.data, act, n, sub);
-  runner_.Run(jobs, 1, CpuPhase::kDenseMatmul);
+  runner_.Run(jobs, 1, CpuPhase::kAttentionProjections);
   float* x = batch_.x();
   for (int64_t i = 0; i < n * n_embd; ++i) x[i] += sub[i];
 }

@@ -172,7 +172,7 @@ void CpuDeltaNetBlock::Forward(int layer, CpuRecurrentLayer& state, int n, int p
   for (int i = 0; i < 4; ++i) {
     jobs[i] = MakeMatJob(*mats[i], mats[i]->data, batch_.PrepareInput(n, mats[i]->type), n, outs[i]);
   }
-  runner_.Run(jobs, 4, CpuPhase::kDenseMatmul);
+  runner_.Run(jobs, 4, CpuPhase::kDeltaNetProjections);
 
   const double start = CpuMatRunner::Now();
   Convolve(d, state, n);
@@ -212,7 +212,7 @@ void CpuDeltaNetBlock::Forward(int layer, CpuRecurrentLayer& state, int n, int p
   const uint8_t* act = runner_.PrepareAct(act_out_, o_.floats(), n, value_dim, w.out.type);
   float* sub = batch_.row_scratch();
   jobs[0] = MakeMatJob(w.out, w.out.data, act, n, sub);
-  runner_.Run(jobs, 1, CpuPhase::kDenseMatmul);
+  runner_.Run(jobs, 1, CpuPhase::kDeltaNetProjections);
   float* x = batch_.x();
   for (int64_t i = 0; i < n * n_embd; ++i) x[i] += sub[i];
 }

@@ -60,8 +60,10 @@ size_t MaxActRowBytes(int64_t k) {
 
 std::string_view CpuPhaseName(CpuPhase phase) {
   switch (phase) {
-    case CpuPhase::kDenseMatmul:
-      return "mixer projections";
+    case CpuPhase::kAttentionProjections:
+      return "attention projections";
+    case CpuPhase::kDeltaNetProjections:
+      return "DeltaNet projections";
     case CpuPhase::kRouter:
       return "router";
     case CpuPhase::kExperts:

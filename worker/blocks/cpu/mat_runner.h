@@ -50,13 +50,14 @@ size_t MaxActRowBytes(int64_t k);
 // everything else (embedding, norms, rope, activation quantization,
 // routing, combining).
 enum class CpuPhase : int {
-  kDenseMatmul = 0,  // the mixers' projections (attention q/k/v/output, DeltaNet in/out)
+  kAttentionProjections = 0,  // attention q/k/v and output projections
+  kDeltaNetProjections,        // Gated DeltaNet in (qkv, z, alpha, beta) and out projections
   kRouter,           // router logits
   kExperts,          // expert gate, up and down projections
   kOutput,           // output projection
   kAttention,        // attention over the KV cache
   kExpertFetch,      // waiting for an ExpertWeightSource (store hits, misses read from disk)
-  kDeltaNet,         // Gated DeltaNet conv and recurrence
+  kDeltaNet,         // Gated DeltaNet conv, recurrence and gated norm
   kSharedExpert,     // the shared expert's projections
   kOther,
   kCount,

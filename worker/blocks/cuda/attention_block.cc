@@ -2,6 +2,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_format.h"
@@ -22,6 +23,21 @@ absl::Status CudaAttentionBlock::Allocate(int max_batch, int max_ctx) {
   MOETIER_RETURN_IF_ERROR(ctx_.AllocBuffer(k_, b * kv_dim, "activations (k)"));
   MOETIER_RETURN_IF_ERROR(ctx_.AllocBuffer(v_, b * kv_dim, "activations (v)"));
   MOETIER_RETURN_IF_ERROR(ctx_.AllocBuffer(attn_out_, b * q_dim, "activations (attention)"));
+  if (std::any_of(layers_.begin(), layers_.end(), [](const CudaAttentionWeights& l) {
+        return l.gated;
+      })) {
+    MOETIER_RETURN_IF_ERROR(
+        ctx_.AllocBuffer(q_and_gate_, 2 * b * q_dim, "activations (q and output gate)"));
+    MOETIER_RETURN_IF_ERROR(ctx_.AllocBuffer(gate_, b * q_dim, "activations (output gate)"));
+  }
+  const std::vector<uint8_t>& sections = hp_.rope_pair_uses_position;
+  if (!sections.empty()) {
+    MOETIER_RETURN_IF_ERROR(
+        ctx_.AllocBuffer(pair_uses_position_, sections.size(), "rope sections"));
+    MOETIER_RETURN_IF_ERROR(CudaCall(cudaMemcpy(pair_uses_position_, sections.data(),
+                                                sections.size(), cudaMemcpyHostToDevice),
+                                     "copying the rope sections to the device"));
+  }
   MOETIER_RETURN_IF_ERROR(
       ctx_.AllocBuffer(positions_, static_cast<uint64_t>(max_ctx), "rope positions"));
   std::vector<int32_t> positions(static_cast<size_t>(max_ctx));
@@ -64,7 +80,14 @@ absl::Status CudaAttentionBlock::Forward(int layer, const CudaKvLayer& kv, int n
   const int kv_dim = hp_.n_head_kv * head_dim;
   MOETIER_RETURN_IF_ERROR(
       cuda::RmsNorm(batch_.x, l.attn_norm, n, n_embd, hp_.rms_eps, batch_.xn, stream));
-  MOETIER_RETURN_IF_ERROR(ctx_.MatMul(l.q, batch_.xn, n, q_));
+  if (l.gated) {
+    // Each head's head_dim q values, then its head_dim gate values.
+    MOETIER_RETURN_IF_ERROR(ctx_.MatMul(l.q, batch_.xn, n, q_and_gate_));
+    MOETIER_RETURN_IF_ERROR(cuda::SplitRowHalves(
+        q_and_gate_, static_cast<int64_t>(n) * hp_.n_head, head_dim, q_, gate_, stream));
+  } else {
+    MOETIER_RETURN_IF_ERROR(ctx_.MatMul(l.q, batch_.xn, n, q_));
+  }
   MOETIER_RETURN_IF_ERROR(ctx_.MatMul(l.k, batch_.xn, n, k_));
   MOETIER_RETURN_IF_ERROR(ctx_.MatMul(l.v, batch_.xn, n, v_));
   // The q/k norm (in place), then rope.
@@ -85,20 +108,26 @@ absl::Status CudaAttentionBlock::Forward(int layer, const CudaKvLayer& kv, int n
   }
   const int32_t* positions = positions_ + pos0;
   auto rope = hp_.rope_style == RopeStyle::kNeox ? &cuda::RopeNeox : &cuda::RopeAdjacentPairs;
-  MOETIER_RETURN_IF_ERROR(
-      rope(q_, positions, n, hp_.n_head, head_dim, hp_.n_rot, hp_.rope_freq_base, stream));
-  MOETIER_RETURN_IF_ERROR(
-      rope(k_, positions, n, hp_.n_head_kv, head_dim, hp_.n_rot, hp_.rope_freq_base, stream));
+  MOETIER_RETURN_IF_ERROR(rope(q_, positions, n, hp_.n_head, head_dim, hp_.n_rot,
+                               hp_.rope_freq_base, pair_uses_position_, stream));
+  MOETIER_RETURN_IF_ERROR(rope(k_, positions, n, hp_.n_head_kv, head_dim, hp_.n_rot,
+                               hp_.rope_freq_base, pair_uses_position_, stream));
   // Head-major cache: KV head g's row for position p at g * capacity *
   // head_dim + p * head_dim.
   MOETIER_RETURN_IF_ERROR(cuda::StoreKv(k_, n, hp_.n_head_kv, head_dim, kv.k, TensorType::kF32,
                                         kv.head_stride, head_dim, pos0, stream));
   MOETIER_RETURN_IF_ERROR(cuda::StoreKv(v_, n, hp_.n_head_kv, head_dim, kv.v, TensorType::kF32,
                                         kv.head_stride, head_dim, pos0, stream));
-  const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+  const float scale = hp_.attention_scale > 0.0f
+                          ? hp_.attention_scale
+                          : 1.0f / std::sqrt(static_cast<float>(head_dim));
   MOETIER_RETURN_IF_ERROR(cuda::Attention(q_, kv.k, kv.v, TensorType::kF32, kv.head_stride,
                                           head_dim, n, pos0, hp_.n_head, hp_.n_head_kv, head_dim,
                                           scale, attn_out_, stream));
+  if (l.gated) {
+    MOETIER_RETURN_IF_ERROR(
+        cuda::MulSigmoid(attn_out_, gate_, static_cast<int64_t>(n) * q_dim, stream));
+  }
   MOETIER_RETURN_IF_ERROR(ctx_.MatMul(l.output, attn_out_, n, batch_.sub_out));
   return cuda::AddInPlace(batch_.x, batch_.sub_out, static_cast<int64_t>(n) * n_embd, stream);
 }

@@ -1,9 +1,11 @@
 // Causal GQA softmax attention on one GPU, for every architecture whose
-// layers mix with MixerKind::kAttention: the q/k/v projections, the q/k
-// norm the model asks for (none, per head, over the whole projection), rope
-// (NEOX or NORM pairs over the first n_rot dims), the sequence's KV cache
-// (fp32, head-major like the CPU engine's), attention and the output
-// projection added into the residual stream.
+// layers mix with MixerKind::kAttention or kGatedAttention: the q/k/v
+// projections, the q/k norm the model asks for (none, per head, over the
+// whole projection), rope (NEOX or NORM pairs over the first n_rot dims,
+// some pairs held at position 0 for multi-section rope), the sequence's KV
+// cache (fp32, head-major like the CPU engine's), attention, the sigmoid
+// output gate of a gated layer (q and gate interleaved per head in W_q's
+// rows) and the output projection added into the residual stream.
 #pragma once
 
 #include <cstdint>
@@ -28,7 +30,10 @@ struct CudaAttentionWeights {
   float* attn_norm = nullptr;
   float* q_norm = nullptr;  // null without a q/k norm
   float* k_norm = nullptr;
+  // q: {n_embd, n_head * head_dim}, or for a gated layer {n_embd, 2 *
+  // n_head * head_dim}, each head's q rows followed by its gate rows.
   DeviceMatrix q, k, v, output;
+  bool gated = false;  // MixerKind::kGatedAttention
 };
 
 // One layer of one sequence's KV cache: [n_head_kv][capacity][head_dim].
@@ -44,7 +49,7 @@ class CudaAttentionBlock {
   CudaAttentionBlock(const ModelHparams& hp, CudaContext& ctx, const CudaBatch& batch);
 
   // Its activations for batches of up to max_batch tokens and the rope
-  // positions 0 .. max_ctx - 1.
+  // positions 0 .. max_ctx - 1; after every layer's SetWeights.
   absl::Status Allocate(int max_batch, int max_ctx);
   // A KV cache layer of `capacity` positions, zeroed.
   absl::StatusOr<CudaKvLayer> NewKvLayer(int capacity, int layer);
@@ -61,7 +66,12 @@ class CudaAttentionBlock {
   const CudaBatch& batch_;
   std::vector<CudaAttentionWeights> layers_;
   int32_t* positions_ = nullptr;  // [max_ctx]: 0, 1, 2, ... (rope positions)
+  // [n_rot / 2] flags, multi-section rope only: which pairs rotate by the
+  // position (null: all).
+  uint8_t* pair_uses_position_ = nullptr;
   float* q_ = nullptr;            // [B][n_head * head_dim]
+  float* q_and_gate_ = nullptr;   // [B][2 * n_head * head_dim], gated layers
+  float* gate_ = nullptr;         // [B][n_head * head_dim], gated layers
   float* k_ = nullptr;            // [B][n_head_kv * head_dim]
   float* v_ = nullptr;            // [B][n_head_kv * head_dim]
   float* attn_out_ = nullptr;     // [B][n_head * head_dim]

@@ -54,6 +54,16 @@ absl::Status CudaMoeBlock::Allocate() {
   MOETIER_RETURN_IF_ERROR(ctx_.AllocBuffer(gate_out_, bk * n_ff, "expert gate outputs"));
   MOETIER_RETURN_IF_ERROR(ctx_.AllocBuffer(up_out_, bk * n_ff, "expert up outputs"));
   MOETIER_RETURN_IF_ERROR(ctx_.AllocBuffer(down_out_, bk * n_embd, "expert outputs"));
+  if (std::any_of(layers_.begin(), layers_.end(),
+                  [](const CudaMoeWeights& l) { return l.has_shared_expert; })) {
+    const uint64_t n_ff_shared = static_cast<uint64_t>(hp_.n_ff_shared);
+    MOETIER_RETURN_IF_ERROR(ctx_.AllocBuffer(shared_logit_, b, "shared expert gate logits"));
+    MOETIER_RETURN_IF_ERROR(
+        ctx_.AllocBuffer(shared_gate_out_, b * n_ff_shared, "shared expert gate outputs"));
+    MOETIER_RETURN_IF_ERROR(
+        ctx_.AllocBuffer(shared_up_out_, b * n_ff_shared, "shared expert up outputs"));
+    MOETIER_RETURN_IF_ERROR(ctx_.AllocBuffer(shared_down_out_, b * n_embd, "shared expert outputs"));
+  }
   const CudaExpertCacheConfig& cache_config = config_.expert_cache;
   const bool may_predict = config_.expert_source != nullptr && cache_config.prefetch &&
                            cache_config.static_host_layers < 0 && hp_.n_layer > 1;
@@ -303,10 +313,27 @@ absl::Status CudaMoeBlock::Forward(int layer, int n, int pos0) {
   // kernel of this block), then the residual.
   MOETIER_RETURN_IF_ERROR(cuda::MoeCombine(down_out_, slot_rows_ + n * top_k, topk_weights_, n,
                                            top_k, hp_.n_embd, batch_.x, ctx_.stream()));
-  // The combine is enqueued first: the prefetch copies then overlap it and
-  // the next layer's attention.
+  if (layers_[static_cast<size_t>(layer)].has_shared_expert) {
+    MOETIER_RETURN_IF_ERROR(SharedExpert(layer, n));
+  }
+  // The combine (and shared expert) is enqueued first: the prefetch copies
+  // then overlap it and the next layer's mixer.
   if (predict) MOETIER_RETURN_IF_ERROR(PrefetchNext(layer, n));
   return absl::OkStatus();
+}
+
+absl::Status CudaMoeBlock::SharedExpert(int layer, int n) {
+  const CudaMoeWeights& l = layers_[static_cast<size_t>(layer)];
+  const cuda::CudaStream stream = ctx_.stream();
+  MOETIER_RETURN_IF_ERROR(ctx_.MatMul(l.shared_gate_inp, batch_.xn, n, shared_logit_));
+  MOETIER_RETURN_IF_ERROR(ctx_.MatMul(l.shared_gate, batch_.xn, n, shared_gate_out_));
+  MOETIER_RETURN_IF_ERROR(ctx_.MatMul(l.shared_up, batch_.xn, n, shared_up_out_));
+  const int64_t n_ff = hp_.n_ff_shared;
+  MOETIER_RETURN_IF_ERROR(
+      cuda::SiluMul(shared_gate_out_, shared_up_out_, n * n_ff, shared_gate_out_, stream));
+  MOETIER_RETURN_IF_ERROR(ctx_.MatMul(l.shared_down, shared_gate_out_, n, shared_down_out_));
+  return cuda::AddSigmoidScaledRows(batch_.x, shared_down_out_, shared_logit_, n, hp_.n_embd,
+                                    stream);
 }
 
 absl::Status CudaMoeBlock::CachedExperts(int layer, int n) {

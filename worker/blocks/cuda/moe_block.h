@@ -1,9 +1,11 @@
 // The MoE feed-forward block on one GPU, for every architecture with
-// FfnKind::kMoe layers: the router (softmax over all experts, top k,
-// renormalized or not as the model says), the routing hooks, grouping the
-// batch's tokens by expert on the host (one sync per layer, the only one),
-// each used expert's products on exactly its rows, and the weighted sum
-// into the residual stream.
+// FfnKind::kMoe or kMoeWithSharedExpert layers: the router (softmax over
+// all experts, top k, renormalized or not as the model says), the routing
+// hooks, grouping the batch's tokens by expert on the host (one sync per
+// layer, the only one), each used expert's products on exactly its rows,
+// the weighted sum into the residual stream, and the shared expert gated
+// by a sigmoid where the layer has one (dense, resident in device memory,
+// never through the expert cache).
 //
 // Where the experts are: every expert resident in device memory
 // (DeviceExperts), or a VRAM slot cache over host copies
@@ -71,6 +73,11 @@ struct CudaMoeWeights {
   TensorType gate_type = TensorType::kF32;
   TensorType up_type = TensorType::kF32;
   TensorType down_type = TensorType::kF32;
+  // FfnKind::kMoeWithSharedExpert: x += sigmoid(shared_gate_inp . xn) *
+  // SwiGLU_shared(xn), after the routed experts' sum.
+  bool has_shared_expert = false;
+  DeviceMatrix shared_gate_inp;  // fp32, one row of n_embd
+  DeviceMatrix shared_gate, shared_up, shared_down;
 };
 
 struct CudaMoeConfig {
@@ -126,6 +133,9 @@ class CudaMoeBlock {
   absl::Status CachedGroup(int layer, size_t count);
   absl::Status CachedGroupWork(int layer, size_t count, size_t n_need);
   absl::Status PrefetchNext(int layer, int n);
+  // x += sigmoid(shared_gate_inp . xn) * SwiGLU_shared(xn), xn as the
+  // router left it.
+  absl::Status SharedExpert(int layer, int n);
 
   const ModelHparams& hp_;
   const RoutedExpertShapes experts_;
@@ -145,6 +155,11 @@ class CudaMoeBlock {
   float* gate_out_ = nullptr;       // [B * K][n_ff_exp]
   float* up_out_ = nullptr;         // [B * K][n_ff_exp]
   float* down_out_ = nullptr;       // [B * K][n_embd]
+  // The shared expert (layers that have one).
+  float* shared_logit_ = nullptr;     // [B]
+  float* shared_gate_out_ = nullptr;  // [B][n_ff_shared]
+  float* shared_up_out_ = nullptr;    // [B][n_ff_shared]
+  float* shared_down_out_ = nullptr;  // [B][n_embd]
 
   // Pinned host memory for the per-layer exchange with the device.
   int32_t* host_topk_ids_ = nullptr;   // [B * K]

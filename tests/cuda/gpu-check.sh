@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# The whole GPU check, from a bundle made by tests/cuda/make-gpu-bundle.sh,
+# on the GPU host (no build there):
+#   1. every CUDA test; on a GPU the only allowed skip is the case written for
+#      machines without one
+#   2. the full synthetic Qwen3-30B-A3B model, Q4_K_M mix, written with every
+#      core (about 17 GiB, outside the log folder; skipped with --model FILE;
+#      --layers N writes a shorter model of the same shapes)
+#   3. moetier-bench-cuda (every expert resident, against the HBM roofline)
+#   4. moetier-bench-cache --device cuda:0 (the cache-size table)
+#
+# usage: gpu-check.sh [--out DIR] [--model FILE] [--layers N] [--work DIR]
+#                     [--runs N] [--decode-tokens N] [--prompt-tokens N]
+#                     [--skip-tests] [--skip-bench]
+# Logs and JSON go to --out (default $OUT when set, else gpu-check-out); the
+# model to --work (default /tmp/moetier-gpu-check). Exits non-zero when a
+# test fails or skips, or a step fails.
+set -uo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+out="${OUT:-$PWD/gpu-check-out}"
+work=/tmp/moetier-gpu-check
+model=""
+layers=""
+runs=3
+decode=128
+prompt=512
+skip_tests=0
+skip_bench=0
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --out) out="$2"; shift 2 ;;
+    --model) model="$2"; shift 2 ;;
+    --layers) layers="$2"; shift 2 ;;
+    --work) work="$2"; shift 2 ;;
+    --runs) runs="$2"; shift 2 ;;
+    --decode-tokens) decode="$2"; shift 2 ;;
+    --prompt-tokens) prompt="$2"; shift 2 ;;
+    --skip-tests) skip_tests=1; shift ;;
+    --skip-bench) skip_bench=1; shift ;;
+    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "gpu-check.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
+  esac
+done
+mkdir -p "$out" "$work"
+start=$SECONDS
+step() { printf '\n=== %s (at %d s)\n' "$1" $((SECONDS - start)) | tee -a "$out/summary.txt"; }
+status=0
+
+step "device"
+nvidia-smi --query-gpu=name,compute_cap,driver_version,memory.total --format=csv,noheader |
+  tee -a "$out/summary.txt" || { echo "nvidia-smi failed: no usable GPU" | tee -a "$out/summary.txt"; exit 1; }
+
+if [[ $skip_tests == 0 ]]; then
+  step "CUDA tests"
+  allowed_skip='a CUDA device is present; this case is for GPU-less machines'
+  while read -r t; do
+    log="$out/$t.log"
+    "$here/run" "$t" --gtest_color=no >"$log" 2>&1
+    rc=$?
+    passed=$(grep -c '^\[       OK \]' "$log")
+    failed=$(grep -Ec '^\[  FAILED  \] [^ ]+ \([0-9]+ ms\)' "$log")
+    skipped=$(grep -Ec '^\[  SKIPPED \] [^ ]+ \([0-9]+ ms\)' "$log")
+    allowed=$(grep -cF "$allowed_skip" "$log")
+    verdict=ok
+    if [[ $rc != 0 || $failed != 0 ]]; then verdict=FAILED; status=1; fi
+    if (( skipped > allowed )); then verdict="FAILED (skips on a GPU)"; status=1; fi
+    printf '%-28s %-24s passed %s, failed %s, skipped %s\n' "$t" "$verdict" "$passed" "$failed" \
+      "$skipped" | tee -a "$out/summary.txt"
+    grep -E '^\[  FAILED  \] [^ ]+ \(|Failure$' "$log" | head -10 | tee -a "$out/summary.txt"
+  done < "$here/cuda-tests.txt"
+fi
+
+if [[ $skip_bench == 0 ]]; then
+  if [[ -z "$model" ]]; then
+    step "synthetic model"
+    model="$work/full-q4_k_m${layers:+-$layers-layers}.gguf"
+    if [[ ! -s "$model" ]]; then
+      "$here/run" moetier-synth --preset full --quant q4_k_m ${layers:+--layers "$layers"} \
+        --threads "$(nproc)" --out "$model" 2>&1 | tail -1 | tee -a "$out/summary.txt" || status=1
+    fi
+  fi
+  step "moetier-bench-cuda (every expert resident)"
+  "$here/run" moetier-bench-cuda --model "$model" --runs "$runs" --decode-tokens "$decode" \
+    --prompt-tokens "$prompt" --batch "$prompt" >"$out/bench-cuda.log" 2>&1 || status=1
+  tail -15 "$out/bench-cuda.log" | tee -a "$out/summary.txt"
+  step "moetier-bench-cache --device cuda:0"
+  "$here/run" moetier-bench-cache --model "$model" --device cuda:0 --runs "$runs" \
+    --decode-tokens "$decode" --prompt-tokens "$prompt" --json "$out/bench-cache.json" \
+    >"$out/bench-cache.log" 2>&1 || status=1
+  tail -20 "$out/bench-cache.log" | tee -a "$out/summary.txt"
+fi
+
+step "done: $([[ $status == 0 ]] && echo all passed || echo FAILED) (logs in $out)"
+exit $status
