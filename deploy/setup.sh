@@ -10,6 +10,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev liburing-dev libgtest-dev libgmock-dev libbenchmark-dev
   python3-numpy  # the independent float64 forward pass of tests/interop
+  python3-jinja2  # the chat template oracle of tests/interop
 )
 
 missing=()

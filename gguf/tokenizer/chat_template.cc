@@ -1,7 +1,11 @@
 #include "gguf/tokenizer/chat_template.h"
 
+#include <optional>
+#include <vector>
+
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "gguf/tokenizer/chat_template_text.h"
 #include "gguf/tokenizer/unicode.h"
 
 namespace moetier {
@@ -11,6 +15,95 @@ absl::string_view Sv(std::string_view s) { return absl::string_view(s.data(), s.
 
 bool Contains(std::string_view text, std::string_view what) {
   return text.find(what) != std::string_view::npos;
+}
+
+// --- the templates recognised by their text -----------------------------------
+
+// mistralai/Mixtral-8x7B-Instruct-v0.1 as published (tokenizer_config.json,
+// December 2023); Mistral-7B-Instruct-v0.2 shipped the same text.
+constexpr std::string_view kMistralInstructText =
+    "{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') != "
+    "(loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate "
+    "user/assistant/user/assistant/...') }}{% endif %}{% if message['role'] == 'user' %}{{ "
+    "'[INST] ' + message['content'] + ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ "
+    "message['content'] + eos_token}}{% else %}{{ raise_exception('Only user and assistant roles "
+    "are supported!') }}{% endif %}{% endfor %}";
+
+// mistralai/Mistral-7B-Instruct-v0.1 as published.
+constexpr std::string_view kMistralInstructSpacedText =
+    "{{ bos_token }}{% for message in messages %}{% if (message['role'] == 'user') != "
+    "(loop.index0 % 2 == 0) %}{{ raise_exception('Conversation roles must alternate "
+    "user/assistant/user/assistant/...') }}{% endif %}{% if message['role'] == 'user' %}{{ "
+    "'[INST] ' + message['content'] + ' [/INST]' }}{% elif message['role'] == 'assistant' %}{{ "
+    "message['content'] + eos_token + ' ' }}{% else %}{{ raise_exception('Only user and "
+    "assistant roles are supported!') }}{% endif %}{% endfor %}";
+
+// mistral-common's "v1" template with its optional system message, as
+// Mistral-7B-Instruct-v0.2 carries it now (llama.cpp's tests keep a copy).
+constexpr std::string_view kMistralV1Text =
+    "{%- if messages[0]['role'] == 'system' %}\n"
+    "    {%- set system_message = messages[0]['content'] %}\n"
+    "    {%- set loop_messages = messages[1:] %}\n"
+    "{%- else %}\n"
+    "    {%- set loop_messages = messages %}\n"
+    "{%- endif %}\n"
+    "\n"
+    "{{- bos_token }}\n"
+    "{%- for message in loop_messages %}\n"
+    "    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) %}\n"
+    "        {{- raise_exception('After the optional system message, conversation roles must "
+    "alternate user/assistant/user/assistant/...') }}\n"
+    "    {%- endif %}\n"
+    "    {%- if message['role'] == 'user' %}\n"
+    "        {%- if loop.first and system_message is defined %}\n"
+    "            {{- ' [INST] ' + system_message + '\\n\\n' + message['content'] + ' [/INST]' }}\n"
+    "        {%- else %}\n"
+    "            {{- ' [INST] ' + message['content'] + ' [/INST]' }}\n"
+    "        {%- endif %}\n"
+    "    {%- elif message['role'] == 'assistant' %}\n"
+    "        {{- ' ' + message['content'] + eos_token}}\n"
+    "    {%- else %}\n"
+    "        {{- raise_exception('Only user and assistant roles are supported, with the exception "
+    "of an initial optional system message!') }}\n"
+    "    {%- endif %}\n"
+    "{%- endfor %}\n";
+
+// The Tulu 3 template (allenai/Llama-3.1-Tulu-3-8B, OLMoE-1B-7B-0924-Instruct).
+constexpr std::string_view kTuluText =
+    "{% for message in messages %}{% if message['role'] == 'system' %}{{ '<|system|>\\n' + "
+    "message['content'] + '\\n' }}{% elif message['role'] == 'user' %}{{ '<|user|>\\n' + "
+    "message['content'] + '\\n' }}{% elif message['role'] == 'assistant' %}{% if not loop.last "
+    "%}{{ '<|assistant|>\\n'  + message['content'] + eos_token + '\\n' }}{% else %}{{ "
+    "'<|assistant|>\\n'  + message['content'] + eos_token }}{% endif %}{% endif %}{% if "
+    "loop.last and add_generation_prompt %}{{ '<|assistant|>\\n' }}{% endif %}{% endfor %}";
+
+struct KnownTemplate {
+  ChatTemplateStyle style;
+  std::string canonical;
+};
+
+const std::vector<KnownTemplate>& KnownTemplates() {
+  static const std::vector<KnownTemplate>* known = [] {
+    auto* table = new std::vector<KnownTemplate>;
+    table->push_back({ChatTemplateStyle::kMistralInstruct,
+                      CanonicalTemplateText(kMistralInstructText)});
+    table->push_back({ChatTemplateStyle::kMistralInstructSpaced,
+                      CanonicalTemplateText(kMistralInstructSpacedText)});
+    table->push_back({ChatTemplateStyle::kMistralV1, CanonicalTemplateText(kMistralV1Text)});
+    table->push_back({ChatTemplateStyle::kTulu, CanonicalTemplateText(kTuluText)});
+    table->push_back({ChatTemplateStyle::kTuluBos,
+                      CanonicalTemplateText(absl::StrCat("{{ bos_token }}", Sv(kTuluText)))});
+    return table;
+  }();
+  return *known;
+}
+
+std::optional<ChatTemplateStyle> MatchKnownTemplate(std::string_view text) {
+  const std::string canonical = CanonicalTemplateText(text);
+  for (const KnownTemplate& known : KnownTemplates()) {
+    if (known.canonical == canonical) return known.style;
+  }
+  return std::nullopt;
 }
 
 // A name for a template we do not render, so the error says what was found.
@@ -26,9 +119,13 @@ std::string DescribeTemplate(std::string_view text) {
        "User\xEF\xBD\x9C>",
        "DeepSeek (<\xEF\xBD\x9C"
        "User\xEF\xBD\x9C>)"},
-      {"[INST]", "Mistral/Llama 2 ([INST])"},
+      {"[SYSTEM_PROMPT]", "Mistral v7 ([SYSTEM_PROMPT])"},
+      {"[AVAILABLE_TOOLS]", "Mistral v3 with tools ([AVAILABLE_TOOLS])"},
+      {"<<SYS>>", "Llama 2 chat (<<SYS>>)"},
+      {"[INST]", "a Mistral/Llama 2 [INST] template other than those"},
       {"<start_of_turn>", "Gemma (<start_of_turn>)"},
-      {"<|user|>", "Zephyr/Phi-3 style (<|user|>)"},
+      {"<|end|>", "Phi-3 (<|user|> ... <|end|>)"},
+      {"<|user|>", "a Zephyr/Tulu style <|user|> template other than Tulu's"},
       {"<|im_start|>", "ChatML start marker <|im_start|> without <|im_end|>"},
   };
   for (const Family& family : kFamilies) {
@@ -42,33 +139,182 @@ std::string DescribeTemplate(std::string_view text) {
   return absl::StrCat("a template starting \"", shown, text.size() > kShown ? "...\"" : "\"");
 }
 
-void AppendTurn(std::string_view role, std::string_view content, std::string* out) {
+ChatSpecialTokens DefaultSpecialTokens(ChatTemplateStyle style) {
+  switch (style) {
+    case ChatTemplateStyle::kMistralInstruct:
+    case ChatTemplateStyle::kMistralInstructSpaced:
+    case ChatTemplateStyle::kMistralV1:
+      return {.bos_token = "<s>", .eos_token = "</s>", .add_bos = true, .add_eos = false};
+    case ChatTemplateStyle::kTulu:
+    case ChatTemplateStyle::kTuluBos:
+      return {.bos_token = "", .eos_token = "<|endoftext|>", .add_bos = false, .add_eos = false};
+    case ChatTemplateStyle::kChatMl:
+    case ChatTemplateStyle::kQwen3:
+    case ChatTemplateStyle::kQwen35:
+    case ChatTemplateStyle::kQwen2:
+      break;
+  }
+  return {};
+}
+
+// --- rendering ---------------------------------------------------------------
+
+void AppendChatMlTurn(std::string_view role, std::string_view content, std::string* out) {
   absl::StrAppend(out, "<|im_start|>", Sv(role), "\n", Sv(content), "<|im_end|>\n");
+}
+
+void RenderChatMl(ChatTemplateStyle style, std::span<const ChatMessage> messages,
+                  const ChatRenderOptions& options, std::string* out) {
+  if (style == ChatTemplateStyle::kQwen2 && messages.front().role != "system") {
+    AppendChatMlTurn("system", kQwen2DefaultSystem, out);
+  }
+  for (const ChatMessage& message : messages) AppendChatMlTurn(message.role, message.content, out);
+  if (!options.add_generation_prompt) return;
+  *out += "<|im_start|>assistant\n";
+  if (style == ChatTemplateStyle::kQwen3) {
+    if (!options.enable_thinking) *out += "<think>\n\n</think>\n\n";
+  } else if (style == ChatTemplateStyle::kQwen35) {
+    *out += options.enable_thinking ? "<think>\n" : "<think>\n\n</think>\n\n";
+  }
+}
+
+// The [INST] templates, as their Jinja does it. They ignore
+// add_generation_prompt: the text after the last user turn is the prompt.
+absl::Status RenderMistral(ChatTemplateStyle style, const ChatSpecialTokens& tokens,
+                           std::span<const ChatMessage> messages, std::string* out) {
+  const bool v1 = style == ChatTemplateStyle::kMistralV1;
+  std::span<const ChatMessage> turns = messages;
+  const std::string* system = nullptr;
+  if (v1 && messages.front().role == "system") {
+    system = &messages.front().content;
+    turns = messages.subspan(1);
+  }
+  const std::string_view inst = v1 ? " [INST] " : "[INST] ";
+  const std::string_view answer_lead = v1 ? " " : "";
+  const std::string_view after_eos = style == ChatTemplateStyle::kMistralInstructSpaced ? " " : "";
+  *out += tokens.bos_token;
+  for (size_t i = 0; i < turns.size(); ++i) {
+    const ChatMessage& turn = turns[i];
+    if ((turn.role == "user") != (i % 2 == 0)) {
+      return absl::InvalidArgumentError(
+          v1 ? "After the optional system message, conversation roles must alternate "
+               "user/assistant/user/assistant/..."
+             : "Conversation roles must alternate user/assistant/user/assistant/...");
+    }
+    if (turn.role == "user") {
+      if (i == 0 && system != nullptr) {
+        absl::StrAppend(out, Sv(inst), *system, "\n\n", turn.content, " [/INST]");
+      } else {
+        absl::StrAppend(out, Sv(inst), turn.content, " [/INST]");
+      }
+    } else if (turn.role == "assistant") {
+      absl::StrAppend(out, Sv(answer_lead), turn.content, tokens.eos_token, Sv(after_eos));
+    } else {
+      return absl::InvalidArgumentError(
+          v1 ? "Only user and assistant roles are supported, with the exception of an initial "
+               "optional system message!"
+             : "Only user and assistant roles are supported!");
+    }
+  }
+  return absl::OkStatus();
+}
+
+void RenderTulu(ChatTemplateStyle style, const ChatSpecialTokens& tokens,
+                std::span<const ChatMessage> messages, const ChatRenderOptions& options,
+                std::string* out) {
+  if (style == ChatTemplateStyle::kTuluBos) *out += tokens.bos_token;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const ChatMessage& message = messages[i];
+    const bool last = i + 1 == messages.size();
+    if (message.role == "assistant") {
+      absl::StrAppend(out, "<|assistant|>\n", message.content, tokens.eos_token, last ? "" : "\n");
+    } else {
+      absl::StrAppend(out, "<|", message.role, "|>\n", message.content, "\n");
+    }
+  }
+  if (options.add_generation_prompt) *out += "<|assistant|>\n";
 }
 
 }  // namespace
 
+std::string_view ChatTemplateStyleName(ChatTemplateStyle style) {
+  switch (style) {
+    case ChatTemplateStyle::kChatMl:
+      return "chatml";
+    case ChatTemplateStyle::kQwen3:
+      return "qwen3";
+    case ChatTemplateStyle::kQwen35:
+      return "qwen3.5";
+    case ChatTemplateStyle::kQwen2:
+      return "qwen2";
+    case ChatTemplateStyle::kMistralInstruct:
+      return "mistral-instruct";
+    case ChatTemplateStyle::kMistralInstructSpaced:
+      return "mistral-instruct-v0.1";
+    case ChatTemplateStyle::kMistralV1:
+      return "mistral-v1";
+    case ChatTemplateStyle::kTulu:
+      return "tulu";
+    case ChatTemplateStyle::kTuluBos:
+      return "tulu-bos";
+  }
+  return "unknown";
+}
+
+ChatTemplate::ChatTemplate(ChatTemplateStyle style)
+    : style_(style), tokens_(DefaultSpecialTokens(style)) {}
+
+ChatTemplate::ChatTemplate(ChatTemplateStyle style, ChatSpecialTokens tokens)
+    : style_(style), tokens_(std::move(tokens)) {}
+
 absl::StatusOr<ChatTemplate> ChatTemplate::Detect(std::string_view template_text) {
+  absl::StatusOr<ChatTemplate> detected = Detect(template_text, ChatSpecialTokens{});
+  if (!detected.ok()) return detected.status();
+  return ChatTemplate(detected->style());
+}
+
+absl::StatusOr<ChatTemplate> ChatTemplate::Detect(std::string_view template_text,
+                                                  ChatSpecialTokens tokens) {
   if (template_text.empty()) {
     return absl::UnimplementedError(
         "unsupported chat template: the model has no tokenizer.chat_template");
   }
-  if (!Contains(template_text, "<|im_start|>") || !Contains(template_text, "<|im_end|>")) {
-    return absl::UnimplementedError(
-        absl::StrCat("unsupported chat template: expected ChatML (<|im_start|> ... <|im_end|>), "
-                     "found ",
-                     DescribeTemplate(template_text)));
+  if (std::optional<ChatTemplateStyle> known = MatchKnownTemplate(template_text)) {
+    return ChatTemplate(*known, std::move(tokens));
   }
-  if (Contains(template_text, kQwen2DefaultSystem)) return ChatTemplate(ChatTemplateStyle::kQwen2);
-  if (Contains(template_text, "enable_thinking")) return ChatTemplate(ChatTemplateStyle::kQwen3);
-  return ChatTemplate(ChatTemplateStyle::kChatMl);
+  if (!Contains(template_text, "<|im_start|>") || !Contains(template_text, "<|im_end|>")) {
+    return absl::UnimplementedError(absl::StrCat(
+        "unsupported chat template: moetier renders ChatML (<|im_start|> ... <|im_end|>: "
+        "Qwen3, Qwen3.5, Qwen2), the Mistral-Instruct [INST] templates (Mixtral-8x7B-Instruct-"
+        "v0.1, Mistral-7B-Instruct-v0.1/v0.2, mistral-common v1) and the Tulu <|user|> template "
+        "(OLMoE-1B-7B-0924-Instruct, OLMo 2); found ",
+        DescribeTemplate(template_text)));
+  }
+  ChatTemplateStyle style = ChatTemplateStyle::kChatMl;
+  if (Contains(template_text, kQwen2DefaultSystem)) {
+    style = ChatTemplateStyle::kQwen2;
+  } else if (Contains(template_text, "enable_thinking")) {
+    style = ChatTemplateStyle::kQwen3;
+  }
+  return ChatTemplate(style, std::move(tokens));
 }
 
 absl::StatusOr<ChatTemplate> ChatTemplate::ForTokenizer(const Tokenizer& tokenizer) {
-  absl::StatusOr<ChatTemplate> detected = Detect(tokenizer.chat_template());
+  // llama.cpp's common_chat_templates_init: the tokens' text as
+  // token_to_piece renders it with specials; no token, no text.
+  ChatSpecialTokens tokens;
+  if (tokenizer.bos_id() != kNoToken) {
+    tokens.bos_token = std::string(tokenizer.TokenPiece(tokenizer.bos_id(), true));
+  }
+  if (tokenizer.eos_id() != kNoToken) {
+    tokens.eos_token = std::string(tokenizer.TokenPiece(tokenizer.eos_id(), true));
+  }
+  tokens.add_bos = tokenizer.add_bos();
+  tokens.add_eos = tokenizer.add_eos();
+  absl::StatusOr<ChatTemplate> detected = Detect(tokenizer.chat_template(), std::move(tokens));
   if (detected.ok() && detected->style() == ChatTemplateStyle::kQwen3 &&
       tokenizer.pre_tokenizer() == PreTokenizer::kQwen35) {
-    return ChatTemplate(ChatTemplateStyle::kQwen35);
+    return ChatTemplate(ChatTemplateStyle::kQwen35, detected->special_tokens());
   }
   return detected;
 }
@@ -76,7 +322,7 @@ absl::StatusOr<ChatTemplate> ChatTemplate::ForTokenizer(const Tokenizer& tokeniz
 absl::StatusOr<std::string> ChatTemplate::Render(std::span<const ChatMessage> messages,
                                                  const ChatRenderOptions& options) const {
   if (messages.empty()) return absl::InvalidArgumentError("the chat has no messages");
-  size_t bytes = 64;
+  size_t bytes = 64 + tokens_.bos_token.size();
   for (size_t i = 0; i < messages.size(); ++i) {
     const std::string& role = messages[i].role;
     if (role != "system" && role != "user" && role != "assistant") {
@@ -84,28 +330,35 @@ absl::StatusOr<std::string> ChatTemplate::Render(std::span<const ChatMessage> me
           absl::StrCat("message ", i, " has role \"", SanitizeUtf8(role),
                        "\"; supported roles are system, user and assistant"));
     }
-    bytes += role.size() + messages[i].content.size() + 32;
+    bytes += role.size() + messages[i].content.size() + 32 + tokens_.eos_token.size();
   }
 
   std::string out;
   out.reserve(bytes + kQwen2DefaultSystem.size());
-  if (style_ == ChatTemplateStyle::kQwen2 && messages.front().role != "system") {
-    AppendTurn("system", kQwen2DefaultSystem, &out);
+  switch (style_) {
+    case ChatTemplateStyle::kChatMl:
+    case ChatTemplateStyle::kQwen3:
+    case ChatTemplateStyle::kQwen35:
+    case ChatTemplateStyle::kQwen2:
+      RenderChatMl(style_, messages, options, &out);
+      break;
+    case ChatTemplateStyle::kMistralInstruct:
+    case ChatTemplateStyle::kMistralInstructSpaced:
+    case ChatTemplateStyle::kMistralV1:
+      if (absl::Status s = RenderMistral(style_, tokens_, messages, &out); !s.ok()) return s;
+      break;
+    case ChatTemplateStyle::kTulu:
+    case ChatTemplateStyle::kTuluBos:
+      RenderTulu(style_, tokens_, messages, options, &out);
+      break;
   }
-  for (const ChatMessage& message : messages) AppendTurn(message.role, message.content, &out);
-  if (options.add_generation_prompt) {
-    out += "<|im_start|>assistant\n";
-    switch (style_) {
-      case ChatTemplateStyle::kQwen3:
-        if (!options.enable_thinking) out += "<think>\n\n</think>\n\n";
-        break;
-      case ChatTemplateStyle::kQwen35:
-        out += options.enable_thinking ? "<think>\n" : "<think>\n\n</think>\n\n";
-        break;
-      case ChatTemplateStyle::kChatMl:
-      case ChatTemplateStyle::kQwen2:
-        break;
-    }
+  // llama.cpp (common/chat.cpp) drops these so the tokenizer's own bos/eos
+  // are not doubled.
+  if (tokens_.add_bos && std::string_view(out).starts_with(tokens_.bos_token)) {
+    out.erase(0, tokens_.bos_token.size());
+  }
+  if (tokens_.add_eos && std::string_view(out).ends_with(tokens_.eos_token)) {
+    out.resize(out.size() - tokens_.eos_token.size());
   }
   return out;
 }

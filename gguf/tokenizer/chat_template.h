@@ -1,6 +1,16 @@
-// Chat prompt rendering for ChatML-family templates (SPEC.md §4.7). No Jinja
-// interpreter: the model's tokenizer.chat_template is inspected only to
-// recognise which ChatML variant it is, and the variant is rendered natively.
+// Chat prompt rendering (SPEC.md §4.7). No Jinja interpreter: the model's
+// tokenizer.chat_template is inspected only to recognise which template
+// family it is, and that family is rendered natively:
+//  - ChatML and its Qwen variants, recognised by their markers;
+//  - the Mistral-Instruct [INST] templates of Mixtral-8x7B-Instruct-v0.1 and
+//    Mistral-7B-Instruct-v0.1/v0.2, and the Tulu template of AllenAI's
+//    instruct models (OLMoE-1B-7B-0924-Instruct among them), recognised by
+//    their exact text up to layout (CanonicalTemplateText).
+// The rendered prompt is what llama.cpp's server hands its tokenizer: the
+// template's output, less a leading bos_token when the tokenizer adds bos
+// itself (and a trailing eos_token when it adds eos), so that tokenizing it
+// with add_special gives one bos, not two. Tokenize it with special tokens
+// parsed.
 #pragma once
 
 #include <span>
@@ -28,37 +38,85 @@ enum class ChatTemplateStyle {
   kQwen35,
   // Qwen2/2.5: ChatML with a default system turn when none is given.
   kQwen2,
+  // Mixtral-8x7B-Instruct-v0.1 and Mistral-7B-Instruct-v0.2 as first
+  // published: bos, then "[INST] {user} [/INST]" and "{assistant}</s>" for
+  // turns that alternate user, assistant, ... starting with the user; no
+  // system role; no generation prompt (the text ends with [/INST]).
+  kMistralInstruct,
+  // Mistral-7B-Instruct-v0.1 as first published: the same with a space
+  // after each "</s>".
+  kMistralInstructSpaced,
+  // mistral-common's "v1" template, which Mistral-7B-Instruct-v0.2 (and,
+  // by Mistral's table, Mixtral-8x7B-Instruct-v0.1) carry now: bos, then
+  // " [INST] {user} [/INST]" and " {assistant}</s>"; an optional first
+  // system message goes into the first user turn as "{system}\n\n{user}".
+  kMistralV1,
+  // Tulu 3's template, which OLMoE-1B-7B-0924-Instruct carries: "<|system|>\n{s}\n",
+  // "<|user|>\n{u}\n", "<|assistant|>\n{a}</s>\n" (eos_token; no "\n" after
+  // the last message), generation prompt "<|assistant|>\n" after the last
+  // message whatever its role.
+  kTulu,
+  // The same after a leading bos_token (OLMo 2's variant).
+  kTuluBos,
 };
+
+// "chatml", "qwen3", "mistral-instruct", ...: for logs and errors.
+std::string_view ChatTemplateStyleName(ChatTemplateStyle style);
 
 struct ChatRenderOptions {
   bool add_generation_prompt = true;
   bool enable_thinking = true;  // kQwen3 and kQwen35 only
 };
 
+// The texts a template's bos_token and eos_token stand for, and whether the
+// tokenizer adds bos / eos itself (tokenizer.ggml.add_bos_token /
+// add_eos_token), as llama.cpp's server takes them from the vocabulary.
+struct ChatSpecialTokens {
+  std::string bos_token;
+  std::string eos_token;
+  bool add_bos = false;
+  bool add_eos = false;
+};
+
 class ChatTemplate {
  public:
-  explicit ChatTemplate(ChatTemplateStyle style) : style_(style) {}
+  // A style with its usual special tokens: "<s>", "</s>" and add_bos for the
+  // Mistral styles (SentencePiece vocabularies), eos "<|endoftext|>" for
+  // Tulu (OLMoE's), none for ChatML.
+  explicit ChatTemplate(ChatTemplateStyle style);
+  ChatTemplate(ChatTemplateStyle style, ChatSpecialTokens tokens);
 
-  // Recognises a ChatML-like template (it must contain both "<|im_start|>"
-  // and "<|im_end|>"): Qwen2's default system text selects kQwen2, an
-  // "enable_thinking" switch kQwen3, anything else kChatMl. (Qwen3.5 is not
-  // told apart from Qwen3 by its text; choose kQwen35 explicitly for it.)
-  // Other templates fail with "unsupported chat template" naming the family
-  // found where it is recognisable.
+  // Recognises the template: first the exact templates of the Mistral and
+  // Tulu styles; then a ChatML-like template (it must contain both
+  // "<|im_start|>" and "<|im_end|>"): Qwen2's default system text selects
+  // kQwen2, an "enable_thinking" switch kQwen3, anything else kChatMl.
+  // (Qwen3.5 is not told apart from Qwen3 by its text; choose kQwen35
+  // explicitly for it.) Other templates fail with "unsupported chat
+  // template" naming the family found where it is recognisable. The
+  // one-argument form takes the style's usual special tokens.
   static absl::StatusOr<ChatTemplate> Detect(std::string_view template_text);
-  // Detect on the model's tokenizer.chat_template, taking a thinking
-  // template of a qwen35-pre-tokenizer model as kQwen35.
+  static absl::StatusOr<ChatTemplate> Detect(std::string_view template_text,
+                                             ChatSpecialTokens tokens);
+  // Detect on the model's tokenizer.chat_template with the tokenizer's
+  // special tokens (their text as llama.cpp's token_to_piece with specials
+  // renders it), taking a thinking template of a qwen35-pre-tokenizer model
+  // as kQwen35.
   static absl::StatusOr<ChatTemplate> ForTokenizer(const Tokenizer& tokenizer);
 
   ChatTemplateStyle style() const { return style_; }
+  const ChatSpecialTokens& special_tokens() const { return tokens_; }
 
   // Renders the prompt. Roles must be system, user or assistant; there must
-  // be at least one message.
+  // be at least one message. The Mistral styles fail, with their template's
+  // own words, where the template raises an exception: roles that do not
+  // alternate user/assistant from the first (non-system) message, and a
+  // system message they do not take.
   absl::StatusOr<std::string> Render(std::span<const ChatMessage> messages,
                                      const ChatRenderOptions& options) const;
 
  private:
   ChatTemplateStyle style_;
+  ChatSpecialTokens tokens_;
 };
 
 // Qwen2's default system message.

@@ -152,13 +152,14 @@ absl::Status RunTokenize(const WorkerOptions& options, const Tokenizer& tokenize
 }
 
 // `user_text` as the one user message of the model's chat template, followed
-// by the assistant's generation prompt. A model without a template gets
-// plain ChatML, as llama.cpp does.
+// by the assistant's generation prompt, as the daemon renders it (the
+// vocabulary's bos and eos text, Qwen3.5 told apart by its pre-tokenizer). A
+// model without a template gets plain ChatML, as llama.cpp does.
 absl::StatusOr<std::string> RenderChatPrompt(const Tokenizer& tokenizer,
                                              std::string_view user_text) {
   ChatTemplate chat_template(ChatTemplateStyle::kChatMl);
   if (!tokenizer.chat_template().empty()) {
-    absl::StatusOr<ChatTemplate> detected = ChatTemplate::Detect(tokenizer.chat_template());
+    absl::StatusOr<ChatTemplate> detected = ChatTemplate::ForTokenizer(tokenizer);
     if (!detected.ok()) return detected.status();
     chat_template = *detected;
   }
