@@ -232,16 +232,15 @@ INSTANTIATE_TEST_SUITE_P(Vectors, QuantizedVectorTest,
                          });
 
 // llama.cpp's 8-bit activations (Q8_K / Q8_0) cost it most of its distance
-// from the exact logits; the residual plane removes most of that, so the
-// engine's mean KL from the exact logits is a small fraction of llama.cpp's
-// on every quantized file. With MOETIER_CPU_ACTIVATIONS=q8 (llama.cpp's
-// formats) the engine loses about as much as llama.cpp and this fails.
-class MoreFaithfulThanLlamaCppTest : public ::testing::TestWithParam<const char*> {};
+// from the exact logits. With one plane (the default, the same formats) the
+// engine loses about as much: within 5% of llama.cpp's mean KL (7% on
+// tiny-q8_0), and below it on the hybrid model, where llama.cpp loses most;
+// its logits also agree with llama.cpp's. The residual plane (q8x2; ctest
+// runs this as cpu_engine_q8x2_activations) removes most of that, to a
+// small fraction of llama.cpp's KL on every quantized file.
+class FaithfulnessTest : public ::testing::TestWithParam<const char*> {};
 
-TEST_P(MoreFaithfulThanLlamaCppTest, MeanKlFromExactWellBelowLlamaCpps) {
-  if (!cpu::ActivationsHaveResidualPlane()) {
-    GTEST_SKIP() << "needs MOETIER_CPU_ACTIVATIONS=q8x2 (ctest: cpu_engine_q8x2_activations)";
-  }
+TEST_P(FaithfulnessTest, MeanKlFromExactAgainstLlamaCpps) {
   const std::string name = GetParam();
   std::unique_ptr<Loaded> m = Load(name);
   ASSERT_NE(m, nullptr);
@@ -254,54 +253,22 @@ TEST_P(MoreFaithfulThanLlamaCppTest, MeanKlFromExactWellBelowLlamaCpps) {
   ASSERT_EQ(exact.size(), ours.size());
   const Agreement a = Compare(ours, exact, n_vocab);
   const Agreement theirs = Compare(llamacpp, exact, n_vocab);
-  std::printf("%s: mean KL from exact %.3g (llama.cpp %.3g)\n", name.c_str(), a.mean_kl,
-              theirs.mean_kl);
-  EXPECT_LE(a.mean_kl, kKlFractionOfLlamaCpps * theirs.mean_kl);
-}
-
-INSTANTIATE_TEST_SUITE_P(Vectors, MoreFaithfulThanLlamaCppTest,
-                         ::testing::Values("tiny-q8_0", "small-q4_k_m", "mixtral-small-q4_k_m",
-                                           "qwen35moe-small-q4_k_m"),
-                         [](const ::testing::TestParamInfo<const char*>& param_info) {
-                           std::string s = param_info.param;
-                           std::replace(s.begin(), s.end(), '-', '_');
-                           return s;
-                         });
-
-// With one activation plane (the default, llama.cpp's Q8_K / Q8_0 formats)
-// the engine loses about what llama.cpp loses: its logits agree with
-// llama.cpp's, and its mean KL from the exact logits stays within 5% of
-// llama.cpp's, and on the hybrid model, where llama.cpp loses most, below it.
-class AsFaithfulAsLlamaCppTest : public ::testing::TestWithParam<const char*> {};
-
-TEST_P(AsFaithfulAsLlamaCppTest, MeanKlFromExactNoWorseThanLlamaCpp) {
-  if (cpu::ActivationsHaveResidualPlane()) GTEST_SKIP() << "the residual plane is on";
-  const std::string name = GetParam();
-  std::unique_ptr<Loaded> m = Load(name);
-  ASSERT_NE(m, nullptr);
-  std::unique_ptr<CpuEngine> engine = Engine(*m);
-  ASSERT_NE(engine, nullptr);
-  const size_t n_vocab = engine->n_vocab();
-  const std::vector<float> exact = ReadFloats(VectorPath(name + ".exact.f32"));
-  const std::vector<float> llamacpp = ReadFloats(VectorPath(name + ".llamacpp.f32"));
-  const std::vector<float> ours = RunAll(*engine, m->ids);
-  ASSERT_EQ(exact.size(), ours.size());
+  const bool residual = cpu::ActivationsHaveResidualPlane();
+  std::printf("%s (%s): mean KL from exact %.3g (llama.cpp %.3g)\n", name.c_str(),
+              residual ? "q8x2" : "q8", a.mean_kl, theirs.mean_kl);
+  if (residual) {
+    EXPECT_LE(a.mean_kl, kKlFractionOfLlamaCpps * theirs.mean_kl);
+    return;
+  }
   const Agreement with_llamacpp = Compare(ours, llamacpp, n_vocab);
   EXPECT_LE(with_llamacpp.mean_kl, 1e-2);
   EXPECT_GE(with_llamacpp.top1_fraction, 0.9);
-  const Agreement a = Compare(ours, exact, n_vocab);
-  const Agreement theirs = Compare(llamacpp, exact, n_vocab);
-  std::printf("%s: mean KL from exact %.3g (llama.cpp %.3g)\n", name.c_str(), a.mean_kl,
-              theirs.mean_kl);
-  if (name.starts_with("qwen35moe")) {
-    EXPECT_LE(a.mean_kl, theirs.mean_kl);
-  } else {
-    EXPECT_LE(a.mean_kl, 1.05 * theirs.mean_kl);
-  }
+  const double bound = name.starts_with("qwen35moe") ? 1.0 : name == "tiny-q8_0" ? 1.07 : 1.05;
+  EXPECT_LE(a.mean_kl, bound * theirs.mean_kl);
 }
 
-INSTANTIATE_TEST_SUITE_P(Vectors, AsFaithfulAsLlamaCppTest,
-                         ::testing::Values("small-q4_k_m", "mixtral-small-q4_k_m",
+INSTANTIATE_TEST_SUITE_P(Vectors, FaithfulnessTest,
+                         ::testing::Values("tiny-q8_0", "small-q4_k_m", "mixtral-small-q4_k_m",
                                            "qwen35moe-small-q4_k_m"),
                          [](const ::testing::TestParamInfo<const char*>& param_info) {
                            std::string s = param_info.param;

@@ -12,7 +12,8 @@ folder the rules allow:
   worker/model/                  base/, gguf/, worker/model/
   daemon/                        daemon/, proto/, gguf/, base/ (never worker/)
   worker/                        worker/, proto/, gguf/, base/ (never daemon/)
-  client/                        client/, base/ and the generated gRPC API only
+  client/                        client/, base/, the generated gRPC API and proto/request/
+                                 (the request settings every edge shares) only
 
 Whole-model benchmark programs (daemon/bench/) may use the tests' model
 writers. Exits 1 listing every violation.
@@ -68,7 +69,7 @@ def allowed(rel, target):
     if src[0] == "worker":
         return top in ("worker", "proto", "gguf", "base") and dst[:2] != ("gguf", "writer")
     if src[0] == "client":
-        return top in ("client", "base")
+        return top in ("client", "base") or dst[:2] == ("proto", "request")
     return True  # tools/ and tests/ may use anything
 
 

@@ -343,6 +343,27 @@ class ControlServerTest : public ::testing::Test {
     return ids;
   }
 
+  // A first generation, then a chat's next turn on it (the last prompt, the
+  // reply, a new message): everything but the reply's last token (sampled,
+  // never fed back) is kept, and the tokens are those of a fresh sequence.
+  void ExpectANextTurnComputesOnlyItsNewTokens() {
+    const std::vector<int32_t> prompt = Prompt(10);
+    Send(GenerateRequest(1, prompt, 6));
+    const Generation first = ReceiveGeneration(1);
+    ASSERT_EQ(first.tokens.size(), 6u);
+    EXPECT_EQ(first.done.cached_prompt_tokens(), 0);
+    std::vector<int32_t> next = prompt;
+    next.insert(next.end(), first.tokens.begin(), first.tokens.end());
+    for (int32_t t : {5, 77, 301}) next.push_back(t);
+    Send(GenerateRequest(2, next, 6));
+    const Generation second = ReceiveGeneration(2);
+    EXPECT_EQ(second.done.cached_prompt_tokens(), 10 + 6 - 1);
+    EXPECT_EQ(second.done.prompt_tokens(), static_cast<int>(next.size()));
+    SamplingParams greedy;
+    greedy.temperature = 0.0f;
+    EXPECT_EQ(second.tokens, DirectGeneration(model(), next, 6, greedy));
+  }
+
   void ExpectScoreServed(uint64_t id, const std::vector<int32_t>& tokens) {
     Send(ScoreRequest(id, tokens));
     DoneReply done;
@@ -421,20 +442,7 @@ TEST_F(ControlServerTest, ReadyAnnouncesTheSequenceStateSize) {
 
 TEST_F(ControlServerTest, ANextTurnComputesOnlyItsNewTokens) {
   ReceiveReady();
-  const std::vector<int32_t> prompt = Prompt(10);
-  Send(GenerateRequest(1, prompt, 6));
-  const Generation first = ReceiveGeneration(1);
-  ASSERT_EQ(first.tokens.size(), 6u);
-  EXPECT_EQ(first.done.cached_prompt_tokens(), 0);
-  const std::vector<int32_t> next = NextTurn(prompt, first.tokens);
-  Send(GenerateRequest(2, next, 6));
-  const Generation second = ReceiveGeneration(2);
-  // Everything but the reply's last token (sampled, never fed back) was kept.
-  EXPECT_EQ(second.done.cached_prompt_tokens(), 10 + 6 - 1);
-  EXPECT_EQ(second.done.prompt_tokens(), static_cast<int>(next.size()));
-  SamplingParams greedy;
-  greedy.temperature = 0.0f;
-  EXPECT_EQ(second.tokens, DirectGeneration(model(), next, 6, greedy));
+  ExpectANextTurnComputesOnlyItsNewTokens();
 }
 
 TEST_F(ControlServerTest, AHistoryDifferentFromTheReplyRewindsToThePromptEnd) {
@@ -475,17 +483,7 @@ TEST_F(HybridControlServerTest, ANextTurnComputesOnlyItsNewTokens) {
   const WorkerReply ready = ReceiveReady();
   EXPECT_EQ(ready.ready().recurrent_state_bytes(), SequenceStateSizeOf(model()).recurrent_bytes);
   EXPECT_GT(ready.ready().recurrent_state_bytes(), 0u);
-  const std::vector<int32_t> prompt = Prompt(10);
-  Send(GenerateRequest(1, prompt, 6));
-  const Generation first = ReceiveGeneration(1);
-  ASSERT_EQ(first.tokens.size(), 6u);
-  const std::vector<int32_t> next = NextTurn(prompt, first.tokens);
-  Send(GenerateRequest(2, next, 6));
-  const Generation second = ReceiveGeneration(2);
-  EXPECT_EQ(second.done.cached_prompt_tokens(), 10 + 6 - 1);
-  SamplingParams greedy;
-  greedy.temperature = 0.0f;
-  EXPECT_EQ(second.tokens, DirectGeneration(model(), next, 6, greedy));
+  ExpectANextTurnComputesOnlyItsNewTokens();
 }
 
 TEST_F(HybridControlServerTest, ARegenerationRestoresTheCheckpointAndComputesOneToken) {
