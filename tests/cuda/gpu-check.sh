@@ -9,12 +9,13 @@
 #   3. moetier-bench-cuda (every expert resident, against the HBM roofline)
 #   4. moetier-bench-cache --device cuda:0 (the cache-size table)
 #
-# usage: gpu-check.sh [--out DIR] [--model FILE] [--layers N] [--work DIR]
+# usage: gpu-check.sh [--out DIR] [--data DIR] [--model FILE] [--layers N] [--work DIR]
 #                     [--runs N] [--decode-tokens N] [--prompt-tokens N]
 #                     [--skip-tests] [--skip-bench]
 # Logs and JSON go to --out (default $OUT when set, else gpu-check-out); the
-# model to --work (default /tmp/moetier-gpu-check). Exits non-zero when a
-# test fails or skips, or a step fails.
+# model to --work (default /tmp/moetier-gpu-check). --data is the tests/data
+# folder of a checkout, for a bundle made --without-data. Exits non-zero when
+# a test fails or skips, or a step fails.
 set -uo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 out="${OUT:-$PWD/gpu-check-out}"
@@ -29,6 +30,7 @@ skip_bench=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --out) out="$2"; shift 2 ;;
+    --data) export MOETIER_TEST_DATA_DIR="$(cd "$2" && pwd)"; shift 2 ;;
     --model) model="$2"; shift 2 ;;
     --layers) layers="$2"; shift 2 ;;
     --work) work="$2"; shift 2 ;;
@@ -37,7 +39,7 @@ while [[ $# -gt 0 ]]; do
     --prompt-tokens) prompt="$2"; shift 2 ;;
     --skip-tests) skip_tests=1; shift ;;
     --skip-bench) skip_bench=1; shift ;;
-    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu-check.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done

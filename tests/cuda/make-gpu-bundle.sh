@@ -4,6 +4,7 @@
 # gtest, liburing) and no package registry:
 #
 #   tests/cuda/make-gpu-bundle.sh [--build DIR] [--build-type T] [--arch SM] [--out DIR]
+#                                 [--without-data]
 #
 #   --build DIR  build directory (default build-gpu), configured with CUDA on
 #                for --arch
@@ -11,6 +12,8 @@
 #   --arch SM    CUDA architecture to compile for (default 90: H100/H200)
 #   --out DIR    the bundle folder (default gpu-bundle); DIR.tar.xz is the one
 #                file to move
+#   --without-data  leave the test vectors (about 30 MB) out: the GPU host
+#                then has them in a checkout (gpu-check.sh --data DIR)
 #
 # The bundle holds bin/ (every CUDA test, moetier-bench-cuda,
 # moetier-bench-cache, moetier-synth, moetier-worker, moetierd, moetier,
@@ -26,14 +29,16 @@ root="$(cd "$(dirname "$0")/../.." && pwd)"
 build="$root/build-gpu"
 arch=90
 build_type=Release
+with_data=1
 out="$root/gpu-bundle"
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --build) build="$2"; shift 2 ;;
     --arch) arch="$2"; shift 2 ;;
     --build-type) build_type="$2"; shift 2 ;;
+    --without-data) with_data=0; shift ;;
     --out) out="$2"; shift 2 ;;
-    -h|--help) sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,26p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "make-gpu-bundle.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -50,7 +55,7 @@ mapfile -t tests < <(sed -n 's/^ *moetier_add_test(\(cuda_[a-z0-9_]*\).*/\1/p' \
 ninja -C "$build" "${programs[@]}" "${tests[@]}"
 
 rm -rf "$out" "$out.tar.xz"
-mkdir -p "$out/bin" "$out/lib" "$out/data"
+mkdir -p "$out/bin" "$out/lib"
 # Libraries the GPU host brings itself: the C runtime and loader, and CUDA's
 # own (the driver's libcuda must match the host's kernel module).
 host_provided='^(linux-vdso|ld-linux|libc\.so|libm\.so|libdl\.so|librt\.so|libpthread\.so|libcuda\.so|libcudart\.so|libcublas|libcublasLt|libnvidia|libnvrtc|libnvJitLink)'
@@ -66,7 +71,7 @@ add_program() {
 }
 for t in "${tests[@]}"; do add_program "$build/tests/cuda/$t"; done
 for p in "${programs[@]}"; do add_program "$(find "$build" -name "$p" -type f -perm -u+x | head -1)"; done
-cp -r "$root/tests/data/vectors" "$out/data/"
+if [[ $with_data == 1 ]]; then mkdir -p "$out/data" && cp -r "$root/tests/data/vectors" "$out/data/"; fi
 printf '%s\n' "${tests[@]}" > "$out/cuda-tests.txt"
 cp "$root/tests/cuda/gpu-check.sh" "$out/"
 
@@ -81,7 +86,7 @@ for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/lib
   [[ -z "$cuda" && -n "$(ls "$d"/libcublas.so.* 2>/dev/null)" ]] && cuda="$d"
 done
 export LD_LIBRARY_PATH="$here/lib${cuda:+:$cuda}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-export MOETIER_TEST_DATA_DIR="${MOETIER_TEST_DATA_DIR:-$here/data}"
+[[ -d "$here/data" ]] && export MOETIER_TEST_DATA_DIR="${MOETIER_TEST_DATA_DIR:-$here/data}"
 exec "$here/bin/$prog" "$@"
 LAUNCHER
 chmod +x "$out/run" "$out/gpu-check.sh"
