@@ -22,17 +22,7 @@ namespace {
 
 constexpr int kNewTokens = 12;
 
-std::string VectorPath(const std::string& name) {
-  return std::string(MOETIER_TEST_DATA_DIR) + "/vectors/" + name;
-}
-
-std::vector<int32_t> PromptIds(const std::string& name) {
-  std::ifstream in(VectorPath(name + ".ids"));
-  std::vector<int32_t> ids;
-  std::string part;
-  while (std::getline(in, part, ',') && ids.size() < 8) ids.push_back(std::stoi(part));
-  return ids;
-}
+std::vector<int32_t> PromptIds(const std::string& name) { return VectorPromptIds(name, 8); }
 
 // The standalone CPU worker's logits for `ids`, raw float32 bytes.
 std::string StandaloneLogits(const std::string& model, const std::vector<int32_t>& ids) {
@@ -55,9 +45,7 @@ struct Outcome {
 Outcome RunThroughDaemon(const std::string& name, const std::vector<std::string>& worker_flags) {
   DaemonSetup setup;
   setup.model_path = VectorPath(name + ".gguf");
-  for (const std::string& flag : worker_flags) {
-    setup.extra_config.push_back(absl::StrFormat("worker_extra_args: \"%s\"", flag));
-  }
+  setup.worker_flags = worker_flags;
   std::string error;
   std::unique_ptr<RunningDaemon> daemon = RunningDaemon::Start(setup, &error);
   Outcome out;

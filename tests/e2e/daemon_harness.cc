@@ -50,6 +50,9 @@ std::unique_ptr<RunningDaemon> RunningDaemon::Start(const DaemonSetup& setup, st
            << "worker_extra_args: \"--threads=" << setup.worker_threads << "\"\n"
            << "worker_restart_backoff_initial_ms: 50\n";
     for (const std::string& line : setup.extra_config) config << line << "\n";
+    for (const std::string& flag : setup.worker_flags) {
+      config << "worker_extra_args: \"" << flag << "\"\n";
+    }
   }
   std::string daemon = MOETIERD;
   std::string config_flag = "--config=" + d->dir_ + "/moetierd.conf";
@@ -134,11 +137,10 @@ int RunningDaemon::Terminate(int64_t timeout_ms) {
   return status;
 }
 
-Generation Generate(v1::Moetier::Stub& stub, const v1::GenerateRequest& request) {
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
-  std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader =
-      stub.Generate(&context, request);
+namespace {
+
+// Reads a streamed generation to its end (its context outlives the reader).
+Generation ReadGeneration(std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader) {
   Generation g;
   v1::GenerateResponse piece;
   while (reader->Read(&piece)) {
@@ -148,6 +150,32 @@ Generation Generate(v1::Moetier::Stub& stub, const v1::GenerateRequest& request)
   }
   g.status = reader->Finish();
   return g;
+}
+
+}  // namespace
+
+Generation Generate(v1::Moetier::Stub& stub, const v1::GenerateRequest& request) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+  return ReadGeneration(stub.Generate(&context, request));
+}
+
+Generation Chat(v1::Moetier::Stub& stub, const v1::ChatRequest& request) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+  return ReadGeneration(stub.Chat(&context, request));
+}
+
+std::string VectorPath(const std::string& file) {
+  return std::string(MOETIER_TEST_DATA_DIR) + "/vectors/" + file;
+}
+
+std::vector<int32_t> VectorPromptIds(const std::string& stem, size_t max_ids) {
+  std::ifstream in(VectorPath(stem + ".ids"));
+  std::vector<int32_t> ids;
+  std::string part;
+  while (ids.size() < max_ids && std::getline(in, part, ',')) ids.push_back(std::stoi(part));
+  return ids;
 }
 
 }  // namespace moetier::e2e

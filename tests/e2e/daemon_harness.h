@@ -4,6 +4,7 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,6 +18,7 @@ struct DaemonSetup {
   std::string model_path;
   int worker_threads = 2;
   std::vector<std::string> extra_config;  // text-format lines appended to the config
+  std::vector<std::string> worker_flags;  // moetier-worker flags, one worker_extra_args each
 };
 
 class RunningDaemon {
@@ -56,5 +58,11 @@ struct Generation {
   v1::GenerationStats stats;
 };
 Generation Generate(v1::Moetier::Stub& stub, const v1::GenerateRequest& request);
+// The same for a Chat call.
+Generation Chat(v1::Moetier::Stub& stub, const v1::ChatRequest& request);
+
+// A file of tests/data/vectors, and the first max_ids ids of STEM.ids there.
+std::string VectorPath(const std::string& file);
+std::vector<int32_t> VectorPromptIds(const std::string& stem, size_t max_ids = SIZE_MAX);
 
 }  // namespace moetier::e2e

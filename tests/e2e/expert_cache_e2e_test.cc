@@ -4,7 +4,6 @@
 // tokens and Score the same logits, bit for bit, as the worker without a
 // cache; and the status page shows the cache at work. `moetier budget`
 // (SetBudget) resizes a running worker's cache without changing a token.
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -15,17 +14,10 @@
 namespace moetier::e2e {
 namespace {
 
-const std::string kModel = std::string(MOETIER_TEST_DATA_DIR) + "/vectors/small-q4_k_m.gguf";
-const std::string kIds = std::string(MOETIER_TEST_DATA_DIR) + "/vectors/small-q4_k_m.ids";
+const std::string kModel = VectorPath("small-q4_k_m.gguf");
 constexpr int kNewTokens = 24;
 
-std::vector<int32_t> PromptIds() {
-  std::ifstream in(kIds);
-  std::vector<int32_t> ids;
-  std::string part;
-  while (std::getline(in, part, ',') && ids.size() < 6) ids.push_back(std::stoi(part));
-  return ids;
-}
+std::vector<int32_t> PromptIds() { return VectorPromptIds("small-q4_k_m", 6); }
 
 struct Outcome {
   std::vector<int32_t> generated;
@@ -36,9 +28,7 @@ struct Outcome {
 std::unique_ptr<RunningDaemon> StartWith(const std::vector<std::string>& worker_flags) {
   DaemonSetup setup;
   setup.model_path = kModel;
-  for (const std::string& flag : worker_flags) {
-    setup.extra_config.push_back(absl::StrFormat("worker_extra_args: \"%s\"", flag));
-  }
+  setup.worker_flags = worker_flags;
   std::string error;
   std::unique_ptr<RunningDaemon> daemon = RunningDaemon::Start(setup, &error);
   EXPECT_NE(daemon, nullptr) << error;

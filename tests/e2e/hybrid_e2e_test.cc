@@ -8,7 +8,6 @@
 #include <signal.h>
 #include <unistd.h>
 
-#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,25 +27,11 @@ namespace {
 
 constexpr int kNewTokens = 10;
 
-std::string VectorPath(const std::string& name) {
-  return std::string(MOETIER_TEST_DATA_DIR) + "/vectors/" + name;
-}
-
-std::vector<int32_t> PromptIds(const std::string& name) {
-  std::ifstream in(VectorPath(name + ".ids"));
-  std::vector<int32_t> ids;
-  std::string part;
-  while (std::getline(in, part, ',')) ids.push_back(std::stoi(part));
-  return ids;
-}
-
 std::unique_ptr<RunningDaemon> StartDaemon(const std::string& model,
                                            const std::vector<std::string>& worker_flags) {
   DaemonSetup setup;
   setup.model_path = model;
-  for (const std::string& flag : worker_flags) {
-    setup.extra_config.push_back(absl::StrFormat("worker_extra_args: \"%s\"", flag));
-  }
+  setup.worker_flags = worker_flags;
   std::string error;
   std::unique_ptr<RunningDaemon> daemon = RunningDaemon::Start(setup, &error);
   EXPECT_NE(daemon, nullptr) << error;
@@ -85,7 +70,7 @@ Outcome GenerateAndScore(RunningDaemon& daemon, const std::vector<int32_t>& prom
 
 TEST(HybridE2eTest, EveryCacheSettingGivesTheSameTokensAndLogits) {
   const std::string model = VectorPath("qwen35moe-tiny-f32.gguf");
-  const std::vector<int32_t> prompt = PromptIds("qwen35moe-tiny-f32");
+  const std::vector<int32_t> prompt = VectorPromptIds("qwen35moe-tiny-f32");
   Outcome plain;
   {
     std::unique_ptr<RunningDaemon> daemon = StartDaemon(model, {});
@@ -215,19 +200,7 @@ TEST_F(HybridDaemonTest, AChatsSecondTurnReusesTheFirstTurnsPrompt) {
   m->set_content("Tell me about the sea.");
   turn1.set_max_new_tokens(6);
   turn1.mutable_sampling()->set_temperature(0.0f);
-  auto chat = [this](const v1::ChatRequest& request) {
-    grpc::ClientContext context;
-    std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader =
-        daemon_->stub().Chat(&context, request);
-    v1::GenerateResponse piece;
-    Generation g;
-    while (reader->Read(&piece)) {
-      g.text += piece.text();
-      if (piece.has_final_stats()) g.stats = piece.final_stats();
-    }
-    g.status = reader->Finish();
-    return g;
-  };
+  auto chat = [this](const v1::ChatRequest& request) { return Chat(daemon_->stub(), request); };
   const Generation first = chat(turn1);
   ASSERT_TRUE(first.status.ok()) << first.status.error_message() << daemon_->Log();
   v1::ChatRequest turn2 = turn1;
