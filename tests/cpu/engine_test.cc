@@ -18,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "model/architectures.h"
 #include "reference/reference_engine.h"
+#include "vectors.h"
 
 namespace moetier {
 namespace {
@@ -26,21 +27,9 @@ std::string VectorPath(const std::string& name) {
   return std::string(MOETIER_TEST_DATA_DIR) + "/vectors/" + name;
 }
 
-std::vector<int32_t> ReadIds(const std::string& path) {
-  std::ifstream in(path);
-  std::vector<int32_t> ids;
-  std::string part;
-  while (std::getline(in, part, ',')) ids.push_back(std::stoi(part));
-  return ids;
-}
-
-std::vector<float> ReadFloats(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::vector<float> values(bytes.size() / sizeof(float));
-  std::memcpy(values.data(), bytes.data(), values.size() * sizeof(float));
-  return values;
-}
+using testing::Agreement;
+using testing::ReadFloats;
+using testing::ReadIds;
 
 struct Loaded {
   std::unique_ptr<GgufModel> gguf;
@@ -99,38 +88,6 @@ double WorstRowError(const std::vector<float>& a, const std::vector<float>& b, s
   return worst;
 }
 
-struct Agreement {
-  double mean_kl = 0.0;        // KL(expected || actual), mean over positions
-  double top1_fraction = 0.0;  // positions whose argmax agrees
-};
-
-Agreement Compare(const std::vector<float>& actual, const std::vector<float>& expected,
-                  size_t n_vocab) {
-  Agreement a;
-  const size_t n_pos = expected.size() / n_vocab;
-  int same = 0;
-  for (size_t p = 0; p < n_pos; ++p) {
-    const float* x = actual.data() + p * n_vocab;
-    const float* y = expected.data() + p * n_vocab;
-    const double mx = *std::max_element(x, x + n_vocab);
-    const double my = *std::max_element(y, y + n_vocab);
-    double zx = 0.0, zy = 0.0;
-    for (size_t i = 0; i < n_vocab; ++i) {
-      zx += std::exp(x[i] - mx);
-      zy += std::exp(y[i] - my);
-    }
-    double kl = 0.0;
-    for (size_t i = 0; i < n_vocab; ++i) {
-      const double log_py = y[i] - my - std::log(zy);
-      const double log_px = x[i] - mx - std::log(zx);
-      kl += std::exp(log_py) * (log_py - log_px);
-    }
-    a.mean_kl += kl / n_pos;
-    same += std::max_element(x, x + n_vocab) - x == std::max_element(y, y + n_vocab) - y;
-  }
-  a.top1_fraction = static_cast<double>(same) / n_pos;
-  return a;
-}
 
 // Measured: at most 9e-8 from exact (llama.cpp: 1e-3 to 1.5e-2), a
 // fraction of at most 1e-5 of llama.cpp's; the bounds leave a wide margin for
@@ -210,7 +167,7 @@ TEST_P(QuantizedVectorTest, CloseToExactLogitsAtEveryLevel) {
     SCOPED_TRACE(cpu::SimdLevelName(level));
     ASSERT_TRUE(cpu::SetSimdLevel(level).ok());
     const std::vector<float> logits = RunAll(*engine, m->ids);
-    const Agreement a = Compare(logits, exact, n_vocab);
+    const Agreement a = testing::CompareLogits(logits, exact, n_vocab);
     EXPECT_LE(a.mean_kl, kMaxMeanKlFromExact);
     EXPECT_GE(a.top1_fraction, 0.95);
     if (first.empty()) {
@@ -251,8 +208,8 @@ TEST_P(FaithfulnessTest, MeanKlFromExactAgainstLlamaCpps) {
   const std::vector<float> llamacpp = ReadFloats(VectorPath(name + ".llamacpp.f32"));
   const std::vector<float> ours = RunAll(*engine, m->ids);
   ASSERT_EQ(exact.size(), ours.size());
-  const Agreement a = Compare(ours, exact, n_vocab);
-  const Agreement theirs = Compare(llamacpp, exact, n_vocab);
+  const Agreement a = testing::CompareLogits(ours, exact, n_vocab);
+  const Agreement theirs = testing::CompareLogits(llamacpp, exact, n_vocab);
   const bool residual = cpu::ActivationsHaveResidualPlane();
   std::printf("%s (%s): mean KL from exact %.3g (llama.cpp %.3g)\n", name.c_str(),
               residual ? "q8x2" : "q8", a.mean_kl, theirs.mean_kl);
@@ -260,7 +217,7 @@ TEST_P(FaithfulnessTest, MeanKlFromExactAgainstLlamaCpps) {
     EXPECT_LE(a.mean_kl, kKlFractionOfLlamaCpps * theirs.mean_kl);
     return;
   }
-  const Agreement with_llamacpp = Compare(ours, llamacpp, n_vocab);
+  const Agreement with_llamacpp = testing::CompareLogits(ours, llamacpp, n_vocab);
   EXPECT_LE(with_llamacpp.mean_kl, 1e-2);
   EXPECT_GE(with_llamacpp.top1_fraction, 0.9);
   const double bound = name.starts_with("qwen35moe") ? 1.0 : name == "tiny-q8_0" ? 1.07 : 1.05;

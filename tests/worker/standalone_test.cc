@@ -396,30 +396,8 @@ TEST(WorkerStandaloneTest, CpuBackendIsTheDefault) {
   }
 }
 
-// Mean KL(p_expected || p_actual) over rows of n logits.
 double MeanKl(const std::vector<float>& actual, const std::vector<float>& expected, size_t n) {
-  double sum = 0.0;
-  const size_t rows = expected.size() / n;
-  for (size_t r = 0; r < rows; ++r) {
-    const float* a = &actual[r * n];
-    const float* e = &expected[r * n];
-    const double a_max = *std::max_element(a, a + n);
-    const double e_max = *std::max_element(e, e + n);
-    double a_sum = 0.0;
-    double e_sum = 0.0;
-    for (size_t i = 0; i < n; ++i) {
-      a_sum += std::exp(a[i] - a_max);
-      e_sum += std::exp(e[i] - e_max);
-    }
-    double kl = 0.0;
-    for (size_t i = 0; i < n; ++i) {
-      const double log_pe = e[i] - e_max - std::log(e_sum);
-      const double log_pa = a[i] - a_max - std::log(a_sum);
-      kl += std::exp(log_pe) * (log_pe - log_pa);
-    }
-    sum += kl;
-  }
-  return sum / static_cast<double>(rows);
+  return testing::CompareLogits(actual, expected, n).mean_kl;
 }
 
 // The logits of `ids` from the standalone cpu worker, with `extra` flags.

@@ -52,4 +52,41 @@ inline RowError CompareRow(const float* actual, const float* expected, size_t n)
   return e;
 }
 
+// How rows of n_vocab logits agree with expected ones: the mean over rows
+// of KL(softmax(expected) || softmax(actual)), infinite for NaN logits, and
+// the share of rows whose argmax agrees.
+struct Agreement {
+  double mean_kl = 0.0;
+  double top1_fraction = 0.0;
+};
+
+inline Agreement CompareLogits(const std::vector<float>& actual,
+                               const std::vector<float>& expected, size_t n_vocab) {
+  Agreement a;
+  const size_t n_pos = expected.size() / n_vocab;
+  int same = 0;
+  for (size_t p = 0; p < n_pos; ++p) {
+    const float* x = actual.data() + p * n_vocab;
+    const float* y = expected.data() + p * n_vocab;
+    const double mx = *std::max_element(x, x + n_vocab);
+    const double my = *std::max_element(y, y + n_vocab);
+    double zx = 0.0, zy = 0.0;
+    for (size_t i = 0; i < n_vocab; ++i) {
+      zx += std::exp(x[i] - mx);
+      zy += std::exp(y[i] - my);
+    }
+    double kl = 0.0;
+    for (size_t i = 0; i < n_vocab; ++i) {
+      const double log_py = y[i] - my - std::log(zy);
+      const double log_px = x[i] - mx - std::log(zx);
+      kl += std::exp(log_py) * (log_py - log_px);
+    }
+    a.mean_kl += kl / n_pos;
+    same += std::max_element(x, x + n_vocab) - x == std::max_element(y, y + n_vocab) - y;
+  }
+  a.top1_fraction = static_cast<double>(same) / n_pos;
+  if (std::isnan(a.mean_kl)) a.mean_kl = INFINITY;  // NaN logits must not pass
+  return a;
+}
+
 }  // namespace moetier::testing
