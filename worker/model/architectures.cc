@@ -1,10 +1,12 @@
 #include "model/architectures.h"
 
 #include <array>
+#include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "model/decodable_types.h"
 #include "model/llama.h"
 #include "model/model_loader.h"
 #include "model/olmoe.h"
@@ -36,11 +38,19 @@ absl::StatusOr<Model> LoadModel(const GgufModel& gguf) {
   absl::StatusOr<std::string> arch = gguf.metadata().GetString("general.architecture");
   if (!arch.ok()) return absl::InvalidArgumentError(absl::StrCat(path, ": ", arch.status().message()));
   for (const Architecture& a : kArchitectures) {
-    if (a.name == *arch) return a.load(ModelLoader(gguf, absl::string_view(a.name.data(), a.name.size())));
+    if (a.name != *arch) continue;
+    if (absl::Status types = CheckDecodableTypes(gguf); !types.ok()) return types;
+    return a.load(ModelLoader(gguf, absl::string_view(a.name.data(), a.name.size())));
   }
   return absl::UnimplementedError(absl::StrFormat(
       "%s: unsupported model architecture '%s' (general.architecture); this build runs %s",
       path, *arch, SupportedArchitectureList()));
+}
+
+absl::Status CheckModelFile(const std::string& path) {
+  absl::StatusOr<std::unique_ptr<GgufModel>> gguf = GgufModel::Open(path);
+  if (!gguf.ok()) return gguf.status();
+  return LoadModel(**gguf).status();
 }
 
 }  // namespace moetier

@@ -28,9 +28,16 @@ std::string SupportedArchitectureList();
 
 // Reads the hyperparameters, the layer plan and every tensor of the file's
 // architecture, checking names, shapes and that each type has a codec. An
-// unknown general.architecture is refused with the list of supported ones.
+// unknown general.architecture is refused with the list of supported ones,
+// a file holding any undecodable type with all of them at once
+// (CheckDecodableTypes).
 // Errors name the key or tensor and what is wrong. The returned pointers are
 // valid while `gguf` lives.
 absl::StatusOr<Model> LoadModel(const GgufModel& gguf);
+
+// Opens `path` and runs LoadModel over it, which reads the header and
+// tensor table only: the verdict on whether this build can serve the file,
+// in the time it takes to map it, whatever its size.
+absl::Status CheckModelFile(const std::string& path);
 
 }  // namespace moetier

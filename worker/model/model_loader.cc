@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
+#include "model/decodable_types.h"
 
 namespace moetier {
 namespace {
@@ -18,15 +19,6 @@ std::string ShapeString(const std::array<int64_t, 4>& ne) {
   int n = 4;
   while (n > 1 && ne[n - 1] == 1) --n;
   return absl::StrCat("{", absl::StrJoin(ne.begin(), ne.begin() + n, ", "), "}");
-}
-
-std::string SupportedTypeNames() {
-  std::vector<std::string> names;
-  for (uint32_t id = 0; id < 64; ++id) {
-    const std::optional<TensorTypeInfo> info = LookupTensorType(id);
-    if (info.has_value() && info->has_codec) names.emplace_back(info->name);
-  }
-  return absl::StrJoin(names, ", ");
 }
 
 }  // namespace
