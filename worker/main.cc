@@ -1,15 +1,17 @@
 // moetier-worker: one compute device's engine. moetierd starts it in daemon
-// mode (serve/daemon_mode.h); --standalone runs it alone on a GGUF file (see
-// --help).
+// mode (serve/daemon_mode.h), and once with --check-model before it fills its
+// store; --standalone runs it alone on a GGUF file (see --help).
 #include <cstdio>
 #include <string>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "model/architectures.h"
 #include "serve/daemon_mode.h"
 #include "standalone/options.h"
 #include "standalone/standalone.h"
+#include "store/worker_channel.h"
 
 namespace {
 
@@ -33,6 +35,14 @@ int main(int argc, char** argv) {
   if (options->help) {
     const std::string usage = moetier::WorkerUsage();
     std::fwrite(usage.data(), 1, usage.size(), stdout);
+    return 0;
+  }
+  if (!options->check_model_path.empty()) {
+    const absl::Status status = moetier::CheckModelFile(options->check_model_path);
+    if (!status.ok()) {
+      PrintError(status.message());
+      return moetier::store::kWorkerCheckModelRefused;
+    }
     return 0;
   }
   if (options->daemon) {

@@ -27,6 +27,11 @@ inline constexpr std::string_view kWorkerFlagControlSocket = "--control-socket";
 inline constexpr std::string_view kWorkerFlagWorkerIndex = "--worker-index";      // =N
 inline constexpr std::string_view kWorkerFlagDevice = "--device";                 // =cpu|cuda:N
 inline constexpr std::string_view kWorkerFlagModel = "--model";                   // =PATH
+// Run once by the daemon before it fills its store: exits 0 when the worker
+// can serve the model, else prints why (one line on stderr) and exits
+// kWorkerCheckModelRefused.
+inline constexpr std::string_view kWorkerFlagCheckModel = "--check-model";  // =PATH
+inline constexpr int kWorkerCheckModelRefused = 2;
 
 // "MTWH" / "MTDW" as little-endian u32.
 inline constexpr uint32_t kWorkerHelloMagic = 0x4857544Du;

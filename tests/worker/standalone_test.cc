@@ -213,7 +213,7 @@ TEST(WorkerStandaloneTest, HelpExplainsEveryFlag) {
        {"--standalone", "--model", "--tokens", "--logits-out", "--tokenize", "--prompt", "-n",
         "--chat", "--temp", "--top-k", "--top-p", "--min-p", "--repeat-penalty", "--repeat-last-n",
         "--seed", "--backend", "--threads", "--ctx", "--ubatch-size", "--activations",
-        "--huge-pages", "--expert-cache-mib", "--miss-policy", "--prefetch", "--cache-policy", "--n-cpu-moe", "--help"}) {
+        "--huge-pages", "--expert-cache-mib", "--miss-policy", "--prefetch", "--cache-policy", "--n-cpu-moe", "--check-model", "--help"}) {
     EXPECT_THAT(r.out, HasSubstr(flag));
   }
 }
@@ -259,6 +259,8 @@ TEST(WorkerStandaloneTest, UsageErrorsAreOneLine) {
       {{"--standalone", "--model", TinyModel(), "--backend", "reference", "--device", "cuda:0",
         "--prompt", "x"},
        "drop --device or the backend"},
+      {{"--check-model", TinyModel(), "--standalone"}, "--check-model FILE takes no other flag"},
+      {{"--check-model="}, "the path is empty"},
       {{"--standalone", "--model"}, "needs a value"},
       {{"--standalone", "stray"}, "stray"},
       // The sampling flags are checked here, once, before the model is read.
@@ -340,6 +342,44 @@ TEST_F(WorkerEditedModelTest, UnsupportedTensorType) {
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_TRUE(IsOneLine(r.err));
   EXPECT_THAT(r.err, AllOf(HasSubstr("blk.1.ffn_up_exps.weight"), HasSubstr("Q5_1")));
+}
+
+TEST(WorkerStandaloneTest, CheckModelIsSilentForAServableFile) {
+  for (const char* file : {"vectors/tiny-f32.gguf", "vectors/small-q4_k_m.gguf"}) {
+    const Result r = RunWorker({"--check-model", TestDataPath(file)});
+    EXPECT_EQ(r.exit_code, 0) << file << ": " << r.err;
+    EXPECT_EQ(r.out, "") << file;
+    EXPECT_EQ(r.err, "") << file;
+  }
+}
+
+TEST_F(WorkerEditedModelTest, CheckModelRefusesUndecodableTypesWithStatusTwo) {
+  testing::EditableTensor* t = gguf_.Find("blk.1.ffn_up_exps.weight");
+  ASSERT_NE(t, nullptr);
+  t->type = TensorType::kQ5_1;  // 32 elements in 24 bytes, no codec
+  t->data.assign(32 * 8 * 2 * 24, 0);
+  ASSERT_TRUE(gguf_.Write(path_).ok());
+  const Result r = RunWorker({"--check-model=" + path_});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_EQ(r.out, "");
+  EXPECT_TRUE(IsOneLine(r.err));
+  EXPECT_THAT(r.err, AllOf(HasSubstr("moetier-worker: error: " + path_ + ": "),
+                           HasSubstr("Q5_1 (1 tensor, e.g. 'blk.1.ffn_up_exps.weight')"),
+                           HasSubstr("supported types: F32, F16"), HasSubstr("llama-quantize")));
+}
+
+TEST_F(WorkerEditedModelTest, CheckModelRefusesAnUnknownArchitectureWithStatusTwo) {
+  gguf_.Set("general.architecture", GgufValue::String("qwen9moe"));
+  ASSERT_TRUE(gguf_.Write(path_).ok());
+  Result r = RunWorker({"--check-model", path_});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(IsOneLine(r.err));
+  EXPECT_THAT(r.err, AllOf(HasSubstr("'qwen9moe'"), HasSubstr("qwen3moe ("), HasSubstr("olmoe (")));
+
+  r = RunWorker({"--check-model", TempPath("no-such-model.gguf")});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(IsOneLine(r.err));
+  EXPECT_THAT(r.err, HasSubstr("no-such-model.gguf"));
 }
 
 // Generation stops at an end-of-generation token: make the token greedy

@@ -184,6 +184,12 @@ std::vector<Flag> MakeFlags(WorkerOptions& o) {
          o.device = std::string(v);
          return absl::OkStatus();
        }},
+      {store::kWorkerFlagCheckModel, true,
+       [&o](std::string_view f, std::string_view v) {
+         if (v.empty()) return FlagError(f, "the path is empty");
+         o.check_model_path = std::string(v);
+         return absl::OkStatus();
+       }},
       {"--model", true,
        [&o](std::string_view f, std::string_view v) {
          if (v.empty()) return FlagError(f, "the path is empty");
@@ -475,6 +481,12 @@ absl::StatusOr<WorkerOptions> ParseWorkerArgs(int argc, const char* const* argv)
     given.push_back(flag->name);
   }
   if (options.help) return options;
+  if (!options.check_model_path.empty()) {
+    if (given.size() != 1) {
+      return absl::InvalidArgumentError("--check-model FILE takes no other flag");
+    }
+    return options;
+  }
   for (std::string_view flag : given) {
     if (std::find(std::begin(kCacheFlags), std::end(kCacheFlags), flag) != std::end(kCacheFlags)) {
       options.cache_flags_given = true;
@@ -517,6 +529,7 @@ Usage:
   moetier-worker --daemon --control-socket=PATH --worker-index=N --device=DEV --model=FILE
                  [--threads N] [--ctx N] [--ubatch-size N] [--activations A]
                  [--huge-pages MODE] [routing trace flags] [expert cache flags]
+  moetier-worker --check-model FILE
   moetier-worker --standalone --model FILE --tokens 1,2,3 --logits-out OUT
   moetier-worker --standalone --model FILE --tokenize TEXT
   moetier-worker --standalone --model FILE --prompt TEXT [-n N] [--chat] [sampling flags]
@@ -647,11 +660,17 @@ copied into a slot or computed from the store, as --miss-policy says.
                        slot (the pool defaults to exactly that size)
 
 Other:
+  --check-model FILE   whether this build can serve FILE: its architecture,
+                       tensor types, names and shapes (reads the header and
+                       tensor table only). Prints nothing and exits 0 when it
+                       can, else prints why and exits 2; moetierd runs it
+                       before it fills its store
   --standalone         run without moetierd (required for the modes above)
   -h, --help           this text
 
 Flags take their value as the next argument or after '='.
-Exit status: 0 success, 1 runtime error (file, model, engine, daemon), 2 usage error.
+Exit status: 0 success, 1 runtime error (file, model, engine, daemon), 2 usage
+error or, with --check-model, a file this build cannot serve.
 )",
       store::kMaxWorkers - 1, kDefaultCtx);
 }

@@ -41,6 +41,8 @@ struct ExpertCacheSize {
 struct WorkerOptions {
   bool help = false;
   bool standalone = false;
+  // --check-model FILE: only say whether this build can serve FILE.
+  std::string check_model_path;
   // Daemon mode (serve/daemon_mode.h).
   bool daemon = false;
   std::string control_socket;  // --control-socket
@@ -88,7 +90,8 @@ inline constexpr int kDefaultCtx = 4096;
 // with proto/request/sampling_params.h's ValidateSamplingParams) or daemon
 // command (with --daemon, which takes only --model, --control-socket,
 // --worker-index, --device, --threads, --ctx, --huge-pages, the routing
-// trace flags and the expert cache flags).
+// trace flags and the expert cache flags) or model check (--check-model
+// FILE, alone).
 absl::StatusOr<WorkerOptions> ParseWorkerArgs(int argc, const char* const* argv);
 
 // The --help text.
