@@ -1,6 +1,7 @@
-// moetierd: parse the configuration, build the model manifest, create the
-// expert store (preload or cache), spawn and supervise the workers, and
-// serve the gRPC front door; stop cleanly on SIGTERM/SIGINT.
+// moetierd: parse the configuration, build the model manifest, have the
+// worker executable check the model, create the expert store (preload or
+// cache), spawn and supervise the workers, and serve the gRPC front door;
+// stop cleanly on SIGTERM/SIGINT.
 #include <signal.h>
 #include <unistd.h>
 
@@ -20,6 +21,7 @@
 #include "manifest/model_manifest.h"
 #include "store/expert_store.h"
 #include "scheduler/request_scheduler.h"
+#include "supervisor/model_check.h"
 #include "supervisor/worker_supervisor.h"
 #include "gguf/tokenizer/chat_template.h"
 #include "gguf/tokenizer/tokenizer.h"
@@ -60,6 +62,19 @@ int Run(const DaemonConfig& config) {
     LogError("cannot serve %s: %s", config.model_path(), manifest.status().message());
     return kExitStartupError;
   }
+  const std::string worker_path = config.worker_executable_path().empty()
+                                      ? DefaultWorkerPath()
+                                      : config.worker_executable_path();
+  // Before the store: a model the workers refuse must not cost a preload
+  // and then restart them forever.
+  if (absl::Status check = CheckModelWithWorker(worker_path, config.model_path()); !check.ok()) {
+    if (check.code() == absl::StatusCode::kFailedPrecondition) {
+      LogError("model %s cannot be served: %s", config.model_path(), check.message());
+      return kExitConfigError;
+    }
+    LogError("cannot check the model: %s", check.message());
+    return kExitStartupError;
+  }
   // Without a tokenizer the API still serves token ids (Score, Generate
   // with prompt_token_ids); text requests say why they cannot be served.
   const absl::StatusOr<Tokenizer> tokenizer = Tokenizer::FromGgufMetadata((*model)->metadata());
@@ -79,9 +94,7 @@ int Run(const DaemonConfig& config) {
           FormatBytes(manifest->dense_bytes), manifest->fingerprint);
 
   SupervisorOptions supervisor_options;
-  supervisor_options.worker_executable_path = config.worker_executable_path().empty()
-                                                   ? DefaultWorkerPath()
-                                                   : config.worker_executable_path();
+  supervisor_options.worker_executable_path = worker_path;
   supervisor_options.control_socket_path = config.worker_socket_path();
   supervisor_options.model_path = config.model_path();
   supervisor_options.devices.assign(config.devices().begin(), config.devices().end());

@@ -220,5 +220,9 @@ int main(int argc, char** argv) {
   struct sigaction action {};
   action.sa_handler = [](int) { g_terminate.store(true); };
   sigaction(SIGTERM, &action, nullptr);
+  // The daemon's start-up check: the fake serves any model.
+  for (int i = 1; i < argc; ++i) {
+    if (Value(argv[i], store::kWorkerFlagCheckModel)) return 0;
+  }
   return Run(ParseFlags(argc, argv));
 }

@@ -29,7 +29,7 @@ bool WaitUntil(const std::function<bool()>& done, int64_t timeout_ms) {
 
 }  // namespace
 
-std::unique_ptr<RunningDaemon> RunningDaemon::Start(const DaemonSetup& setup, std::string* error) {
+std::unique_ptr<RunningDaemon> RunningDaemon::Launch(const DaemonSetup& setup, std::string* error) {
   std::unique_ptr<RunningDaemon> d(new RunningDaemon());
   char tmpl[] = "/tmp/moetier_e2e_XXXXXX";
   if (mkdtemp(tmpl) == nullptr) {
@@ -68,6 +68,12 @@ std::unique_ptr<RunningDaemon> RunningDaemon::Start(const DaemonSetup& setup, st
     *error = "cannot start moetierd";
     return nullptr;
   }
+  return d;
+}
+
+std::unique_ptr<RunningDaemon> RunningDaemon::Start(const DaemonSetup& setup, std::string* error) {
+  std::unique_ptr<RunningDaemon> d = Launch(setup, error);
+  if (d == nullptr) return nullptr;
   // A channel that fails to connect backs off for seconds; connect only once
   // the daemon has created its socket.
   if (!WaitUntil([&] { return std::filesystem::exists(d->socket_path_); }, 60000)) {
@@ -129,6 +135,11 @@ bool RunningDaemon::WaitForWorkerState(const std::string& state, int64_t timeout
 int RunningDaemon::Terminate(int64_t timeout_ms) {
   if (pid_ <= 0) return -1;
   kill(pid_, SIGTERM);
+  return WaitForExit(timeout_ms);
+}
+
+int RunningDaemon::WaitForExit(int64_t timeout_ms) {
+  if (pid_ <= 0) return -1;
   int status = 0;
   const bool done = WaitUntil([&] { return waitpid(pid_, &status, WNOHANG) == pid_; },
                               timeout_ms);

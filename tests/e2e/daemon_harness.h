@@ -26,6 +26,8 @@ class RunningDaemon {
   // Starts moetierd and waits until a worker is ready (empty error) or
   // returns the reason it did not get there, with the daemon's log.
   static std::unique_ptr<RunningDaemon> Start(const DaemonSetup& setup, std::string* error);
+  // Only starts moetierd, for tests of how it fails to start.
+  static std::unique_ptr<RunningDaemon> Launch(const DaemonSetup& setup, std::string* error);
   ~RunningDaemon();  // SIGKILL if still running; removes the directory
 
   v1::Moetier::Stub& stub() { return *stub_; }
@@ -40,6 +42,8 @@ class RunningDaemon {
   bool WaitForWorkerState(const std::string& state, int64_t timeout_ms);
   // Sends SIGTERM and waits; returns the wait status, or -1 on timeout.
   int Terminate(int64_t timeout_ms);
+  // Waits for the daemon to exit on its own; the wait status, or -1 on timeout.
+  int WaitForExit(int64_t timeout_ms);
 
  private:
   RunningDaemon() = default;
