@@ -3,6 +3,8 @@
 
 #include <array>
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <string>
 
 #include <gmock/gmock.h>
@@ -10,6 +12,7 @@
 
 namespace {
 
+using ::testing::EndsWith;
 using ::testing::HasSubstr;
 
 struct CommandResult {
@@ -43,6 +46,28 @@ TEST(InspectTest, SummarisesHyperparametersAndTensors) {
   EXPECT_THAT(r.output, HasSubstr("expert_used_count                2\n"));
   EXPECT_THAT(r.output, HasSubstr("512 tokens"));
   EXPECT_THAT(r.output, HasSubstr("F32 "));
+}
+
+TEST(InspectTest, EndsWithTheVerdictOfTheWorkersCheck) {
+  CommandResult r = RunInspect(kTinyF32);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, EndsWith("verdict:       supported by this build\n"));
+
+  // The same file with its architecture (and key prefix) renamed.
+  std::ifstream in(kTinyF32, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  for (size_t at = bytes.find("qwen3moe"); at != std::string::npos; at = bytes.find("qwen3moe", at)) {
+    bytes[at + 4] = '9';
+  }
+  const std::string renamed = ::testing::TempDir() + "inspect-qwen9moe.gguf";
+  std::ofstream(renamed, std::ios::binary) << bytes;
+  r = RunInspect(renamed);
+  std::remove(renamed.c_str());
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("architecture:  qwen9moe"));
+  EXPECT_THAT(r.output, HasSubstr("verdict:       not supported: " + renamed +
+                                  ": unsupported model architecture 'qwen9moe'"));
+  EXPECT_THAT(r.output, HasSubstr("qwen3moe ("));
 }
 
 TEST(InspectTest, ListsTensorsWithOffsetsAndSizes) {

@@ -1,5 +1,6 @@
 // moetier-inspect: prints what a GGUF model holds — metadata, tensor counts
-// and bytes per type, expert bytes per layer — without loading any weights.
+// and bytes per type, expert bytes per layer, and whether moetier can serve
+// it — without loading any weights.
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -10,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_cat.h"
 #include "gguf/gguf_reader.h"
+#include "model/architectures.h"
 
 namespace moetier {
 namespace {
@@ -19,8 +21,9 @@ constexpr std::string_view kUsage =
     "\n"
     "Prints a summary of a GGUF model: format version, architecture and its\n"
     "hyperparameters, tokenizer size, tensor count and bytes per tensor type,\n"
-    "and how many bytes the routed experts take. FILE may be the first shard\n"
-    "(-00001-of-N.gguf) of a split model.\n"
+    "and how many bytes the routed experts take, then whether this build can\n"
+    "serve it (architecture, tensor types, names and shapes). FILE may be the\n"
+    "first shard (-00001-of-N.gguf) of a split model.\n"
     "\n"
     "  --all-keys   also list every metadata key with its type and value\n"
     "               (arrays are shown by type and length)\n"
@@ -120,6 +123,12 @@ int Run(const std::string& path, bool all_keys, bool list_tensors) {
                   static_cast<unsigned long long>(t.size_bytes));
     }
   }
+  // The workers' own check (moetier-worker --check-model): header and
+  // tensor table only, no weight is read.
+  const absl::Status verdict = LoadModel(**model).status();
+  std::printf("verdict:       %s\n",
+              verdict.ok() ? "supported by this build"
+                           : absl::StrCat("not supported: ", verdict.message()).c_str());
   return 0;
 }
 
