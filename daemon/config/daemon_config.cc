@@ -68,7 +68,13 @@ constexpr FlagDoc kFlags[] = {
     {"worker_stop_grace_ms", "MS", "At shutdown, time between SIGTERM and SIGKILL."},
     {"worker_extra_args", "ARG",
      "An extra argument for every worker's command line; repeat for more."},
-    {"preload_progress_interval_ms", "MS", "How often preload progress is logged."},
+    {"preload_progress_interval_ms", "MS",
+     "Longest time between progress lines of a start-up phase (locking, dense weights, "
+     "preload); a line also comes every 5%."},
+    {"preload_bytes_per_s", "SIZE",
+     "Read at most this much per second while preloading (and copying the dense weights), "
+     "e.g. 500MiB, so a desktop stays responsive; demand reads are never held back. 0: as "
+     "fast as the disk goes."},
     {"api_socket_mode", "OCTAL", "Permissions of the API socket."},
     {"api_socket_group", "GROUP",
      "Group owning the API socket; its members may use the API. Empty or missing: the "
@@ -108,7 +114,7 @@ absl::StatusOr<bool> ParseBool(std::string_view flag, std::string_view text) {
 
 absl::StatusOr<uint64_t> ParseUnsigned(const FieldDescriptor& field, std::string_view text) {
   uint64_t value = 0;
-  if (absl::EndsWith(field.name(), "_bytes")) {
+  if (absl::EndsWith(field.name(), "_bytes") || absl::EndsWith(field.name(), "_bytes_per_s")) {
     absl::StatusOr<uint64_t> bytes = ParseByteSize(text);
     if (!bytes.ok()) {
       return absl::InvalidArgumentError(

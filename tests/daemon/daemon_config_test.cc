@@ -100,6 +100,26 @@ TEST(DaemonConfigTest, FlagsOverrideTheFile) {
   EXPECT_THAT(c.worker_extra_args(), ElementsAre("--a", "--b"));
 }
 
+TEST(DaemonConfigTest, PreloadPaceTakesUnitsOnTheCommandLineAndBytesInTheFile) {
+  ScratchDir dir;
+  const std::string file = dir.File("moetierd.conf");
+  std::ofstream(file) << "preload_bytes_per_s: 1000000\n";
+  absl::StatusOr<DaemonCommandLine> from_file =
+      ParseDaemonCommandLine({"moetierd", "--config=" + file});
+  ASSERT_TRUE(from_file.ok()) << from_file.status();
+  EXPECT_EQ(from_file->config.preload_bytes_per_s(), 1000000u);
+  absl::StatusOr<DaemonCommandLine> flag =
+      ParseDaemonCommandLine({"moetierd", "--config=" + file, "--preload_bytes_per_s=500MiB"});
+  ASSERT_TRUE(flag.ok()) << flag.status();
+  EXPECT_EQ(flag->config.preload_bytes_per_s(), 500u << 20);
+  EXPECT_EQ(DaemonConfig().preload_bytes_per_s(), 0u) << "unlimited unless set";
+  absl::StatusOr<DaemonCommandLine> bad =
+      ParseDaemonCommandLine({"moetierd", "--preload_bytes_per_s=fast"});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(Message(bad.status()), HasSubstr("not a byte size"));
+  EXPECT_THAT(DaemonUsage(), HasSubstr("--preload_bytes_per_s=SIZE"));
+}
+
 TEST(DaemonConfigTest, BadFlagsAreRefused) {
   struct Case {
     std::vector<std::string> args;

@@ -4,6 +4,9 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,6 +16,7 @@
 #include <sstream>
 #include <thread>
 
+#include "absl/strings/str_format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "store_test_util.h"
@@ -27,6 +31,7 @@ using daemon_test::ScratchDir;
 using daemon_test::TestModel;
 using daemon_test::WaitFor;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // Starts moetierd with `args`, stdout and stderr into `log`.
 pid_t Spawn(const std::vector<std::string>& args, const std::string& log) {
@@ -160,6 +165,120 @@ TEST_P(MoetierdRunTest, ServesAWorkerAndStopsCleanlyOnSigterm) {
     EXPECT_THAT(log, HasSubstr("RAM caches the model file"));
     // Every expert came through the miss path, across processes.
     EXPECT_THAT(FirstReport(reports, ".ok"), HasSubstr("experts=8 hits=0 misses=8"));
+  }
+}
+
+// A datagram socket standing in for systemd's notify socket.
+class NotifySocket {
+ public:
+  explicit NotifySocket(const std::string& path) : path_(path) {
+    fd_ = socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    sockaddr_un address{};
+    address.sun_family = AF_UNIX;
+    std::strncpy(address.sun_path, path.c_str(), sizeof(address.sun_path) - 1);
+    bound_ = bind(fd_, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0;
+  }
+  ~NotifySocket() {
+    close(fd_);
+    unlink(path_.c_str());
+  }
+  bool bound() const { return bound_; }
+  // Every message received so far, in order.
+  const std::vector<std::string>& Drain() {
+    char buffer[1024];
+    for (ssize_t n; (n = recv(fd_, buffer, sizeof(buffer), MSG_DONTWAIT)) > 0;) {
+      messages_.emplace_back(buffer, static_cast<size_t>(n));
+    }
+    return messages_;
+  }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  bool bound_ = false;
+  std::vector<std::string> messages_;
+};
+
+int IndexOf(const std::vector<std::string>& messages, const std::string& text) {
+  for (size_t i = 0; i < messages.size(); ++i) {
+    if (messages[i].find(text) != std::string::npos) return static_cast<int>(i);
+  }
+  return -1;
+}
+
+// What systemd would see: preload progress with a timeout extension, then
+// READY=1, then the watchdog fed, then STOPPING=1.
+TEST(MoetierdTest, TellsSystemdWhereStartUpIsThenFeedsTheWatchdog) {
+  ScratchDir dir;
+  daemon_test::TestModelOptions o;
+  o.n_layer = 2;
+  o.n_expert = 4;
+  absl::StatusOr<TestModel> model = daemon_test::WriteTestModel(dir.path(), "m", o);
+  ASSERT_TRUE(model.ok()) << model.status();
+  NotifySocket notify(dir.File("notify"));
+  ASSERT_TRUE(notify.bound());
+  setenv("NOTIFY_SOCKET", dir.File("notify").c_str(), 1);
+  setenv("WATCHDOG_USEC", "400000", 1);  // fed every 200 ms
+  const pid_t pid =
+      Spawn({"--model_path=" + model->path, "--devices=cpu",
+             "--worker_executable_path=" MOETIER_FAKE_WORKER,
+             "--worker_socket_path=" + dir.File("w.sock"),
+             "--api_socket_path=" + dir.File("api.sock"), "--allow_unlocked_memory",
+             "--preload_bytes_per_s=256KiB", "--worker_extra_args=--fake-report-dir=" + dir.path()},
+            dir.File("log"));
+  unsetenv("NOTIFY_SOCKET");
+  unsetenv("WATCHDOG_USEC");
+  const bool fed = WaitFor([&] { return IndexOf(notify.Drain(), "WATCHDOG=1") >= 0; }, 20000);
+  kill(pid, SIGTERM);
+  const int status = WaitExit(pid, 10000);
+  const std::string log = ReadAll(dir.File("log"));
+  ASSERT_TRUE(fed) << log;
+  ASSERT_TRUE(WIFEXITED(status)) << log;
+  EXPECT_EQ(WEXITSTATUS(status), 0) << log;
+  const std::vector<std::string>& messages = notify.Drain();
+  const int progress = IndexOf(messages, "STATUS=preloading experts: ");
+  const int ready = IndexOf(messages, "READY=1");
+  ASSERT_GE(progress, 0) << log;
+  ASSERT_GE(ready, 0) << log;
+  EXPECT_LT(progress, ready);
+  EXPECT_THAT(messages[progress], ::testing::MatchesRegex(
+                                      "STATUS=preloading experts: [0-9]+% \\(.* of .*\\)\n"
+                                      "EXTEND_TIMEOUT_USEC=[0-9]+"));
+  EXPECT_THAT(messages[ready - 1], HasSubstr("STATUS=preloading experts: 100%"));
+  EXPECT_GT(IndexOf(messages, "WATCHDOG=1"), ready) << "fed only once ready";
+  EXPECT_EQ(messages.back(), "STOPPING=1");
+  EXPECT_THAT(log, HasSubstr("at most 256.0 KiB/s (preload_bytes_per_s)"));
+  EXPECT_THAT(log, HasSubstr("watchdog fed every 0.2 s"));
+}
+
+// Under systemd stderr is the journal: priorities instead of timestamps.
+TEST(MoetierdTest, LogsWithSyslogPrioritiesWhenStderrIsTheJournal) {
+  ScratchDir dir;
+  std::ofstream(dir.File("bad.gguf")) << "not a model";
+  for (const bool journal : {true, false}) {
+    const std::string log_path = dir.File(journal ? "journal" : "plain");
+    std::ofstream(log_path).close();
+    struct stat st {};
+    ASSERT_EQ(stat(log_path.c_str(), &st), 0);
+    // Spawn truncates the file but keeps its inode: the stream is this file.
+    const std::string stream = journal ? absl::StrFormat("%d:%d", st.st_dev, st.st_ino)
+                                       : absl::StrFormat("%d:%d", st.st_dev, st.st_ino + 1);
+    setenv("JOURNAL_STREAM", stream.c_str(), 1);
+    const pid_t pid =
+        Spawn({"--model_path=" + dir.File("bad.gguf"), "--devices=cpu"}, log_path);
+    unsetenv("JOURNAL_STREAM");
+    const int status = WaitExit(pid, 10000);
+    ASSERT_TRUE(WIFEXITED(status));
+    EXPECT_EQ(WEXITSTATUS(status), 1);
+    const std::string log = ReadAll(log_path);
+    if (journal) {
+      EXPECT_THAT(log, ::testing::StartsWith("<3>cannot open the model: ")) << log;
+      EXPECT_THAT(log, Not(HasSubstr("moetierd["))) << log;
+    } else {
+      EXPECT_THAT(log, ::testing::MatchesRegex("[0-9-]+ [0-9:.]+ E moetierd\\[[0-9]+\\] cannot "
+                                               "open the model: .*"))
+          << log;
+    }
   }
 }
 

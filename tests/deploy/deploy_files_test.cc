@@ -122,7 +122,8 @@ TEST(SystemdUnitTest, HasWhatTheServiceNeeds) {
         "\nLimitMEMLOCK=infinity\n", "\nRestart=on-failure\n", "\nRuntimeDirectory=moetier\n",
         "\nGroup=moetier\n", "\nDeviceAllow=char-nvidia-frontend rw\n",
         "\nDeviceAllow=/dev/nvidiactl rw\n", "\nDeviceAllow=/dev/nvidia-uvm rw\n",
-        "\nProtectSystem=strict\n", "\nNoNewPrivileges=yes\n"}) {
+        "\nProtectSystem=strict\n", "\nNoNewPrivileges=yes\n", "\nWatchdogSec=60s\n",
+        "\nTimeoutStartSec=2min\n"}) {
     EXPECT_THAT(unit, HasSubstr(line));
   }
   // These would hide the GPU or break CUDA.
