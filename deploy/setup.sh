@@ -53,6 +53,7 @@ apt_install() {
       exit 1
     fi
   fi
+  echo "setup: installing $*"
   if ((!apt_updated)); then
     "${runner[@]}" apt-get update -qq
     apt_updated=1
@@ -65,7 +66,6 @@ for pkg in "${packages[@]}"; do
   installed "$pkg" || missing+=("$pkg")
 done
 if ((${#missing[@]} > 0)); then
-  echo "setup: installing ${missing[*]}"
   apt_install "${missing[@]}"
 else
   echo "setup: all Debian packages present"
@@ -76,7 +76,7 @@ if ((with_tests)); then
   # tests. They skip without it; a Node.js from another source that already
   # brings npm is used as it is.
   if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
-    echo "setup: installing nodejs and npm for the interop tests"
+    echo "setup: nodejs and npm are for the interop tests"
     apt_install nodejs npm ||
       echo "setup: warning: could not install nodejs/npm; the interop tests that need them will be skipped" >&2
   fi
