@@ -11,6 +11,8 @@ packages=(
   libabsl-dev liburing-dev libgtest-dev libgmock-dev libbenchmark-dev
   python3-numpy  # the independent float64 forward pass of tests/interop
   python3-jinja2  # the chat template oracle of tests/interop
+  dpkg-dev file  # cpack -G DEB: dpkg-shlibdeps for Depends, file to find the programs
+  help2man  # man pages from each program's --help
 )
 
 missing=()
