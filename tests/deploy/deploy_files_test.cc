@@ -103,13 +103,15 @@ TEST(ConfigExampleTest, ParsesAndValidatesAsIsAndWithEveryKeyUncommented) {
   absl::StatusOr<DaemonConfig> as_is = ParseDaemonConfigText(text, "moetierd.conf.example");
   ASSERT_TRUE(as_is.ok()) << as_is.status();
   EXPECT_EQ(as_is->model_path(), "/var/lib/moetier/model.gguf");
-  EXPECT_THAT(as_is->devices(), ::testing::ElementsAre("cuda:0"));
+  EXPECT_THAT(as_is->devices(), ::testing::ElementsAre("auto"));
 
   std::string all;
   for (const KeyLine& l : KeyLines(text)) all += l.line + "\n";
   absl::StatusOr<DaemonConfig> full = ParseDaemonConfigText(all, "uncommented example");
   ASSERT_TRUE(full.ok()) << full.status();
-  EXPECT_THAT(full->devices(), ::testing::ElementsAre("cuda:0", "cpu"));
+  EXPECT_THAT(full->devices(), ::testing::ElementsAre("auto", "cuda:0", "cpu"));
+  // "auto" stands alone; the commented entries are its alternatives.
+  full->mutable_devices()->erase(full->mutable_devices()->begin());
   // Only the model must exist for the values to validate.
   full->set_model_path(Deploy("moetierd.conf.example"));
   EXPECT_TRUE(ValidateDaemonConfig(*full).ok()) << ValidateDaemonConfig(*full);
