@@ -5,12 +5,15 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <climits>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "config/auto_devices.h"
 #include "config/daemon_config.h"
 #include "frontdoor/api_server.h"
 #include "frontdoor/moetier_service.h"
@@ -20,6 +23,7 @@
 #include "log/daemon_log.h"
 #include "manifest/model_manifest.h"
 #include "store/expert_store.h"
+#include "store/shared_futex.h"
 #include "scheduler/request_scheduler.h"
 #include "supervisor/model_check.h"
 #include "supervisor/worker_supervisor.h"
@@ -33,6 +37,9 @@ namespace {
 
 constexpr int kExitConfigError = 2;
 constexpr int kExitStartupError = 1;
+// Each start-up report buys at least this much more of TimeoutStartSec.
+constexpr uint64_t kStartupExtendMinUsec = 30'000'000;
+constexpr int64_t kMainTickNs = 200'000'000;
 
 // moetier-worker next to this executable (an installed tree), else in the
 // build tree's worker/ folder beside daemon/.
@@ -52,6 +59,12 @@ std::string DefaultWorkerPath() {
 }
 
 int Run(const DaemonConfig& config) {
+  // Reports come at least every preload_progress_interval_ms; the extension
+  // covers a few of those, so a slow chunk does not trip the start timeout.
+  const uint64_t extend_usec = std::max<uint64_t>(
+      kStartupExtendMinUsec, uint64_t{3} * config.preload_progress_interval_ms() * 1000);
+  NotifySystemd(absl::StrFormat("STATUS=opening %s\nEXTEND_TIMEOUT_USEC=%d", config.model_path(),
+                                extend_usec));
   absl::StatusOr<std::unique_ptr<GgufModel>> model = GgufModel::Open(config.model_path());
   if (!model.ok()) {
     LogError("cannot open the model: %s", model.status().message());
@@ -139,6 +152,10 @@ int Run(const DaemonConfig& config) {
   store_options.segment.allow_unlocked_memory = config.allow_unlocked_memory();
   store_options.segment.huge_pages = config.huge_pages();
   store_options.progress_log_interval_ms = config.preload_progress_interval_ms();
+  store_options.preload_bytes_per_s = config.preload_bytes_per_s();
+  store_options.on_startup_progress = [extend_usec](const StartupProgress& p) {
+    NotifySystemd(StartupProgressMessage(p.phase, p.done_bytes, p.total_bytes, extend_usec));
+  };
   absl::StatusOr<std::unique_ptr<ExpertStore>> store =
       ExpertStore::Create(*manifest, std::move(*io), store_options);
   if (!store.ok()) {
@@ -177,13 +194,37 @@ int Run(const DaemonConfig& config) {
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGTERM);
   sigaddset(&stop_signals, SIGINT);
+  const std::optional<uint64_t> watchdog_ping_usec = WatchdogPingIntervalUsec(
+      std::getenv("WATCHDOG_USEC"), std::getenv("WATCHDOG_PID"), getpid());
+  uint64_t watchdog_ping_ns = 0;
   bool ready_sent = false;
   bool serving = false;
+  int exit_code = 0;
   while (true) {
+    if (std::optional<std::string> failure = (*store)->startup_failure(); failure.has_value()) {
+      LogError("cannot finish starting: %s", *failure);
+      exit_code = kExitStartupError;
+      break;
+    }
     if (!ready_sent && (*store)->phase() == store::DaemonPhase::kReady) {
       NotifySystemd("READY=1\nSTATUS=expert store ready");
-      LogInfo("ready");
+      LogInfo("ready%s", watchdog_ping_usec.has_value()
+                             ? absl::StrFormat(" (systemd watchdog fed every %.1f s)",
+                                               static_cast<double>(*watchdog_ping_usec) / 1e6)
+                             : std::string());
       ready_sent = true;
+    }
+    // Fed only while the store's service thread still goes round: a daemon
+    // whose store is stuck serves nothing and is better restarted.
+    if (ready_sent && watchdog_ping_usec.has_value()) {
+      const uint64_t now = store::MonotonicNowNs();
+      const uint64_t ping_ns = *watchdog_ping_usec * 1000;
+      const uint64_t heartbeat = (*store)->service_heartbeat_ns();
+      const bool service_alive = heartbeat + ping_ns >= now;
+      if (now - watchdog_ping_ns >= ping_ns && service_alive) {
+        NotifySystemd("WATCHDOG=1");
+        watchdog_ping_ns = now;
+      }
     }
     // Healthy once requests can be computed: the store is ready and a
     // worker has loaded the model.
@@ -192,7 +233,11 @@ int Run(const DaemonConfig& config) {
       (*api)->SetServing(can_serve);
       serving = can_serve;
     }
-    const timespec tick{0, 200'000'000};
+    const int64_t tick_ns =
+        watchdog_ping_usec.has_value()
+            ? std::min<int64_t>(kMainTickNs, static_cast<int64_t>(*watchdog_ping_usec) * 1000 / 4)
+            : kMainTickNs;
+    const timespec tick{tick_ns / 1'000'000'000, tick_ns % 1'000'000'000};
     const int signal_number = sigtimedwait(&stop_signals, nullptr, &tick);
     if (signal_number > 0) {
       LogInfo("received %s; stopping", signal_number == SIGTERM ? "SIGTERM" : "SIGINT");
@@ -205,7 +250,7 @@ int Run(const DaemonConfig& config) {
   (*supervisor)->Stop();
   (*store)->Stop();
   LogInfo("stopped");
-  return 0;
+  return exit_code;
 }
 
 }  // namespace
@@ -232,6 +277,9 @@ int main(int argc, char** argv) {
     std::fputs(moetier::DaemonUsage().c_str(), stdout);
     return 0;
   }
+  const std::string auto_devices =
+      moetier::ResolveAutoDevices(command_line->config, moetier::LocalGpuProbe());
+  if (!auto_devices.empty()) moetier::LogInfo("%s", auto_devices);
   if (absl::Status valid = moetier::ValidateDaemonConfig(command_line->config); !valid.ok()) {
     std::fprintf(stderr, "moetierd: invalid configuration: %s\n",
                  std::string(valid.message()).c_str());

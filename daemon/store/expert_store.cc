@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <thread>
 
 #include "absl/strings/str_format.h"
 #include "log/daemon_log.h"
@@ -32,11 +33,21 @@ constexpr int64_t kIoPollNs = 500'000;
 constexpr int64_t kStalledWaitNs = 1'000'000;
 constexpr int64_t kIdleWaitNs = 50'000'000;
 constexpr uint32_t kUserDataReadBits = 2;  // user_data = load << 2 | read
+// The dense weights are copied in pieces, so the copy can be locked,
+// paced and reported as it goes rather than one tensor (up to GiBs) at a time.
+constexpr uint64_t kDensePieceBytes = uint64_t{8} << 20;
+// Credit the limiters give, in time at the set rate: enough to keep the
+// queue full between reads, too little to matter for the average.
+constexpr uint64_t kThrottleBurstPerSecond = 10;  // 100 ms
+constexpr std::string_view kPhaseLock = "locking the expert cache";
+constexpr std::string_view kPhaseDense = "copying dense weights";
+constexpr std::string_view kPhasePreload = "preloading experts";
 
 uint32_t State(store::ExpertEntry& e) { return Shared(e.state).load(std::memory_order_seq_cst); }
 constexpr uint32_t StateValue(ExpertState s) { return static_cast<uint32_t>(s); }
 
 double Seconds(uint64_t ns) { return static_cast<double>(ns) / 1e9; }
+double GiB(double bytes) { return bytes / static_cast<double>(uint64_t{1} << 30); }
 
 }  // namespace
 
@@ -91,10 +102,23 @@ absl::StatusOr<std::unique_ptr<ExpertStore>> ExpertStore::Create(
       StoreSegment::Create(s->plan_.segment_bytes, options.segment);
   if (!segment.ok()) return segment.status();
   s->segment_ = std::move(*segment);
+  LogInfo("expert store segment created: %s (memfd), %s", FormatBytes(s->plan_.segment_bytes),
+          !options.segment.lock_memory ? std::string("not locked (lock_memory is off)")
+          : s->segment_->locking()
+              ? absl::StrFormat("locked in RAM %s at a time as it is filled",
+                                FormatBytes(s->segment_->lock_chunk_bytes()))
+              : std::string("NOT locked (see the warning above)"));
   s->header_ = store::HeaderOf(s->segment_->base());
+  if (absl::Status tables = s->segment_->LockThrough(s->plan_.dense_data_offset); !tables.ok()) {
+    return tables;
+  }
   s->WriteHeaderAndTables();
   s->entries_ = store::ExpertTableOf(s->segment_->base(), *s->header_);
   if (absl::Status dense = s->FillDenseTensors(); !dense.ok()) return dense;
+  // A cache fills on demand, in no order: lock it all before serving.
+  if (s->plan_.mode == store::StoreMode::kCache) {
+    if (absl::Status lock = s->LockCache(); !lock.ok()) return lock;
+  }
 
   const uint32_t n_loads = std::max<uint32_t>(1, s->io_->queue_depth() / s->reads_per_load_max_);
   s->loads_.resize(n_loads);
@@ -118,7 +142,10 @@ absl::StatusOr<std::unique_ptr<ExpertStore>> ExpertStore::Create(
           s->plan_.mode == store::StoreMode::kCache
               ? absl::StrFormat("replacement policy %s", s->policy_->name())
               : std::string("no eviction"),
-          FormatBytes(manifest.dense_bytes), s->segment_->locked() ? "locked" : "NOT locked",
+          FormatBytes(manifest.dense_bytes),
+          s->segment_->locked()    ? "locked"
+          : s->segment_->locking() ? "locked as the preload fills it"
+                                   : "NOT locked",
           s->io_->name());
   return s;
 }
@@ -203,30 +230,112 @@ absl::Status ExpertStore::FillDenseTensors() {
     }
     fds.push_back(fd);
   }
+  const uint64_t total = manifest_.dense_bytes;
+  ProgressPacer pacer(total, static_cast<uint64_t>(options_.progress_log_interval_ms) * 1'000'000);
+  ByteRateLimiter limiter(options_.preload_bytes_per_s,
+                          options_.preload_bytes_per_s / kThrottleBurstPerSecond);
+  uint64_t copied = 0;
+  if (status.ok() && pacer.Due(0, start_ns)) ReportProgress(kPhaseDense, 0, total, start_ns, "");
   for (size_t i = 0; status.ok() && i < manifest_.dense.size(); ++i) {
     const DenseTensor& d = manifest_.dense[i];
-    uint8_t* dest = segment_->base() + plan_.dense_offsets[i];
+    const uint64_t offset = plan_.dense_offsets[i];
+    uint8_t* dest = segment_->base() + offset;
     uint64_t done = 0;
-    while (done < d.size_bytes) {
-      const ssize_t got = pread(fds[d.shard], dest + done, d.size_bytes - done,
-                                static_cast<off_t>(d.file_offset + done));
-      if (got < 0 && errno == EINTR) continue;
-      if (got <= 0) {
-        status = absl::DataLossError(absl::StrFormat(
-            "reading tensor %s (%d bytes at offset %d) from %s: %s", d.name, d.size_bytes,
-            d.file_offset, manifest_.shard_paths[d.shard],
-            got == 0 ? "the file ends early" : std::strerror(errno)));
-        break;
+    while (status.ok() && done < d.size_bytes) {
+      const uint64_t piece_end = std::min(d.size_bytes, done + kDensePieceBytes);
+      // Locked before the copy, so these pages are never swappable.
+      status = segment_->LockThrough(offset + piece_end);
+      if (!status.ok()) break;
+      if (const uint64_t delay = limiter.DelayNs(store::MonotonicNowNs()); delay > 0) {
+        std::this_thread::sleep_for(std::chrono::nanoseconds(delay));
       }
-      done += static_cast<uint64_t>(got);
+      limiter.Consume(piece_end - done, store::MonotonicNowNs());
+      while (done < piece_end) {
+        const ssize_t got = pread(fds[d.shard], dest + done, piece_end - done,
+                                  static_cast<off_t>(d.file_offset + done));
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) {
+          status = absl::DataLossError(absl::StrFormat(
+              "reading tensor %s (%d bytes at offset %d) from %s: %s", d.name, d.size_bytes,
+              d.file_offset, manifest_.shard_paths[d.shard],
+              got == 0 ? "the file ends early" : std::strerror(errno)));
+          break;
+        }
+        done += static_cast<uint64_t>(got);
+        copied += static_cast<uint64_t>(got);
+      }
+      if (status.ok() && pacer.Due(copied, store::MonotonicNowNs())) {
+        ReportProgress(kPhaseDense, copied, total, start_ns, "");
+      }
     }
   }
   for (int fd : fds) close(fd);
   if (status.ok()) {
+    if (pacer.Due(total, store::MonotonicNowNs())) {
+      ReportProgress(kPhaseDense, total, total, start_ns, "");
+    }
     LogInfo("copied %d dense tensors (%s) into the store in %.2f s", manifest_.dense.size(),
             FormatBytes(manifest_.dense_bytes), Seconds(store::MonotonicNowNs() - start_ns));
   }
   return status;
+}
+
+absl::Status ExpertStore::LockCache() {
+  if (!segment_->locking()) return absl::OkStatus();
+  const uint64_t start_ns = store::MonotonicNowNs();
+  const uint64_t total = segment_->size();
+  ProgressPacer pacer(total, static_cast<uint64_t>(options_.progress_log_interval_ms) * 1'000'000);
+  if (pacer.Due(segment_->locked_bytes(), start_ns)) {
+    ReportProgress(kPhaseLock, segment_->locked_bytes(), total, start_ns, "");
+  }
+  absl::Status status = segment_->LockThrough(total, [&](uint64_t locked) {
+    if (pacer.Due(locked, store::MonotonicNowNs())) {
+      ReportProgress(kPhaseLock, locked, total, start_ns, "");
+    }
+  });
+  if (status.ok() && segment_->locked()) {
+    LogInfo("locked the %s store in RAM in %.2f s", FormatBytes(total),
+            Seconds(store::MonotonicNowNs() - start_ns));
+  }
+  return status;
+}
+
+void ExpertStore::ReportProgress(std::string_view phase, uint64_t done, uint64_t total,
+                                 uint64_t start_ns, std::string_view extra) {
+  const double elapsed = std::max(Seconds(store::MonotonicNowNs() - start_ns), 1e-9);
+  const double percent =
+      total == 0 ? 100.0 : 100.0 * static_cast<double>(done) / static_cast<double>(total);
+  LogInfo("%s: %.0f%% (%s of %s), %s/s%s", absl::string_view(phase.data(), phase.size()),
+          percent, FormatBytes(done), FormatBytes(total),
+          FormatBytes(static_cast<uint64_t>(static_cast<double>(done) / elapsed)),
+          absl::string_view(extra.data(), extra.size()));
+  if (options_.on_startup_progress) options_.on_startup_progress({phase, done, total});
+}
+
+std::optional<std::string> ExpertStore::startup_failure() const {
+  std::lock_guard<std::mutex> lock(failure_mutex_);
+  return startup_failure_;
+}
+
+uint64_t ExpertStore::service_heartbeat_ns() const {
+  return Shared(header_->daemon.heartbeat_ns).load(std::memory_order_acquire);
+}
+
+void ExpertStore::FailStartup(const absl::Status& status) {
+  LogError("giving up the preload: %s", status.message());
+  {
+    std::lock_guard<std::mutex> lock(failure_mutex_);
+    startup_failure_ = std::string(status.message());
+  }
+  preloading_ = false;
+  SetPhase(store::DaemonPhase::kStopping);
+}
+
+bool ExpertStore::LockPreloadSlot(uint32_t slot) {
+  const store::SlotDesc& desc = plan_.slots[slot];
+  absl::Status status = segment_->LockThrough(desc.offset + desc.capacity_bytes);
+  if (!status.ok()) FailStartup(status);
+  return status.ok();
 }
 
 void ExpertStore::Start() {
@@ -234,10 +343,20 @@ void ExpertStore::Start() {
   if (plan_.mode == store::StoreMode::kFullyResident) {
     preloading_ = true;
     preload_start_ns_ = store::MonotonicNowNs();
-    last_progress_ns_ = preload_start_ns_;
+    preload_pacer_.emplace(manifest_.total_expert_bytes,
+                           static_cast<uint64_t>(options_.progress_log_interval_ms) * 1'000'000);
+    preload_limiter_.emplace(options_.preload_bytes_per_s,
+                             options_.preload_bytes_per_s / kThrottleBurstPerSecond);
     SetPhase(store::DaemonPhase::kPreloading);
-    LogInfo("preloading %d experts (%s)", manifest_.expert_count,
-            FormatBytes(manifest_.total_expert_bytes));
+    LogInfo("preloading %d experts (%s)%s", manifest_.expert_count,
+            FormatBytes(manifest_.total_expert_bytes),
+            options_.preload_bytes_per_s == 0
+                ? std::string()
+                : absl::StrFormat(" at most %s/s (preload_bytes_per_s)",
+                                  FormatBytes(options_.preload_bytes_per_s)));
+    if (preload_pacer_->Due(0, preload_start_ns_)) {
+      ReportProgress(kPhasePreload, 0, manifest_.total_expert_bytes, preload_start_ns_, "");
+    }
   } else {
     SetPhase(store::DaemonPhase::kReady);
   }
@@ -424,9 +543,16 @@ void ExpertStore::ServiceLoop() {
     Shared(header_->daemon.heartbeat_ns).store(store::MonotonicNowNs(), std::memory_order_release);
     if (preloading_) LogPreloadProgress(false);
     if (io_->in_flight() == 0) {
-      const bool more = !stalled && (!demand_queue_.empty() || !prefetch_queue_.empty() ||
-                                     (preloading_ && preload_cursor_ < n_entries_));
-      if (!more) store::FutexWait(&header_->doorbell, bell, stalled ? kStalledWaitNs : kIdleWaitNs);
+      const bool preload_more =
+          preloading_ && preload_cursor_ < n_entries_ && preload_delay_ns_ == 0;
+      const bool more =
+          !stalled && (!demand_queue_.empty() || !prefetch_queue_.empty() || preload_more);
+      const int64_t wait_ns =
+          stalled ? kStalledWaitNs
+                  : std::min<int64_t>(kIdleWaitNs, preload_delay_ns_ > 0
+                                                       ? static_cast<int64_t>(preload_delay_ns_)
+                                                       : kIdleWaitNs);
+      if (!more) store::FutexWait(&header_->doorbell, bell, wait_ns);
     }
   }
   // Readers fail fast from here on; reads in flight still write into slots.
@@ -539,11 +665,16 @@ bool ExpertStore::NextExpert(uint32_t* expert, int* source) {
 }
 
 bool ExpertStore::StartLoads() {
+  preload_delay_ns_ = 0;
   while (!free_loads_.empty() &&
          io_->in_flight() + reads_per_load_max_ <= io_->queue_depth()) {
     uint32_t x = 0;
     int source = 0;
     if (!NextExpert(&x, &source)) break;
+    if (source == kSourcePreload) {
+      preload_delay_ns_ = preload_limiter_->DelayNs(store::MonotonicNowNs());
+      if (preload_delay_ns_ > 0) break;
+    }
     const std::optional<uint32_t> slot = AcquireSlot(x);
     if (!slot.has_value()) {
       if (!stalled_) Bump(header_->counters.stalls_all_pinned);
@@ -558,6 +689,8 @@ bool ExpertStore::StartLoads() {
       books_[x].queued &= static_cast<uint8_t>(~kQueuedPrefetch);
       prefetch_queue_.pop();
     } else {
+      if (!LockPreloadSlot(*slot)) break;
+      preload_limiter_->Consume(entry(x).span_bytes, store::MonotonicNowNs());
       ++preload_cursor_;
     }
     BeginLoad(x, *slot, source == kSourcePrefetch);
@@ -733,31 +866,39 @@ void ExpertStore::LogPreloadProgress(bool final) {
   const bool all_attempted = preload_cursor_ >= n_entries_ && demand_queue_.empty() &&
                              free_loads_.size() == loads_.size();
   if (all_attempted) final = true;
-  if (!final && (now - last_progress_ns_) / 1'000'000 <
-                    static_cast<uint64_t>(options_.progress_log_interval_ms)) {
+  const uint64_t total = manifest_.total_expert_bytes;
+  const uint64_t done = std::min(total, c.bytes_read);
+  if (!final) {
+    if (!preload_pacer_->Due(done, now)) return;
+    const double elapsed = std::max(Seconds(now - preload_start_ns_), 1e-9);
+    const double rate = static_cast<double>(done) / elapsed;  // bytes/s
+    const double eta = rate > 0 ? static_cast<double>(total - done) / rate : 0;
+    ReportProgress(kPhasePreload, done, total, preload_start_ns_,
+                   absl::StrFormat(", ETA %.0f s, %s locked", eta,
+                                   FormatBytes(segment_->locked_bytes())));
     return;
   }
-  last_progress_ns_ = now;
-  const double elapsed = std::max(Seconds(now - preload_start_ns_), 1e-9);
-  const double rate = static_cast<double>(c.bytes_read) / elapsed;  // bytes/s
-  if (!final) {
-    const uint64_t total = manifest_.total_expert_bytes;
-    const double eta =
-        rate > 0 ? static_cast<double>(total - std::min(total, c.bytes_read)) / rate : 0;
-    LogInfo("preloading experts: %s of %s (%.0f%%), %.2f GB/s, ETA %.0f s",
-            FormatBytes(c.bytes_read), FormatBytes(total),
-            100.0 * static_cast<double>(c.bytes_read) / static_cast<double>(total), rate / 1e9,
-            eta);
+  // Whatever lies past the last slot read (nothing, or slots of experts
+  // that failed) is locked too before the store counts as ready.
+  if (absl::Status lock = segment_->LockThrough(segment_->size()); !lock.ok()) {
+    FailStartup(lock);
     return;
   }
   preloading_ = false;
+  const double elapsed = std::max(Seconds(now - preload_start_ns_), 1e-9);
+  const double rate = static_cast<double>(c.bytes_read) / elapsed;
+  if (preload_pacer_->Due(total, now)) {
+    ReportProgress(kPhasePreload, done, total, preload_start_ns_,
+                   absl::StrFormat(", %s locked", FormatBytes(segment_->locked_bytes())));
+  }
   if (c.load_errors > 0) {
     LogWarning("preload finished: %d of %d experts resident, %d could not be read (see the "
                "warnings above); they are retried when a worker asks for them",
                c.resident_experts, manifest_.expert_count, c.load_errors);
   } else {
-    LogInfo("preload finished: all %d experts resident, %s in %.2f s (%.2f GB/s)",
-            manifest_.expert_count, FormatBytes(c.bytes_read), elapsed, rate / 1e9);
+    LogInfo("preload finished: all %d experts resident, %s in %.2f s (%.2f GiB/s), memory %s",
+            manifest_.expert_count, FormatBytes(c.bytes_read), elapsed, GiB(rate),
+            segment_->locked() ? "locked" : "NOT locked");
   }
   SetPhase(store::DaemonPhase::kReady);
 }

@@ -19,13 +19,17 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <string>
 #include <string_view>
 #include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "io/io_backend.h"
+#include "log/progress_pacer.h"
 #include "manifest/model_manifest.h"
+#include "store/byte_rate_limiter.h"
 #include "store/expert_placement.h"
 #include "store/fixed_queue.h"
 #include "store/replacement_policy.h"
@@ -35,10 +39,25 @@
 
 namespace moetier {
 
+// Where start-up is: one phase ("locking the expert cache", "copying dense
+// weights", "preloading experts") and its bytes done of total.
+struct StartupProgress {
+  std::string_view phase;
+  uint64_t done_bytes = 0;
+  uint64_t total_bytes = 0;
+};
+
 struct ExpertStoreOptions {
   uint64_t ram_budget_bytes = 0;  // the whole segment; 0: hold every expert
   SegmentOptions segment;
+  // Progress lines: every 5% and at least this often.
   int64_t progress_log_interval_ms = 2000;
+  // Pace of the preload's reads and of the dense weights' copy; 0: as fast
+  // as the disk goes. Demand reads from workers are never held back.
+  uint64_t preload_bytes_per_s = 0;
+  // Called with each progress line (on the creating thread during Create,
+  // then on the service thread), e.g. for systemd's STATUS=.
+  std::function<void(const StartupProgress&)> on_startup_progress;
   // The cache's replacement policy; CLOCK when unset.
   std::function<std::unique_ptr<ReplacementPolicy>(uint32_t n_slot)> make_policy;
 };
@@ -54,8 +73,8 @@ class ExpertStore {
   ExpertStore(const ExpertStore&) = delete;
   ExpertStore& operator=(const ExpertStore&) = delete;
 
-  // Starts the service thread: a fully resident store begins its preload,
-  // a cache is ready at once.
+  // Starts the service thread: a fully resident store begins its preload
+  // (locking its memory as the reads reach it), a cache is ready at once.
   void Start();
   // Marks the store stopping (waiting workers get Unavailable), finishes the
   // reads in flight and joins the service thread. Idempotent.
@@ -66,6 +85,14 @@ class ExpertStore {
   int segment_fd() const { return segment_->fd(); }
   uint64_t segment_bytes() const { return segment_->size(); }
   bool memory_locked() const { return segment_->locked(); }
+  uint64_t locked_bytes() const { return segment_->locked_bytes(); }
+  // Why the store gave up during the preload (its memory could not be
+  // locked and allow_unlocked_memory is off); the phase is then kStopping
+  // and the daemon should exit. Safe from any thread.
+  std::optional<std::string> startup_failure() const;
+  // CLOCK_MONOTONIC of the service thread's last round: it stays fresh
+  // while the thread is alive (a round waits at most 50 ms when idle).
+  uint64_t service_heartbeat_ns() const;
   store::StoreMode mode() const { return plan_.mode; }
   uint32_t n_slot() const { return plan_.n_slot; }
   store::DaemonPhase phase() const;
@@ -119,6 +146,11 @@ class ExpertStore {
 
   ExpertStore() = default;
   absl::Status FillDenseTensors();
+  absl::Status LockCache();
+  bool LockPreloadSlot(uint32_t slot);
+  void FailStartup(const absl::Status& status);
+  void ReportProgress(std::string_view phase, uint64_t done, uint64_t total, uint64_t start_ns,
+                      std::string_view extra);
   void WriteHeaderAndTables();
   void ServiceLoop();
   void RunCommands();
@@ -167,7 +199,9 @@ class ExpertStore {
   bool stalled_ = false;
   WorkerBook workers_[store::kMaxWorkers];
   uint64_t preload_start_ns_ = 0;
-  uint64_t last_progress_ns_ = 0;
+  std::optional<ProgressPacer> preload_pacer_;
+  std::optional<ByteRateLimiter> preload_limiter_;
+  uint64_t preload_delay_ns_ = 0;  // set while the limiter holds the preload back
 
   std::thread service_;
   std::atomic<bool> stop_{false};
@@ -179,6 +213,8 @@ class ExpertStore {
   uint64_t commands_done_ = 0;    // guarded by command_mutex_
   std::mutex ready_mutex_;
   std::condition_variable ready_cv_;
+  mutable std::mutex failure_mutex_;
+  std::optional<std::string> startup_failure_;  // guarded by failure_mutex_
 };
 
 }  // namespace moetier

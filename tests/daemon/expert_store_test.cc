@@ -12,6 +12,8 @@
 
 #include <cstring>
 #include <fstream>
+#include <mutex>
+#include <sys/mman.h>
 
 #include "absl/strings/str_format.h"
 #include "gmock/gmock.h"
@@ -22,6 +24,7 @@
 #include "store/segment_plan.h"
 #include "store/store_segment.h"
 #include "store_test_util.h"
+#include "util/byte_size.h"
 
 namespace moetier {
 namespace {
@@ -170,43 +173,64 @@ TEST(ExpertStoreTest, RefusesAWorkerExpectingAnotherModel) {
   EXPECT_THAT(std::string(client.status().message()), HasSubstr("not admitted"));
 }
 
-TEST(StoreSegmentTest, IsSealedAndLocked) {
-  if (!kMlockIsReal) GTEST_SKIP() << "mlock is a no-op under AddressSanitizer";
-  SegmentOptions options;
-  absl::StatusOr<std::unique_ptr<StoreSegment>> segment =
-      StoreSegment::Create(32 << 20, options);
-  if (!segment.ok()) GTEST_SKIP() << "cannot lock 32 MiB here: " << segment.status();
-  EXPECT_TRUE((*segment)->locked());
-  const int seals = fcntl((*segment)->fd(), F_GET_SEALS);
-  EXPECT_TRUE(seals & F_SEAL_SHRINK);
-  EXPECT_TRUE(seals & F_SEAL_GROW);
-  EXPECT_NE(ftruncate((*segment)->fd(), 4096), 0) << "a sealed segment cannot shrink";
+uint64_t LockedKib() {
   std::ifstream status("/proc/self/status");
   std::string line;
   uint64_t locked_kb = 0;
   while (std::getline(status, line)) {
     if (line.rfind("VmLck:", 0) == 0) locked_kb = std::stoull(line.substr(6));
   }
-  EXPECT_GE(locked_kb, 32u * 1024) << "VmLck should include the store";
-  (*segment)->base()[123] = 7;
-  EXPECT_EQ((*segment)->base()[123], 7);
+  return locked_kb;
+}
+
+TEST(StoreSegmentTest, IsSealedAndLockedChunkByChunk) {
+  if (!kMlockIsReal) GTEST_SKIP() << "mlock is a no-op under AddressSanitizer";
+  SegmentOptions options;
+  options.lock_chunk_bytes = 4 << 20;
+  absl::StatusOr<std::unique_ptr<StoreSegment>> segment =
+      StoreSegment::Create(32 << 20, options);
+  if (!segment.ok()) GTEST_SKIP() << "cannot lock 32 MiB here: " << segment.status();
+  StoreSegment& s = **segment;
+  const uint64_t before_kb = LockedKib();
+  EXPECT_EQ(s.locked_bytes(), 0u) << "nothing is locked before it is filled";
+  EXPECT_TRUE(s.locking());
+  ASSERT_TRUE(s.LockThrough(10 << 20).ok());
+  EXPECT_EQ(s.locked_bytes(), 12u << 20) << "whole chunks, up to the one holding the end";
+  EXPECT_GE(LockedKib(), before_kb + 12 * 1024) << "VmLck counts the chunks locked";
+  std::vector<uint64_t> seen;
+  ASSERT_TRUE(s.LockThrough(s.size(), [&](uint64_t locked) { seen.push_back(locked); }).ok());
+  EXPECT_THAT(seen, ::testing::ElementsAre(16 << 20, 20 << 20, 24 << 20, 28 << 20, 32 << 20));
+  EXPECT_TRUE(s.locked());
+  EXPECT_FALSE(s.locking());
+  EXPECT_GE(LockedKib(), before_kb + 32 * 1024) << "VmLck should include the store";
+  const int seals = fcntl(s.fd(), F_GET_SEALS);
+  EXPECT_TRUE(seals & F_SEAL_SHRINK);
+  EXPECT_TRUE(seals & F_SEAL_GROW);
+  EXPECT_NE(ftruncate(s.fd(), 4096), 0) << "a sealed segment cannot shrink";
+  s.base()[123] = 7;
+  EXPECT_EQ(s.base()[123], 7);
 }
 
 TEST(StoreSegmentTest, MlockFailureMessageNamesTheLimitAndTheFix) {
-  const std::string m = MlockFailureMessage(ENOMEM, 64ull << 30, 8 << 20, 8 << 20);
+  const std::string m = MlockFailureMessage(ENOMEM, 64ull << 30, 6 << 20, 8 << 20, 8 << 20);
   EXPECT_THAT(m, HasSubstr("RLIMIT_MEMLOCK is 8388608 bytes (8.00 MiB)"));
+  EXPECT_THAT(m, HasSubstr("with 6.00 MiB of it locked"));
   EXPECT_THAT(m, HasSubstr("LimitMEMLOCK=infinity"));
   EXPECT_THAT(m, HasSubstr("ulimit -l unlimited"));
   EXPECT_THAT(m, HasSubstr("allow_unlocked_memory"));
   EXPECT_THAT(m, HasSubstr("64.0 GiB"));
-  const std::string plenty = MlockFailureMessage(ENOMEM, 1 << 20, RLIM_INFINITY, RLIM_INFINITY);
+  const std::string plenty =
+      MlockFailureMessage(ENOMEM, 1 << 20, 0, RLIM_INFINITY, RLIM_INFINITY);
   EXPECT_THAT(plenty, HasSubstr("unlimited"));
   EXPECT_THAT(plenty, HasSubstr("lower ram_budget_bytes"));
 }
 
-// Runs Create in a child without CAP_IPC_LOCK, so RLIMIT_MEMLOCK applies
-// even when the test runs as root; returns "locked", "unlocked" or the error.
-std::string CreateWithoutIpcLock(uint64_t bytes, bool allow_unlocked) {
+// Runs Create and LockThrough(everything) in a child without CAP_IPC_LOCK,
+// so RLIMIT_MEMLOCK applies even when the test runs as root; returns
+// "locked", "unlocked" or the error. `own_mlock` passes mlock as an
+// injected lock function, which skips Create's check of the limit, so the
+// chunk that crosses the limit is refused by the kernel itself.
+std::string CreateWithoutIpcLock(uint64_t bytes, bool allow_unlocked, bool own_mlock = false) {
   int pipe_fds[2];
   if (pipe(pipe_fds) != 0) return "pipe failed";
   const pid_t pid = fork();
@@ -219,9 +243,15 @@ std::string CreateWithoutIpcLock(uint64_t bytes, bool allow_unlocked) {
     syscall(SYS_capset, &header, data);
     SegmentOptions options;
     options.allow_unlocked_memory = allow_unlocked;
+    options.lock_chunk_bytes = 1 << 20;
+    if (own_mlock) {
+      options.lock_function = [](void* a, uint64_t n) { return mlock(a, n) == 0 ? 0 : errno; };
+    }
     absl::StatusOr<std::unique_ptr<StoreSegment>> s = StoreSegment::Create(bytes, options);
-    const std::string result =
-        s.ok() ? ((*s)->locked() ? "locked" : "unlocked") : std::string(s.status().message());
+    absl::Status lock = s.ok() ? (*s)->LockThrough(bytes) : s.status();
+    const std::string result = !lock.ok()     ? std::string(lock.message())
+                               : (*s)->locked() ? "locked"
+                                                : "unlocked";
     (void)!write(pipe_fds[1], result.data(), result.size());
     _exit(0);
   }
@@ -247,6 +277,13 @@ TEST(StoreSegmentTest, MlockAboveTheLimitFailsWithTheLimitNamed) {
   EXPECT_THAT(refused, HasSubstr("LimitMEMLOCK=infinity"));
   EXPECT_EQ(CreateWithoutIpcLock(bytes, true), "unlocked")
       << "allow_unlocked_memory continues without the lock";
+  // The chunk that crosses the limit fails in mlock itself; the error says
+  // how much was locked by then (the chunks below the limit).
+  const std::string crossed = CreateWithoutIpcLock(bytes, false, /*own_mlock=*/true);
+  EXPECT_THAT(crossed, HasSubstr(absl::StrFormat("RLIMIT_MEMLOCK is %d bytes", limit.rlim_cur)));
+  EXPECT_THAT(crossed, HasSubstr(absl::StrFormat(
+                           "with %s of it locked", FormatBytes(limit.rlim_cur / (1 << 20) << 20))));
+  EXPECT_EQ(CreateWithoutIpcLock(bytes, true, /*own_mlock=*/true), "unlocked");
 }
 
 std::vector<uint8_t> ReadAt(const std::string& path, uint64_t offset, uint64_t size) {
