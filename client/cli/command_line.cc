@@ -36,9 +36,10 @@ constexpr CommandInfo kCommands[] = {
      "chat through the model's chat template, interactive or one-shot",
      "With a MESSAGE (or --message) sends one user message and prints the reply.\n"
      "Otherwise reads one user message per line from stdin (a terminal or a pipe),\n"
-     "keeps the conversation and streams each reply. Lines /reset (forget the\n"
-     "conversation) and /exit are commands. Ctrl-C stops the reply being written;\n"
-     "at the prompt it ends the chat."},
+     "keeps the conversation and streams each reply. /help lists the commands\n"
+     "(/bye, /clear, /set temp 0.2, /think on, ...). Ctrl-C stops the reply being\n"
+     "written (the part written stays in the conversation); at the prompt it ends\n"
+     "the chat."},
     {Command::kScore, "score", "--tokens LIST --logits-out FILE",
      "logits for token ids, written as raw float32",
      "Runs the token ids at positions 0..n-1 and writes their logits to FILE as\n"

@@ -92,11 +92,11 @@ struct BudgetOptions {
 // With a prompt, one generation as `moetier generate` makes it; without, an
 // interactive chat (commands/chat_loop.h).
 struct RunOptions {
-  std::string model_path;  // --model or the first word; empty: a cached synthetic model
-  bool model_from_word = false;          // the model was the first positional word
-  std::string moetierd_path;             // --moetierd; empty: search
-  std::string worker_path;               // --worker; empty: search
-  std::string synth_path;                // --synth; empty: search
+  std::string model_path;        // --model or the first word; empty: a cached synthetic model
+  bool model_from_word = false;  // the model was the first positional word
+  std::string moetierd_path;     // --moetierd; empty: search
+  std::string worker_path;       // --worker; empty: search
+  std::string synth_path;        // --synth; empty: search
   std::vector<std::string> daemon_args;  // --daemon-arg, repeated
   int64_t start_timeout_s = 600;
   int64_t ctx_tokens = 0;  // --ctx: the worker's context in tokens; 0: the worker's default

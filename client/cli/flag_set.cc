@@ -69,13 +69,14 @@ absl::Status ParseTokenIds(std::string_view flag, std::string_view value,
 
 void FlagSet::Add(std::vector<std::string> names, std::string value_name, std::string help,
                   Setter set) {
-  flags_.push_back(
-      {std::move(names), std::move(value_name), std::move(help), std::move(set), {}});
+  flags_.push_back({std::move(names), std::move(value_name), std::move(help), std::move(set), {}});
 }
 
 void FlagSet::AddSwitch(std::vector<std::string> names, std::string help,
                         std::function<void()> set) {
-  flags_.push_back({std::move(names), "", std::move(help),
+  flags_.push_back({std::move(names),
+                    "",
+                    std::move(help),
                     [set = std::move(set)](std::string_view, std::string_view) {
                       set();
                       return absl::OkStatus();

@@ -241,8 +241,8 @@ int RunPrivateDaemon(const RunOptions& options, const CommandContext& ctx) {
              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count())
       << std::endl;
 
-  int exit_status = options.one_shot ? GenerateOnce(options, daemon_ctx)
-                                     : Chat(options, model, daemon_ctx);
+  int exit_status =
+      options.one_shot ? GenerateOnce(options, daemon_ctx) : Chat(options, model, daemon_ctx);
 
   // --- stop ----------------------------------------------------------------------
   err << "moetier run: stopping moetierd" << std::endl;

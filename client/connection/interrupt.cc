@@ -22,7 +22,7 @@ struct InterruptState {
   InterruptState() { MOETIER_CHECK(pipe2(wake, O_CLOEXEC | O_NONBLOCK) == 0); }
 
   std::mutex mutex;
-  int wake[2] = {-1, -1};  // holds a byte while interrupted
+  int wake[2] = {-1, -1};                 // holds a byte while interrupted
   grpc::ClientContext* active = nullptr;  // the call in flight
   int deferrals = 0;
   int signals = 0;  // since ClearInterrupt

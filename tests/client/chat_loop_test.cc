@@ -42,8 +42,7 @@ class ChatLoopTest : public ::testing::Test {
   ChatLoopTest() : socket_(dir_.File("moetier.sock")), server_(socket_) { ClearInterrupt(); }
   ~ChatLoopTest() override { ClearInterrupt(); }
 
-  ClientRun Run(std::vector<std::string> args, const std::string& stdin_text,
-                bool in_is_terminal) {
+  ClientRun Run(std::vector<std::string> args, const std::string& stdin_text, bool in_is_terminal) {
     args.insert(args.begin(), {"--socket", socket_});
     return RunClient(args, stdin_text, in_is_terminal);
   }

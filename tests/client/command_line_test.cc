@@ -255,8 +255,8 @@ TEST(CommandLineTest, RunTakesTheModelAsTheFirstWord) {
 }
 
 TEST(CommandLineTest, RunTakesLlamaCppSpellings) {
-  absl::StatusOr<CommandLine> cl = Parse({"run", "-m", "q.gguf", "-c", "2048", "-t", "6", "-n",
-                                          "16", "--temp", "0", "-p", "Hello"});
+  absl::StatusOr<CommandLine> cl = Parse(
+      {"run", "-m", "q.gguf", "-c", "2048", "-t", "6", "-n", "16", "--temp", "0", "-p", "Hello"});
   ASSERT_TRUE(cl.ok()) << cl.status();
   EXPECT_EQ(cl->run.model_path, "q.gguf");
   EXPECT_EQ(cl->run.ctx_tokens, 2048);
