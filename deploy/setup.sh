@@ -11,6 +11,7 @@ packages=(
   libabsl-dev liburing-dev libgtest-dev libgmock-dev libbenchmark-dev
   python3-numpy  # the independent float64 forward pass of tests/interop
   python3-jinja2  # the chat template oracle of tests/interop
+  tmux  # drives `moetier run`'s chat as a person would (tests/client/run_chat_tmux_test.py)
 )
 
 missing=()
