@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "config/auto_devices.h"
 #include "config/daemon_config.h"
 #include "frontdoor/api_server.h"
 #include "frontdoor/moetier_service.h"
@@ -219,6 +220,9 @@ int main(int argc, char** argv) {
     std::fputs(moetier::DaemonUsage().c_str(), stdout);
     return 0;
   }
+  const std::string auto_devices =
+      moetier::ResolveAutoDevices(command_line->config, moetier::LocalGpuProbe());
+  if (!auto_devices.empty()) moetier::LogInfo("%s", auto_devices);
   if (absl::Status valid = moetier::ValidateDaemonConfig(command_line->config); !valid.ok()) {
     std::fprintf(stderr, "moetierd: invalid configuration: %s\n",
                  std::string(valid.message()).c_str());

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Sets up a Debian 12 machine if needed, builds moetier and runs the whole test
-# suite with ctest. Build folder: build/ (override with MOETIER_BUILD_DIR).
+# suite with ctest. Build folder: build/ (override with MOETIER_BUILD_DIR),
+# separate from deploy/quickstart.sh's build-release/.
 set -euo pipefail
 
 repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 build_dir=${MOETIER_BUILD_DIR:-$repo_root/build}
 jobs=${MOETIER_JOBS:-$(nproc)}
 
-"$repo_root/deploy/setup.sh"
+"$repo_root/deploy/setup.sh" --tests
 
 # Tests need CUDA code for the GPU they run on only: that GPU's architecture
 # when one is visible, else 90 (keeps builds on GPU-less machines short).

@@ -1,56 +1,93 @@
 #!/usr/bin/env bash
-# Installs what moetier needs to build and test on Debian 12, and nothing that
-# is already there. Safe to run any number of times.
+# Installs what moetier needs on Debian 12, and nothing that is already there.
+# Safe to run any number of times.
+#   deploy/setup.sh           what building and running needs
+#   deploy/setup.sh --tests   also what the test suite needs (GoogleTest, the
+#                             independent oracles in Python and Node.js, tmux)
+# As root it installs directly; as a user it uses sudo; without either it
+# prints the command to run and exits 1.
 set -euo pipefail
 
 repo_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+with_tests=0
+case "${1:-}" in
+  "") ;;
+  --tests) with_tests=1 ;;
+  -h|--help) sed -n '2,8p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  *) echo "setup: unknown argument '$1' (use --tests, or nothing)" >&2; exit 2 ;;
+esac
 
-packages=(
+build_packages=(
   build-essential cmake ninja-build pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libabsl-dev liburing-dev libgtest-dev libgmock-dev libbenchmark-dev
-  python3-numpy  # the independent float64 forward pass of tests/interop
-  python3-jinja2  # the chat template oracle of tests/interop
-  tmux  # drives `moetier run`'s chat as a person would (tests/client/run_chat_tmux_test.py)
+  libabsl-dev liburing-dev
 )
+test_packages=(
+  libgtest-dev libgmock-dev
+  python3-numpy   # the independent float64 forward pass of tests/interop
+  python3-jinja2  # the chat template oracle of tests/interop
+  tmux            # drives `moetier run`'s interactive chat as a person would
+  python3-grpcio python3-protobuf  # the API from a client that is not ours
+  dpkg-dev file   # cpack -G DEB: dpkg-shlibdeps for Depends, file to find the programs
+  help2man        # man pages from each program's --help
+)
+
+packages=("${build_packages[@]}")
+((with_tests)) && packages+=("${test_packages[@]}")
+
+installed() {
+  dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"
+}
+
+# Runs apt-get as root: directly, through sudo, or not at all (then it says
+# exactly what to run and fails).
+apt_updated=0
+apt_install() {
+  local runner=()
+  if [[ $(id -u) -ne 0 ]]; then
+    if command -v sudo >/dev/null; then
+      runner=(sudo)
+    else
+      echo "setup: these Debian packages are missing: $*" >&2
+      echo "setup: this user is not root and sudo is not installed; as root, run:" >&2
+      echo "  apt-get update && apt-get install -y --no-install-recommends $*" >&2
+      echo "setup: then run this script again." >&2
+      exit 1
+    fi
+  fi
+  echo "setup: installing $*"
+  if ((!apt_updated)); then
+    "${runner[@]}" apt-get update -qq
+    apt_updated=1
+  fi
+  DEBIAN_FRONTEND=noninteractive "${runner[@]}" apt-get install -y -qq --no-install-recommends "$@"
+}
 
 missing=()
 for pkg in "${packages[@]}"; do
-  if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
-    missing+=("$pkg")
-  fi
+  installed "$pkg" || missing+=("$pkg")
 done
-
-sudo_cmd=()
-if [[ $(id -u) -ne 0 ]]; then sudo_cmd=(sudo); fi
-apt_updated=0
 if ((${#missing[@]} > 0)); then
-  echo "setup: installing ${missing[*]}"
-  "${sudo_cmd[@]}" apt-get update -qq && apt_updated=1
-  DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  apt_install "${missing[@]}"
 else
   echo "setup: all Debian packages present"
 fi
 
-# Node.js runs the independent GGUF parser of the interop test. It is optional
-# (the test skips without it), and a Node.js from another source that already
-# brings npm is used as it is.
-if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
-  echo "setup: installing nodejs and npm for the GGUF interop test"
-  ((apt_updated)) || "${sudo_cmd[@]}" apt-get update -qq || true
-  if ! DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends nodejs npm; then
-    echo "setup: warning: could not install nodejs/npm; the GGUF interop test will be skipped" >&2
+if ((with_tests)); then
+  # Node.js runs the independent GGUF parser and tokenizers of the interop
+  # tests. They skip without it; a Node.js from another source that already
+  # brings npm is used as it is.
+  if ! command -v node >/dev/null || ! command -v npm >/dev/null; then
+    echo "setup: nodejs and npm are for the interop tests"
+    apt_install nodejs npm ||
+      echo "setup: warning: could not install nodejs/npm; the interop tests that need them will be skipped" >&2
   fi
-fi
-
-# The independent GGUF parser used by the interop test (pinned in package.json).
-interop_dir="$repo_root/tests/interop"
-if [[ -f "$interop_dir/package.json" ]] && command -v npm >/dev/null; then
-  if [[ ! -d "$interop_dir/node_modules/@huggingface/gguf" ]]; then
+  # The independent GGUF parser of the interop test, pinned in package.json.
+  interop_dir="$repo_root/tests/interop"
+  if command -v npm >/dev/null && [[ ! -d "$interop_dir/node_modules/@huggingface/gguf" ]]; then
     echo "setup: installing the npm packages of tests/interop"
-    if ! (cd "$interop_dir" && npm install --no-audit --no-fund --loglevel=error); then
+    (cd "$interop_dir" && npm install --no-audit --no-fund --loglevel=error) ||
       echo "setup: warning: npm install failed; the GGUF interop test will be skipped" >&2
-    fi
   fi
 fi
 

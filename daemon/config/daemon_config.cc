@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 #include <optional>
+#include <regex>
 #include <sstream>
 
 #include "absl/container/flat_hash_set.h"
@@ -30,6 +31,15 @@ using google::protobuf::FieldDescriptor;
 // Debian's absl::string_view is its own type, not std::string_view.
 absl::string_view Absl(std::string_view s) { return absl::string_view(s.data(), s.size()); }
 
+// How --help and errors spell the flag of a config field: with dashes.
+std::string FlagSpelling(std::string_view field) {
+  std::string name(field);
+  for (char& c : name) {
+    if (c == '_') c = '-';
+  }
+  return name;
+}
+
 struct FlagDoc {
   const char* name;
   const char* value;
@@ -43,7 +53,9 @@ constexpr FlagDoc kFlags[] = {
     {"ram_budget_bytes", "SIZE",
      "RAM for the locked expert store (tables, dense weights, expert slots), e.g. 24GiB. "
      "0 holds every expert; less makes RAM a cache over the model file."},
-    {"devices", "LIST", "Comma-separated devices, one worker each: cpu, cuda:0, cuda:1, ..."},
+    {"devices", "LIST",
+     "Comma-separated devices, one worker each: cpu, cuda:0, cuda:1, ..., or auto: every "
+     "NVIDIA GPU present when the workers have CUDA, else the CPU. Default: auto."},
     {"worker_executable_path", "PATH",
      "The worker program (default: moetier-worker next to moetierd, or in the build "
      "tree's worker/ folder)."},
@@ -83,7 +95,7 @@ constexpr FlagDoc kFlags[] = {
     {"max_new_tokens_limit", "N", "Largest max_new_tokens a request may ask for."},
     {"default_max_new_tokens", "N", "max_new_tokens of requests that leave it unset."},
     {"max_score_tokens", "N", "Longest token list of a Score request."},
-    {"help", "", "Print this help and exit."},
+    {"help", "", "Print this help and exit (also -h)."},
 };
 
 class CollectErrors : public google::protobuf::io::ErrorCollector {
@@ -103,25 +115,58 @@ absl::StatusOr<bool> ParseBool(std::string_view flag, std::string_view text) {
   if (text == "true" || text == "1" || text == "yes") return true;
   if (text == "false" || text == "0" || text == "no") return false;
   return absl::InvalidArgumentError(
-      absl::StrFormat("--%s=%s: expected true or false", flag, text));
+      absl::StrFormat("--%s=%s: expected true or false", FlagSpelling(flag), text));
+}
+
+// Fields whose values are byte counts and so accept units (24GiB).
+bool IsByteSizeField(std::string_view name) {
+  return absl::EndsWith(Absl(name), "_bytes") || absl::EndsWith(Absl(name), "_bytes_per_s");
+}
+
+// The text format only knows plain integers, so `ram_budget_bytes: 24GiB`
+// (or "24GiB") becomes the number before parsing. Lines keep their numbers,
+// so parse errors still point at the right place.
+absl::StatusOr<std::string> WithByteSizesAsNumbers(std::string_view text,
+                                                   std::string_view source) {
+  static const std::regex kSizedField(
+      R"re(^(\s*)([A-Za-z_][A-Za-z0-9_]*)(\s*:\s*)"?([0-9][0-9.]*\s*[A-Za-z]+)"?(\s*(#.*)?)$)re");
+  std::string out;
+  int line_number = 0;
+  for (absl::string_view line : absl::StrSplit(Absl(text), '\n')) {
+    ++line_number;
+    std::string l(line);
+    std::smatch m;
+    if (std::regex_match(l, m, kSizedField) && IsByteSizeField(m[2].str())) {
+      absl::StatusOr<uint64_t> bytes = ParseByteSize(m[4].str());
+      if (!bytes.ok()) {
+        return absl::InvalidArgumentError(absl::StrFormat(
+            "config %s:%d: %s: %s", source, line_number, m[2].str(), bytes.status().message()));
+      }
+      l = absl::StrCat(m[1].str(), m[2].str(), m[3].str(), *bytes, m[5].str());
+    }
+    if (line_number > 1) out += '\n';
+    out += l;
+  }
+  return out;
 }
 
 absl::StatusOr<uint64_t> ParseUnsigned(const FieldDescriptor& field, std::string_view text) {
   uint64_t value = 0;
-  if (absl::EndsWith(field.name(), "_bytes")) {
+  if (IsByteSizeField(field.name())) {
     absl::StatusOr<uint64_t> bytes = ParseByteSize(text);
     if (!bytes.ok()) {
       return absl::InvalidArgumentError(
-          absl::StrFormat("--%s: %s", field.name(), bytes.status().message()));
+          absl::StrFormat("--%s: %s", FlagSpelling(field.name()), bytes.status().message()));
     }
     value = *bytes;
   } else if (!absl::SimpleAtoi(Absl(text), &value)) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("--%s=%s: expected a non-negative integer", field.name(), text));
+        absl::StrFormat("--%s=%s: expected a non-negative integer", FlagSpelling(field.name()),
+                        text));
   }
   if (field.cpp_type() == FieldDescriptor::CPPTYPE_UINT32 && value > UINT32_MAX) {
     return absl::OutOfRangeError(
-        absl::StrFormat("--%s=%s: larger than %d", field.name(), text, UINT32_MAX));
+        absl::StrFormat("--%s=%s: larger than %d", FlagSpelling(field.name()), text, UINT32_MAX));
   }
   return value;
 }
@@ -145,7 +190,7 @@ absl::Status ApplyFlag(DaemonConfig& config, std::string_view name,
   const FieldDescriptor* field = DaemonConfig::descriptor()->FindFieldByName(std::string(name));
   if (field == nullptr) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("unknown flag --%s; run moetierd --help for the list", name));
+        absl::StrFormat("unknown flag --%s; run moetierd --help for the list", FlagSpelling(name)));
   }
   const google::protobuf::Reflection* r = config.GetReflection();
   if (field->cpp_type() == FieldDescriptor::CPPTYPE_BOOL) {
@@ -155,7 +200,7 @@ absl::Status ApplyFlag(DaemonConfig& config, std::string_view name,
     return absl::OkStatus();
   }
   if (!value.has_value()) {
-    return absl::InvalidArgumentError(absl::StrFormat("--%s needs a value", name));
+    return absl::InvalidArgumentError(absl::StrFormat("--%s needs a value", FlagSpelling(name)));
   }
   switch (field->cpp_type()) {
     case FieldDescriptor::CPPTYPE_UINT32:
@@ -184,7 +229,8 @@ absl::Status ApplyFlag(DaemonConfig& config, std::string_view name,
       }
       return absl::OkStatus();
     default:
-      return absl::InternalError(absl::StrFormat("flag --%s has an unsupported type", name));
+      return absl::InternalError(
+          absl::StrFormat("flag --%s has an unsupported type", FlagSpelling(name)));
   }
 }
 
@@ -216,10 +262,12 @@ absl::Status CheckSocketPath(std::string_view name, const std::string& path) {
 absl::StatusOr<DaemonConfig> ParseDaemonConfigText(std::string_view text,
                                                    std::string_view source) {
   DaemonConfig config;
+  absl::StatusOr<std::string> plain = WithByteSizesAsNumbers(text, source);
+  if (!plain.ok()) return plain.status();
   google::protobuf::TextFormat::Parser parser;
   CollectErrors errors;
   parser.RecordErrorsTo(&errors);
-  if (!parser.ParseFromString(std::string(text), &config)) {
+  if (!parser.ParseFromString(*plain, &config)) {
     return absl::InvalidArgumentError(absl::StrFormat("config %s:%s", source, errors.first()));
   }
   return config;
@@ -244,7 +292,7 @@ absl::StatusOr<unsigned> ParseSocketMode(std::string_view octal) {
 
 absl::Status ValidateDaemonConfig(const DaemonConfig& c) {
   if (c.model_path().empty()) {
-    return Invalid("model_path is not set: give it in the config file or as --model_path=FILE");
+    return Invalid("model_path is not set: give it in the config file or as --model-path=FILE");
   }
   struct stat st {};
   if (stat(c.model_path().c_str(), &st) != 0) {
@@ -252,7 +300,7 @@ absl::Status ValidateDaemonConfig(const DaemonConfig& c) {
   }
   if (!S_ISREG(st.st_mode)) return Invalid("model_path %s is not a regular file", c.model_path());
   if (c.devices_size() == 0) {
-    return Invalid("devices is empty: list at least one of cpu, cuda:0, cuda:1, ...");
+    return Invalid("devices is empty: list at least one of auto, cpu, cuda:0, cuda:1, ...");
   }
   if (c.devices_size() > static_cast<int>(store::kMaxWorkers)) {
     return Invalid("%d devices listed; at most %d workers are supported", c.devices_size(),
@@ -260,8 +308,11 @@ absl::Status ValidateDaemonConfig(const DaemonConfig& c) {
   }
   absl::flat_hash_set<std::string> seen;
   for (const std::string& d : c.devices()) {
+    if (d == "auto") {
+      return Invalid("device 'auto' must be the only entry of devices (it picks them all)");
+    }
     if (!IsValidDevice(d)) {
-      return Invalid("device '%s' is not valid: use cpu or cuda:N (N = 0, 1, ...)", d);
+      return Invalid("device '%s' is not valid: use auto, cpu or cuda:N (N = 0, 1, ...)", d);
     }
     if (!seen.insert(d).second) return Invalid("device '%s' is listed twice", d);
   }
@@ -324,6 +375,20 @@ absl::Status ValidateDaemonConfig(const DaemonConfig& c) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// Flags are spelled with dashes (--model-path); the config field's own
+// spelling (--model_path) is accepted as well.
+std::string FieldNameOfFlag(std::string_view flag) {
+  std::string name(flag);
+  for (char& c : name) {
+    if (c == '-') c = '_';
+  }
+  return name;
+}
+
+}  // namespace
+
 absl::StatusOr<DaemonCommandLine> ParseDaemonCommandLine(const std::vector<std::string>& args) {
   struct Flag {
     std::string name;
@@ -332,6 +397,7 @@ absl::StatusOr<DaemonCommandLine> ParseDaemonCommandLine(const std::vector<std::
   std::vector<Flag> flags;
   for (size_t i = 1; i < args.size(); ++i) {
     std::string_view a = args[i];
+    if (a == "-h") a = "--help";
     if (!absl::StartsWith(Absl(a), "--") || a.size() == 2) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "unexpected argument '%s'; every option is a --flag (run moetierd --help)", a));
@@ -339,10 +405,10 @@ absl::StatusOr<DaemonCommandLine> ParseDaemonCommandLine(const std::vector<std::
     a.remove_prefix(2);
     Flag flag;
     if (const size_t eq = a.find('='); eq != std::string_view::npos) {
-      flag.name = std::string(a.substr(0, eq));
+      flag.name = FieldNameOfFlag(a.substr(0, eq));
       flag.value = std::string(a.substr(eq + 1));
     } else {
-      flag.name = std::string(a);
+      flag.name = FieldNameOfFlag(a);
       const FieldDescriptor* field = DaemonConfig::descriptor()->FindFieldByName(flag.name);
       const bool takes_value =
           flag.name == "config" ||
@@ -402,13 +468,15 @@ std::string DaemonUsage() {
       "moetierd: the moetier daemon. Owns the pinned expert store of one Mixture-of-Experts\n"
       "model and runs one moetier-worker per device.\n\n"
       "usage: moetierd --config=FILE [--flag=value ...]\n"
-      "       moetierd --model_path=MODEL.gguf --devices=cpu [--flag=value ...]\n\n"
+      "       moetierd --model-path=MODEL.gguf [--devices=cpu] [--flag=value ...]\n\n"
       "The config file is a DaemonConfig in protobuf text format (field: value, one per\n"
-      "line); every flag below is also a config field of the same name, and a flag given\n"
-      "here overrides the file. Sizes accept units: 24GiB, 512MiB, 20GB.\n\nflags:\n";
+      "line). Every flag below is also a config field, spelled with underscores\n"
+      "(--model-path is model_path; --model_path works as a flag too), and a flag given\n"
+      "here overrides the file. Sizes accept units in both: 24GiB, 512MiB, 20GB.\n\n"
+      "flags:\n";
   const DaemonConfig defaults;
   for (const FlagDoc& f : kFlags) {
-    std::string head = absl::StrFormat("  --%s", f.name);
+    std::string head = absl::StrFormat("  --%s", FlagSpelling(f.name));
     if (f.value[0] != '\0') absl::StrAppendFormat(&head, "=%s", f.value);
     std::string help = f.help;
     const FieldDescriptor* field = DaemonConfig::descriptor()->FindFieldByName(f.name);

@@ -28,8 +28,8 @@ struct DaemonCommandLine {
 // args[0] is the program name. Applies --config=FILE first, then every
 // other flag in order. Accepts --flag=value and --flag value; a bool flag
 // alone means true. Sizes (*_bytes) accept units: 24GiB, 512MiB, 20GB.
-// List flags (--devices, --worker_extra_args) replace the file's list;
-// --devices takes a comma-separated list, --worker_extra_args one argument
+// List flags (--devices, --worker-extra-args) replace the file's list;
+// --devices takes a comma-separated list, --worker-extra-args one argument
 // per occurrence.
 absl::StatusOr<DaemonCommandLine> ParseDaemonCommandLine(const std::vector<std::string>& args);
 

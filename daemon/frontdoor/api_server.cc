@@ -1,6 +1,7 @@
 #include "frontdoor/api_server.h"
 
 #include <grp.h>
+#include <netdb.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -11,6 +12,7 @@
 #include <cstring>
 
 #include "absl/strings/str_format.h"
+#include "grpc/health/v1/health.pb.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "log/daemon_log.h"
@@ -65,6 +67,40 @@ absl::Status MakeParentDirectory(const std::string& path) {
   return absl::OkStatus();
 }
 
+// Why gRPC could not listen on HOST:PORT: it says only that it failed, so
+// bind the address the way it does (SO_REUSEADDR, no SO_REUSEPORT) and
+// report what the kernel says.
+std::string TcpListenProblem(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  std::string host = address.substr(0, colon);
+  const std::string port = address.substr(colon + 1);
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  addrinfo* found = nullptr;
+  if (const int e = getaddrinfo(host.empty() ? nullptr : host.c_str(), port.c_str(), &hints, &found);
+      e != 0) {
+    return gai_strerror(e);
+  }
+  std::string problem = "unknown reason";
+  for (const addrinfo* a = found; a != nullptr; a = a->ai_next) {
+    const int fd = socket(a->ai_family, a->ai_socktype, a->ai_protocol);
+    if (fd < 0) continue;
+    const int one = 1;
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(fd, a->ai_addr, a->ai_addrlen) != 0) {
+      problem = errno == EADDRINUSE ? "address in use (another process listens on it)"
+                                    : std::strerror(errno);
+    }
+    close(fd);
+  }
+  freeaddrinfo(found);
+  return problem;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ApiServer>> ApiServer::Start(const ApiServerOptions& options,
@@ -74,7 +110,13 @@ absl::StatusOr<std::unique_ptr<ApiServer>> ApiServer::Start(const ApiServerOptio
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  // Reflection finds descriptors in the generated pool; naming one keeps
+  // the linker from dropping grpc.health.v1's.
+  (void)grpc::health::v1::HealthCheckRequest::descriptor();
   grpc::ServerBuilder builder;
+  // gRPC sets SO_REUSEPORT by default, which lets a second daemon share
+  // the port silently; one listener per address.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddListeningPort("unix:" + options.socket_path, grpc::InsecureServerCredentials());
   std::unique_ptr<ApiServer> server(new ApiServer());
   if (!options.listen_address.empty()) {
@@ -89,15 +131,16 @@ absl::StatusOr<std::unique_ptr<ApiServer>> ApiServer::Start(const ApiServerOptio
   const mode_t old_umask = umask(~options.socket_mode & 0777);
   server->server_ = builder.BuildAndStart();
   umask(old_umask);
-  if (server->server_ == nullptr) {
+  const bool tcp_failed = !options.listen_address.empty() && server->tcp_port_ == 0;
+  if (server->server_ != nullptr && tcp_failed) server->server_->Shutdown();
+  if (tcp_failed) {
     return absl::UnavailableError(absl::StrFormat(
-        "cannot serve the API on unix:%s%s", options.socket_path,
-        options.listen_address.empty() ? "" : " and " + options.listen_address));
+        "cannot listen on %s (listen_address): %s", options.listen_address,
+        TcpListenProblem(options.listen_address)));
   }
-  if (!options.listen_address.empty() && server->tcp_port_ == 0) {
-    server->server_->Shutdown();
+  if (server->server_ == nullptr) {
     return absl::UnavailableError(
-        absl::StrFormat("cannot listen on %s (address in use?)", options.listen_address));
+        absl::StrFormat("cannot serve the API on unix:%s", options.socket_path));
   }
   server->socket_path_ = options.socket_path;
   if (chmod(options.socket_path.c_str(), options.socket_mode) != 0) {

@@ -2,12 +2,15 @@
 // and every invalid value refused with a message that names it.
 #include "config/daemon_config.h"
 
+#include <algorithm>
+
 #include <sys/stat.h>
 
 #include <fstream>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "config/auto_devices.h"
 #include "test_model.h"
 #include "util/byte_size.h"
 
@@ -69,6 +72,76 @@ TEST(DaemonConfigTest, ParsesTextFormat) {
   EXPECT_EQ(c->worker_heartbeat_timeout_ms(), 10000u);
 }
 
+TEST(DaemonConfigTest, SizesInTheFileTakeUnits) {
+  absl::StatusOr<DaemonConfig> c = ParseDaemonConfigText(
+      "model_path: \"/m.gguf\"\n"
+      "ram_budget_bytes: 24GiB   # the store\n"
+      "  max_prompt_bytes: \"512KiB\"\n",
+      "test.conf");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->ram_budget_bytes(), 24ull << 30);
+  EXPECT_EQ(c->max_prompt_bytes(), 512u << 10);
+  EXPECT_EQ(c->model_path(), "/m.gguf");
+
+  absl::StatusOr<DaemonConfig> bad =
+      ParseDaemonConfigText("model_path: \"x\"\nram_budget_bytes: 24GiBs\n", "moetierd.conf");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(Message(bad.status()), HasSubstr("moetierd.conf:2"));
+  EXPECT_THAT(Message(bad.status()), HasSubstr("ram_budget_bytes"));
+  // Units belong to sizes only: a count with one stays an error.
+  EXPECT_FALSE(ParseDaemonConfigText("io_queue_depth: 4K\n", "c").ok());
+}
+
+TEST(DaemonConfigTest, FlagsTakeDashesOrUnderscoresAndDashH) {
+  absl::StatusOr<DaemonCommandLine> cl = ParseDaemonCommandLine(
+      {"moetierd", "--model-path=/a.gguf", "--ram-budget-bytes", "2GiB", "--io-queue-depth=8",
+       "--allow-unlocked-memory"});
+  ASSERT_TRUE(cl.ok()) << cl.status();
+  EXPECT_EQ(cl->config.model_path(), "/a.gguf");
+  EXPECT_EQ(cl->config.ram_budget_bytes(), 2ull << 30);
+  EXPECT_EQ(cl->config.io_queue_depth(), 8u);
+  EXPECT_TRUE(cl->config.allow_unlocked_memory());
+  absl::StatusOr<DaemonCommandLine> help = ParseDaemonCommandLine({"moetierd", "-h"});
+  ASSERT_TRUE(help.ok()) << help.status();
+  EXPECT_TRUE(help->help);
+}
+
+TEST(DaemonAutoDevicesTest, GpusWhenPresentAndBuiltForElseCpu) {
+  ScratchDir dir;
+  const std::string gpus = dir.File("gpus");
+  ASSERT_EQ(mkdir(gpus.c_str(), 0755), 0);
+  GpuProbe probe{.driver_gpus_dir = gpus, .cuda_visible_devices = nullptr,
+                 .workers_have_cuda = true};
+  std::string why;
+  EXPECT_THAT(AutoDevices(probe, &why), ElementsAre("cpu"));
+  EXPECT_THAT(why, HasSubstr("no NVIDIA GPU"));
+  for (const char* pci : {"0000:01:00.0", "0000:41:00.0"}) {
+    ASSERT_EQ(mkdir((gpus + "/" + pci).c_str(), 0755), 0);
+  }
+  EXPECT_THAT(AutoDevices(probe, &why), ElementsAre("cuda:0", "cuda:1"));
+  probe.cuda_visible_devices = "1";
+  EXPECT_THAT(AutoDevices(probe, &why), ElementsAre("cuda:0"));
+  probe.cuda_visible_devices = "";
+  EXPECT_THAT(AutoDevices(probe, &why), ElementsAre("cpu"));
+  probe.cuda_visible_devices = nullptr;
+  probe.workers_have_cuda = false;
+  EXPECT_THAT(AutoDevices(probe, &why), ElementsAre("cpu"));
+  EXPECT_THAT(why, HasSubstr("no CUDA"));
+
+  probe.workers_have_cuda = true;
+  DaemonConfig unset;
+  EXPECT_THAT(ResolveAutoDevices(unset, probe), HasSubstr("cuda:0, cuda:1"));
+  EXPECT_THAT(unset.devices(), ElementsAre("cuda:0", "cuda:1"));
+  DaemonConfig automatic;
+  automatic.add_devices("auto");
+  ResolveAutoDevices(automatic, probe);
+  EXPECT_THAT(automatic.devices(), ElementsAre("cuda:0", "cuda:1"));
+  DaemonConfig chosen;
+  chosen.add_devices("cpu");
+  EXPECT_EQ(ResolveAutoDevices(chosen, probe), "");
+  EXPECT_THAT(chosen.devices(), ElementsAre("cpu"));
+}
+
 TEST(DaemonConfigTest, TextErrorsNameFileLineAndColumn) {
   absl::StatusOr<DaemonConfig> c =
       ParseDaemonConfigText("model_path: \"x\"\nram_budget: 5\n", "moetierd.conf");
@@ -85,9 +158,9 @@ TEST(DaemonConfigTest, FlagsOverrideTheFile) {
   std::ofstream(file) << "model_path: \"/a.gguf\"\nram_budget_bytes: 100\ndevices: \"cpu\"\n"
                          "worker_extra_args: \"--threads=4\"\n";
   absl::StatusOr<DaemonCommandLine> cl = ParseDaemonCommandLine(
-      {"moetierd", "--config=" + file, "--ram_budget_bytes=8GiB", "--devices=cuda:0,cuda:1",
-       "--direct_io=false", "--lock_memory", "--io_queue_depth", "16",
-       "--worker_extra_args=--a", "--worker_extra_args=--b"});
+      {"moetierd", "--config=" + file, "--ram-budget-bytes=8GiB", "--devices=cuda:0,cuda:1",
+       "--direct-io=false", "--lock-memory", "--io-queue-depth", "16",
+       "--worker-extra-args=--a", "--worker-extra-args=--b"});
   ASSERT_TRUE(cl.ok()) << cl.status();
   EXPECT_FALSE(cl->help);
   const DaemonConfig& c = cl->config;
@@ -106,14 +179,14 @@ TEST(DaemonConfigTest, BadFlagsAreRefused) {
     std::string message;
   };
   const Case cases[] = {
-      {{"moetierd", "--no_such_flag=1"}, "unknown flag --no_such_flag"},
-      {{"moetierd", "--io_queue_depth=abc"}, "--io_queue_depth=abc"},
-      {{"moetierd", "--io_queue_depth=99999999999"}, "larger than"},
-      {{"moetierd", "--ram_budget_bytes=lots"}, "not a byte size"},
-      {{"moetierd", "--direct_io=maybe"}, "expected true or false"},
+      {{"moetierd", "--no_such_flag=1"}, "unknown flag --no-such-flag"},
+      {{"moetierd", "--io-queue-depth=abc"}, "--io-queue-depth=abc"},
+      {{"moetierd", "--io-queue-depth=99999999999"}, "larger than"},
+      {{"moetierd", "--ram-budget-bytes=lots"}, "not a byte size"},
+      {{"moetierd", "--direct-io=maybe"}, "expected true or false"},
       {{"moetierd", "model.gguf"}, "unexpected argument 'model.gguf'"},
       {{"moetierd", "--config=/nonexistent/moetierd.conf"}, "cannot read config file"},
-      {{"moetierd", "--model_path"}, "--model_path needs a value"},
+      {{"moetierd", "--model-path"}, "--model-path needs a value"},
   };
   for (const Case& c : cases) {
     absl::StatusOr<DaemonCommandLine> cl = ParseDaemonCommandLine(c.args);
@@ -159,6 +232,9 @@ TEST_F(DaemonConfigValidateTest, RefusesEachInvalidValueByName) {
   config_.clear_devices();
   EXPECT_THAT(Problem(), HasSubstr("devices is empty"));
   SetUp();
+  config_.add_devices("auto");
+  EXPECT_THAT(Problem(), HasSubstr("'auto' must be the only entry"));
+  SetUp();
   config_.add_devices("gpu0");
   EXPECT_THAT(Problem(), HasSubstr("device 'gpu0' is not valid"));
   SetUp();
@@ -197,7 +273,9 @@ TEST(DaemonUsageTest, HelpExplainsEveryField) {
   const google::protobuf::Descriptor* d = DaemonConfig::descriptor();
   for (int i = 0; i < d->field_count(); ++i) {
     const std::string& name = d->field(i)->name();
-    EXPECT_THAT(usage, HasSubstr("--" + name)) << name;
+    std::string flag = name;
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    EXPECT_THAT(usage, HasSubstr("--" + flag)) << name;
     EXPECT_NE(std::find(documented.begin(), documented.end(), name), documented.end()) << name;
   }
   EXPECT_THAT(usage, HasSubstr("--config=FILE"));

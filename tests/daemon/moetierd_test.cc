@@ -1,9 +1,12 @@
 // moetierd as a program: --help, refusing a bad configuration before doing
 // anything, and a whole run — manifest, store, preload or cache, a worker
 // admitted — ended by SIGTERM with exit status 0.
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -13,6 +16,7 @@
 #include <sstream>
 #include <thread>
 
+#include "absl/strings/str_format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "store_test_util.h"
@@ -87,26 +91,88 @@ TEST(MoetierdTest, HelpListsTheFlags) {
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 0);
   const std::string out = ReadAll(dir.File("log"));
-  EXPECT_THAT(out, HasSubstr("--ram_budget_bytes=SIZE"));
-  EXPECT_THAT(out, HasSubstr("--io_queue_depth=N"));
+  EXPECT_THAT(out, HasSubstr("--ram-budget-bytes=SIZE"));
+  EXPECT_THAT(out, HasSubstr("--io-queue-depth=N"));
+
+  const pid_t short_pid = Spawn({"-h"}, dir.File("short"));
+  const int short_status = WaitExit(short_pid, 10000);
+  ASSERT_TRUE(WIFEXITED(short_status));
+  EXPECT_EQ(WEXITSTATUS(short_status), 0);
+  EXPECT_EQ(ReadAll(dir.File("short")), out);
 }
 
 TEST(MoetierdTest, AnInvalidConfigurationExitsWithTwoAndSaysWhy) {
   ScratchDir dir;
-  const pid_t pid = Spawn({"--model_path=" + dir.File("none.gguf"), "--devices=cpu",
-                           "--ram_budget_bytes=12 parsecs"},
+  const pid_t pid = Spawn({"--model-path=" + dir.File("none.gguf"), "--devices=cpu",
+                           "--ram-budget-bytes=12 parsecs"},
                           dir.File("log"));
   const int status = WaitExit(pid, 10000);
   ASSERT_TRUE(WIFEXITED(status));
   EXPECT_EQ(WEXITSTATUS(status), 2);
   EXPECT_THAT(ReadAll(dir.File("log")), HasSubstr("not a byte size"));
 
-  const pid_t pid2 = Spawn({"--model_path=" + dir.File("none.gguf"), "--devices=tpu"},
+  const pid_t pid2 = Spawn({"--model-path=" + dir.File("none.gguf"), "--devices=tpu"},
                            dir.File("log2"));
   const int status2 = WaitExit(pid2, 10000);
   ASSERT_TRUE(WIFEXITED(status2));
   EXPECT_EQ(WEXITSTATUS(status2), 2);
   EXPECT_THAT(ReadAll(dir.File("log2")), HasSubstr("model_path"));
+}
+
+// A config serving `model` with the fake worker, its sockets in `dir`.
+std::string WriteConfig(const ScratchDir& dir, const std::string& name, const TestModel& model,
+                        const std::string& extra = "") {
+  const std::string reports = dir.File(name + "-reports");
+  std::filesystem::create_directory(reports);
+  const std::string path = dir.File(name + ".conf");
+  std::ofstream(path) << "model_path: \"" << model.path << "\"\n"
+                      << "devices: \"cpu\"\n"
+                      << "worker_executable_path: \"" << MOETIER_FAKE_WORKER << "\"\n"
+                      << "worker_socket_path: \"" << dir.File(name + "-w.sock") << "\"\n"
+                      << "api_socket_path: \"" << dir.File(name + "-api.sock") << "\"\n"
+                      << "worker_extra_args: \"--fake-report-dir=" << reports << "\"\n"
+                      << "allow_unlocked_memory: true\n"
+                      << extra;
+  return path;
+}
+
+// A TCP port nobody listens on right now.
+int FreeTcpPort() {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  socklen_t len = sizeof(addr);
+  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// gRPC's default SO_REUSEPORT would let a second daemon bind the same port
+// and take half the connections; it must fail and say why instead.
+TEST(MoetierdTest, ASecondDaemonOnTheSamePortFailsWithAddressInUse) {
+  ScratchDir dir;
+  daemon_test::TestModelOptions o;
+  o.n_layer = 2;
+  o.n_expert = 4;
+  absl::StatusOr<TestModel> model = daemon_test::WriteTestModel(dir.path(), "m", o);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const std::string listen = absl::StrFormat("listen_address: \"127.0.0.1:%d\"\n", FreeTcpPort());
+  const pid_t first = Spawn({"--config=" + WriteConfig(dir, "a", *model, listen)}, dir.File("a.log"));
+  const bool serving = WaitFor(
+      [&] { return ReadAll(dir.File("a.log")).find("serving the API") != std::string::npos; },
+      20000);
+  const pid_t second = Spawn({"--config=" + WriteConfig(dir, "b", *model, listen)}, dir.File("b.log"));
+  const int second_status = WaitExit(second, 20000);
+  kill(first, SIGTERM);
+  const int first_status = WaitExit(first, 10000);
+  ASSERT_TRUE(serving) << ReadAll(dir.File("a.log"));
+  ASSERT_TRUE(WIFEXITED(second_status)) << ReadAll(dir.File("b.log"));
+  EXPECT_NE(WEXITSTATUS(second_status), 0);
+  EXPECT_THAT(ReadAll(dir.File("b.log")), HasSubstr("address in use"));
+  ASSERT_TRUE(WIFEXITED(first_status));
+  EXPECT_EQ(WEXITSTATUS(first_status), 0) << ReadAll(dir.File("a.log"));
 }
 
 class MoetierdRunTest : public ::testing::TestWithParam<std::string> {};
@@ -164,7 +230,7 @@ TEST_P(MoetierdRunTest, ServesAWorkerAndStopsCleanlyOnSigterm) {
 }
 
 INSTANTIATE_TEST_SUITE_P(MoetierdModes, MoetierdRunTest,
-                         ::testing::Values("", "--ram_budget_bytes=560KiB"),
+                         ::testing::Values("", "--ram-budget-bytes=560KiB"),
                          [](const ::testing::TestParamInfo<std::string>& param_info) {
                            return param_info.param.empty() ? "Preload" : "Cache";
                          });

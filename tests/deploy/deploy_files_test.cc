@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -102,13 +103,15 @@ TEST(ConfigExampleTest, ParsesAndValidatesAsIsAndWithEveryKeyUncommented) {
   absl::StatusOr<DaemonConfig> as_is = ParseDaemonConfigText(text, "moetierd.conf.example");
   ASSERT_TRUE(as_is.ok()) << as_is.status();
   EXPECT_EQ(as_is->model_path(), "/var/lib/moetier/model.gguf");
-  EXPECT_THAT(as_is->devices(), ::testing::ElementsAre("cuda:0"));
+  EXPECT_THAT(as_is->devices(), ::testing::ElementsAre("auto"));
 
   std::string all;
   for (const KeyLine& l : KeyLines(text)) all += l.line + "\n";
   absl::StatusOr<DaemonConfig> full = ParseDaemonConfigText(all, "uncommented example");
   ASSERT_TRUE(full.ok()) << full.status();
-  EXPECT_THAT(full->devices(), ::testing::ElementsAre("cuda:0", "cpu"));
+  EXPECT_THAT(full->devices(), ::testing::ElementsAre("auto", "cuda:0", "cpu"));
+  // "auto" stands alone; the commented entries are its alternatives.
+  full->mutable_devices()->erase(full->mutable_devices()->begin());
   // Only the model must exist for the values to validate.
   full->set_model_path(Deploy("moetierd.conf.example"));
   EXPECT_TRUE(ValidateDaemonConfig(*full).ok()) << ValidateDaemonConfig(*full);
@@ -122,12 +125,57 @@ TEST(SystemdUnitTest, HasWhatTheServiceNeeds) {
         "\nLimitMEMLOCK=infinity\n", "\nRestart=on-failure\n", "\nRuntimeDirectory=moetier\n",
         "\nGroup=moetier\n", "\nDeviceAllow=char-nvidia-frontend rw\n",
         "\nDeviceAllow=/dev/nvidiactl rw\n", "\nDeviceAllow=/dev/nvidia-uvm rw\n",
-        "\nProtectSystem=strict\n", "\nNoNewPrivileges=yes\n"}) {
+        "\nProtectSystem=strict\n", "\nNoNewPrivileges=yes\n", "\nUser=moetier\n",
+        // moetierd exits 2 on a bad config or flag; restarting would only loop.
+        "\nRestartPreventExitStatus=2\n", "\nProtectProc=invisible\n"}) {
     EXPECT_THAT(unit, HasSubstr(line));
   }
   // These would hide the GPU or break CUDA.
   EXPECT_THAT(unit, Not(HasSubstr("\nPrivateDevices=yes")));
   EXPECT_THAT(unit, Not(HasSubstr("\nMemoryDenyWriteExecute=yes")));
+}
+
+// The unit's "Key=value" settings by "[Section]Key", in file order; comments
+// and blank lines dropped. Enough of systemd's syntax for this unit (no
+// line continuations).
+std::multimap<std::string, std::string> UnitSettings(const std::string& text) {
+  std::multimap<std::string, std::string> out;
+  std::string section;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    line = absl::StripAsciiWhitespace(line);
+    if (line.empty() || line[0] == '#' || line[0] == ';') continue;
+    if (line.front() == '[' && line.back() == ']') {
+      section = std::string(line);
+      continue;
+    }
+    const size_t eq = line.find('=');
+    if (eq == absl::string_view::npos) continue;
+    out.emplace(section + std::string(line.substr(0, eq)), std::string(line.substr(eq + 1)));
+  }
+  return out;
+}
+
+std::vector<std::string> Values(const std::multimap<std::string, std::string>& settings,
+                                const std::string& key) {
+  std::vector<std::string> out;
+  for (auto [it, end] = settings.equal_range(key); it != end; ++it) out.push_back(it->second);
+  return out;
+}
+
+TEST(SystemdUnitTest, ServiceSectionSetsEachKeyOnce) {
+  const auto settings = UnitSettings(ReadFile(Deploy("moetierd.service")));
+  using ::testing::ElementsAre;
+  EXPECT_THAT(Values(settings, "[Service]Type"), ElementsAre("notify"));
+  EXPECT_THAT(Values(settings, "[Service]User"), ElementsAre("moetier"));
+  EXPECT_THAT(Values(settings, "[Service]LimitMEMLOCK"), ElementsAre("infinity"));
+  EXPECT_THAT(Values(settings, "[Service]RestartPreventExitStatus"), ElementsAre("2"));
+  EXPECT_THAT(Values(settings, "[Service]ProtectProc"), ElementsAre("invisible"));
+  // The daemon feeds the watchdog only where the unit asks for one; a unit
+  // that sets it must not switch it off.
+  for (const std::string& watchdog : Values(settings, "[Service]WatchdogSec")) {
+    EXPECT_THAT(watchdog, Not(::testing::AnyOf("", "0", "infinity"))) << "WatchdogSec=" << watchdog;
+  }
+  EXPECT_THAT(Values(settings, "[Install]WantedBy"), ElementsAre("multi-user.target"));
 }
 
 // Runs `command`; its exit status and everything it printed.
@@ -161,6 +209,11 @@ TEST(SystemdUnitTest, PassesSystemdAnalyzeVerify) {
   rmdir(dir);
   EXPECT_EQ(status, 0) << output;
   EXPECT_EQ(output, "");
+}
+
+TEST(TmpfilesTest, MakesTheModelDirectoryForTheMoetierUser) {
+  EXPECT_THAT(ReadFile(Deploy("moetier.tmpfiles.conf")),
+              HasSubstr("\nd /var/lib/moetier 0755 moetier moetier -\n"));
 }
 
 TEST(SysusersTest, CreatesTheMoetierUserAndGroup) {
