@@ -28,6 +28,7 @@ int main(int argc, char** argv) {
 
   moetier::client::ClientIo io;
   io.in = &std::cin;
+  io.in_fd = STDIN_FILENO;
   io.out = &std::cout;
   io.err = &std::cerr;
   io.in_is_terminal = isatty(STDIN_FILENO) == 1;

@@ -36,9 +36,10 @@ constexpr CommandInfo kCommands[] = {
      "chat through the model's chat template, interactive or one-shot",
      "With a MESSAGE (or --message) sends one user message and prints the reply.\n"
      "Otherwise reads one user message per line from stdin (a terminal or a pipe),\n"
-     "keeps the conversation and streams each reply. Lines /reset (forget the\n"
-     "conversation) and /exit are commands. Ctrl-C stops the reply being written;\n"
-     "at the prompt it ends the chat."},
+     "keeps the conversation and streams each reply. /help lists the commands\n"
+     "(/bye, /clear, /set temp 0.2, /think on, ...). Ctrl-C stops the reply being\n"
+     "written (the part written stays in the conversation); at the prompt it ends\n"
+     "the chat."},
     {Command::kScore, "score", "--tokens LIST --logits-out FILE",
      "logits for token ids, written as raw float32",
      "Runs the token ids at positions 0..n-1 and writes their logits to FILE as\n"
@@ -74,14 +75,23 @@ constexpr CommandInfo kCommands[] = {
      "again at its configured size. A GPU worker grows its VRAM pool only when\n"
      "the device has room for the new pool next to the old one.\n"
      "The RAM budget (ram_budget_bytes) needs a restart of moetierd instead."},
-    {Command::kRun, "run", "[--model FILE] [flags] [-- GENERATE-FLAGS]",
-     "start a private daemon, generate once, show the map, stop",
+    {Command::kRun, "run", "[flags] [MODEL.gguf] [PROMPT...]",
+     "a private daemon on a model: chat with it, or generate once",
      "Starts a private moetierd (with --devices=cpu) on sockets in a new temporary\n"
-     "directory, waits until it serves, runs one generation (the flags after '--'\n"
-     "are those of `moetier generate`; default prompt \"The quick brown fox\", 32\n"
-     "tokens), prints the status map, stops the daemon and removes the directory.\n"
-     "Without --model, a small synthetic model is written once with moetier-synth\n"
-     "to $XDG_CACHE_HOME/moetier (or ~/.cache/moetier) and reused."},
+     "directory and waits until it serves. The first word is the model (or\n"
+     "--model); without one, a small synthetic model is written once with\n"
+     "moetier-synth to $XDG_CACHE_HOME/moetier (or ~/.cache/moetier) and reused.\n"
+     "\n"
+     "Without a prompt it is a chat through the model's chat template: one user\n"
+     "message per line, at a terminal (prompt \">>> \") or from a pipe. /help lists\n"
+     "the commands (/bye, /clear, /set temp 0.2, /think on, ...). Ctrl-C stops an\n"
+     "answer (the part written stays in the conversation); Ctrl-C at the prompt,\n"
+     "Ctrl-D or /bye ends the chat. Each answer's tokens and tok/s go to stderr.\n"
+     "\n"
+     "With a prompt (the words after the model, --prompt, or '-' for stdin) it\n"
+     "generates once as `moetier generate` does (32 tokens unless -n), then\n"
+     "prints the status map. Either way it then stops the daemon and removes the\n"
+     "directory. The flags of `moetier generate` may also follow a '--'."},
 };
 
 const CommandInfo* FindCommand(std::string_view name) {
@@ -364,10 +374,19 @@ void AddBudgetFlags(FlagSet& fs, BudgetOptions& o) {
          SetInt(&o.expert_cache_mib, 0, int64_t{1} << 24));
 }
 
+// llama.cpp's spellings (-m, -c, --ctx-size, -t, -p; -n and --temp are
+// the same there) are aliases of moetier's, which the help documents.
 void AddRunFlags(FlagSet& fs, RunOptions& o) {
   fs.Add({"--model"}, "FILE",
-         "the GGUF model (default: a small synthetic model made once\nwith moetier-synth)",
+         "the GGUF model, also as the first word (default: a small\nsynthetic model made once "
+         "with moetier-synth)",
          SetString(&o.model_path));
+  fs.Add({"--ctx"}, "N",
+         "the worker's context in tokens (default: the worker's, at most\nthe model's training "
+         "context)",
+         SetInt(&o.ctx_tokens, 1, kInt32Max));
+  fs.Add({"--threads"}, "N", "the CPU worker's threads (default: the worker's)",
+         SetInt(&o.threads, 1, 4096));
   fs.Add({"--moetierd"}, "PATH",
          "the daemon program (default: next to moetier, the build tree's\ndaemon/, or PATH)",
          SetString(&o.moetierd_path));
@@ -387,6 +406,17 @@ void AddRunFlags(FlagSet& fs, RunOptions& o) {
          });
   fs.Add({"--start-timeout-s"}, "S", "how long to wait for the daemon to serve (default 600)",
          SetInt(&o.start_timeout_s, 1, 24 * 3600));
+  AddGenerateFlags(fs, o.generate);
+  fs.Add({"--system"}, "TEXT", "chat: a system message ahead of the conversation",
+         SetString(&o.system));
+  fs.AddSwitch({"--think"},
+               "chat: let the model think first (Qwen3's enable_thinking;\n/think on|off in the "
+               "chat)",
+               [&o] { o.think = true; });
+  fs.Alias("--model", {"-m"});
+  fs.Alias("--ctx", {"-c", "--ctx-size"});
+  fs.Alias("--threads", {"-t"});
+  fs.Alias("--prompt", {"-p"});
 }
 
 // Fills the flag set of one command (its own flags, then the global ones).
@@ -433,25 +463,54 @@ absl::Status TooManyArguments(const char* command, const std::vector<std::string
                       positionals.front(), command));
 }
 
-// Positional arguments and cross-flag checks of each command.
-absl::Status Finish(CommandLine& cl, const FlagSet::Parsed& parsed) {
+// `moetier run [MODEL] [PROMPT...] [-- GENERATE-FLAGS [PROMPT...]]`: the
+// first word is the model unless --model names it.
+absl::Status FinishRun(RunOptions& o, const FlagSet::Parsed& parsed) {
   std::vector<std::string> words = parsed.positionals;
-  if (cl.command != Command::kRun) {
-    words.insert(words.end(), parsed.after_dashes.begin(), parsed.after_dashes.end());
-  } else if (!parsed.after_dashes.empty()) {
+  if (o.model_path.empty() && !words.empty()) {
+    o.model_path = words.front();
+    o.model_from_word = true;
+    words.erase(words.begin());
+  }
+  if (!parsed.after_dashes.empty()) {
     FlagSet fs;
-    AddGenerateFlags(fs, cl.run.generate);
+    AddGenerateFlags(fs, o.generate);
     FlagSet::Parsed gen;
     if (absl::Status s = fs.Parse(parsed.after_dashes, &gen); !s.ok()) {
       return absl::InvalidArgumentError(absl::StrCat("after '--' (generate flags): ", s.message()));
     }
-    if (!gen.positionals.empty() || !gen.after_dashes.empty()) {
-      std::vector<std::string> prompt = gen.positionals;
-      prompt.insert(prompt.end(), gen.after_dashes.begin(), gen.after_dashes.end());
-      cl.run.generate.request.set_prompt(JoinWords(prompt));
-      cl.run.generate.prompt_given = true;
-    }
+    words.insert(words.end(), gen.positionals.begin(), gen.positionals.end());
+    words.insert(words.end(), gen.after_dashes.begin(), gen.after_dashes.end());
   }
+  v1::GenerateRequest& r = o.generate.request;
+  if (!words.empty()) {
+    if (o.generate.prompt_given || !r.prompt().empty()) {
+      return absl::InvalidArgumentError("give the prompt once: as words or with --prompt");
+    }
+    r.set_prompt(JoinWords(words));
+    o.generate.prompt_given = r.prompt() != "-";
+  }
+  if (!r.prompt().empty() && r.prompt_token_ids_size() > 0) {
+    return absl::InvalidArgumentError("give a text prompt or --prompt-tokens, not both");
+  }
+  o.one_shot = o.generate.prompt_given || r.prompt() == "-";
+  if (r.prompt() == "-") r.clear_prompt();
+  if (o.one_shot && (!o.system.empty() || o.think)) {
+    return absl::InvalidArgumentError(
+        "--system and --think are for the chat, which starts when no prompt is given");
+  }
+  if (!o.one_shot && (r.ignore_end_of_generation() || r.parse_special_tokens())) {
+    return absl::InvalidArgumentError(
+        "--ignore-eos and --special go with a prompt (one generation), not with the chat");
+  }
+  return absl::OkStatus();
+}
+
+// Positional arguments and cross-flag checks of each command.
+absl::Status Finish(CommandLine& cl, const FlagSet::Parsed& parsed) {
+  if (cl.command == Command::kRun) return FinishRun(cl.run, parsed);
+  std::vector<std::string> words = parsed.positionals;
+  words.insert(words.end(), parsed.after_dashes.begin(), parsed.after_dashes.end());
   switch (cl.command) {
     case Command::kGenerate: {
       GenerateOptions& o = cl.generate;
@@ -536,12 +595,6 @@ absl::Status Finish(CommandLine& cl, const FlagSet::Parsed& parsed) {
       }
       return absl::OkStatus();
     case Command::kRun:
-      if (!words.empty()) {
-        return absl::InvalidArgumentError(absl::StrFormat(
-            "run takes no arguments, got '%s'; put generate flags and the prompt after '--'",
-            words.front()));
-      }
-      return absl::OkStatus();
     case Command::kNone:
     case Command::kHelp:
       break;

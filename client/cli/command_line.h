@@ -89,14 +89,24 @@ struct BudgetOptions {
   int64_t expert_cache_mib = -1;  // required
 };
 
+// With a prompt, one generation as `moetier generate` makes it; without, an
+// interactive chat (commands/chat_loop.h).
 struct RunOptions {
-  std::string model_path;                // --model; empty: a cached synthetic model
-  std::string moetierd_path;             // --moetierd; empty: search
-  std::string worker_path;               // --worker; empty: search
-  std::string synth_path;                // --synth; empty: search
+  std::string model_path;        // --model or the first word; empty: a cached synthetic model
+  bool model_from_word = false;  // the model was the first positional word
+  std::string moetierd_path;     // --moetierd; empty: search
+  std::string worker_path;       // --worker; empty: search
+  std::string synth_path;        // --synth; empty: search
   std::vector<std::string> daemon_args;  // --daemon-arg, repeated
   int64_t start_timeout_s = 600;
-  GenerateOptions generate;  // the arguments after "--"
+  int64_t ctx_tokens = 0;  // --ctx: the worker's context in tokens; 0: the worker's default
+  int64_t threads = 0;     // --threads: the CPU worker's threads; 0: the worker's default
+  // Prompt, sampling, -n and --stats, given directly or after "--". The
+  // chat takes its sampling and max_new_tokens from here.
+  GenerateOptions generate;
+  bool one_shot = false;  // a prompt was given (text, token ids, or '-' for stdin)
+  std::string system;     // --system: the chat's system message
+  bool think = false;     // --think: the chat's enable_thinking
 };
 
 struct CommandLine {

@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
+#include "base/check.h"
 
 namespace moetier::client {
 namespace {
@@ -68,21 +69,45 @@ absl::Status ParseTokenIds(std::string_view flag, std::string_view value,
 
 void FlagSet::Add(std::vector<std::string> names, std::string value_name, std::string help,
                   Setter set) {
-  flags_.push_back({std::move(names), std::move(value_name), std::move(help), std::move(set)});
+  flags_.push_back({std::move(names), std::move(value_name), std::move(help), std::move(set), {}});
 }
 
 void FlagSet::AddSwitch(std::vector<std::string> names, std::string help,
                         std::function<void()> set) {
-  flags_.push_back({std::move(names), "", std::move(help),
+  flags_.push_back({std::move(names),
+                    "",
+                    std::move(help),
                     [set = std::move(set)](std::string_view, std::string_view) {
                       set();
                       return absl::OkStatus();
-                    }});
+                    },
+                    {}});
+}
+
+void FlagSet::Alias(std::string_view name, std::vector<std::string> aliases) {
+  Flag* flag = FindDocumented(name);
+  MOETIER_CHECK(flag != nullptr);
+  for (std::string& alias : aliases) {
+    MOETIER_CHECK(Find(alias) == nullptr);
+    flag->aliases.push_back(std::move(alias));
+  }
+}
+
+FlagSet::Flag* FlagSet::FindDocumented(std::string_view name) {
+  for (Flag& f : flags_) {
+    for (const std::string& n : f.names) {
+      if (n == name) return &f;
+    }
+  }
+  return nullptr;
 }
 
 const FlagSet::Flag* FlagSet::Find(std::string_view name) const {
   for (const Flag& f : flags_) {
     for (const std::string& n : f.names) {
+      if (n == name) return &f;
+    }
+    for (const std::string& n : f.aliases) {
       if (n == name) return &f;
     }
   }
@@ -159,6 +184,9 @@ std::string FlagSet::Help() const {
       out.append(word.data(), word.size());
       column += word.size();
       first = false;
+    }
+    if (!f.aliases.empty()) {
+      out += "\n" + std::string(kHelpColumn, ' ') + "(also " + absl::StrJoin(f.aliases, ", ") + ")";
     }
     out.push_back('\n');
   }

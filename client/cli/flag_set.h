@@ -23,6 +23,10 @@ class FlagSet {
   void Add(std::vector<std::string> names, std::string value_name, std::string help, Setter set);
   // A flag without a value.
   void AddSwitch(std::vector<std::string> names, std::string help, std::function<void()> set);
+  // Other spellings of the flag `name` (llama.cpp's -m, -c, ...): they parse
+  // like it, and its help lists them last, so one spelling stays the
+  // documented one.
+  void Alias(std::string_view name, std::vector<std::string> aliases);
 
   struct Parsed {
     std::vector<std::string> positionals;
@@ -44,8 +48,10 @@ class FlagSet {
     std::string value_name;  // empty: a switch
     std::string help;
     Setter set;
+    std::vector<std::string> aliases;
   };
   const Flag* Find(std::string_view name) const;
+  Flag* FindDocumented(std::string_view name);
 
   std::vector<Flag> flags_;
 };

@@ -25,6 +25,7 @@ struct CommandContext {
   std::shared_ptr<grpc::Channel> channel;
   int64_t timeout_ms = 0;  // deadline of each call; 0: none
   std::istream* in = nullptr;
+  int in_fd = -1;  // stdin's descriptor, which the chat polls (chat/line_input.h); -1: use `in`
   std::ostream* out = nullptr;
   std::ostream* err = nullptr;
   bool in_is_terminal = false;

@@ -57,6 +57,7 @@ int RunMoetier(const std::vector<std::string>& args, const ClientIo& io) {
   CommandContext ctx;
   ctx.timeout_ms = cl.global.timeout_ms;
   ctx.in = io.in;
+  ctx.in_fd = io.in_fd;
   ctx.out = io.out;
   ctx.err = io.err;
   ctx.in_is_terminal = io.in_is_terminal;

@@ -11,6 +11,7 @@ namespace moetier::client {
 
 struct ClientIo {
   std::istream* in = nullptr;
+  int in_fd = -1;  // the descriptor behind `in`, when there is one (see CommandContext)
   std::ostream* out = nullptr;
   std::ostream* err = nullptr;
   bool in_is_terminal = false;

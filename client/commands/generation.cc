@@ -1,11 +1,12 @@
 #include "commands/generation.h"
 
+#include <chrono>
 #include <istream>
 #include <iterator>
-#include <vector>
 
-#include "absl/strings/ascii.h"
 #include "absl/strings/str_format.h"
+#include "chat/chat_session.h"
+#include "commands/chat_loop.h"
 #include "connection/finish_stream.h"
 #include "connection/interrupt.h"
 #include "connection/rpc_error.h"
@@ -44,7 +45,14 @@ StreamOutcome StreamText(grpc::ClientContext* call,
                          grpc::ClientReader<v1::GenerateResponse>* reader, std::ostream& out) {
   StreamOutcome outcome;
   v1::GenerateResponse response;
+  std::chrono::steady_clock::time_point first_token;
   while (reader->Read(&response)) {
+    if (response.token_ids_size() > 0) {
+      const auto now = std::chrono::steady_clock::now();
+      if (outcome.tokens == 0) first_token = now;
+      outcome.tokens += response.token_ids_size();
+      outcome.seconds_since_first_token = std::chrono::duration<double>(now - first_token).count();
+    }
     if (!response.text().empty()) {
       out << response.text();
       out.flush();
@@ -95,90 +103,37 @@ int RunGenerate(const GenerateOptions& options, const CommandContext& ctx) {
   return kExitOk;
 }
 
-namespace {
-
-// One turn: sends the conversation, streams the reply.
-StreamOutcome ChatTurn(const ChatOptions& options, const std::vector<v1::ChatMessage>& history,
-                       const CommandContext& ctx) {
+int RunChat(const ChatOptions& options, const CommandContext& ctx) {
+  if (!options.message.has_value()) {
+    ChatSession session(options.request, options.system);
+    ChatLoopOptions loop;
+    loop.command = "chat";
+    loop.banner = "chatting with moetierd at " + ctx.target.where +
+                  "; /help for the commands, /bye or Ctrl-D to end";
+    loop.full_stats = options.stats;
+    return RunChatLoop(session, loop, ctx);
+  }
   v1::ChatRequest request = options.request;
-  for (const v1::ChatMessage& m : history) *request.add_messages() = m;
+  const auto add = [&request](const char* role, const std::string& content) {
+    v1::ChatMessage* m = request.add_messages();
+    m->set_role(role);
+    m->set_content(content);
+  };
+  if (!options.system.empty()) add("system", options.system);
+  add("user", *options.message);
   auto stub = v1::Moetier::NewStub(ctx.channel);
   grpc::ClientContext call;
   ApplyDeadline(&call, ctx.timeout_ms);
-  CancelOnInterrupt cancel(&call);
-  std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader = stub->Chat(&call, request);
-  return StreamText(&call, reader.get(), *ctx.out);
-}
-
-v1::ChatMessage Message(const char* role, std::string content) {
-  v1::ChatMessage m;
-  m.set_role(role);
-  m.set_content(std::move(content));
-  return m;
-}
-
-}  // namespace
-
-int RunChat(const ChatOptions& options, const CommandContext& ctx) {
-  std::vector<v1::ChatMessage> history;
-  if (!options.system.empty()) history.push_back(Message("system", options.system));
-
-  if (options.message.has_value()) {
-    history.push_back(Message("user", *options.message));
-    const StreamOutcome outcome = ChatTurn(options, history, ctx);
-    EndLine(outcome.text, *ctx.out);
-    if (!outcome.status.ok()) return ReportRpcError(ctx, "chat", "Chat", outcome.status);
-    if (options.stats && outcome.stats.has_value()) {
-      *ctx.err << FormatGenerationStats(*outcome.stats) << std::endl;
-    }
-    return kExitOk;
+  StreamOutcome outcome;
+  {
+    CancelOnInterrupt cancel(&call);
+    std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader = stub->Chat(&call, request);
+    outcome = StreamText(&call, reader.get(), *ctx.out);
   }
-
-  const bool interactive = ctx.in_is_terminal;
-  if (interactive) {
-    *ctx.err << "chatting with moetierd at " << ctx.target.where
-             << "; /reset forgets the conversation, /exit or Ctrl-D ends it" << std::endl;
-  }
-  std::string line;
-  while (true) {
-    if (interactive) {
-      *ctx.out << "> ";
-      ctx.out->flush();
-    }
-    if (!std::getline(*ctx.in, line)) {
-      if (interactive) *ctx.out << '\n';  // Ctrl-D left the cursor after the prompt
-      break;
-    }
-    const std::string text(absl::StripAsciiWhitespace(line));
-    if (text.empty()) continue;
-    if (text == "/exit" || text == "/quit") break;
-    if (text == "/reset") {
-      history.resize(options.system.empty() ? 0 : 1);
-      if (interactive) *ctx.err << "(conversation forgotten)" << std::endl;
-      continue;
-    }
-    history.push_back(Message("user", text));
-    const StreamOutcome outcome = ChatTurn(options, history, ctx);
-    EndLine(outcome.text, *ctx.out);
-    if (!outcome.status.ok()) {
-      history.pop_back();
-      const bool stopped_by_user =
-          outcome.status.error_code() == grpc::StatusCode::CANCELLED && Interrupted();
-      if (interactive && stopped_by_user) {
-        *ctx.err << "(reply stopped)" << std::endl;
-        ClearInterrupt();
-        continue;
-      }
-      const int exit_status = ReportRpcError(ctx, "chat", "Chat", outcome.status);
-      // At a terminal a rejected message need not end the conversation; a
-      // daemon that went away does, and so does any error in a script.
-      if (!interactive || DaemonUnreachable(outcome.status, ctx.target)) return exit_status;
-      continue;
-    }
-    history.push_back(Message("assistant", outcome.text));
-    if (options.stats && outcome.stats.has_value()) {
-      *ctx.err << FormatGenerationStats(*outcome.stats) << std::endl;
-    }
+  EndLine(outcome.text, *ctx.out);
+  if (!outcome.status.ok()) return ReportRpcError(ctx, "chat", "Chat", outcome.status);
+  if (options.stats && outcome.stats.has_value()) {
+    *ctx.err << FormatGenerationStats(*outcome.stats) << std::endl;
   }
   return kExitOk;
 }

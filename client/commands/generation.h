@@ -17,6 +17,9 @@ struct StreamOutcome {
   grpc::Status status;
   std::string text;  // everything written
   std::optional<v1::GenerationStats> stats;
+  // Counted here too, for a stream cut short before its final stats.
+  int32_t tokens = 0;
+  double seconds_since_first_token = 0;
 };
 
 // Reads the stream to its end, writing each piece to `out` as it arrives.

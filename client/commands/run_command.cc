@@ -10,6 +10,8 @@
 #include <thread>
 
 #include "absl/strings/str_format.h"
+#include "chat/chat_session.h"
+#include "commands/chat_loop.h"
 #include "commands/generation.h"
 #include "commands/status_command.h"
 #include "connection/health_check.h"
@@ -83,6 +85,37 @@ class Progress {
   bool drawn_ = false;
 };
 
+// The prompt's continuation, then the map.
+int GenerateOnce(const RunOptions& options, const CommandContext& ctx) {
+  GenerateOptions generate = options.generate;
+  if (generate.request.max_new_tokens() == 0) {
+    generate.request.set_max_new_tokens(kRunDefaultMaxNewTokens);
+  }
+  const int exit_status = RunGenerate(generate, ctx);
+  if (exit_status != kExitOk || Interrupted()) return exit_status;
+  v1::Status status;
+  if (grpc::Status rpc = FetchStatus(ctx, &status); !rpc.ok()) {
+    return ReportRpcError(ctx, "run", "GetStatus", rpc);
+  }
+  *ctx.out << '\n' << RenderStatusMap(status, ctx.map_style);
+  ctx.out->flush();
+  return kExitOk;
+}
+
+int Chat(const RunOptions& options, const std::string& model, const CommandContext& ctx) {
+  v1::ChatRequest settings;
+  *settings.mutable_sampling() = options.generate.request.sampling();
+  settings.set_max_new_tokens(options.generate.request.max_new_tokens());
+  settings.set_enable_thinking(options.think);
+  ChatSession session(settings, options.system);
+  ChatLoopOptions loop;
+  loop.command = "run";
+  loop.banner = absl::StrFormat(
+      "moetier run: chatting with %s; /help for the commands, /bye or Ctrl-D to end", model);
+  loop.full_stats = options.generate.stats;
+  return RunChatLoop(session, loop, ctx);
+}
+
 }  // namespace
 
 int RunPrivateDaemon(const RunOptions& options, const CommandContext& ctx) {
@@ -126,7 +159,10 @@ int RunPrivateDaemon(const RunOptions& options, const CommandContext& ctx) {
     model = *cached;
   }
   if (!Exists(model)) {
-    return fail(absl::StrFormat("cannot open the model %s: %s", model, std::strerror(errno)));
+    const std::string hint =
+        options.model_from_word ? " (the first word is the model; give a prompt with -p)" : "";
+    return fail(
+        absl::StrFormat("cannot open the model %s: %s%s", model, std::strerror(errno), hint));
   }
   if (Interrupted()) return kExitInterrupted;
 
@@ -135,6 +171,14 @@ int RunPrivateDaemon(const RunOptions& options, const CommandContext& ctx) {
   daemon_options.worker_path = worker;
   daemon_options.model_path = model;
   daemon_options.extra_args = options.daemon_args;
+  if (options.threads > 0) {
+    daemon_options.extra_args.push_back(
+        absl::StrFormat("--worker_extra_args=--threads=%d", options.threads));
+  }
+  if (options.ctx_tokens > 0) {
+    daemon_options.extra_args.push_back(
+        absl::StrFormat("--worker_extra_args=--ctx=%d", options.ctx_tokens));
+  }
   absl::StatusOr<std::unique_ptr<PrivateDaemon>> started = PrivateDaemon::Start(daemon_options);
   if (!started.ok()) return fail(std::string(started.status().message()));
   PrivateDaemon& daemon = **started;
@@ -197,25 +241,8 @@ int RunPrivateDaemon(const RunOptions& options, const CommandContext& ctx) {
              std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count())
       << std::endl;
 
-  // --- one generation, then the map -------------------------------------------
-  GenerateOptions generate = options.generate;
-  if (!generate.prompt_given) {
-    generate.request.set_prompt(kRunDefaultPrompt);
-    generate.prompt_given = true;
-  }
-  if (generate.request.max_new_tokens() == 0) {
-    generate.request.set_max_new_tokens(kRunDefaultMaxNewTokens);
-  }
-  int exit_status = RunGenerate(generate, daemon_ctx);
-  if (exit_status == kExitOk && !Interrupted()) {
-    v1::Status status;
-    if (grpc::Status rpc = FetchStatus(daemon_ctx, &status); rpc.ok()) {
-      *ctx.out << '\n' << RenderStatusMap(status, ctx.map_style);
-      ctx.out->flush();
-    } else {
-      exit_status = ReportRpcError(daemon_ctx, "run", "GetStatus", rpc);
-    }
-  }
+  int exit_status =
+      options.one_shot ? GenerateOnce(options, daemon_ctx) : Chat(options, model, daemon_ctx);
 
   // --- stop ----------------------------------------------------------------------
   err << "moetier run: stopping moetierd" << std::endl;

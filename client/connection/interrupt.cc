@@ -1,5 +1,6 @@
 #include "connection/interrupt.h"
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <unistd.h>
@@ -18,7 +19,10 @@ namespace {
 constexpr int kInterruptedExitStatus = 130;
 
 struct InterruptState {
+  InterruptState() { MOETIER_CHECK(pipe2(wake, O_CLOEXEC | O_NONBLOCK) == 0); }
+
   std::mutex mutex;
+  int wake[2] = {-1, -1};                 // holds a byte while interrupted
   grpc::ClientContext* active = nullptr;  // the call in flight
   int deferrals = 0;
   int signals = 0;  // since ClearInterrupt
@@ -56,6 +60,9 @@ void DeliverInterrupt() {
   std::lock_guard<std::mutex> lock(s.mutex);
   ++s.signals;
   s.interrupted.store(true);
+  const char byte = 1;
+  // Full only when a byte is already there, which is all a reader needs.
+  [[maybe_unused]] const ssize_t written = write(s.wake[1], &byte, 1);
   if (s.signals > 1) ExitInterrupted();
   if (s.active != nullptr) {
     s.active->TryCancel();
@@ -71,7 +78,12 @@ void ClearInterrupt() {
   std::lock_guard<std::mutex> lock(s.mutex);
   s.signals = 0;
   s.interrupted.store(false);
+  char bytes[64];
+  while (read(s.wake[0], bytes, sizeof(bytes)) > 0) {
+  }
 }
+
+int InterruptWakeFd() { return State().wake[0]; }
 
 CancelOnInterrupt::CancelOnInterrupt(grpc::ClientContext* context) {
   InterruptState& s = State();

@@ -19,6 +19,11 @@ void DeliverInterrupt();
 bool Interrupted();
 void ClearInterrupt();
 
+// A descriptor that is readable from an interrupt until ClearInterrupt(),
+// so a thread blocked on input (the chat's prompt) can poll it with stdin:
+// the signal thread cannot interrupt a read() of another thread.
+int InterruptWakeFd();
+
 // While it lives, an interrupt cancels `context` instead of exiting.
 class CancelOnInterrupt {
  public:

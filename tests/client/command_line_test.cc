@@ -209,11 +209,78 @@ TEST(CommandLineTest, RunTakesGenerateFlagsAfterDashes) {
   EXPECT_TRUE(cl->run.generate.prompt_given);
   EXPECT_EQ(cl->run.generate.request.max_new_tokens(), 4);
   EXPECT_FLOAT_EQ(cl->run.generate.request.sampling().temperature(), 0.0f);
-  cl = Parse({"run"});
-  ASSERT_TRUE(cl.ok());
-  EXPECT_FALSE(cl->run.generate.prompt_given);
-  ExpectError({"run", "prompt"}, "put generate flags and the prompt after '--'");
+  EXPECT_TRUE(cl->run.one_shot);
   ExpectError({"run", "--", "--bogus"}, "after '--' (generate flags): unknown flag '--bogus'");
+}
+
+TEST(CommandLineTest, RunWithoutAPromptChats) {
+  absl::StatusOr<CommandLine> cl = Parse({"run"});
+  ASSERT_TRUE(cl.ok());
+  EXPECT_FALSE(cl->run.one_shot);
+  EXPECT_EQ(cl->run.model_path, "");
+  EXPECT_EQ(cl->run.generate.request.max_new_tokens(), 0);
+  cl = Parse({"run", "q.gguf", "--system", "be brief", "--think", "--temp", "0.3"});
+  ASSERT_TRUE(cl.ok()) << cl.status();
+  EXPECT_FALSE(cl->run.one_shot);
+  EXPECT_EQ(cl->run.model_path, "q.gguf");
+  EXPECT_TRUE(cl->run.model_from_word);
+  EXPECT_EQ(cl->run.system, "be brief");
+  EXPECT_TRUE(cl->run.think);
+  EXPECT_FLOAT_EQ(cl->run.generate.request.sampling().temperature(), 0.3f);
+  ExpectError({"run", "--ignore-eos"}, "--ignore-eos and --special go with a prompt");
+  ExpectError({"run", "m.gguf", "hi", "--system", "x"}, "--system and --think are for the chat");
+}
+
+// The model is the first word (as `ollama run MODEL`); the words after it
+// are the prompt.
+TEST(CommandLineTest, RunTakesTheModelAsTheFirstWord) {
+  absl::StatusOr<CommandLine> cl = Parse({"run", "q.gguf", "Once", "upon"});
+  ASSERT_TRUE(cl.ok()) << cl.status();
+  EXPECT_EQ(cl->run.model_path, "q.gguf");
+  EXPECT_EQ(cl->run.generate.request.prompt(), "Once upon");
+  EXPECT_TRUE(cl->run.one_shot);
+  // With --model, every word is the prompt.
+  cl = Parse({"run", "--model", "q.gguf", "Once", "upon"});
+  ASSERT_TRUE(cl.ok()) << cl.status();
+  EXPECT_EQ(cl->run.model_path, "q.gguf");
+  EXPECT_FALSE(cl->run.model_from_word);
+  EXPECT_EQ(cl->run.generate.request.prompt(), "Once upon");
+  // '-' reads the prompt from stdin, once.
+  cl = Parse({"run", "q.gguf", "-"});
+  ASSERT_TRUE(cl.ok()) << cl.status();
+  EXPECT_TRUE(cl->run.one_shot);
+  EXPECT_FALSE(cl->run.generate.prompt_given);
+  EXPECT_EQ(cl->run.generate.request.prompt(), "");
+  ExpectError({"run", "q.gguf", "a", "--prompt", "b"}, "give the prompt once");
+}
+
+TEST(CommandLineTest, RunTakesLlamaCppSpellings) {
+  absl::StatusOr<CommandLine> cl = Parse(
+      {"run", "-m", "q.gguf", "-c", "2048", "-t", "6", "-n", "16", "--temp", "0", "-p", "Hello"});
+  ASSERT_TRUE(cl.ok()) << cl.status();
+  EXPECT_EQ(cl->run.model_path, "q.gguf");
+  EXPECT_EQ(cl->run.ctx_tokens, 2048);
+  EXPECT_EQ(cl->run.threads, 6);
+  EXPECT_EQ(cl->run.generate.request.max_new_tokens(), 16);
+  EXPECT_FLOAT_EQ(cl->run.generate.request.sampling().temperature(), 0.0f);
+  EXPECT_EQ(cl->run.generate.request.prompt(), "Hello");
+  EXPECT_TRUE(cl->run.one_shot);
+  cl = Parse({"run", "--ctx-size=512", "--threads", "2", "--ctx", "1024"});
+  ASSERT_TRUE(cl.ok()) << cl.status();
+  EXPECT_EQ(cl->run.ctx_tokens, 1024);
+  EXPECT_EQ(cl->run.threads, 2);
+  ExpectError({"run", "-c", "0"}, "flag -c: 0 is outside");
+  ExpectError({"run", "-t", "x"}, "flag -t: 'x' is not an integer");
+  // The help documents one spelling and names the others.
+  const std::string usage = Usage(Command::kRun);
+  EXPECT_THAT(usage, HasSubstr("  --model FILE"));
+  EXPECT_THAT(usage, HasSubstr("(also -m)"));
+  EXPECT_THAT(usage, HasSubstr("(also -c, --ctx-size)"));
+  EXPECT_THAT(usage, HasSubstr("(also -t)"));
+  EXPECT_THAT(usage, HasSubstr("(also -p)"));
+  EXPECT_THAT(usage, Not(HasSubstr("  -m")));
+  // Only run has them.
+  ExpectError({"generate", "-p", "x"}, "unknown flag '-p'");
 }
 
 TEST(CommandLineTest, GlobalFlagsBeforeOrAfterTheCommand) {
@@ -299,7 +366,9 @@ TEST(CommandLineTest, UsageListsEveryFlag) {
        {"--runs", "--warmup", "--prefill-tokens", "--decode-tokens", "--decode-prompt-tokens"}},
       {Command::kBudget, {"--device", "--expert-cache-mib"}},
       {Command::kRun,
-       {"--model", "--moetierd", "--worker", "--synth", "--daemon-arg", "--start-timeout-s"}},
+       {"--model", "--moetierd", "--worker", "--synth", "--daemon-arg", "--start-timeout-s",
+        "--ctx", "--threads", "--prompt", "-n, --max-new-tokens", "--temp", "--top-k", "--top-p",
+        "--min-p", "--seed", "--stats", "--system", "--think", "--ignore-eos"}},
   };
   for (const auto& [command, names] : flags) {
     const std::string usage = Usage(command);

@@ -206,8 +206,8 @@ TEST_F(CommandsTest, ChatFromAPipeKeepsHistoryAndResets) {
 TEST_F(CommandsTest, ChatAtATerminalPromptsAndEndsOnExit) {
   const ClientRun run = Run({"chat"}, "hi\n/exit\nnever sent\n", /*in_is_terminal=*/true);
   ASSERT_EQ(run.status, 0) << run.err;
-  EXPECT_EQ(run.out, "> reply 1\n> ");
-  EXPECT_THAT(run.err, HasSubstr("/reset forgets the conversation"));
+  EXPECT_EQ(run.out, ">>> reply 1\n>>> ");
+  EXPECT_THAT(run.err, HasSubstr("/help for the commands"));
   EXPECT_EQ(fake().chat_requests().size(), 1u);
 }
 

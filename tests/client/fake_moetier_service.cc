@@ -143,6 +143,7 @@ grpc::Status FakeMoetier::Stream(grpc::ServerContext* context, int prompt_tokens
     }
     v1::GenerateResponse r;
     r.set_text(piece);
+    r.add_token_ids(static_cast<int32_t>(piece.size()));  // one token a piece
     writer->Write(r);
   }
   v1::GenerateResponse last;

@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -82,6 +83,26 @@ TEST_F(RealDaemonTest, RunGeneratesThroughTheDaemonAndShowsTheMap) {
   EXPECT_THAT(run.out, HasSubstr("\nlayer 1   "));
   EXPECT_THAT(run.out, HasSubstr("RAM 16 (100.0%)   disk 0 (0.0%)   of 16\n"));
   EXPECT_THAT(run.out, HasSubstr("#0 cpu ready"));
+}
+
+// Without a prompt, lines from a pipe are chat turns through the model's
+// template; the second turn carries the first turn's question and answer.
+TEST_F(RealDaemonTest, RunChatsOneTurnPerPipedLine) {
+  const ClientRun run = RunClient({"run", model_, "--moetierd", kDaemon, "--worker", kWorker, "-t",
+                                   "2", "-n", "4", "--temp", "0", "--stats"},
+                                  "Hello\nAnd then?\n");
+  ASSERT_EQ(run.status, 0) << run.err;
+  std::vector<int> prompt_tokens;
+  for (size_t at = run.err.find("\nprompt "); at != std::string::npos;
+       at = run.err.find("\nprompt ", at + 1)) {
+    prompt_tokens.push_back(std::atoi(run.err.c_str() + at + 8));
+  }
+  ASSERT_EQ(prompt_tokens.size(), 2u) << run.err;
+  // The chat template's second prompt holds the first one, its 4-token
+  // answer and the new question.
+  EXPECT_GT(prompt_tokens[1], prompt_tokens[0] + 4) << run.err;
+  EXPECT_THAT(run.err, HasSubstr("generated 4 (max tokens)"));
+  EXPECT_THAT(run.out, ::testing::Not(HasSubstr("\nmodel ")));  // no map after a chat
 }
 
 // Same ids, same engine: the bytes `moetier score` writes are the bytes the

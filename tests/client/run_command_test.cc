@@ -48,12 +48,12 @@ class RunCommandTest : public ::testing::Test {
     args_out_ = dir_.File("daemon-args");
   }
 
-  ClientRun Run(std::vector<std::string> extra) {
+  ClientRun Run(std::vector<std::string> extra, const std::string& stdin_text = "") {
     std::vector<std::string> args = {
         "run",      "--moetierd", FAKE_MOETIERD_PATH,
         "--worker", "/bin/true",  "--daemon-arg=--args_out=" + args_out_};
     args.insert(args.end(), extra.begin(), extra.end());
-    return RunClient(args);
+    return RunClient(args, stdin_text);
   }
 
   TempDir dir_;
@@ -86,6 +86,27 @@ TEST_F(RunCommandTest, StartsGeneratesShowsTheMapAndStops) {
   EXPECT_EQ(kill(pid, 0), -1);
   EXPECT_EQ(errno, ESRCH);
   EXPECT_FALSE(std::filesystem::exists(socket.substr(0, socket.rfind('/'))));
+}
+
+// No prompt: a chat (here from a pipe, one message a line), no map; the
+// llama.cpp thread and context flags reach the worker.
+TEST_F(RunCommandTest, WithoutAPromptChatsThroughTheDaemon) {
+  const ClientRun run = Run({model_, "-t", "3", "-c", "2048"}, "hello\nand again\n");
+  ASSERT_EQ(run.status, 0) << run.err;
+  EXPECT_EQ(run.out, "reply 1\nreply 2\n");
+  EXPECT_THAT(run.err, HasSubstr("moetier run: stopping moetierd\n"));
+  const std::vector<std::string> args = ReadLines(args_out_);
+  EXPECT_THAT(args, Contains("--model_path=" + model_));
+  EXPECT_THAT(args, Contains("--worker_extra_args=--threads=3"));
+  EXPECT_THAT(args, Contains("--worker_extra_args=--ctx=2048"));
+}
+
+TEST_F(RunCommandTest, AFirstWordThatIsNoFileSaysItWasTakenForTheModel) {
+  const ClientRun run = Run({"tell", "me", "a", "joke"});
+  EXPECT_EQ(run.status, 1);
+  EXPECT_EQ(run.err,
+            "moetier run: cannot open the model tell: No such file or directory (the first word is "
+            "the model; give a prompt with -p)\n");
 }
 
 TEST_F(RunCommandTest, ReportsADaemonThatExitsEarlyWithItsLog) {
