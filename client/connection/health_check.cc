@@ -1,6 +1,6 @@
 #include "connection/health_check.h"
 
-#include "connection/health.grpc.pb.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "connection/target.h"
 
 namespace moetier::client {

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "absl/strings/str_join.h"
-#include "connection/health.grpc.pb.h"
+#include "grpc/health/v1/health.grpc.pb.h"
 #include "absl/strings/str_split.h"
 #include "daemon_harness.h"
 #include "gmock/gmock.h"
