@@ -106,6 +106,13 @@ int Run(const std::string& path, bool all_keys, bool list_tensors) {
   }
   std::printf("routed experts: %s (%.1f%% of the weights)\n", HumanBytes(double(expert_bytes)).c_str(),
               total_bytes ? 100.0 * double(expert_bytes) / double(total_bytes) : 0.0);
+  // The workers' own check (moetier-worker --check-model: header and tensor
+  // table only), before the optional listings, which scripts read to the
+  // end of the output.
+  const absl::Status verdict = LoadModel(**model).status();
+  std::printf("verdict:       %s\n",
+              verdict.ok() ? "supported by this build"
+                           : absl::StrCat("not supported: ", verdict.message()).c_str());
   if (all_keys) {
     std::printf("metadata:\n");
     for (const GgufKeyValue& kv : meta.entries()) {
@@ -123,12 +130,6 @@ int Run(const std::string& path, bool all_keys, bool list_tensors) {
                   static_cast<unsigned long long>(t.size_bytes));
     }
   }
-  // The workers' own check (moetier-worker --check-model): header and
-  // tensor table only, no weight is read.
-  const absl::Status verdict = LoadModel(**model).status();
-  std::printf("verdict:       %s\n",
-              verdict.ok() ? "supported by this build"
-                           : absl::StrCat("not supported: ", verdict.message()).c_str());
   return 0;
 }
 
