@@ -19,6 +19,7 @@
 #include "store/shared_futex.h"
 #include "base/check.h"
 #include "store/worker_channel.h"
+#include "util/subprocess.h"
 
 extern char** environ;
 
@@ -205,20 +206,11 @@ void WorkerSupervisor::Spawn(Worker& w, uint64_t now_ns) {
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
 
+  // A worker starts with clean signal state, in its own process group, so
+  // a terminal's Ctrl-C reaches only the daemon, which then stops the
+  // workers in order.
   posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t none;
-  sigset_t all;
-  sigemptyset(&none);
-  sigfillset(&all);
-  // The daemon blocks its termination signals for sigwait; a worker starts
-  // clean, in its own process group, so a terminal's Ctrl-C reaches only
-  // the daemon, which then stops the workers in order.
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setsigdefault(&attr, &all);
-  posix_spawnattr_setpgroup(&attr, 0);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF |
-                                      POSIX_SPAWN_SETPGROUP);
+  InitChildSpawnAttributes(&attr, /*own_process_group=*/true);
   pid_t pid = 0;
   const int rc = posix_spawn(&pid, argv[0], nullptr, &attr, argv.data(), environ);
   posix_spawnattr_destroy(&attr);

@@ -28,6 +28,22 @@ int64_t NowMs() {
 
 }  // namespace
 
+void InitChildSpawnAttributes(posix_spawnattr_t* attr, bool own_process_group) {
+  posix_spawnattr_init(attr);
+  sigset_t none;
+  sigset_t all;
+  sigemptyset(&none);
+  sigfillset(&all);
+  posix_spawnattr_setsigmask(attr, &none);
+  posix_spawnattr_setsigdefault(attr, &all);
+  short flags = POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF;
+  if (own_process_group) {
+    posix_spawnattr_setpgroup(attr, 0);
+    flags |= POSIX_SPAWN_SETPGROUP;
+  }
+  posix_spawnattr_setflags(attr, flags);
+}
+
 absl::StatusOr<ProcessOutcome> RunAndCapture(const std::vector<std::string>& argv,
                                              int64_t timeout_ms, size_t output_bytes_max) {
   if (argv.empty()) return absl::InvalidArgumentError("no program to run");
@@ -44,16 +60,7 @@ absl::StatusOr<ProcessOutcome> RunAndCapture(const std::vector<std::string>& arg
   posix_spawn_file_actions_adddup2(&actions, fds[1], 1);
   posix_spawn_file_actions_adddup2(&actions, fds[1], 2);
   posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  // The daemon blocks its stop signals for sigwait; the child must not
-  // inherit that, or a stop during the check would wait for the timeout.
-  sigset_t none;
-  sigset_t all;
-  sigemptyset(&none);
-  sigfillset(&all);
-  posix_spawnattr_setsigmask(&attr, &none);
-  posix_spawnattr_setsigdefault(&attr, &all);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+  InitChildSpawnAttributes(&attr, /*own_process_group=*/false);
   pid_t pid = 0;
   const int rc = posix_spawn(&pid, args[0], &actions, &attr, args.data(), environ);
   posix_spawnattr_destroy(&attr);

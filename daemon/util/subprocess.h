@@ -3,6 +3,8 @@
 // (the worker's model loader), before anything long-lived starts.
 #pragma once
 
+#include <spawn.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -19,6 +21,13 @@ struct ProcessOutcome {
   bool timed_out = false;  // killed (SIGKILL) after the timeout
   std::string output;   // stdout and stderr as written, cut at the bound
 };
+
+// Spawn attributes for a child of the daemon: no blocked signals and every
+// disposition at its default (the daemon blocks its stop signals for
+// sigwait, which a child must not inherit), and with `own_process_group`
+// a process group of its own, so a terminal's Ctrl-C reaches only the
+// daemon. The caller destroys them.
+void InitChildSpawnAttributes(posix_spawnattr_t* attr, bool own_process_group);
 
 // Spawns argv[0] (a path, not searched in PATH) with argv, the environment
 // and no blocked or ignored signals, and waits for it, reading its stdout

@@ -122,7 +122,16 @@ TEST(MoetierdTest, AnInvalidConfigurationExitsWithTwoAndSaysWhy) {
   EXPECT_THAT(ReadAll(dir.File("log2")), HasSubstr("model_path"));
 }
 
-// A config serving `model` with the fake worker, its sockets in `dir`.
+// 2 layers of 4 experts: 8 experts in all.
+absl::StatusOr<TestModel> SmallModel(const ScratchDir& dir) {
+  daemon_test::TestModelOptions o;
+  o.n_layer = 2;
+  o.n_expert = 4;
+  return daemon_test::WriteTestModel(dir.path(), "m", o);
+}
+
+// A config serving `model` with the fake worker, its sockets and the
+// worker's reports (NAME-reports/) in `dir`.
 std::string WriteConfig(const ScratchDir& dir, const std::string& name, const TestModel& model,
                         const std::string& extra = "") {
   const std::string reports = dir.File(name + "-reports");
@@ -156,10 +165,7 @@ int FreeTcpPort() {
 // and take half the connections; it must fail and say why instead.
 TEST(MoetierdTest, ASecondDaemonOnTheSamePortFailsWithAddressInUse) {
   ScratchDir dir;
-  daemon_test::TestModelOptions o;
-  o.n_layer = 2;
-  o.n_expert = 4;
-  absl::StatusOr<TestModel> model = daemon_test::WriteTestModel(dir.path(), "m", o);
+  absl::StatusOr<TestModel> model = SmallModel(dir);
   ASSERT_TRUE(model.ok()) << model.status();
   const std::string listen = absl::StrFormat("listen_address: \"127.0.0.1:%d\"\n", FreeTcpPort());
   const pid_t first = Spawn({"--config=" + WriteConfig(dir, "a", *model, listen)}, dir.File("a.log"));
@@ -182,22 +188,10 @@ class MoetierdRunTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(MoetierdRunTest, ServesAWorkerAndStopsCleanlyOnSigterm) {
   ScratchDir dir;
-  daemon_test::TestModelOptions o;
-  o.n_layer = 2;
-  o.n_expert = 4;
-  absl::StatusOr<TestModel> model = daemon_test::WriteTestModel(dir.path(), "m", o);
+  absl::StatusOr<TestModel> model = SmallModel(dir);
   ASSERT_TRUE(model.ok()) << model.status();
-  const std::string reports = dir.File("reports");
-  std::filesystem::create_directory(reports);
-  std::ofstream(dir.File("moetierd.conf"))
-      << "model_path: \"" << model->path << "\"\n"
-      << "devices: \"cpu\"\n"
-      << "worker_executable_path: \"" << MOETIER_FAKE_WORKER << "\"\n"
-      << "worker_socket_path: \"" << dir.File("w.sock") << "\"\n"
-      << "api_socket_path: \"" << dir.File("api.sock") << "\"\n"
-      << "worker_extra_args: \"--fake-report-dir=" << reports << "\"\n"
-      << "allow_unlocked_memory: true\n";
-  std::vector<std::string> args = {"--config=" + dir.File("moetierd.conf")};
+  const std::string reports = dir.File("run-reports");
+  std::vector<std::string> args = {"--config=" + WriteConfig(dir, "run", *model)};
   if (!GetParam().empty()) args.push_back(GetParam());
   const pid_t pid = Spawn(args, dir.File("log"));
   int early_status = 0;
@@ -221,7 +215,7 @@ TEST_P(MoetierdRunTest, ServesAWorkerAndStopsCleanlyOnSigterm) {
   EXPECT_THAT(log, HasSubstr("received SIGTERM"));
   EXPECT_THAT(log, HasSubstr("stopped"));
   EXPECT_EQ(CountFiles(reports, ".stopped"), 1) << "the worker was stopped, not abandoned";
-  EXPECT_FALSE(std::filesystem::exists(dir.File("w.sock")));
+  EXPECT_FALSE(std::filesystem::exists(dir.File("run-w.sock")));
   if (GetParam().empty()) {
     EXPECT_THAT(log, HasSubstr("preload finished: all 8 experts resident"));
     EXPECT_THAT(FirstReport(reports, ".ok"), HasSubstr("experts=8 hits=8 misses=0"));
@@ -274,10 +268,7 @@ int IndexOf(const std::vector<std::string>& messages, const std::string& text) {
 // READY=1, then the watchdog fed, then STOPPING=1.
 TEST(MoetierdTest, TellsSystemdWhereStartUpIsThenFeedsTheWatchdog) {
   ScratchDir dir;
-  daemon_test::TestModelOptions o;
-  o.n_layer = 2;
-  o.n_expert = 4;
-  absl::StatusOr<TestModel> model = daemon_test::WriteTestModel(dir.path(), "m", o);
+  absl::StatusOr<TestModel> model = SmallModel(dir);
   ASSERT_TRUE(model.ok()) << model.status();
   NotifySocket notify(dir.File("notify"));
   ASSERT_TRUE(notify.bound());
