@@ -20,6 +20,7 @@ import argparse
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -61,9 +62,20 @@ class Pane:
         self.tmux("send-keys", "-t", "chat", *keys)
 
     def dead_status(self):
-        out = self.tmux("display-message", "-p", "-t", "chat",
-                        "#{pane_dead} #{pane_dead_status}", check=False).stdout.split()
-        return int(out[1]) if len(out) == 2 and out[0] == "1" else None
+        """The exit status once the pane's program has ended, else None."""
+        for _ in range(2):
+            out = self.tmux("display-message", "-p", "-t", "chat",
+                            "#{pid} #{pane_dead} #{pane_dead_status}", check=False).stdout.split()
+            if len(out) == 3 and out[1] == "1":
+                return int(out[2])
+            if len(out) != 2 or out[1] != "1":
+                return None
+            # tmux 3.3a sometimes closes an ended pane's terminal but never
+            # reaps its program, as if the SIGCHLD were lost: the pane is dead
+            # with no status, and stays so. Another SIGCHLD makes it look.
+            os.kill(int(out[0]), signal.SIGCHLD)
+            time.sleep(0.1)
+        return None
 
     def kill(self):
         self.tmux("kill-server", check=False)
@@ -86,13 +98,24 @@ def wait_for(pane, what, predicate, timeout_s):
         if predicate(text):
             return text
         if pane.dead_status() is not None or time.monotonic() > deadline:
-            sys.exit(f"FAILED: waiting for {what}; the pane shows:\n{text}")
+            sys.exit(f"FAILED: waiting for {what}; the pane shows:\n{text}{daemon_log_tail()}")
         time.sleep(0.1)
+
+
+DAEMON_LOG = None  # the private daemon's log, once its directory is known
+
+
+def daemon_log_tail(lines=40):
+    if DAEMON_LOG is None or not os.path.exists(DAEMON_LOG):
+        return ""
+    with open(DAEMON_LOG, errors="replace") as log:
+        tail = log.read().splitlines()[-lines:]
+    return "\nthe end of the daemon's log:\n" + "\n".join(tail)
 
 
 def check(condition, what, text):
     if not condition:
-        sys.exit(f"FAILED: {what}; the pane shows:\n{text}")
+        sys.exit(f"FAILED: {what}; the pane shows:\n{text}{daemon_log_tail()}")
 
 
 def main():
@@ -122,6 +145,8 @@ def main():
         check("/help for the commands" in text, "the banner", text)
         run_dir = re.search(r"sockets and log in (\S+)", text)
         check(run_dir is not None, "the daemon's directory in the start-up lines", text)
+        global DAEMON_LOG
+        DAEMON_LOG = os.path.join(run_dir.group(1), "moetierd.log")
 
         pane.type_line("Hello, who are you?")
         text = wait_for(pane, "the first answer", lambda t: waiting_at_prompt(t, 2), 60)
