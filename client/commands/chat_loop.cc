@@ -8,22 +8,12 @@
 #include "commands/generation.h"
 #include "connection/interrupt.h"
 #include "connection/rpc_error.h"
-#include "moetier/v1/moetier.grpc.pb.h"
 
 namespace moetier::client {
 namespace {
 
 constexpr const char* kDim = "\x1b[2m";
 constexpr const char* kPlain = "\x1b[0m";
-
-StreamOutcome SendTurn(const v1::ChatRequest& request, const CommandContext& ctx) {
-  auto stub = v1::Moetier::NewStub(ctx.channel);
-  grpc::ClientContext call;
-  ApplyDeadline(&call, ctx.timeout_ms);
-  CancelOnInterrupt cancel(&call);
-  std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader = stub->Chat(&call, request);
-  return StreamText(&call, reader.get(), *ctx.out);
-}
 
 std::unique_ptr<LineInput> OpenInput(const CommandContext& ctx) {
   if (ctx.in_fd >= 0) return std::make_unique<FdLineInput>(ctx.in_fd);
@@ -90,7 +80,7 @@ int RunChatLoop(ChatSession& session, const ChatLoopOptions& options, const Comm
         break;
     }
 
-    const StreamOutcome outcome = SendTurn(session.Request(), ctx);
+    const StreamOutcome outcome = StreamChat(session.Request(), ctx);
     if (!outcome.text.empty() && outcome.text.back() != '\n') *ctx.out << '\n';
     ctx.out->flush();
     const bool stopped =

@@ -103,6 +103,15 @@ int RunGenerate(const GenerateOptions& options, const CommandContext& ctx) {
   return kExitOk;
 }
 
+StreamOutcome StreamChat(const v1::ChatRequest& request, const CommandContext& ctx) {
+  auto stub = v1::Moetier::NewStub(ctx.channel);
+  grpc::ClientContext call;
+  ApplyDeadline(&call, ctx.timeout_ms);
+  CancelOnInterrupt cancel(&call);
+  std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader = stub->Chat(&call, request);
+  return StreamText(&call, reader.get(), *ctx.out);
+}
+
 int RunChat(const ChatOptions& options, const CommandContext& ctx) {
   if (!options.message.has_value()) {
     ChatSession session(options.request, options.system);
@@ -121,15 +130,7 @@ int RunChat(const ChatOptions& options, const CommandContext& ctx) {
   };
   if (!options.system.empty()) add("system", options.system);
   add("user", *options.message);
-  auto stub = v1::Moetier::NewStub(ctx.channel);
-  grpc::ClientContext call;
-  ApplyDeadline(&call, ctx.timeout_ms);
-  StreamOutcome outcome;
-  {
-    CancelOnInterrupt cancel(&call);
-    std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader = stub->Chat(&call, request);
-    outcome = StreamText(&call, reader.get(), *ctx.out);
-  }
+  const StreamOutcome outcome = StreamChat(request, ctx);
   EndLine(outcome.text, *ctx.out);
   if (!outcome.status.ok()) return ReportRpcError(ctx, "chat", "Chat", outcome.status);
   if (options.stats && outcome.stats.has_value()) {

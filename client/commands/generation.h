@@ -26,6 +26,9 @@ struct StreamOutcome {
 StreamOutcome StreamText(grpc::ClientContext* call,
                          grpc::ClientReader<v1::GenerateResponse>* reader, std::ostream& out);
 
+// One Chat call: streams the answer to ctx.out; Ctrl-C cancels the call.
+StreamOutcome StreamChat(const v1::ChatRequest& request, const CommandContext& ctx);
+
 // "prompt 12 tokens, generated 32 (max tokens); prefill 150.2 tok/s, ..."
 std::string FormatGenerationStats(const v1::GenerationStats& stats);
 
