@@ -49,6 +49,18 @@ constexpr uint32_t StateValue(ExpertState s) { return static_cast<uint32_t>(s); 
 double Seconds(uint64_t ns) { return static_cast<double>(ns) / 1e9; }
 double GiB(double bytes) { return bytes / static_cast<double>(uint64_t{1} << 30); }
 
+// Every start-up phase reports as often as the operator asked.
+ProgressPacer PhasePacer(const ExpertStoreOptions& options, uint64_t total_bytes) {
+  return ProgressPacer(total_bytes,
+                       static_cast<uint64_t>(options.progress_log_interval_ms) * 1'000'000);
+}
+
+// What the file reads of start-up (dense copy, preload) may take.
+ByteRateLimiter PreloadLimiter(const ExpertStoreOptions& options) {
+  return ByteRateLimiter(options.preload_bytes_per_s,
+                         options.preload_bytes_per_s / kThrottleBurstPerSecond);
+}
+
 }  // namespace
 
 class ExpertStore::Probe : public VictimProbe {
@@ -231,9 +243,8 @@ absl::Status ExpertStore::FillDenseTensors() {
     fds.push_back(fd);
   }
   const uint64_t total = manifest_.dense_bytes;
-  ProgressPacer pacer(total, static_cast<uint64_t>(options_.progress_log_interval_ms) * 1'000'000);
-  ByteRateLimiter limiter(options_.preload_bytes_per_s,
-                          options_.preload_bytes_per_s / kThrottleBurstPerSecond);
+  ProgressPacer pacer = PhasePacer(options_, total);
+  ByteRateLimiter limiter = PreloadLimiter(options_);
   uint64_t copied = 0;
   if (status.ok() && pacer.Due(0, start_ns)) ReportProgress(kPhaseDense, 0, total, start_ns, "");
   for (size_t i = 0; status.ok() && i < manifest_.dense.size(); ++i) {
@@ -284,7 +295,7 @@ absl::Status ExpertStore::LockCache() {
   if (!segment_->locking()) return absl::OkStatus();
   const uint64_t start_ns = store::MonotonicNowNs();
   const uint64_t total = segment_->size();
-  ProgressPacer pacer(total, static_cast<uint64_t>(options_.progress_log_interval_ms) * 1'000'000);
+  ProgressPacer pacer = PhasePacer(options_, total);
   if (pacer.Due(segment_->locked_bytes(), start_ns)) {
     ReportProgress(kPhaseLock, segment_->locked_bytes(), total, start_ns, "");
   }
@@ -343,10 +354,8 @@ void ExpertStore::Start() {
   if (plan_.mode == store::StoreMode::kFullyResident) {
     preloading_ = true;
     preload_start_ns_ = store::MonotonicNowNs();
-    preload_pacer_.emplace(manifest_.total_expert_bytes,
-                           static_cast<uint64_t>(options_.progress_log_interval_ms) * 1'000'000);
-    preload_limiter_.emplace(options_.preload_bytes_per_s,
-                             options_.preload_bytes_per_s / kThrottleBurstPerSecond);
+    preload_pacer_.emplace(PhasePacer(options_, manifest_.total_expert_bytes));
+    preload_limiter_.emplace(PreloadLimiter(options_));
     SetPhase(store::DaemonPhase::kPreloading);
     LogInfo("preloading %d experts (%s)%s", manifest_.expert_count,
             FormatBytes(manifest_.total_expert_bytes),
