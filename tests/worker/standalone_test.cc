@@ -318,6 +318,14 @@ class WorkerEditedModelTest : public ::testing::Test {
     path_ = TempPath("edited.gguf");
   }
   void TearDown() override { std::remove(path_.c_str()); }
+  // blk.1.ffn_up_exps.weight becomes Q5_1, a type without a codec.
+  void WriteWithUpExpertsUndecodable() {
+    testing::EditableTensor* t = gguf_.Find("blk.1.ffn_up_exps.weight");
+    ASSERT_NE(t, nullptr);
+    t->type = TensorType::kQ5_1;  // 32 elements in 24 bytes
+    t->data.assign(32 * 8 * 2 * 24, 0);
+    ASSERT_TRUE(gguf_.Write(path_).ok());
+  }
   EditableGguf gguf_;
   std::string path_;
 };
@@ -333,11 +341,7 @@ TEST_F(WorkerEditedModelTest, WrongArchitecture) {
 }
 
 TEST_F(WorkerEditedModelTest, UnsupportedTensorType) {
-  testing::EditableTensor* t = gguf_.Find("blk.1.ffn_up_exps.weight");
-  ASSERT_NE(t, nullptr);
-  t->type = TensorType::kQ5_1;  // 32 elements in 24 bytes, no codec
-  t->data.assign(32 * 8 * 2 * 24, 0);
-  ASSERT_TRUE(gguf_.Write(path_).ok());
+  ASSERT_NO_FATAL_FAILURE(WriteWithUpExpertsUndecodable());
   const Result r = RunWorker({"--standalone", "--model", path_, "--tokenize", "x"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_TRUE(IsOneLine(r.err));
@@ -354,11 +358,7 @@ TEST(WorkerStandaloneTest, CheckModelIsSilentForAServableFile) {
 }
 
 TEST_F(WorkerEditedModelTest, CheckModelRefusesUndecodableTypesWithStatusTwo) {
-  testing::EditableTensor* t = gguf_.Find("blk.1.ffn_up_exps.weight");
-  ASSERT_NE(t, nullptr);
-  t->type = TensorType::kQ5_1;  // 32 elements in 24 bytes, no codec
-  t->data.assign(32 * 8 * 2 * 24, 0);
-  ASSERT_TRUE(gguf_.Write(path_).ok());
+  ASSERT_NO_FATAL_FAILURE(WriteWithUpExpertsUndecodable());
   const Result r = RunWorker({"--check-model=" + path_});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_EQ(r.out, "");
