@@ -21,6 +21,8 @@ set(CPACK_INSTALL_CMAKE_PROJECTS
 set(CPACK_DEBIAN_FILE_NAME DEB-DEFAULT)
 set(CPACK_DEBIAN_PACKAGE_SECTION misc)
 set(CPACK_DEBIAN_PACKAGE_SHLIBDEPS ON)
+# dpkg-shlibdeps finds the shared libraries (libcpp-httplib0.11 among them);
+# nlohmann-json is header-only, so the package needs nothing at run time for it.
 # gzip keeps packaging a debug-info build quick; size is not the point here.
 set(CPACK_DEBIAN_COMPRESSION_TYPE gzip)
 # dpkg keeps an administrator's edits of a conffile across upgrades.

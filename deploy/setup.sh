@@ -21,6 +21,7 @@ build_packages=(
   build-essential cmake ninja-build pkg-config
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev liburing-dev
+  libcpp-httplib-dev nlohmann-json3-dev  # the daemon's HTTP (OpenAI-compatible) API
 )
 test_packages=(
   libgtest-dev libgmock-dev
