@@ -19,8 +19,6 @@ constexpr int64_t kCancelPollMs = 50;
 // After a cancel, how long the handler waits for the worker's Done before
 // leaving (the scheduler keeps tracking the job either way).
 constexpr int64_t kCancelGraceMs = 5000;
-// What the API's zero (unset) repeat_last_n stands for.
-constexpr int32_t kApiDefaultRepeatLastN = 64;
 // SetBudget's ceiling: 1 PiB, far above any device, and far from overflowing
 // the bytes the worker is sent.
 constexpr uint64_t kMaxExpertCacheMib = uint64_t{1} << 30;
@@ -28,35 +26,6 @@ constexpr uint64_t kMaxExpertCacheMib = uint64_t{1} << 30;
 grpc::Status Invalid(const std::string& message) {
   return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, message);
 }
-
-// The API's stop reason for one of ours. kComplete ends no generation.
-v1::StopReason ToApi(StopReason reason) {
-  switch (reason) {
-    case StopReason::kEndOfGeneration:
-      return v1::STOP_REASON_END_OF_GENERATION;
-    case StopReason::kMaxTokens:
-      return v1::STOP_REASON_MAX_TOKENS;
-    case StopReason::kContextFull:
-      return v1::STOP_REASON_CONTEXT_FULL;
-    case StopReason::kCancelled:
-      return v1::STOP_REASON_CANCELLED;
-    case StopReason::kError:
-      return v1::STOP_REASON_ERROR;
-    case StopReason::kComplete:
-      break;
-  }
-  return v1::STOP_REASON_UNSPECIFIED;
-}
-
-// What the API's fields are called in errors.
-constexpr SamplingFieldNames kApiSamplingNames{
-    .temperature = "sampling.temperature",
-    .top_k = "sampling.top_k",
-    .top_p = "sampling.top_p",
-    .min_p = "sampling.min_p",
-    .repeat_penalty = "sampling.repetition_penalty",
-    .repeat_last_n = "sampling.repeat_last_n",
-};
 
 // The worker reports what the control protocol allows; anything else is a
 // worker out of step with this daemon.
@@ -70,21 +39,6 @@ absl::StatusOr<StopReason> StopOf(const control_v1::DoneReply& done) {
 }
 
 }  // namespace
-
-absl::StatusOr<SamplingParams> SamplingFromApi(const v1::SamplingParams& api) {
-  // Unset (zero) API fields mean "off", or the default where 0 would mean
-  // something else; from here on every value is exact.
-  SamplingParams p;
-  p.temperature = api.temperature();
-  p.top_k = api.top_k();
-  p.top_p = api.top_p() == 0.0f ? 1.0f : api.top_p();
-  p.min_p = api.min_p();
-  p.repeat_penalty = api.repetition_penalty() == 0.0f ? 1.0f : api.repetition_penalty();
-  p.repeat_last_n = api.repeat_last_n() == 0 ? kApiDefaultRepeatLastN : api.repeat_last_n();
-  p.seed = api.has_seed() ? api.seed() : std::random_device{}();
-  if (absl::Status s = ValidateSamplingParams(p, kApiSamplingNames); !s.ok()) return s;
-  return p;
-}
 
 grpc::Status ToGrpc(const absl::Status& status) {
   if (status.ok()) return grpc::Status::OK;
@@ -229,101 +183,29 @@ grpc::Status MoetierService::RunGeneration(grpc::ServerContext* context,
                                            bool ignore_end_of_generation,
                                            grpc::ServerWriter<v1::GenerateResponse>* writer,
                                            int32_t checkpoint_position) {
-  if (prompt_ids.empty()) return Invalid("the prompt is empty");
-  if (max_new_tokens < 0) return Invalid("max_new_tokens must be >= 0");
-  if (max_new_tokens == 0) max_new_tokens = static_cast<int32_t>(limits_.default_max_new_tokens);
-  if (static_cast<uint32_t>(max_new_tokens) > limits_.max_new_tokens_limit) {
-    return Invalid(absl::StrFormat("max_new_tokens %d is above the limit max_new_tokens_limit=%d",
-                                   max_new_tokens, limits_.max_new_tokens_limit));
-  }
-  absl::StatusOr<SamplingParams> settings = SamplingFromApi(sampling);
-  if (!settings.ok()) return ToGrpc(settings.status());
-
-  // Whether the prompt fits a worker's context is the scheduler's to say:
-  // it knows each worker's.
-  control_v1::WorkerRequest request;
-  control_v1::GenerateRequest* generate = request.mutable_generate();
-  generate->mutable_prompt_token_ids()->Add(prompt_ids.begin(), prompt_ids.end());
-  generate->set_max_new_tokens(max_new_tokens);
-  generate->set_checkpoint_position(checkpoint_position);
-  *generate->mutable_sampling() = SamplingToControl(*settings);
-  std::optional<StreamingDecoder> decoder;
-  if (text_unavailable_.ok()) {
-    if (!ignore_end_of_generation) {
-      for (int32_t id : (*tokenizer_)->end_of_generation_ids()) generate->add_stop_token_ids(id);
-    }
-    decoder.emplace(**tokenizer_, /*render_special=*/false);
-  }
-  absl::StatusOr<std::shared_ptr<RequestJob>> job = scheduler_->Submit(std::move(request));
-  if (!job.ok()) return ToGrpc(job.status());
-
-  bool cancel_sent = false;
-  bool client_gone = false;
-  auto cancel_at = std::chrono::steady_clock::time_point::max();
-  while (true) {
-    if (!cancel_sent && (context->IsCancelled() || client_gone)) {
-      scheduler_->Cancel(*job);
-      cancel_sent = true;
-      cancel_at = std::chrono::steady_clock::now() + std::chrono::milliseconds(kCancelGraceMs);
-    }
-    if (cancel_sent && std::chrono::steady_clock::now() > cancel_at) {
-      return grpc::Status(grpc::StatusCode::CANCELLED, "the call was cancelled");
-    }
-    absl::StatusOr<std::optional<control_v1::WorkerReply>> next = (*job)->Next(kCancelPollMs);
-    if (!next.ok()) return ToGrpc(next.status());
-    if (!next->has_value()) continue;
-    const control_v1::WorkerReply& reply = **next;
-    if (reply.has_token()) {
-      if (client_gone) continue;
-      v1::GenerateResponse piece;
-      if (decoder.has_value()) {
-        std::string bytes;
-        if (absl::Status s = decoder->Push(reply.token().token_id(), &bytes); !s.ok()) {
-          scheduler_->Cancel(*job);
-          return ToGrpc(s);
-        }
-        piece.set_text(SanitizeUtf8(bytes));
-      }
-      piece.add_token_ids(reply.token().token_id());
-      piece.set_token_latency_ms(reply.token().latency_ms());
-      if (!writer->Write(piece)) client_gone = true;
-      continue;
-    }
-    if (!reply.has_done()) continue;  // a score chunk cannot answer a generation
-    const control_v1::DoneReply& done = reply.done();
-    const absl::StatusOr<StopReason> stop = StopOf(done);
-    if (!stop.ok()) return ToGrpc(stop.status());
-    if (*stop == StopReason::kError) {
-      return grpc::Status(static_cast<grpc::StatusCode>(done.error_code()),
-                          done.error_message());
-    }
-    if (cancel_sent || client_gone) {
-      return grpc::Status(grpc::StatusCode::CANCELLED, "the call was cancelled");
-    }
-    v1::GenerateResponse last;
-    if (decoder.has_value()) {
-      std::string bytes;
-      decoder->Flush(&bytes);
-      last.set_text(SanitizeUtf8(bytes));
-    }
-    v1::GenerationStats* stats = last.mutable_final_stats();
-    stats->set_prompt_tokens(done.prompt_tokens());
-    stats->set_cached_prompt_tokens(done.cached_prompt_tokens());
-    stats->set_generated_tokens(done.generated_tokens());
-    if (done.prefill_seconds() > 0) {
-      stats->set_prefill_tokens_per_s((done.prompt_tokens() - done.cached_prompt_tokens()) /
-                                      done.prefill_seconds());
-    }
-    if (done.generated_tokens() > 1 && done.decode_seconds() > 0) {
-      stats->set_decode_tokens_per_s((done.generated_tokens() - 1) / done.decode_seconds());
-    }
-    stats->set_stop_reason(ToApi(*stop));
-    stats->set_seed(settings->seed);
-    stats->set_worker_device((*job)->worker_device());
-    stats->set_queue_wait_ms((*job)->queue_wait_ms());
-    writer->Write(last);
-    return grpc::Status::OK;
-  }
+  GenerationInput input;
+  input.prompt_ids = std::move(prompt_ids);
+  input.max_new_tokens = max_new_tokens;
+  input.sampling = sampling;
+  input.ignore_end_of_generation = ignore_end_of_generation;
+  input.checkpoint_position = checkpoint_position;
+  const Tokenizer* tokenizer = text_unavailable_.ok() ? &**tokenizer_ : nullptr;
+  auto sink = [&](const GeneratedToken& token) {
+    v1::GenerateResponse piece;
+    if (tokenizer != nullptr) piece.set_text(token.text);
+    piece.add_token_ids(token.id);
+    piece.set_token_latency_ms(token.latency_ms);
+    return writer->Write(piece);
+  };
+  absl::StatusOr<GenerationOutcome> outcome = RunGenerationCall(
+      tokenizer, scheduler_, limits_, std::move(input), sink,
+      [context] { return context->IsCancelled(); });
+  if (!outcome.ok()) return ToGrpc(outcome.status());
+  v1::GenerateResponse last;
+  if (tokenizer != nullptr) last.set_text(outcome->tail_text);
+  *last.mutable_final_stats() = outcome->stats;
+  writer->Write(last);
+  return grpc::Status::OK;
 }
 
 grpc::Status MoetierService::Score(grpc::ServerContext* context, const v1::ScoreRequest* request,

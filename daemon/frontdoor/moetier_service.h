@@ -17,6 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "config/daemon_config.h"
+#include "frontdoor/generation_call.h"
 #include "frontdoor/status_report.h"
 #include "moetier/v1/moetier.grpc.pb.h"
 #include "request/sampling_params.h"
@@ -26,21 +27,7 @@
 
 namespace moetier {
 
-struct FrontDoorLimits {
-  uint32_t max_prompt_bytes = 1 << 20;
-  uint32_t max_new_tokens_limit = 8192;
-  uint32_t default_max_new_tokens = 256;
-  uint32_t max_score_tokens = 4096;
-  uint32_t min_watch_interval_ms = 100;
-};
-
 FrontDoorLimits FrontDoorLimitsFromConfig(const DaemonConfig& config);
-
-// The sampling settings of an API request: its unset (zero) fields replaced
-// by what they stand for (top_p and repetition_penalty 1, repeat_last_n 64),
-// the seed drawn at random when absent, then every value checked.
-// INVALID_ARGUMENT names the API field, its value and its valid range.
-absl::StatusOr<SamplingParams> SamplingFromApi(const v1::SamplingParams& sampling);
 
 class MoetierService final : public v1::Moetier::Service {
  public:
