@@ -75,6 +75,9 @@ class GatedEngine final : public ForwardEngine {
   absl::Status SaveCheckpoint(Sequence& seq) override { return inner_.SaveCheckpoint(seq); }
   absl::Status RestoreCheckpoint(Sequence& seq) override { return inner_.RestoreCheckpoint(seq); }
   absl::StatusOr<int32_t> Sample(Sampler& sampler) override { return inner_.Sample(sampler); }
+  absl::StatusOr<std::span<const float>> LastLogitsRow() override {
+    return inner_.LastLogitsRow();
+  }
   int n_vocab() const override { return inner_.n_vocab(); }
   int max_ctx() const override { return inner_.max_ctx(); }
   int max_sequences() const override { return inner_.max_sequences(); }
@@ -421,6 +424,61 @@ TEST_F(ControlServerTest, GreedyGenerateEqualsTheEngineAndSampler) {
   EXPECT_GT(g.done.prefill_seconds(), 0.0);
   EXPECT_GE(g.done.decode_seconds(), 0.0);
   EXPECT_EQ(std::count(g.stop_flags.begin(), g.stop_flags.end(), true), 0);
+}
+
+// With top_logprobs, each token comes with log_softmax of the engine's own
+// logits at that position: the prompt plus the tokens so far, scored anew.
+TEST_F(ControlServerTest, LogprobsAreTheLogSoftmaxOfTheModelsLogits) {
+  ReceiveReady();
+  const std::vector<int32_t> prompt = Prompt(6);
+  SamplingParams sampled;
+  sampled.temperature = 0.8f;
+  sampled.seed = 5;
+  WorkerRequest request = GenerateRequest(4, prompt, 4, sampled);
+  request.mutable_generate()->set_top_logprobs(3);
+  Send(request);
+  std::vector<control_v1::TokenReply> tokens;
+  while (true) {
+    const WorkerReply reply = Receive();
+    ASSERT_EQ(reply.id(), 4u);
+    if (reply.kind_case() == WorkerReply::kDone) break;
+    ASSERT_EQ(reply.kind_case(), WorkerReply::kToken);
+    tokens.push_back(reply.token());
+  }
+  ASSERT_EQ(tokens.size(), 4u);
+  std::vector<int32_t> so_far = prompt;
+  for (const control_v1::TokenReply& t : tokens) {
+    const std::vector<float> all = EngineLogits(so_far);
+    const std::span<const float> row(all.data() + all.size() - 512, 512);
+    const float max_logit = *std::max_element(row.begin(), row.end());
+    double sum = 0.0;
+    for (float l : row) sum += std::exp(static_cast<double>(l) - max_logit);
+    const double log_norm = max_logit + std::log(sum);
+    ASSERT_TRUE(t.has_logprob());
+    EXPECT_NEAR(t.logprob(), row[t.token_id()] - log_norm, 1e-4);
+    ASSERT_EQ(t.top_logprobs_size(), 3);
+    const int32_t best = static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
+    EXPECT_EQ(t.top_logprobs(0).token_id(), best);
+    EXPECT_NEAR(t.top_logprobs(0).logprob(), max_logit - log_norm, 1e-4);
+    EXPECT_GE(t.top_logprobs(0).logprob(), t.top_logprobs(1).logprob());
+    EXPECT_GE(t.top_logprobs(1).logprob(), t.top_logprobs(2).logprob());
+    so_far.push_back(t.token_id());
+  }
+
+  // Without top_logprobs none are sent, and a value out of range is refused.
+  Send(GenerateRequest(5, prompt, 2));
+  const WorkerReply plain = Receive();
+  ASSERT_EQ(plain.kind_case(), WorkerReply::kToken);
+  EXPECT_FALSE(plain.token().has_logprob());
+  EXPECT_EQ(plain.token().top_logprobs_size(), 0);
+  ReceiveGeneration(5);
+  WorkerRequest too_many = GenerateRequest(6, prompt, 2);
+  too_many.mutable_generate()->set_top_logprobs(21);
+  Send(too_many);
+  const Generation refused = ReceiveGeneration(6);
+  EXPECT_EQ(refused.done.stop_reason(), control_v1::STOP_ERROR);
+  EXPECT_NE(refused.done.error_message().find("top_logprobs 21"), std::string::npos)
+      << refused.done.error_message();
 }
 
 // A chat's next turn: the last prompt, the reply and a new message.

@@ -301,6 +301,13 @@ absl::StatusOr<int32_t> CpuEngine::Sample(Sampler& sampler) {
   return sampler.Sample(last_logits_);
 }
 
+absl::StatusOr<std::span<const float>> CpuEngine::LastLogitsRow() {
+  if (!have_logits_) {
+    return absl::FailedPreconditionError("no logits kept: run Forward first");
+  }
+  return std::span<const float>(last_logits_);
+}
+
 absl::StatusOr<std::unique_ptr<ForwardEngine>> CreateCpuEngineWithConfig(
     const Model& model, const CpuEngineConfig& config) {
   absl::StatusOr<std::unique_ptr<CpuEngine>> engine = CpuEngine::Create(model, config);

@@ -80,6 +80,7 @@ class CpuEngine final : public ForwardEngine {
   absl::Status SaveCheckpoint(Sequence& seq) override;
   absl::Status RestoreCheckpoint(Sequence& seq) override;
   absl::StatusOr<int32_t> Sample(Sampler& sampler) override;
+  absl::StatusOr<std::span<const float>> LastLogitsRow() override;
   int n_vocab() const override { return hp_.n_vocab; }
   int max_ctx() const override { return config_.max_ctx; }
   int max_sequences() const override { return config_.max_sequences; }

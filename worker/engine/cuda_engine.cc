@@ -618,6 +618,20 @@ absl::StatusOr<int32_t> CudaEngine::Sample(Sampler& sampler) {
   return sampler.Sample(host_row_);
 }
 
+absl::StatusOr<std::span<const float>> CudaEngine::LastLogitsRow() {
+  if (last_row_ == nullptr) {
+    return absl::FailedPreconditionError("no logits kept: run Forward first");
+  }
+  MOETIER_RETURN_IF_ERROR(ctx_->MakeCurrent());
+  auto* stream = static_cast<cudaStream_t>(ctx_->stream());
+  MOETIER_RETURN_IF_ERROR(CudaCall(
+      cudaMemcpyAsync(host_row_.data(), last_row_, host_row_.size() * sizeof(float),
+                      cudaMemcpyDeviceToHost, stream),
+      "copying the logits row to the host"));
+  MOETIER_RETURN_IF_ERROR(ctx_->Sync("reading the logits row"));
+  return std::span<const float>(host_row_);
+}
+
 absl::StatusOr<std::unique_ptr<ForwardEngine>> CreateCudaEngine(const Model& model,
                                                                 const CudaEngineConfig& config) {
   absl::StatusOr<std::unique_ptr<CudaEngine>> engine = CudaEngine::Create(model, config);

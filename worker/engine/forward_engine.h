@@ -68,6 +68,12 @@ class ForwardEngine {
   // logits are kept.
   virtual absl::StatusOr<int32_t> Sample(Sampler& sampler) = 0;
 
+  // The last logits row Sample draws from, on the host (a GPU engine copies
+  // it there, so call this only when the caller wants the numbers, such as
+  // a request's logprobs). Valid until the next Forward, Sample or
+  // checkpoint restore. FailedPrecondition when no logits are kept.
+  virtual absl::StatusOr<std::span<const float>> LastLogitsRow() = 0;
+
   virtual int n_vocab() const = 0;
   // The capacity of every sequence.
   virtual int max_ctx() const = 0;

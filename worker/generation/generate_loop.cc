@@ -46,6 +46,7 @@ absl::StatusOr<GenerationResult> RunGeneration(ForwardEngine& engine, Sequence& 
   MOETIER_CHECK(seq.length() < n_prompt);
   MOETIER_CHECK(request.ubatch_size >= 0);
   MOETIER_CHECK(request.checkpoint_position >= 0 && request.checkpoint_position <= n_prompt);
+  MOETIER_CHECK(request.top_logprobs >= -1 && request.top_logprobs <= kMaxTopLogprobs);
   result.prompt_reused = seq.length();
   const auto start = Clock::now();
   if (n_prompt >= seq.capacity()) {
@@ -66,20 +67,36 @@ absl::StatusOr<GenerationResult> RunGeneration(ForwardEngine& engine, Sequence& 
     return result;
   };
 
+  const bool want_logprobs = request.top_logprobs >= 0;
+  TokenLogprobs logprobs;
   auto token_start = start;  // the first token's time includes the prefill
   while (true) {
+    std::span<const float> row;
+    if (want_logprobs) {
+      absl::StatusOr<std::span<const float>> last = engine.LastLogitsRow();
+      if (!last.ok()) {
+        result.engine_error = last.status();
+        return finish(StopReason::kMaxTokens);
+      }
+      row = *last;
+    }
     absl::StatusOr<int32_t> token = engine.Sample(sampler);
     if (!token.ok()) {
       result.engine_error = token.status();
       return finish(StopReason::kMaxTokens);
     }
+    if (want_logprobs) ComputeTokenLogprobs(row, *token, request.top_logprobs, &logprobs);
     sampler.Accept(*token);
     ++result.generated;
     const bool is_stop =
         std::binary_search(request.stop_ids.begin(), request.stop_ids.end(), *token);
     const double latency_ms =
         std::chrono::duration<double, std::milli>(Clock::now() - token_start).count();
-    if (absl::Status s = sink.OnToken(*token, is_stop, latency_ms); !s.ok()) return s;
+    if (absl::Status s = sink.OnToken(*token, is_stop, latency_ms,
+                                      want_logprobs ? &logprobs : nullptr);
+        !s.ok()) {
+      return s;
+    }
     if (is_stop) return finish(StopReason::kEndOfGeneration);
     if (request.max_new_tokens >= 0 && result.generated >= request.max_new_tokens) {
       return finish(StopReason::kMaxTokens);

@@ -16,6 +16,7 @@
 #include "engine/sequence.h"
 #include "request/stop_reason.h"
 #include "sampling/sampler.h"
+#include "sampling/token_logprobs.h"
 
 namespace moetier {
 
@@ -31,6 +32,9 @@ struct GenerationRequest {
   // there but not what follows; 0: none. Short of the prompt's end it
   // splits the prefill in two calls.
   int checkpoint_position = 0;
+  // >= 0: each token comes with its log-probability and this many most
+  // likely alternatives (at most kMaxTopLogprobs); -1: none computed.
+  int top_logprobs = -1;
 };
 
 // Where the tokens go. Errors from it end the loop with that error.
@@ -38,8 +42,10 @@ class TokenSink {
  public:
   virtual ~TokenSink() = default;
   // Each sampled token in order, stop tokens included (flagged);
-  // latency_ms is the time to compute it (the first includes the prefill).
-  virtual absl::Status OnToken(int32_t token, bool is_stop, double latency_ms) = 0;
+  // latency_ms is the time to compute it (the first includes the prefill);
+  // logprobs is null unless the request asked for them (top_logprobs >= 0).
+  virtual absl::Status OnToken(int32_t token, bool is_stop, double latency_ms,
+                               const TokenLogprobs* logprobs) = 0;
   // Asked between tokens: true stops the loop with kCancelled.
   virtual absl::StatusOr<bool> ShouldStop() { return false; }
 };

@@ -140,6 +140,13 @@ absl::StatusOr<int32_t> ReferenceEngine::Sample(Sampler& sampler) {
   return sampler.Sample(logits_);
 }
 
+absl::StatusOr<std::span<const float>> ReferenceEngine::LastLogitsRow() {
+  if (!have_logits_) {
+    return absl::FailedPreconditionError("no logits kept: run Forward first");
+  }
+  return std::span<const float>(logits_);
+}
+
 void ReferenceEngine::ForwardToken(int32_t token, int pos, bool logits) {
   const int64_t n_embd = hp_.n_embd;
   std::copy_n(token_embd_.row(token), n_embd, x_.data());

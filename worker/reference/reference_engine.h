@@ -35,6 +35,7 @@ class ReferenceEngine final : public ForwardEngine {
   absl::Status SaveCheckpoint(Sequence& seq) override;
   absl::Status RestoreCheckpoint(Sequence& seq) override;
   absl::StatusOr<int32_t> Sample(Sampler& sampler) override;
+  absl::StatusOr<std::span<const float>> LastLogitsRow() override;
   int n_vocab() const override { return hp_.n_vocab; }
   int max_ctx() const override { return max_ctx_; }
   int max_sequences() const override { return 1; }

@@ -116,12 +116,23 @@ absl::Status ControlServer::SendError(uint64_t id, const absl::Status& error) {
   return SendDone(id, done);
 }
 
-absl::Status ControlServer::SendToken(uint64_t id, int32_t token, bool is_stop, double latency_ms) {
+absl::Status ControlServer::SendToken(uint64_t id, int32_t token, bool is_stop, double latency_ms,
+                                      const TokenLogprobs* logprobs) {
   token_reply_.set_id(id);
   control_v1::TokenReply* t = token_reply_.mutable_token();
   t->set_token_id(token);
   t->set_is_stop_token(is_stop);
   t->set_latency_ms(latency_ms);
+  t->clear_logprob();
+  t->clear_top_logprobs();
+  if (logprobs != nullptr) {
+    t->set_logprob(logprobs->chosen);
+    for (const TokenLogprob& alt : logprobs->top) {
+      control_v1::TokenLogprob* out = t->add_top_logprobs();
+      out->set_token_id(alt.token_id);
+      out->set_logprob(alt.logprob);
+    }
+  }
   return Send(token_reply_);
 }
 
@@ -325,6 +336,12 @@ absl::Status ControlServer::Generate(uint64_t id, const control_v1::GenerateRequ
     return SendError(id, absl::InvalidArgumentError(
                              absl::StrFormat("generate: %s", params.status().message())));
   }
+  if (request.has_top_logprobs() &&
+      (request.top_logprobs() < 0 || request.top_logprobs() > kMaxTopLogprobs)) {
+    return SendError(id, absl::InvalidArgumentError(absl::StrFormat(
+                             "generate: top_logprobs %d is outside [0, %d]",
+                             request.top_logprobs(), kMaxTopLogprobs)));
+  }
   // The values are the daemon's, checked at its front door: used as sent.
   Sampler sampler(n_vocab_, *params);
   stop_ids_.assign(request.stop_token_ids().begin(), request.stop_token_ids().end());
@@ -341,9 +358,10 @@ absl::Status ControlServer::Generate(uint64_t id, const control_v1::GenerateRequ
    public:
     ReplySink(ControlServer& server, uint64_t id, std::vector<int32_t>& tokens)
         : server_(server), id_(id), tokens_(tokens) {}
-    absl::Status OnToken(int32_t token, bool is_stop, double latency_ms) override {
+    absl::Status OnToken(int32_t token, bool is_stop, double latency_ms,
+                         const TokenLogprobs* logprobs) override {
       tokens_.push_back(token);
-      return server_.SendToken(id_, token, is_stop, latency_ms);
+      return server_.SendToken(id_, token, is_stop, latency_ms, logprobs);
     }
     absl::StatusOr<bool> ShouldStop() override {
       if (absl::Status s = server_.PollChannel(); !s.ok()) return s;
@@ -362,7 +380,10 @@ absl::Status ControlServer::Generate(uint64_t id, const control_v1::GenerateRequ
                                      .max_new_tokens = request.max_new_tokens(),
                                      .stop_ids = stop_ids_,
                                      .ubatch_size = options_.ubatch_size,
-                                     .checkpoint_position = CheckpointPosition(request)};
+                                     .checkpoint_position = CheckpointPosition(request),
+                                     .top_logprobs = request.has_top_logprobs()
+                                                         ? request.top_logprobs()
+                                                         : -1};
   absl::StatusOr<GenerationResult> result = RunGeneration(engine_, **seq, sampler, generation, sink);
   const bool failed = !result.ok() || !result->engine_error.ok();
   // After an engine error the state is not trusted for a follow-up.

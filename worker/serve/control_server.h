@@ -53,6 +53,7 @@
 #include "generation/retained_sequence.h"
 #include "moetier/worker/v1/control.pb.h"
 #include "request/stop_reason.h"
+#include "sampling/token_logprobs.h"
 
 namespace moetier {
 
@@ -116,7 +117,8 @@ class ControlServer {
   absl::Status Send(const control_v1::WorkerReply& reply);
   absl::Status SendDone(uint64_t id, const control_v1::DoneReply& done);
   absl::Status SendError(uint64_t id, const absl::Status& status);
-  absl::Status SendToken(uint64_t id, int32_t token, bool is_stop, double latency_ms);
+  absl::Status SendToken(uint64_t id, int32_t token, bool is_stop, double latency_ms,
+                         const TokenLogprobs* logprobs);
   absl::Status SendLogits(uint64_t id, uint64_t first_float, const float* values, size_t count);
 
   const int fd_;

@@ -36,6 +36,9 @@ class CacheStatusEngine final : public ForwardEngine {
     return engine_.RestoreCheckpoint(seq);
   }
   absl::StatusOr<int32_t> Sample(Sampler& sampler) override { return engine_.Sample(sampler); }
+  absl::StatusOr<std::span<const float>> LastLogitsRow() override {
+    return engine_.LastLogitsRow();
+  }
   int n_vocab() const override { return engine_.n_vocab(); }
   int max_ctx() const override { return engine_.max_ctx(); }
   int max_sequences() const override { return engine_.max_sequences(); }

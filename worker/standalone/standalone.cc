@@ -173,7 +173,7 @@ class TextSink final : public TokenSink {
   TextSink(const Tokenizer& tokenizer, std::FILE* out)
       : decoder_(tokenizer, /*render_special=*/false), out_(out) {}
 
-  absl::Status OnToken(int32_t token, bool is_stop, double) override {
+  absl::Status OnToken(int32_t token, bool is_stop, double, const TokenLogprobs*) override {
     if (is_stop) return absl::OkStatus();
     text_.clear();
     if (absl::Status s = decoder_.Push(token, &text_); !s.ok()) return s;
