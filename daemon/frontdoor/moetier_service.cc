@@ -136,44 +136,14 @@ grpc::Status MoetierService::Chat(grpc::ServerContext* context, const v1::ChatRe
     return grpc::Status(grpc::StatusCode::FAILED_PRECONDITION,
                         std::string(chat_template_.status().message()));
   }
-  if (request->messages_size() == 0) return Invalid("messages is empty");
-  uint64_t bytes = 0;
   std::vector<ChatMessage> messages;
-  for (const v1::ChatMessage& m : request->messages()) {
-    bytes += m.content().size();
-    messages.push_back({m.role(), m.content()});
-  }
-  if (bytes > limits_.max_prompt_bytes) {
-    return Invalid(absl::StrFormat("the messages hold %d bytes; the limit is max_prompt_bytes=%d",
-                                   bytes, limits_.max_prompt_bytes));
-  }
-  ChatRenderOptions options;
-  options.add_generation_prompt = true;
-  options.enable_thinking = request->enable_thinking();
-  absl::StatusOr<std::string> prompt = chat_template_->Render(messages, options);
+  for (const v1::ChatMessage& m : request->messages()) messages.push_back({m.role(), m.content()});
+  absl::StatusOr<ChatPrompt> prompt = RenderChatPrompt(*chat_template_, **tokenizer_, messages,
+                                                       request->enable_thinking(), limits_);
   if (!prompt.ok()) return ToGrpc(prompt.status());
-  // The template's markers are special tokens, so the rendered prompt is
-  // tokenized with specials parsed (as llama.cpp's server does); marker text
-  // inside a message's content is parsed as markers too.
-  absl::StatusOr<std::vector<int32_t>> ids = (*tokenizer_)->Encode(*prompt, true, true);
-  if (!ids.ok()) return ToGrpc(ids.status());
-  // The next turn renders this turn's generation prompt differently (Qwen
-  // templates drop the think block of earlier replies), so the worker's
-  // checkpoint goes where the generation prompt starts: the next turn then
-  // recomputes only the reply and its own message.
-  int32_t checkpoint_position = 0;
-  options.add_generation_prompt = false;
-  absl::StatusOr<std::string> history = chat_template_->Render(messages, options);
-  if (history.ok()) {
-    absl::StatusOr<std::vector<int32_t>> history_ids =
-        (*tokenizer_)->Encode(*history, true, true);
-    if (history_ids.ok() && !history_ids->empty() && history_ids->size() < ids->size() &&
-        std::equal(history_ids->begin(), history_ids->end(), ids->begin())) {
-      checkpoint_position = static_cast<int32_t>(history_ids->size());
-    }
-  }
-  return RunGeneration(context, std::move(*ids), request->max_new_tokens(), request->sampling(),
-                       /*ignore_end_of_generation=*/false, writer, checkpoint_position);
+  return RunGeneration(context, std::move(prompt->ids), request->max_new_tokens(),
+                       request->sampling(), /*ignore_end_of_generation=*/false, writer,
+                       prompt->checkpoint_position);
 }
 
 grpc::Status MoetierService::RunGeneration(grpc::ServerContext* context,
