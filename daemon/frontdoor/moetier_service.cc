@@ -27,17 +27,6 @@ grpc::Status Invalid(const std::string& message) {
   return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, message);
 }
 
-// The worker reports what the control protocol allows; anything else is a
-// worker out of step with this daemon.
-absl::StatusOr<StopReason> StopOf(const control_v1::DoneReply& done) {
-  absl::StatusOr<StopReason> stop = StopReasonFromControl(done.stop_reason());
-  if (!stop.ok()) {
-    return absl::InternalError(absl::StrFormat("the worker ended the request oddly: %s",
-                                               stop.status().message()));
-  }
-  return stop;
-}
-
 }  // namespace
 
 grpc::Status ToGrpc(const absl::Status& status) {
@@ -213,7 +202,7 @@ grpc::Status MoetierService::Score(grpc::ServerContext* context, const v1::Score
     }
     if (!reply.has_done()) continue;
     const control_v1::DoneReply& done = reply.done();
-    const absl::StatusOr<StopReason> stop = StopOf(done);
+    const absl::StatusOr<StopReason> stop = StopOfDone(done);
     if (!stop.ok()) return ToGrpc(stop.status());
     if (*stop == StopReason::kError) {
       return grpc::Status(static_cast<grpc::StatusCode>(done.error_code()),
@@ -315,7 +304,7 @@ grpc::Status MoetierService::SetBudget(grpc::ServerContext* context,
     if (!next.ok()) return ToGrpc(next.status());
     if (!next->has_value() || !(*next)->has_done()) continue;
     const control_v1::DoneReply& done = (*next)->done();
-    const absl::StatusOr<StopReason> stop = StopOf(done);
+    const absl::StatusOr<StopReason> stop = StopOfDone(done);
     if (!stop.ok()) return ToGrpc(stop.status());
     if (*stop == StopReason::kError) {
       return grpc::Status(static_cast<grpc::StatusCode>(done.error_code()),
