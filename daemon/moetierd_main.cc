@@ -1,14 +1,17 @@
 // moetierd: parse the configuration, build the model manifest, have the
 // worker executable check the model, create the expert store (preload or
-// cache), spawn and supervise the workers, and serve the gRPC front door;
-// stop cleanly on SIGTERM/SIGINT.
+// cache), spawn and supervise the workers, and serve the gRPC front door
+// (and the HTTP API when configured); stop cleanly on SIGTERM/SIGINT.
 #include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,6 +22,7 @@
 #include "frontdoor/moetier_service.h"
 #include "frontdoor/status_report.h"
 #include "gguf/gguf_reader.h"
+#include "http/http_api.h"
 #include "io/io_backend_factory.h"
 #include "log/daemon_log.h"
 #include "manifest/model_manifest.h"
@@ -58,6 +62,16 @@ std::string DefaultWorkerPath() {
   return installed;
 }
 
+// What the HTTP API calls the model: the file name without its folder and
+// ".gguf" (the first shard's name without "-00001-of-0000N").
+std::string ModelIdOf(const std::string& path) {
+  std::string name = path.substr(path.rfind('/') + 1);
+  if (name.size() > 5 && name.compare(name.size() - 5, 5, ".gguf") == 0) name.resize(name.size() - 5);
+  const size_t shard = name.rfind("-00001-of-");
+  if (shard != std::string::npos && shard + 15 == name.size()) name.resize(shard);
+  return name.empty() ? "model" : name;
+}
+
 int Run(const DaemonConfig& config) {
   // Reports come at least every preload_progress_interval_ms; the extension
   // covers a few of those, so a slow chunk does not trip the start timeout.
@@ -87,6 +101,15 @@ int Run(const DaemonConfig& config) {
     }
     LogError("cannot check the model: %s", check.message());
     return kExitStartupError;
+  }
+  ApiKeys api_keys;
+  if (!config.api_keys_file().empty()) {
+    absl::StatusOr<ApiKeys> loaded = ApiKeys::Load(config.api_keys_file());
+    if (!loaded.ok()) {
+      LogError("%s", loaded.status().message());
+      return kExitConfigError;
+    }
+    api_keys = std::move(*loaded);
   }
   // Without a tokenizer the API still serves token ids (Score, Generate
   // with prompt_token_ids); text requests say why they cannot be served.
@@ -168,6 +191,29 @@ int Run(const DaemonConfig& config) {
   (*supervisor)->Start(store->get());
 
   StatusReporter reporter(config, store->get(), supervisor->get(), &scheduler);
+  RequestMetrics request_metrics;
+  const int32_t n_vocab = static_cast<int32_t>(manifest->hparams.n_vocab);
+  HttpModel http_model;
+  http_model.model_id = ModelIdOf(config.model_path());
+  http_model.created_unix_s = static_cast<int64_t>(std::time(nullptr));
+  http_model.text_unavailable = WhyTextUnavailable(tokenizer, n_vocab);
+  if (http_model.text_unavailable.ok()) http_model.tokenizer = &*tokenizer;
+  std::optional<ChatTemplate> http_chat_template;
+  if (chat_template.ok()) {
+    http_chat_template.emplace(*chat_template);
+    http_model.chat_template = &*http_chat_template;
+  } else {
+    http_model.chat_unavailable = chat_template.status();
+  }
+  http_model.scheduler = &scheduler;
+  http_model.limits = FrontDoorLimitsFromConfig(config);
+  http_model.metrics = &request_metrics;
+  std::atomic<bool> http_serving{false};
+  http_model.not_serving_reason = [&http_serving, &store]() -> std::string {
+    if (http_serving.load()) return {};
+    if ((*store)->phase() != store::DaemonPhase::kReady) return "the expert store is still starting";
+    return "no worker has loaded the model yet";
+  };
   MoetierService service(&tokenizer, std::move(chat_template),
                          static_cast<int32_t>(manifest->hparams.n_vocab), &scheduler, &reporter,
                          {config.devices().begin(), config.devices().end()},
@@ -189,6 +235,33 @@ int Run(const DaemonConfig& config) {
           config.listen_address().empty()
               ? std::string()
               : absl::StrFormat(" and %s (port %d)", config.listen_address(), (*api)->tcp_port()));
+
+  std::unique_ptr<HttpServer> http;
+  if (!config.http_listen_address().empty()) {
+    HttpServerOptions http_options;
+    http_options.listen_address = config.http_listen_address();
+    http_options.api_keys = std::move(api_keys);
+    http_options.max_body_bytes = config.http_max_body_bytes();
+    // A thread for every request the scheduler may hold, so the queue's
+    // limit (429), not a shortage of threads, is what a burst meets.
+    http_options.threads =
+        static_cast<int>(config.max_active_sequences() + config.max_queued_requests()) + 4;
+    HttpPagesSource pages;
+    pages.status = [&reporter] { return reporter.Build(); };
+    absl::StatusOr<std::unique_ptr<HttpServer>> started =
+        StartHttpApi(std::move(http_options), http_model, std::move(pages));
+    if (!started.ok()) {
+      LogError("cannot start the HTTP API: %s", started.status().message());
+      (*api)->Shutdown();
+      scheduler.Shutdown();
+      (*supervisor)->Stop();
+      (*store)->Stop();
+      return kExitStartupError;
+    }
+    http = std::move(*started);
+    LogInfo("serving the HTTP API on %s (port %d)%s", config.http_listen_address(), http->port(),
+            config.api_keys_file().empty() ? "" : ", API keys required");
+  }
 
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
@@ -231,6 +304,7 @@ int Run(const DaemonConfig& config) {
     const bool can_serve = ready_sent && scheduler.ReadyLimits().has_value();
     if (can_serve != serving) {
       (*api)->SetServing(can_serve);
+      http_serving.store(can_serve);
       serving = can_serve;
     }
     const int64_t tick_ns =
@@ -245,6 +319,9 @@ int Run(const DaemonConfig& config) {
     }
   }
   NotifySystemd("STOPPING=1");
+  // HTTP first: its streams end at their next token while the scheduler
+  // still delivers.
+  if (http != nullptr) http->Shutdown();
   (*api)->Shutdown();
   scheduler.Shutdown();
   (*supervisor)->Stop();

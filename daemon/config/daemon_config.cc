@@ -101,6 +101,13 @@ constexpr FlagDoc kFlags[] = {
     {"max_new_tokens_limit", "N", "Largest max_new_tokens a request may ask for."},
     {"default_max_new_tokens", "N", "max_new_tokens of requests that leave it unset."},
     {"max_score_tokens", "N", "Longest token list of a Score request."},
+    {"http_listen_address", "HOST:PORT",
+     "Serve the OpenAI- and Anthropic-compatible HTTP API here, e.g. 127.0.0.1:8080. Empty: "
+     "no HTTP."},
+    {"api_keys_file", "PATH",
+     "API keys, one a line; when set, HTTP requests (but /health) need 'Authorization: Bearer "
+     "KEY'. Must not be readable by other users."},
+    {"http_max_body_bytes", "BYTES", "Largest HTTP request body; larger ones get 413."},
     {"help", "", "Print this help and exit (also -h)."},
 };
 
@@ -372,6 +379,12 @@ absl::Status ValidateDaemonConfig(const DaemonConfig& c) {
   }
   if (!c.listen_address().empty() && c.listen_address().rfind(':') == std::string::npos) {
     return Invalid("listen_address '%s' is not HOST:PORT", c.listen_address());
+  }
+  if (!c.http_listen_address().empty() && c.http_listen_address().rfind(':') == std::string::npos) {
+    return Invalid("http_listen_address '%s' is not HOST:PORT", c.http_listen_address());
+  }
+  if (c.http_max_body_bytes() < 4096) {
+    return Invalid("http_max_body_bytes is %d; it must be at least 4096", c.http_max_body_bytes());
   }
   if (c.worker_restart_backoff_initial_ms() > c.worker_restart_backoff_max_ms()) {
     return Invalid("worker_restart_backoff_initial_ms (%d) is above "

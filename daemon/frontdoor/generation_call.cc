@@ -134,11 +134,9 @@ absl::StatusOr<ChatPrompt> RenderChatPrompt(const ChatTemplate& chat_template,
   return chat;
 }
 
-absl::StatusOr<GenerationOutcome> RunGenerationCall(const Tokenizer* tokenizer,
-                                                    RequestScheduler* scheduler,
-                                                    const FrontDoorLimits& limits,
-                                                    GenerationInput input, const TokenSink& sink,
-                                                    const ClientGone& client_gone) {
+absl::StatusOr<std::unique_ptr<GenerationCall>> GenerationCall::Start(
+    const Tokenizer* tokenizer, RequestScheduler* scheduler, const FrontDoorLimits& limits,
+    GenerationInput input) {
   if (input.prompt_ids.empty()) return absl::InvalidArgumentError("the prompt is empty");
   int32_t max_new_tokens = input.max_new_tokens;
   if (max_new_tokens < 0) return absl::InvalidArgumentError("max_new_tokens must be >= 0");
@@ -147,6 +145,11 @@ absl::StatusOr<GenerationOutcome> RunGenerationCall(const Tokenizer* tokenizer,
     return absl::InvalidArgumentError(
         absl::StrFormat("max_new_tokens %d is above the limit max_new_tokens_limit=%d",
                         max_new_tokens, limits.max_new_tokens_limit));
+  }
+  if (input.top_logprobs.has_value() &&
+      (*input.top_logprobs < 0 || *input.top_logprobs > kMaxTopLogprobs)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "top_logprobs %d is outside 0..%d", *input.top_logprobs, kMaxTopLogprobs));
   }
   absl::StatusOr<SamplingParams> settings = SamplingFromApi(input.sampling);
   if (!settings.ok()) return settings.status();
@@ -158,65 +161,111 @@ absl::StatusOr<GenerationOutcome> RunGenerationCall(const Tokenizer* tokenizer,
   generate->mutable_prompt_token_ids()->Add(input.prompt_ids.begin(), input.prompt_ids.end());
   generate->set_max_new_tokens(max_new_tokens);
   generate->set_checkpoint_position(input.checkpoint_position);
+  if (input.top_logprobs.has_value()) generate->set_top_logprobs(*input.top_logprobs);
   *generate->mutable_sampling() = SamplingToControl(*settings);
-  std::optional<StreamingDecoder> decoder;
+  std::unique_ptr<GenerationCall> call(new GenerationCall());
+  call->scheduler_ = scheduler;
+  call->seed_ = settings->seed;
+  call->prompt_tokens_ = static_cast<int32_t>(input.prompt_ids.size());
   if (tokenizer != nullptr) {
     if (!input.ignore_end_of_generation) {
       for (int32_t id : tokenizer->end_of_generation_ids()) generate->add_stop_token_ids(id);
     }
-    decoder.emplace(*tokenizer, /*render_special=*/false);
+    call->decoder_.emplace(*tokenizer, /*render_special=*/false);
   }
   absl::StatusOr<std::shared_ptr<RequestJob>> job = scheduler->Submit(std::move(request));
   if (!job.ok()) return job.status();
+  call->job_ = std::move(*job);
+  return call;
+}
 
+GenerationCall::~GenerationCall() {
+  if (job_ != nullptr && !ended_) scheduler_->Cancel(job_);
+}
+
+absl::StatusOr<GenerationOutcome> GenerationCall::Run(const TokenSink& sink,
+                                                      const ClientGone& client_gone) {
+  if (ended_) return absl::FailedPreconditionError("the generation call already ran");
   bool cancel_sent = false;
-  bool sink_closed = false;
+  SinkAction sink_action = SinkAction::kContinue;
   auto cancel_at = std::chrono::steady_clock::time_point::max();
   while (true) {
-    if (!cancel_sent && (sink_closed || client_gone())) {
-      scheduler->Cancel(*job);
+    if (!cancel_sent && sink_action == SinkAction::kContinue && client_gone()) {
+      sink_action = SinkAction::kClientGone;
+    }
+    if (!cancel_sent && sink_action != SinkAction::kContinue) {
+      scheduler_->Cancel(job_);
       cancel_sent = true;
       cancel_at = std::chrono::steady_clock::now() + std::chrono::milliseconds(kCancelGraceMs);
     }
-    if (cancel_sent && std::chrono::steady_clock::now() > cancel_at) return Cancelled();
-    absl::StatusOr<std::optional<control_v1::WorkerReply>> next = (*job)->Next(kCancelPollMs);
-    if (!next.ok()) return next.status();
+    // Past the grace period the scheduler keeps tracking the job alone.
+    if (cancel_sent && std::chrono::steady_clock::now() > cancel_at) {
+      ended_ = true;
+      return Cancelled();
+    }
+    absl::StatusOr<std::optional<control_v1::WorkerReply>> next = job_->Next(kCancelPollMs);
+    if (!next.ok()) {
+      ended_ = true;
+      return next.status();
+    }
     if (!next->has_value()) continue;
     const control_v1::WorkerReply& reply = **next;
     if (reply.has_token()) {
-      if (sink_closed || cancel_sent) continue;
+      if (sink_action != SinkAction::kContinue) continue;
+      const control_v1::TokenReply& t = reply.token();
       GeneratedToken token;
-      token.id = reply.token().token_id();
-      token.latency_ms = reply.token().latency_ms();
-      if (decoder.has_value()) {
+      token.id = t.token_id();
+      token.latency_ms = static_cast<float>(t.latency_ms());
+      if (t.has_logprob()) {
+        token.logprob = t.logprob();
+        token.top_logprobs.reserve(t.top_logprobs_size());
+        for (const control_v1::TokenLogprob& alt : t.top_logprobs()) {
+          token.top_logprobs.push_back({alt.token_id(), alt.logprob()});
+        }
+      }
+      if (decoder_.has_value()) {
         std::string bytes;
-        if (absl::Status s = decoder->Push(token.id, &bytes); !s.ok()) {
-          scheduler->Cancel(*job);
+        if (absl::Status s = decoder_->Push(token.id, &bytes); !s.ok()) {
+          scheduler_->Cancel(job_);
+          ended_ = true;
           return s;
         }
         token.text = SanitizeUtf8(bytes);
       }
-      if (!sink(token)) sink_closed = true;
+      sink_action = sink(token);
       continue;
     }
     if (!reply.has_done()) continue;  // a score chunk cannot answer a generation
+    ended_ = true;
     const control_v1::DoneReply& done = reply.done();
     const absl::StatusOr<StopReason> stop = StopOfDone(done);
     if (!stop.ok()) return stop.status();
     if (*stop == StopReason::kError) {
       return absl::Status(static_cast<absl::StatusCode>(done.error_code()), done.error_message());
     }
-    if (cancel_sent) return Cancelled();
+    if (sink_action == SinkAction::kClientGone) return Cancelled();
     GenerationOutcome outcome;
     outcome.stop = *stop;
-    if (decoder.has_value()) {
+    outcome.stopped_by_sink = sink_action == SinkAction::kStop;
+    if (decoder_.has_value() && !outcome.stopped_by_sink) {
       std::string bytes;
-      decoder->Flush(&bytes);
+      decoder_->Flush(&bytes);
       outcome.tail_text = SanitizeUtf8(bytes);
     }
-    FillStats(done, *stop, settings->seed, **job, &outcome.stats);
+    FillStats(done, *stop, seed_, *job_, &outcome.stats);
     return outcome;
   }
+}
+
+absl::StatusOr<GenerationOutcome> RunGenerationCall(const Tokenizer* tokenizer,
+                                                    RequestScheduler* scheduler,
+                                                    const FrontDoorLimits& limits,
+                                                    GenerationInput input, const TokenSink& sink,
+                                                    const ClientGone& client_gone) {
+  absl::StatusOr<std::unique_ptr<GenerationCall>> call =
+      GenerationCall::Start(tokenizer, scheduler, limits, std::move(input));
+  if (!call.ok()) return call.status();
+  return (*call)->Run(sink, client_gone);
 }
 
 }  // namespace moetier

@@ -6,6 +6,8 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,6 +42,13 @@ struct GenerationInput {
   v1::SamplingParams sampling;
   bool ignore_end_of_generation = false;
   int32_t checkpoint_position = 0;
+  // 0..kMaxTopLogprobs alternatives per token; unset: no logprobs at all.
+  std::optional<int32_t> top_logprobs;
+};
+
+struct TokenAlternative {
+  int32_t id = 0;
+  float logprob = 0;
 };
 
 struct GeneratedToken {
@@ -48,6 +57,10 @@ struct GeneratedToken {
   // model has no usable tokenizer.
   std::string text;
   float latency_ms = 0;
+  // Set when the input asked for top_logprobs: log_softmax of the model's
+  // own logits for this token, and the most likely tokens, most likely first.
+  std::optional<float> logprob;
+  std::vector<TokenAlternative> top_logprobs;
 };
 
 struct GenerationOutcome {
@@ -55,11 +68,21 @@ struct GenerationOutcome {
   // The decoder's last held-back bytes, already sanitized.
   std::string tail_text;
   v1::GenerationStats stats;
+  // The sink asked to stop (a stop string matched): `stop` is then
+  // kCancelled, and the stats count what the worker computed.
+  bool stopped_by_sink = false;
 };
 
-// Returns false when the client can no longer be written to: the job is then
-// cancelled and no further tokens are handed over.
-using TokenSink = std::function<bool(const GeneratedToken&)>;
+enum class SinkAction {
+  kContinue,
+  // The caller has what it wants (a stop string matched): the job is
+  // cancelled and the call ends normally.
+  kStop,
+  // The client can no longer be written to: the job is cancelled and the
+  // call ends CANCELLED.
+  kClientGone,
+};
+using TokenSink = std::function<SinkAction(const GeneratedToken&)>;
 // Polled between replies; true cancels the job.
 using ClientGone = std::function<bool()>;
 
@@ -82,9 +105,42 @@ absl::StatusOr<ChatPrompt> RenderChatPrompt(const ChatTemplate& chat_template,
                                             const std::vector<ChatMessage>& messages,
                                             bool enable_thinking, const FrontDoorLimits& limits);
 
-// `tokenizer` is null when the model cannot handle text: tokens then carry
-// ids only and no end-of-generation ids stop the job. CANCELLED when the
-// client went away; the worker's own error code when it failed.
+// A generation handed to the scheduler, in two steps so that a transport can
+// answer a refusal (bad input, a full queue) before it commits to a
+// streamed reply: Start checks the bounds and submits; Run hands the tokens
+// over until the job ends. A call dropped before Run finishes cancels its
+// job, so the worker's sequence is freed.
+class GenerationCall {
+ public:
+  // `tokenizer` is null when the model cannot handle text: tokens then
+  // carry ids only and no end-of-generation ids stop the job.
+  // INVALID_ARGUMENT for input outside the limits; the scheduler's
+  // RESOURCE_EXHAUSTED / UNAVAILABLE when it cannot take the job.
+  static absl::StatusOr<std::unique_ptr<GenerationCall>> Start(const Tokenizer* tokenizer,
+                                                               RequestScheduler* scheduler,
+                                                               const FrontDoorLimits& limits,
+                                                               GenerationInput input);
+  ~GenerationCall();
+  GenerationCall(const GenerationCall&) = delete;
+  GenerationCall& operator=(const GenerationCall&) = delete;
+
+  // Once. CANCELLED when the client went away; the worker's own error code
+  // when it failed.
+  absl::StatusOr<GenerationOutcome> Run(const TokenSink& sink, const ClientGone& client_gone);
+
+  int32_t prompt_tokens() const { return prompt_tokens_; }
+
+ private:
+  GenerationCall() = default;
+  RequestScheduler* scheduler_ = nullptr;
+  std::shared_ptr<RequestJob> job_;
+  std::optional<StreamingDecoder> decoder_;
+  uint32_t seed_ = 0;
+  int32_t prompt_tokens_ = 0;
+  bool ended_ = false;
+};
+
+// Start, then Run.
 absl::StatusOr<GenerationOutcome> RunGenerationCall(const Tokenizer* tokenizer,
                                                     RequestScheduler* scheduler,
                                                     const FrontDoorLimits& limits,

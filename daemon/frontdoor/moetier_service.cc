@@ -57,13 +57,17 @@ MoetierService::MoetierService(const absl::StatusOr<Tokenizer>* tokenizer,
   // Every id the tokenizer produces (encoded prompts, end-of-generation
   // stop ids) is below its vocabulary size; if that fits the model's, no
   // such id needs checking again.
-  if (!tokenizer_->ok()) {
-    text_unavailable_ = tokenizer_->status();
-  } else if ((*tokenizer_)->vocab_size() > n_vocab_) {
-    text_unavailable_ = absl::FailedPreconditionError(absl::StrFormat(
+  text_unavailable_ = WhyTextUnavailable(*tokenizer_, n_vocab_);
+}
+
+absl::Status WhyTextUnavailable(const absl::StatusOr<Tokenizer>& tokenizer, int32_t n_vocab) {
+  if (!tokenizer.ok()) return tokenizer.status();
+  if (tokenizer->vocab_size() > n_vocab) {
+    return absl::FailedPreconditionError(absl::StrFormat(
         "its tokenizer has %d tokens, more than the %d the model computes logits for",
-        (*tokenizer_)->vocab_size(), n_vocab_));
+        tokenizer->vocab_size(), n_vocab));
   }
+  return absl::OkStatus();
 }
 
 grpc::Status MoetierService::NeedTokenizer() const {
@@ -154,7 +158,7 @@ grpc::Status MoetierService::RunGeneration(grpc::ServerContext* context,
     if (tokenizer != nullptr) piece.set_text(token.text);
     piece.add_token_ids(token.id);
     piece.set_token_latency_ms(token.latency_ms);
-    return writer->Write(piece);
+    return writer->Write(piece) ? SinkAction::kContinue : SinkAction::kClientGone;
   };
   absl::StatusOr<GenerationOutcome> outcome = RunGenerationCall(
       tokenizer, scheduler_, limits_, std::move(input), sink,

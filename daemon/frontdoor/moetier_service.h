@@ -29,6 +29,10 @@ namespace moetier {
 
 FrontDoorLimits FrontDoorLimitsFromConfig(const DaemonConfig& config);
 
+// Why the model cannot handle text (no tokenizer, or one with ids beyond
+// the model's n_vocab); OK when it can.
+absl::Status WhyTextUnavailable(const absl::StatusOr<Tokenizer>& tokenizer, int32_t n_vocab);
+
 class MoetierService final : public v1::Moetier::Service {
  public:
   // `tokenizer` and `chat_template` are the model's, or the error that says

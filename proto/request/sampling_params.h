@@ -15,6 +15,10 @@
 
 namespace moetier {
 
+// The most alternatives a generate request may ask logprobs for (OpenAI's
+// top_logprobs limit); the worker refuses more, the front door before it.
+inline constexpr int kMaxTopLogprobs = 20;
+
 struct SamplingParams {
   float temperature = 0.0f;     // finite, >= 0; 0: greedy
   int32_t top_k = 0;            // >= 0; 0: off

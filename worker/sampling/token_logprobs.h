@@ -9,10 +9,9 @@
 #include <span>
 #include <vector>
 
-namespace moetier {
+#include "request/sampling_params.h"
 
-// The most alternatives a request may ask for (OpenAI's top_logprobs limit).
-inline constexpr int kMaxTopLogprobs = 20;
+namespace moetier {
 
 struct TokenLogprob {
   int32_t token_id = 0;
