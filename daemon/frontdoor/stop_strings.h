@@ -29,11 +29,14 @@ class StopStringMatcher {
   std::string Flush();
 
   bool stopped() const { return stopped_; }
+  // The stop string that matched; empty before.
+  const std::string& matched() const { return matched_; }
 
  private:
   std::vector<std::string> stops_;
   std::string held_;
   bool stopped_ = false;
+  std::string matched_;
 };
 
 }  // namespace moetier

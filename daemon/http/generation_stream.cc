@@ -161,6 +161,7 @@ RequestOutcome PreparedGeneration::Run(ResponseEvents& events,
     }
     return stop_.has_value() && stop_->stopped() ? SinkAction::kStop : SinkAction::kContinue;
   };
+  events.OnStart(call_->prompt_tokens());
   absl::StatusOr<GenerationOutcome> outcome = call_->Run(sink, client_gone);
   if (!outcome.ok()) {
     if (outcome.status().code() == absl::StatusCode::kCancelled) return RequestOutcome::kCancelled;
@@ -177,6 +178,7 @@ RequestOutcome PreparedGeneration::Run(ResponseEvents& events,
   if (!last.empty() && !events.OnPiece(last, {})) return RequestOutcome::kCancelled;
   GenerationSummary summary;
   summary.finish = FinishOf(*outcome, splitter_->tool_call_count());
+  if (stop_.has_value()) summary.matched_stop = stop_->matched();
   summary.prompt_tokens = outcome->stats.prompt_tokens();
   summary.cached_prompt_tokens = outcome->stats.cached_prompt_tokens();
   summary.completion_tokens = outcome->stats.generated_tokens();

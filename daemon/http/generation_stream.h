@@ -25,6 +25,8 @@ namespace moetier {
 class ResponseEvents {
  public:
   virtual ~ResponseEvents() = default;
+  // Before anything else, with the prompt's length in tokens.
+  virtual void OnStart(int32_t /*prompt_tokens*/) {}
   // False when the client can no longer be written to.
   virtual bool OnPiece(const OutputPiece& piece, const std::vector<TokenLogprobEntry>& logprobs) = 0;
   virtual void OnEnd(const GenerationSummary& summary) = 0;

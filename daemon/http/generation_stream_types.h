@@ -40,6 +40,7 @@ enum class FinishReason { kStop, kLength, kToolCalls };
 
 struct GenerationSummary {
   FinishReason finish = FinishReason::kStop;
+  std::string matched_stop;  // the stop string that ended it, if one did
   int32_t prompt_tokens = 0;
   int32_t cached_prompt_tokens = 0;
   int32_t completion_tokens = 0;

@@ -2,6 +2,7 @@
 
 #include <httplib.h>
 
+#include "http/anthropic_routes.h"
 #include "http/openai_routes.h"
 
 namespace moetier {
@@ -14,6 +15,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> StartHttpApi(HttpServerOptions optio
       [&model, pages = std::move(pages)](httplib::Server& server,
                                          std::function<bool()> server_stopping) {
         RegisterOpenAiRoutes(server, model, server_stopping);
+        RegisterAnthropicRoutes(server, model, server_stopping);
         (void)pages;
       });
 }
