@@ -51,6 +51,7 @@ v1::Status FakeStatus(uint64_t tick) {
       layer->add_heat(heat);
     }
   }
+  s.set_ram_used_bytes(ram_experts * kExpertBytes);
   SetTier(s.mutable_ram(), ram_experts, ram_experts * kExpertBytes, 90000 + 40 * tick,
           4000 + 3 * tick);
   SetTier(s.mutable_vram(), vram_experts, vram_experts * kExpertBytes, 50000 + 30 * tick,
