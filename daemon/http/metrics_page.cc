@@ -93,9 +93,11 @@ void WriteModelAndStore(PrometheusTextWriter& w, const v1::Status& s) {
 
   const std::array<TierOf, 2> tiers = {TierOf{"ram", s.ram()}, TierOf{"vram", s.vram()}};
   w.Family("moetier_tier_resident_experts", "gauge", "Experts resident in the tier.");
-  for (const TierOf& t : tiers) w.Sample({{"tier", std::string(t.name)}}, t.counters.resident_experts());
+  for (const TierOf& t : tiers)
+    w.Sample({{"tier", std::string(t.name)}}, t.counters.resident_experts());
   w.Family("moetier_tier_resident_bytes", "gauge", "Bytes of the experts resident in the tier.");
-  for (const TierOf& t : tiers) w.Sample({{"tier", std::string(t.name)}}, t.counters.resident_bytes());
+  for (const TierOf& t : tiers)
+    w.Sample({{"tier", std::string(t.name)}}, t.counters.resident_bytes());
   w.Family("moetier_tier_hits_total", "counter",
            "Expert lookups the tier answered, summed over the workers.");
   for (const TierOf& t : tiers) w.Sample({{"tier", std::string(t.name)}}, t.counters.hits());
@@ -151,7 +153,8 @@ void WriteWorkerStateAndCaches(PrometheusTextWriter& w, const v1::Status& s) {
                static_cast<double>(t.counters.hits()) / static_cast<double>(lookups));
     }
   }
-  w.Family("moetier_worker_cache_hits_total", "counter", "Expert lookups the worker's tier answered.");
+  w.Family("moetier_worker_cache_hits_total", "counter",
+           "Expert lookups the worker's tier answered.");
   for (const v1::WorkerStatus& worker : s.workers()) {
     w.Sample(With(WorkerLabels(worker), "tier", "ram"), worker.ram().hits());
     w.Sample(With(WorkerLabels(worker), "tier", "vram"), worker.vram().hits());

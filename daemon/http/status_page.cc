@@ -115,30 +115,30 @@ void RegisterStatusPage(httplib::Server& server, StatusPageOptions options) {
     response.set_content(*json, kJsonType);
   });
 
-  server.Post("/api/budget", [shared](const httplib::Request& request,
-                                      httplib::Response& response) {
-    if (!shared->set_budget) {
-      SendError(response, 403, "permission_error", "budget_change_disabled",
-                "this daemon does not allow changing expert cache budgets over HTTP");
-      return;
-    }
-    const absl::StatusOr<v1::SetBudgetRequest> parsed = ParseBudgetRequest(request.body);
-    if (!parsed.ok()) {
-      SendStatusError(response, parsed.status());
-      return;
-    }
-    const absl::StatusOr<v1::SetBudgetResponse> resized = shared->set_budget(*parsed);
-    if (!resized.ok()) {
-      SendStatusError(response, resized.status());
-      return;
-    }
-    const absl::StatusOr<std::string> json = ToJson(*resized);
-    if (!json.ok()) {
-      SendStatusError(response, json.status());
-      return;
-    }
-    response.set_content(*json, kJsonType);
-  });
+  server.Post(
+      "/api/budget", [shared](const httplib::Request& request, httplib::Response& response) {
+        if (!shared->set_budget) {
+          SendError(response, 403, "permission_error", "budget_change_disabled",
+                    "this daemon does not allow changing expert cache budgets over HTTP");
+          return;
+        }
+        const absl::StatusOr<v1::SetBudgetRequest> parsed = ParseBudgetRequest(request.body);
+        if (!parsed.ok()) {
+          SendStatusError(response, parsed.status());
+          return;
+        }
+        const absl::StatusOr<v1::SetBudgetResponse> resized = shared->set_budget(*parsed);
+        if (!resized.ok()) {
+          SendStatusError(response, resized.status());
+          return;
+        }
+        const absl::StatusOr<std::string> json = ToJson(*resized);
+        if (!json.ok()) {
+          SendStatusError(response, json.status());
+          return;
+        }
+        response.set_content(*json, kJsonType);
+      });
 }
 
 }  // namespace moetier

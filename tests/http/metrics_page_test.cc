@@ -105,7 +105,8 @@ TEST(MetricsPageTest, RequestsTokensAndHistograms) {
   EXPECT_TRUE(HasLine(text, R"(moetier_requests_total{transport="http",outcome="ok"} 2)"));
   EXPECT_TRUE(HasLine(text, R"(moetier_requests_total{transport="grpc",outcome="cancelled"} 1)"));
   // Outcomes never seen still have a series, at zero.
-  EXPECT_TRUE(HasLine(text, R"(moetier_requests_total{transport="grpc",outcome="unauthorized"} 0)"));
+  EXPECT_TRUE(
+      HasLine(text, R"(moetier_requests_total{transport="grpc",outcome="unauthorized"} 0)"));
   EXPECT_TRUE(HasLine(text, "moetier_prompt_tokens_total 120"));
   EXPECT_TRUE(HasLine(text, "moetier_generated_tokens_total 48"));
   EXPECT_TRUE(HasLine(text, "# TYPE moetier_time_to_first_token_seconds histogram"));
@@ -134,14 +135,13 @@ TEST(MetricsPageTest, QueueTiersAndStore) {
                                 std::to_string(status.ram().resident_bytes())));
   EXPECT_TRUE(HasLine(text, R"(moetier_tier_hits_total{tier="ram"} 90040)"));
   EXPECT_TRUE(HasLine(text, R"(moetier_tier_misses_total{tier="vram"} 9005)"));
-  EXPECT_TRUE(HasLine(text, "moetier_disk_read_bytes_total " +
-                                std::to_string(status.bytes_read_from_disk())));
+  EXPECT_TRUE(HasLine(
+      text, "moetier_disk_read_bytes_total " + std::to_string(status.bytes_read_from_disk())));
   EXPECT_TRUE(HasLine(text, "moetier_evictions_total 1203"));
   EXPECT_TRUE(HasLine(text, "moetier_uptime_seconds 3601.5"));
   EXPECT_TRUE(HasLine(text, "moetier_model_layers 24"));
-  EXPECT_TRUE(HasLine(
-      text, R"(moetier_model_info{model_path="/models/qwen3-30b-a3b-q4_k_m.gguf",)"
-            R"(architecture="qwen3moe",store_mode="cache"} 1)"));
+  EXPECT_TRUE(HasLine(text, R"(moetier_model_info{model_path="/models/qwen3-30b-a3b-q4_k_m.gguf",)"
+                            R"(architecture="qwen3moe",store_mode="cache"} 1)"));
 }
 
 TEST(MetricsPageTest, PerWorkerSeries) {
@@ -154,7 +154,8 @@ TEST(MetricsPageTest, PerWorkerSeries) {
   EXPECT_TRUE(
       HasLine(text, R"(moetier_worker_decode_tokens_per_second{worker="1",device="cuda:0"} 42)"));
   EXPECT_TRUE(HasLine(
-      text, R"(moetier_worker_cache_hit_ratio{worker="0",device="cpu",tier="ram"} 0.9523809523809523)"));
+      text,
+      R"(moetier_worker_cache_hit_ratio{worker="0",device="cpu",tier="ram"} 0.9523809523809523)"));
   // A cpu worker without a device cache has no vram hit ratio.
   EXPECT_EQ(text.find(R"(moetier_worker_cache_hit_ratio{worker="0",device="cpu",tier="vram"})"),
             std::string::npos);
@@ -206,6 +207,7 @@ TEST(MetricsPageTest, RouteServesTheTextWithItsContentType) {
   const int port = server.bind_to_any_port("127.0.0.1");
   ASSERT_GT(port, 0);
   std::thread listener([&server] { server.listen_after_bind(); });
+  while (!server.is_running()) std::this_thread::yield();
   httplib::Client client("127.0.0.1", port);
   const httplib::Result first = client.Get("/metrics");
   const httplib::Result second = client.Get("/metrics");

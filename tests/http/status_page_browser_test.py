@@ -83,10 +83,16 @@ def check_live_page(chromium, port):
 
 
 def check_keyed_page_without_budget(chromium, server):
-    with running_page_server(server, "--api-keys-configured", "--no-budget") as port:
+    """A fresh tab has no key: the server refuses /api/status and the page
+    asks for one instead of showing stale or empty numbers."""
+    with running_page_server(server, "--api-keys-configured", "--no-budget",
+                             "--require-key=sk-test") as port:
         page = dump_dom(chromium, f"http://127.0.0.1:{port}/")
     assert "hidden" not in page.by_id["api-key-form"], "no key field though keys are configured"
     assert "hidden" in page.by_id["budget-form"], "budget form shown without set_budget"
+    assert "API key" in page.by_id["banner"]["text"], page.by_id["banner"]
+    assert page.body.get("data-updates") == "0", "the page applied a status it was refused"
+    assert page.by_id["connection"]["text"] == "not authorised", page.by_id["connection"]
 
 
 def main():

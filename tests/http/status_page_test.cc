@@ -24,6 +24,8 @@ class PageServer {
     RegisterStatusPage(server_, std::move(options));
     port_ = server_.bind_to_any_port("127.0.0.1");
     listener_ = std::thread([this] { server_.listen_after_bind(); });
+    // stop() before the listener runs would be lost and join() would hang.
+    while (!server_.is_running()) std::this_thread::yield();
   }
   ~PageServer() {
     server_.stop();
@@ -41,9 +43,14 @@ StatusPageOptions Options(bool with_budget) {
   StatusPageOptions options;
   options.status_source = [] { return FakeStatus(0); };
   if (with_budget) {
-    options.set_budget = [](const v1::SetBudgetRequest& request)
-        -> absl::StatusOr<v1::SetBudgetResponse> {
-      if (request.device() != "cuda:0") return absl::NotFoundError("no worker on " + request.device());
+    options.set_budget =
+        [](const v1::SetBudgetRequest& request) -> absl::StatusOr<v1::SetBudgetResponse> {
+      if (request.device() == "cpu") {
+        return absl::FailedPreconditionError("the cpu worker has no expert cache");
+      }
+      if (request.device() != "cuda:0") {
+        return absl::NotFoundError("no worker on " + request.device());
+      }
       if (request.expert_cache_mib() == 0) return absl::InvalidArgumentError("0 MiB is no cache");
       v1::SetBudgetResponse response;
       response.set_expert_cache_mib(request.expert_cache_mib() / 3 * 3);
@@ -125,14 +132,15 @@ TEST(StatusPageTest, BudgetErrorsAreOpenAiStyle) {
     int http_status;
     const char* code;
   };
-  for (const Case& c : {Case{"not json", 400, "invalid_argument"},
-                        Case{"[1, 2]", 400, "invalid_argument"},
-                        Case{R"({"expert_cache_mib": 10})", 400, "invalid_argument"},
-                        Case{R"({"device": "cuda:0", "expert_cache_mib": -5})", 400, "invalid_argument"},
-                        Case{R"({"device": "cuda:0", "expert_cache_mib": 1.5})", 400, "invalid_argument"},
-                        Case{R"({"device": "cuda:0", "expert_cache_mib": "10"})", 400, "invalid_argument"},
-                        Case{R"({"device": "cuda:0", "expert_cache_mib": 0})", 400, "invalid_argument"},
-                        Case{R"({"device": "cuda:7", "expert_cache_mib": 64})", 404, "not_found"}}) {
+  for (const Case& c :
+       {Case{"not json", 400, "invalid_argument"}, Case{"[1, 2]", 400, "invalid_argument"},
+        Case{R"({"expert_cache_mib": 10})", 400, "invalid_argument"},
+        Case{R"({"device": "cuda:0", "expert_cache_mib": -5})", 400, "invalid_argument"},
+        Case{R"({"device": "cuda:0", "expert_cache_mib": 1.5})", 400, "invalid_argument"},
+        Case{R"({"device": "cuda:0", "expert_cache_mib": "10"})", 400, "invalid_argument"},
+        Case{R"({"device": "cuda:0", "expert_cache_mib": 0})", 400, "invalid_argument"},
+        Case{R"({"device": "cuda:7", "expert_cache_mib": 64})", 404, "not_found"},
+        Case{R"({"device": "cpu", "expert_cache_mib": 64})", 409, "failed_precondition"}}) {
     const httplib::Result result = client.Post("/api/budget", c.body, "application/json");
     ASSERT_TRUE(result) << c.body;
     EXPECT_EQ(result->status, c.http_status) << c.body;

@@ -1,12 +1,15 @@
 // Serves the status page, /api/* and /metrics on 127.0.0.1 at a free port,
 // with a fake status whose numbers move on every call; prints the port on
 // the first line of stdout and runs until killed. For the browser test.
-//   status_page_test_server [--api-keys-configured] [--no-budget]
+//   status_page_test_server [--api-keys-configured] [--no-budget] [--require-key=KEY]
+// --require-key answers /api/* without "Authorization: Bearer KEY" with 401,
+// as the daemon's HTTP server does when API keys are configured.
 #include <httplib.h>
 
 #include <atomic>
 #include <cstdio>
 #include <cstring>
+#include <string>
 
 #include "fake_status.h"
 #include "http/metrics_page.h"
@@ -37,13 +40,18 @@ absl::StatusOr<moetier::v1::SetBudgetResponse> FakeSetBudget(
 int main(int argc, char** argv) {
   bool api_keys_configured = false;
   bool budget = true;
+  std::string required_key;
+  constexpr std::string_view kRequireKey = "--require-key=";
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--api-keys-configured") == 0) {
       api_keys_configured = true;
     } else if (std::strcmp(argv[i], "--no-budget") == 0) {
       budget = false;
+    } else if (std::string_view(argv[i]).starts_with(kRequireKey)) {
+      required_key = std::string(argv[i] + kRequireKey.size());
     } else {
-      std::fprintf(stderr, "usage: %s [--api-keys-configured] [--no-budget]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--api-keys-configured] [--no-budget] [--require-key=KEY]\n",
+                   argv[0]);
       return 2;
     }
   }
@@ -58,6 +66,20 @@ int main(int argc, char** argv) {
   metrics.ObserveInterTokenLatency(0.024);
 
   httplib::Server server;
+  if (!required_key.empty()) {
+    server.set_pre_routing_handler(
+        [required_key](const httplib::Request& request, httplib::Response& response) {
+          if (!request.path.starts_with("/api/") ||
+              request.get_header_value("Authorization") == "Bearer " + required_key) {
+            return httplib::Server::HandlerResponse::Unhandled;
+          }
+          response.status = 401;
+          response.set_content(R"({"error":{"message":"a valid API key is required",)"
+                               R"("type":"invalid_request_error","code":"invalid_api_key"}})",
+                               "application/json");
+          return httplib::Server::HandlerResponse::Handled;
+        });
+  }
   moetier::StatusPageOptions options;
   options.status_source = status_source;
   if (budget) options.set_budget = FakeSetBudget;
