@@ -29,6 +29,7 @@ test_packages=(
   python3-jinja2  # the chat template oracle of tests/interop
   tmux            # drives `moetier run`'s interactive chat as a person would
   python3-grpcio python3-protobuf  # the API from a client that is not ours
+  python3-prometheus-client  # parses GET /metrics as Prometheus does
   dpkg-dev file   # cpack -G DEB: dpkg-shlibdeps for Depends, file to find the programs
   help2man        # man pages from each program's --help
 )

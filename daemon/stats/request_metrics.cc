@@ -52,8 +52,7 @@ HistogramSnapshot RequestMetrics::Histogram::Snapshot() const {
 
 RequestMetrics::RequestMetrics()
     : time_to_first_token_s_({kTimeToFirstTokenBoundsS.begin(), kTimeToFirstTokenBoundsS.end()}),
-      inter_token_latency_s_(
-          {kInterTokenLatencyBoundsS.begin(), kInterTokenLatencyBoundsS.end()}),
+      inter_token_latency_s_({kInterTokenLatencyBoundsS.begin(), kInterTokenLatencyBoundsS.end()}),
       request_duration_s_({kRequestDurationBoundsS.begin(), kRequestDurationBoundsS.end()}) {}
 
 void RequestMetrics::RecordRequest(std::string_view transport, RequestOutcome outcome,

@@ -45,7 +45,8 @@ struct HistogramSnapshot {
 };
 
 struct RequestMetricsSnapshot {
-  std::map<std::pair<std::string, std::string>, uint64_t> requests;  // (transport, outcome) -> count
+  std::map<std::pair<std::string, std::string>, uint64_t>
+      requests;  // (transport, outcome) -> count
   uint64_t generated_tokens = 0;
   uint64_t prompt_tokens = 0;
   HistogramSnapshot time_to_first_token_s;

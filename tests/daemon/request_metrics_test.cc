@@ -28,10 +28,8 @@ TEST(RequestMetricsTest, EmptySnapshotHasEveryBucketAtZero) {
   EXPECT_EQ(s.generated_tokens, 0u);
   EXPECT_EQ(s.prompt_tokens, 0u);
   ASSERT_EQ(s.time_to_first_token_s.upper_bounds.size(), kTimeToFirstTokenBoundsS.size());
-  EXPECT_EQ(s.time_to_first_token_s.cumulative_counts.size(),
-            kTimeToFirstTokenBoundsS.size() + 1);
-  EXPECT_EQ(s.inter_token_latency_s.cumulative_counts.size(),
-            kInterTokenLatencyBoundsS.size() + 1);
+  EXPECT_EQ(s.time_to_first_token_s.cumulative_counts.size(), kTimeToFirstTokenBoundsS.size() + 1);
+  EXPECT_EQ(s.inter_token_latency_s.cumulative_counts.size(), kInterTokenLatencyBoundsS.size() + 1);
   EXPECT_EQ(s.request_duration_s.cumulative_counts.size(), kRequestDurationBoundsS.size() + 1);
   for (uint64_t n : s.request_duration_s.cumulative_counts) EXPECT_EQ(n, 0u);
   EXPECT_EQ(s.request_duration_s.count, 0u);
