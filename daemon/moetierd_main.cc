@@ -248,6 +248,9 @@ int Run(const DaemonConfig& config) {
         static_cast<int>(config.max_active_sequences() + config.max_queued_requests()) + 4;
     HttpPagesSource pages;
     pages.status = [&reporter] { return reporter.Build(); };
+    pages.set_budget = [&service](const v1::SetBudgetRequest& request) {
+      return service.ApplyBudget(request, [] { return false; });
+    };
     absl::StatusOr<std::unique_ptr<HttpServer>> started =
         StartHttpApi(std::move(http_options), http_model, std::move(pages));
     if (!started.ok()) {

@@ -282,45 +282,52 @@ grpc::Status MoetierService::WatchStatus(grpc::ServerContext* context,
 grpc::Status MoetierService::SetBudget(grpc::ServerContext* context,
                                        const v1::SetBudgetRequest* request,
                                        v1::SetBudgetResponse* response) {
+  absl::StatusOr<v1::SetBudgetResponse> set =
+      ApplyBudget(*request, [context] { return context->IsCancelled(); });
+  if (!set.ok()) return ToGrpc(set.status());
+  *response = *set;
+  return grpc::Status::OK;
+}
+
+absl::StatusOr<v1::SetBudgetResponse> MoetierService::ApplyBudget(
+    const v1::SetBudgetRequest& request, const std::function<bool()>& cancelled) {
   bool known = false;
-  for (const std::string& d : devices_) known = known || d == request->device();
+  for (const std::string& d : devices_) known = known || d == request.device();
   if (!known) {
-    return grpc::Status(grpc::StatusCode::NOT_FOUND,
-                        absl::StrFormat("no worker runs on device '%s'", request->device()));
+    return absl::NotFoundError(absl::StrFormat("no worker runs on device '%s'", request.device()));
   }
-  if (request->expert_cache_mib() > kMaxExpertCacheMib) {
-    return Invalid(absl::StrFormat("expert_cache_mib %d is above %d MiB",
-                                   request->expert_cache_mib(), kMaxExpertCacheMib));
+  if (request.expert_cache_mib() > kMaxExpertCacheMib) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "expert_cache_mib %d is above %d MiB", request.expert_cache_mib(), kMaxExpertCacheMib));
   }
   // The worker resizes between two requests: the resize waits in the queue
   // like any request, behind those before it.
   control_v1::WorkerRequest work;
-  work.mutable_resize_expert_cache()->set_pool_bytes(request->expert_cache_mib() << 20);
+  work.mutable_resize_expert_cache()->set_pool_bytes(request.expert_cache_mib() << 20);
   absl::StatusOr<std::shared_ptr<RequestJob>> job =
-      scheduler_->SubmitTo(request->device(), std::move(work));
-  if (!job.ok()) return ToGrpc(job.status());
+      scheduler_->SubmitTo(request.device(), std::move(work));
+  if (!job.ok()) return job.status();
   while (true) {
-    if (context->IsCancelled()) {
+    if (cancelled()) {
       scheduler_->Cancel(*job);
-      return grpc::Status(grpc::StatusCode::CANCELLED, "the call was cancelled");
+      return absl::CancelledError("the call was cancelled");
     }
     absl::StatusOr<std::optional<control_v1::WorkerReply>> next = (*job)->Next(kCancelPollMs);
-    if (!next.ok()) return ToGrpc(next.status());
+    if (!next.ok()) return next.status();
     if (!next->has_value() || !(*next)->has_done()) continue;
     const control_v1::DoneReply& done = (*next)->done();
     const absl::StatusOr<StopReason> stop = StopOfDone(done);
-    if (!stop.ok()) return ToGrpc(stop.status());
+    if (!stop.ok()) return stop.status();
     if (*stop == StopReason::kError) {
-      return grpc::Status(static_cast<grpc::StatusCode>(done.error_code()),
-                          absl::StrFormat("device '%s': %s", request->device(),
+      return absl::Status(static_cast<absl::StatusCode>(done.error_code()),
+                          absl::StrFormat("device '%s': %s", request.device(),
                                           done.error_message()));
     }
-    if (*stop == StopReason::kCancelled) {
-      return grpc::Status(grpc::StatusCode::CANCELLED, "the call was cancelled");
-    }
-    response->set_expert_cache_bytes(done.expert_cache_bytes());
-    response->set_expert_cache_mib(done.expert_cache_bytes() >> 20);
-    return grpc::Status::OK;
+    if (*stop == StopReason::kCancelled) return absl::CancelledError("the call was cancelled");
+    v1::SetBudgetResponse response;
+    response.set_expert_cache_bytes(done.expert_cache_bytes());
+    response.set_expert_cache_mib(done.expert_cache_bytes() >> 20);
+    return response;
   }
 }
 

@@ -12,6 +12,7 @@
 // values travel as they are.
 #pragma once
 
+#include <functional>
 #include <optional>
 #include <string>
 
@@ -62,6 +63,11 @@ class MoetierService final : public v1::Moetier::Service {
                            grpc::ServerWriter<v1::Status>* writer) override;
   grpc::Status SetBudget(grpc::ServerContext* context, const v1::SetBudgetRequest* request,
                          v1::SetBudgetResponse* response) override;
+
+  // SetBudget for any transport: NOT_FOUND for a device no worker runs on,
+  // INVALID_ARGUMENT above the limit, CANCELLED when `cancelled` turns true.
+  absl::StatusOr<v1::SetBudgetResponse> ApplyBudget(const v1::SetBudgetRequest& request,
+                                                    const std::function<bool()>& cancelled);
 
  private:
   grpc::Status RunGeneration(grpc::ServerContext* context, std::vector<int32_t> prompt_ids,
