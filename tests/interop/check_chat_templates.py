@@ -201,6 +201,9 @@ TOOL_CONVERSATIONS = {  # name -> (tools, messages)
     "scalar_arguments": ([SEARCH], [user("Go"), calling("", call(
         "search", {"flag": False, "count": 0, "ratio": 0.1, "big": 12345678901234567890,
                    "neg": -3, "tiny": 2.5e-07, "huge": 1e22, "text": "multi\nline"}, "s"))]),
+    "float_arguments": ([SEARCH], [user("Go"), calling("", call("search", {
+        "edges": [1e16, 1e15, 0.0001, 1e-05, 5e-324, 1.7976931348623157e308, -0.0,
+                  123456789.123, 0.30000000000000004], "one": 1e16, "small": 0.0001}, "s"))]),
     "tool_result_first": ([WEATHER], [tool("orphan result"), ASK]),
     "newline_content_with_calls": ([WEATHER], [ASK, calling("\n\n", PARIS), tool("18C")]),
     "empty_reasoning_keeps_think_in_content": ([WEATHER], [
