@@ -5,6 +5,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "gguf/tokenizer/chat_template_qwen.h"
 #include "gguf/tokenizer/chat_template_text.h"
 #include "gguf/tokenizer/unicode.h"
 
@@ -169,13 +170,68 @@ void RenderChatMl(ChatTemplateStyle style, std::span<const ChatMessage> messages
     AppendChatMlTurn("system", kQwen2DefaultSystem, out);
   }
   for (const ChatMessage& message : messages) AppendChatMlTurn(message.role, message.content, out);
-  if (!options.add_generation_prompt) return;
-  *out += "<|im_start|>assistant\n";
-  if (style == ChatTemplateStyle::kQwen3) {
-    if (!options.enable_thinking) *out += "<think>\n\n</think>\n\n";
-  } else if (style == ChatTemplateStyle::kQwen35) {
-    *out += options.enable_thinking ? "<think>\n" : "<think>\n\n</think>\n\n";
+  if (options.add_generation_prompt) *out += "<|im_start|>assistant\n";
+}
+
+bool TakesTools(ChatTemplateStyle style) {
+  return style == ChatTemplateStyle::kQwen3 || style == ChatTemplateStyle::kQwen35;
+}
+
+// Roles, tools and tool calls the style can render; the bytes the prompt
+// will take about.
+absl::StatusOr<size_t> CheckMessages(ChatTemplateStyle style, std::span<const ChatMessage> messages,
+                                     const ChatRenderOptions& options) {
+  const bool tools_ok = TakesTools(style);
+  const auto no_tools = [&](std::string_view what) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(Sv(what), ": the ", Sv(ChatTemplateStyleName(style)),
+                     " chat template does not support tools (the qwen3 and qwen3.5 templates do)"));
+  };
+  if (!tools_ok && !options.tools.empty()) return no_tools("tools are given");
+  size_t bytes = 64;
+  for (size_t t = 0; t < options.tools.size(); ++t) {
+    if (!options.tools[t].is_object()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("tool ", t, " is not a JSON object (an OpenAI tool: {\"type\": "
+                       "\"function\", \"function\": {...}})"));
+    }
+    bytes += 256;
   }
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const ChatMessage& message = messages[i];
+    const std::string& role = message.role;
+    if (role == "tool" && !tools_ok) return no_tools(absl::StrCat("message ", i, " has role tool"));
+    if (role != "system" && role != "user" && role != "assistant" && role != "tool") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "message ", i, " has role \"", SanitizeUtf8(role), "\"; supported roles are system, user, ",
+          "assistant", tools_ok ? " and tool" : " (and tool with the qwen3 and qwen3.5 templates)"));
+    }
+    if (!message.tool_calls.empty()) {
+      if (!tools_ok) return no_tools(absl::StrCat("message ", i, " has tool calls"));
+      if (role != "assistant") {
+        return absl::InvalidArgumentError(
+            absl::StrCat("message ", i, " has tool calls but role ", SanitizeUtf8(role),
+                         "; only assistant messages make tool calls"));
+      }
+    }
+    for (size_t j = 0; j < message.tool_calls.size(); ++j) {
+      const ChatToolCall& call = message.tool_calls[j];
+      if (call.name.empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("message ", i, ", tool call ", j, " has no function name"));
+      }
+      if (!call.arguments.is_object() && !call.arguments.is_string()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "message ", i, ", tool call ", j, " (", SanitizeUtf8(call.name),
+            "): the arguments must be a JSON object or a string of JSON text, not ",
+            call.arguments.type_name()));
+      }
+      bytes += 64 + call.name.size() + 256;
+    }
+    bytes += role.size() + message.content.size() + 32 +
+             message.reasoning_content.value_or("").size();
+  }
+  return bytes;
 }
 
 // The [INST] templates, as their Jinja does it. They ignore
@@ -322,25 +378,22 @@ absl::StatusOr<ChatTemplate> ChatTemplate::ForTokenizer(const Tokenizer& tokeniz
 absl::StatusOr<std::string> ChatTemplate::Render(std::span<const ChatMessage> messages,
                                                  const ChatRenderOptions& options) const {
   if (messages.empty()) return absl::InvalidArgumentError("the chat has no messages");
-  size_t bytes = 64 + tokens_.bos_token.size();
-  for (size_t i = 0; i < messages.size(); ++i) {
-    const std::string& role = messages[i].role;
-    if (role != "system" && role != "user" && role != "assistant") {
-      return absl::InvalidArgumentError(
-          absl::StrCat("message ", i, " has role \"", SanitizeUtf8(role),
-                       "\"; supported roles are system, user and assistant"));
-    }
-    bytes += role.size() + messages[i].content.size() + 32 + tokens_.eos_token.size();
-  }
+  absl::StatusOr<size_t> bytes = CheckMessages(style_, messages, options);
+  if (!bytes.ok()) return bytes.status();
 
   std::string out;
-  out.reserve(bytes + kQwen2DefaultSystem.size());
+  out.reserve(*bytes + tokens_.bos_token.size() +
+              messages.size() * tokens_.eos_token.size() + kQwen2DefaultSystem.size());
   switch (style_) {
     case ChatTemplateStyle::kChatMl:
-    case ChatTemplateStyle::kQwen3:
-    case ChatTemplateStyle::kQwen35:
     case ChatTemplateStyle::kQwen2:
       RenderChatMl(style_, messages, options, &out);
+      break;
+    case ChatTemplateStyle::kQwen3:
+      if (absl::Status s = RenderQwen3(messages, options, &out); !s.ok()) return s;
+      break;
+    case ChatTemplateStyle::kQwen35:
+      if (absl::Status s = RenderQwen35(messages, options, &out); !s.ok()) return s;
       break;
     case ChatTemplateStyle::kMistralInstruct:
     case ChatTemplateStyle::kMistralInstructSpaced:

@@ -13,18 +13,46 @@
 // parsed.
 #pragma once
 
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "gguf/tokenizer/tokenizer.h"
+#include "nlohmann/json.hpp"
 
 namespace moetier {
 
+// A function call an assistant turn made (OpenAI's tool_calls[i], with its
+// "function" object flattened).
+struct ChatToolCall {
+  std::string id;
+  std::string name;  // required
+  // Normally a JSON object. A string (OpenAI sends arguments as JSON text)
+  // is what the template makes of one: Qwen3 pastes it as it is, Qwen3.5
+  // refuses it (its template iterates the arguments as a mapping), so
+  // callers parse it into an object first.
+  nlohmann::ordered_json arguments = nlohmann::ordered_json::object();
+};
+
+// One turn. Fields past `content` are for the kQwen3 / kQwen35 styles; left
+// at their defaults they change nothing. The content of a Qwen3.5 turn may
+// come as OpenAI content parts: their text, concatenated, is what its
+// template renders (it refuses image and video parts), so callers join the
+// text parts into `content`.
 struct ChatMessage {
-  std::string role;  // "system", "user" or "assistant"
+  std::string role;  // "system", "user", "assistant" or "tool" (a tool's result)
   std::string content;
+  // An assistant turn's thinking. When absent, the Qwen templates take a
+  // "<think>...</think>" prefix of `content` as the thinking instead.
+  std::optional<std::string> reasoning_content = {};
+  std::vector<ChatToolCall> tool_calls = {};  // assistant turns
+  // A tool result's call id and function name: kept for callers; the Qwen
+  // templates render neither.
+  std::string tool_call_id = {};
+  std::string name = {};
 };
 
 enum class ChatTemplateStyle {
@@ -66,6 +94,10 @@ std::string_view ChatTemplateStyleName(ChatTemplateStyle style);
 struct ChatRenderOptions {
   bool add_generation_prompt = true;
   bool enable_thinking = true;  // kQwen3 and kQwen35 only
+  // OpenAI tool objects ({"type": "function", "function": {...}}), listed in
+  // the system turn as the template prints them (tojson). kQwen3 and
+  // kQwen35 only.
+  std::vector<nlohmann::ordered_json> tools = {};
 };
 
 // The texts a template's bos_token and eos_token stand for, and whether the
@@ -106,11 +138,17 @@ class ChatTemplate {
   ChatTemplateStyle style() const { return style_; }
   const ChatSpecialTokens& special_tokens() const { return tokens_; }
 
-  // Renders the prompt. Roles must be system, user or assistant; there must
-  // be at least one message. The Mistral styles fail, with their template's
-  // own words, where the template raises an exception: roles that do not
-  // alternate user/assistant from the first (non-system) message, and a
-  // system message they do not take.
+  // Renders the prompt. Roles must be system, user or assistant, and tool
+  // for kQwen3 and kQwen35; there must be at least one message. Tools,
+  // tool calls and tool results are for kQwen3 and kQwen35 only: other
+  // styles refuse them (INVALID_ARGUMENT naming the style). The Qwen styles
+  // render as their templates do: tool calls and results, the thinking of
+  // assistant turns kept only after the last user query. Every style fails,
+  // with its template's own words, where the template raises an exception:
+  // the Mistral styles on roles that do not alternate user/assistant from
+  // the first (non-system) message and on a system message they do not
+  // take; kQwen35 on a system message after the first, a chat without a
+  // user query, tool-call arguments given as a string.
   absl::StatusOr<std::string> Render(std::span<const ChatMessage> messages,
                                      const ChatRenderOptions& options) const;
 

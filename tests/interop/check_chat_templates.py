@@ -18,6 +18,11 @@ output, less a leading bos_token when the vocabulary adds bos itself and a
 trailing eos_token when it adds eos (common/chat.cpp). Where the template
 raises an exception, moetier must fail with the exception's message.
 
+TOOL_CONVERSATIONS (tools in the system turn, tool calls, tool results,
+reasoning) are compared for the templates in TOOL_TEMPLATES; for every other
+template whose native style does not take tools, moetier must refuse each of
+them with an error naming the style.
+
 KNOWN_DIFFERENCES lists the (template, conversation) pairs where moetier's
 native renderer is known to differ from the template; each is still rendered
 and must still differ (a listed pair that starts to agree fails the check, so
@@ -80,6 +85,29 @@ def system(text):
     return {"role": "system", "content": text}
 
 
+def call(name, arguments, call_id):
+    """An OpenAI tool call, as chat clients send it (the templates take the
+    "function" object apart themselves)."""
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+def calling(content, *calls, reasoning=None):
+    message = {"role": "assistant", "content": content, "tool_calls": list(calls)}
+    if reasoning is not None:
+        message["reasoning_content"] = reasoning
+    return message
+
+
+def tool(content, call_id="call_1", name="get_weather"):
+    return {"role": "tool", "tool_call_id": call_id, "name": name, "content": content}
+
+
+def function_tool(name, description, properties, required=()):
+    return {"type": "function", "function": {
+        "name": name, "description": description,
+        "parameters": {"type": "object", "properties": properties, "required": list(required)}}}
+
+
 CONVERSATIONS = {
     "one_user_turn": [user("Hello world")],
     "system_and_user": [system("You are terse."), user("Hello world")],
@@ -102,32 +130,105 @@ CONVERSATIONS = {
     "late_system": [user("Hi"), system("Be brief.")],
 }
 
+WEATHER = function_tool(
+    "get_weather", "Get the current weather in a city.",
+    {"city": {"type": "string", "description": "City name, e.g. \"Z\u00fcrich\""},
+     "unit": {"type": "string", "enum": ["celsius", "fahrenheit"]}}, required=["city"])
+SEARCH = function_tool(
+    "search", "Search the web\tand return\nresults.",
+    {"query": {"type": "string"},
+     "limit": {"type": "integer", "minimum": 1, "maximum": 50, "default": 10},
+     "threshold": {"type": "number", "default": 0.5, "minimum": 1e-05},
+     "strict": {"type": "boolean", "default": False},
+     "filters": {"type": "object", "properties": {"tags": {"type": "array"}}}},
+    required=["query"])
+NOW = {"type": "function", "function": {"name": "now", "description": "The time (UTC)."}}
+
+PARIS = call("get_weather", {"city": "Paris"}, "call_1")
+TOKYO = call("get_weather", {"city": "Tokyo", "unit": "celsius"}, "call_2")
+NESTED = call("search", {"query": "caf\u00e9 \"quoted\" \\ back", "limit": 10, "strict": True,
+                         "threshold": 1e-05, "ratio": 0.1, "whole": 2.0, "none": None,
+                         "filters": {"tags": ["a", "b"], "range": {"min": -3, "max": 2.5},
+                                     "empty": {}, "nothing": []}},
+              "call_3")
+ASK = user("What's the weather in Paris?")
+TOOL_CONVERSATIONS = {  # name -> (tools, messages)
+    "tools_no_system": ([WEATHER], [ASK]),
+    "tools_with_system": ([WEATHER, SEARCH, NOW], [system("You are terse."), ASK]),
+    "tools_blank_system": ([WEATHER], [system("  \n"), ASK]),
+    "call_without_content": ([WEATHER], [ASK, calling("", PARIS)]),
+    "call_with_content": ([WEATHER], [ASK, calling("Let me check.", PARIS), tool("18C, sunny")]),
+    "calls_in_one_turn": ([WEATHER, SEARCH], [
+        user("Weather in Paris and Tokyo, and news?"),
+        calling("", PARIS, TOKYO, NESTED), tool("18C", "call_1"), tool("25C", "call_2"),
+        tool("[]", "call_3", "search")]),
+    "result_then_answer": ([WEATHER], [ASK, calling("", PARIS), tool("18C, sunny"),
+                                       assistant("It is 18C and sunny in Paris.")]),
+    "results_then_next_query": ([WEATHER], [
+        ASK, calling("", PARIS, TOKYO), tool("18C"), tool("25C", "call_2"),
+        assistant("Paris 18C, Tokyo 25C."), user("Thanks! And tomorrow?")]),
+    "reasoning_content_with_calls": ([WEATHER], [
+        ASK, calling("", PARIS, reasoning="\nThe user wants the weather.\n"), tool("18C")]),
+    "think_in_content_with_calls": ([WEATHER], [
+        ASK, calling("<think>\nI need the weather.\n</think>\n\nChecking.", PARIS),
+        tool("18C")]),
+    "thinking_across_turns": ([WEATHER], [
+        user("2+2?"), {"role": "assistant", "content": "4.", "reasoning_content": "add them"},
+        ASK, calling("", PARIS, reasoning="look it up"), tool("18C"),
+        assistant("<think>\nsummarise\n</think>\n\nIt is 18C.")]),
+    "multi_step_tools": ([WEATHER, SEARCH], [
+        ASK, calling("", PARIS, reasoning="first the weather"), tool("18C"),
+        calling("Now the news.", NESTED, reasoning="then search"), tool("no news", "call_3")]),
+    "nested_arguments": ([SEARCH], [user("Search"), calling("", NESTED), tool("ok", "call_3")]),
+    "string_arguments": ([WEATHER], [ASK, calling("", call("get_weather", '{"city": "Paris"}',
+                                                           "call_1")), tool("18C")]),
+    "non_ascii_arguments": ([WEATHER], [
+        user("Wetter in Z\u00fcrich?"),
+        calling("", call("get_weather", {"city": "Z\u00fcrich", "note": "\u4e16\u754c \u2014 "
+                         "\U0001F600\n", "ctl": "\x01\x7f"}, "c")),
+        tool("12\u00b0C, bew\u00f6lkt", "c")]),
+    "tool_response_as_user_text": ([WEATHER], [
+        ASK, calling("", PARIS), user("<tool_response>\n18C\n</tool_response>")]),
+    "empty_arguments": ([NOW], [user("Time?"), calling("", call("now", {}, "t")),
+                                tool("12:00", "t", "now")]),
+    "padded_tool_result": ([WEATHER], [ASK, calling("  ", PARIS), tool("  18C \n\n")]),
+    "answer_after_call_no_reasoning": ([WEATHER], [
+        ASK, calling("Checking.", PARIS), tool("18C"), assistant("Done."), user("Ok")]),
+    "list_arguments": ([SEARCH], [user("Go"), calling("", call(
+        "search", {"cities": ["Paris", "Tokyo"], "days": [1, 2, 3],
+                   "matrix": [[1, 2.5], [True, None]], "query": "x"}, "s")),
+        tool("done", "s", "search")]),
+    "scalar_arguments": ([SEARCH], [user("Go"), calling("", call(
+        "search", {"flag": False, "count": 0, "ratio": 0.1, "big": 12345678901234567890,
+                   "neg": -3, "tiny": 2.5e-07, "huge": 1e22, "text": "multi\nline"}, "s"))]),
+    "float_arguments": ([SEARCH], [user("Go"), calling("", call("search", {
+        "edges": [1e16, 1e15, 0.0001, 1e-05, 5e-324, 1.7976931348623157e308, -0.0,
+                  123456789.123, 0.30000000000000004], "one": 1e16, "small": 0.0001}, "s"))]),
+    "tool_result_first": ([WEATHER], [tool("orphan result"), ASK]),
+    "newline_content_with_calls": ([WEATHER], [ASK, calling("\n\n", PARIS), tool("18C")]),
+    "empty_reasoning_keeps_think_in_content": ([WEATHER], [
+        ASK, calling("<think>\nhidden\n</think>\nShown.", PARIS, reasoning=""), tool("18C")]),
+    "tool_roles_without_tools": ([], [ASK, calling("", PARIS), tool("18C"), assistant("18C.")]),
+}
+
+# The templates TOOL_CONVERSATIONS are compared with. moetier-synth's
+# qwen3moe template is a shortened Qwen3 template without tools, so the
+# native qwen3 style (which renders the real one, Qwen-Qwen3-0.6B.jinja)
+# is not compared with it there.
+TOOL_TEMPLATES = {"synth:qwen35moe", "Qwen-Qwen3-0.6B.jinja", "Qwen3.5-4B.jinja"}
+TOOL_STYLES = {"qwen3", "qwen3.5"}
+
 OPTIONS = [  # (add_generation_prompt, enable_thinking)
     (True, True), (True, False), (False, True), (False, False),
 ]
 
 # (template, conversation) -> why moetier's renderer differs. Templates are
 # named "synth:ARCH" or by file name.
-_QWEN3_LAST_TURN = ("an assistant turn after the last user turn gets an empty think block "
-                    "in the real Qwen3 template; the native qwen3 style renders plain ChatML")
-_QWEN35_LAST_TURN = "likewise for Qwen3.5 (think block on assistant turns after the last query)"
-_REASONING = ("the template drops the <think> part of earlier assistant turns; the native "
-              "ChatML styles keep the content as given")
-_QWEN35_TRIM = "Qwen3.5 trims message content (|trim); the native qwen3.5 style does not"
-_QWEN35_SYSTEM = ("Qwen3.5 raises 'System message must be at the beginning.'; the native style "
-                  "renders the late system turn")
 KNOWN_DIFFERENCES = {
-    ("Qwen-Qwen3-0.6B.jinja", "ends_with_assistant"): _QWEN3_LAST_TURN,
-    ("Qwen-Qwen3-0.6B.jinja", "reasoning_in_history"): _REASONING,
-    ("synth:qwen3moe", "reasoning_in_history"): _REASONING,
-    ("Qwen3.5-4B.jinja", "ends_with_assistant"): _QWEN35_LAST_TURN,
-    ("synth:qwen35moe", "ends_with_assistant"): _QWEN35_LAST_TURN,
-    ("Qwen3.5-4B.jinja", "reasoning_in_history"): _REASONING,
-    ("synth:qwen35moe", "reasoning_in_history"): _REASONING,
-    ("Qwen3.5-4B.jinja", "padded_content"): _QWEN35_TRIM,
-    ("synth:qwen35moe", "padded_content"): _QWEN35_TRIM,
-    ("Qwen3.5-4B.jinja", "late_system"): _QWEN35_SYSTEM,
-    ("synth:qwen35moe", "late_system"): _QWEN35_SYSTEM,
+    ("synth:qwen3moe", "ends_with_assistant"):
+        "moetier-synth's shortened Qwen3 template adds no think block to an assistant turn "
+        "after the last user turn; the native qwen3 style renders the real Qwen3 template, "
+        "which does",
 }
 
 
@@ -140,6 +241,11 @@ def make_environment(jinja2, sandbox):
     def raise_exception(message):
         raise jinja2.exceptions.TemplateError(message)
 
+    # transformers' own tojson: json.dumps with ensure_ascii=False and Python's
+    # default separators (", " and ": "), keys in their given order, not
+    # Jinja's HTML-safe htmlsafe_json_dumps. llama.cpp's Jinja engine (minja)
+    # prints the same for the templates here; moetier's PythonJsonDumps
+    # (gguf/tokenizer/python_json.h) is the native counterpart.
     def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
         return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators,
                           sort_keys=sort_keys)
@@ -155,13 +261,16 @@ def make_environment(jinja2, sandbox):
     return env
 
 
-def render_jinja(env, template, tokens, messages, add_generation_prompt, enable_thinking):
+def render_jinja(env, template, tokens, messages, tools, add_generation_prompt, enable_thinking):
     """(text, None) or (None, exception message), as llama.cpp's server would
-    hand the text to its tokenizer."""
+    hand the text to its tokenizer. Tools are passed only when there are
+    some, as apply_chat_template does (tools=None otherwise)."""
+    extra = {"tools": tools} if tools else {}
     try:
         text = env.from_string(template).render(
             messages=messages, bos_token=tokens["bos_token"], eos_token=tokens["eos_token"],
-            add_generation_prompt=add_generation_prompt, enable_thinking=enable_thinking)
+            add_generation_prompt=add_generation_prompt, enable_thinking=enable_thinking,
+            **extra)
     except Exception as e:  # TemplateError from raise_exception, or the template's own
         return None, str(e)
     if tokens["add_bos"] and text.startswith(tokens["bos_token"]):
@@ -216,16 +325,23 @@ def file_source(path):
             "style": style}
 
 
-def cases():
-    for conv_name, messages in CONVERSATIONS.items():
+def cases(source):
+    """(conversation, messages, tools, add_generation_prompt, enable_thinking, what): what is
+    "compare" (with the template) or "refuse" (tools the native style does not take)."""
+    convs = [(name, messages, [], "compare") for name, messages in CONVERSATIONS.items()]
+    if source["name"] in TOOL_TEMPLATES:
+        convs += [(name, m, t, "compare") for name, (t, m) in TOOL_CONVERSATIONS.items()]
+    elif source["style"] not in TOOL_STYLES:
+        convs += [(name, m, t, "refuse") for name, (t, m) in TOOL_CONVERSATIONS.items()]
+    for conv_name, messages, tools, what in convs:
         for add_generation_prompt, enable_thinking in OPTIONS:
-            yield (conv_name, messages, add_generation_prompt, enable_thinking)
+            yield (conv_name, messages, tools, add_generation_prompt, enable_thinking, what)
 
 
 def render_native(tool, source):
     request = dict(source["request"])
-    request["cases"] = [{"messages": m, "add_generation_prompt": g, "enable_thinking": t}
-                        for _, m, g, t in cases()]
+    request["cases"] = [{"messages": m, "tools": tools, "add_generation_prompt": g,
+                         "enable_thinking": t} for _, m, tools, g, t, _ in cases(source)]
     proc = subprocess.run([tool], input=json.dumps(request), capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"{tool} failed on {source['name']}:\n{proc.stdout}{proc.stderr}")
@@ -242,11 +358,18 @@ def check_source(env, tool, source):
     if native["style"] != source["style"]:
         failures.append(f"{name}: recognised as {native['style']}, expected {source['style']}")
     differing = set()
-    for (conv_name, messages, gen, think), got in zip(cases(), native["results"]):
-        want, want_error = render_jinja(env, source["template"], source["tokens"], messages, gen,
-                                        think)
+    for (conv_name, messages, tools, gen, think, what), got in zip(cases(source),
+                                                                 native["results"]):
         label = (f"{name} / {conv_name} (add_generation_prompt={gen}, "
                  f"enable_thinking={think})")
+        if what == "refuse":
+            if not ("error" in got and source["style"] in got["error"]
+                    and "tool" in got["error"]):
+                failures.append(f"{label}: the {source['style']} style takes no tools; moetier "
+                                f"must refuse them naming the style, gives {got!r}")
+            continue
+        want, want_error = render_jinja(env, source["template"], source["tokens"], messages,
+                                        tools, gen, think)
         if want_error is not None:
             ok = "error" in got and want_error in got["error"]
             detail = f"the template raises {want_error!r}; moetier gives {got!r}"
@@ -296,12 +419,12 @@ def main():
         sources += [file_source(p) for p in files]
         for source in sources:
             failures += check_source(env, args.render_tool, source)
-            n_compared += len(list(cases()))
+            n_compared += len(list(cases(source)))
     for line in failures:
         print(f"FAIL: {line}")
-    print(f"{len(sources)} templates x {len(list(cases()))} conversations: "
-          f"{n_compared - len(failures)} of {n_compared} as the template renders them"
-          f"{'' if failures else ' (known differences excepted)'}")
+    print(f"{len(sources)} templates, {n_compared} rendered conversations: "
+          f"{n_compared - len(failures)} as the template renders them (or refused where the "
+          f"style takes no tools){'' if failures else ', known differences excepted'}")
     return 1 if failures else 0
 
 

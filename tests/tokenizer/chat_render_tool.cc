@@ -6,7 +6,11 @@
 //       "add_bos": true, "add_eos": false, "pre_tokenizer": "qwen2"}
 //                                              a tokenizer with just these special tokens
 //   plus "cases": [{"messages": [{"role": "user", "content": "Hi"}],
-//                   "add_generation_prompt": true, "enable_thinking": true}, ...]
+//                   "add_generation_prompt": true, "enable_thinking": true,
+//                   "tools": [{"type": "function", "function": {...}}]}, ...]
+// Messages are OpenAI chat messages: "reasoning_content", "tool_calls":
+// [{"id": ..., "type": "function", "function": {"name": ..., "arguments":
+// {...} or "JSON text"}}], "tool_call_id" and "name" as the API takes them.
 // and writes {"style": NAME, "results": [{"text": "..."} | {"error": "..."}]}
 // or {"detect_error": "..."} on stdout. Both go through
 // ChatTemplate::ForTokenizer, the daemon's path.
@@ -22,12 +26,12 @@
 #include "gguf/tokenizer/chat_template.h"
 #include "gguf/tokenizer/pre_tokenizer.h"
 #include "gguf/tokenizer/tokenizer.h"
-#include "tests/tokenizer/json_fixture.h"
+#include "nlohmann/json.hpp"
 
 namespace moetier {
 namespace {
 
-using testing::JsonValue;
+using Json = nlohmann::ordered_json;
 
 std::string JsonString(std::string_view s) {
   std::string out = "\"";
@@ -48,19 +52,38 @@ std::string JsonString(std::string_view s) {
   return out;
 }
 
-const std::string& StringField(const JsonValue& object, std::string_view key) {
-  static const std::string kEmpty;
-  const JsonValue* v = object.Find(key);
-  return v != nullptr && v->kind == JsonValue::Kind::kString ? v->string : kEmpty;
+std::string StringField(const Json& object, const char* key) {
+  const auto v = object.find(key);
+  return v != object.end() && v->is_string() ? v->get<std::string>() : std::string();
 }
 
-bool BoolField(const JsonValue& object, std::string_view key, bool fallback) {
-  const JsonValue* v = object.Find(key);
-  return v != nullptr && v->kind == JsonValue::Kind::kBool ? v->boolean : fallback;
+bool BoolField(const Json& object, const char* key, bool fallback) {
+  const auto v = object.find(key);
+  return v != object.end() && v->is_boolean() ? v->get<bool>() : fallback;
+}
+
+ChatToolCall ToolCallFrom(const Json& call) {
+  const Json& function = call.contains("function") ? call["function"] : call;
+  ChatToolCall out{.id = StringField(call, "id"), .name = StringField(function, "name")};
+  if (function.contains("arguments")) out.arguments = function["arguments"];
+  return out;
+}
+
+ChatMessage MessageFrom(const Json& message) {
+  ChatMessage out{.role = StringField(message, "role"), .content = StringField(message, "content")};
+  if (message.contains("reasoning_content") && message["reasoning_content"].is_string()) {
+    out.reasoning_content = message["reasoning_content"].get<std::string>();
+  }
+  if (message.contains("tool_calls")) {
+    for (const Json& call : message["tool_calls"]) out.tool_calls.push_back(ToolCallFrom(call));
+  }
+  out.tool_call_id = StringField(message, "tool_call_id");
+  out.name = StringField(message, "name");
+  return out;
 }
 
 // A vocabulary of filler tokens plus the given bos and eos (control tokens).
-absl::StatusOr<Tokenizer> TokenizerFor(const JsonValue& request) {
+absl::StatusOr<Tokenizer> TokenizerFor(const Json& request) {
   TokenizerConfig config;
   for (int i = 0; i < 4; ++i) {
     config.tokens.push_back("t" + std::to_string(i));
@@ -80,7 +103,7 @@ absl::StatusOr<Tokenizer> TokenizerFor(const JsonValue& request) {
   config.add_bos = BoolField(request, "add_bos", false);
   config.add_eos = BoolField(request, "add_eos", false);
   config.chat_template = StringField(request, "template");
-  const std::string& pre = StringField(request, "pre_tokenizer");
+  const std::string pre = StringField(request, "pre_tokenizer");
   if (!pre.empty()) {
     absl::StatusOr<PreTokenizer> p = PreTokenizerFromName(pre);
     if (!p.ok()) return p.status();
@@ -89,8 +112,8 @@ absl::StatusOr<Tokenizer> TokenizerFor(const JsonValue& request) {
   return Tokenizer::Create(std::move(config));
 }
 
-absl::StatusOr<Tokenizer> LoadTokenizer(const JsonValue& request) {
-  const std::string& gguf = StringField(request, "gguf");
+absl::StatusOr<Tokenizer> LoadTokenizer(const Json& request) {
+  const std::string gguf = StringField(request, "gguf");
   if (gguf.empty()) return TokenizerFor(request);
   absl::StatusOr<std::unique_ptr<GgufModel>> model = GgufModel::Open(gguf);
   if (!model.ok()) return model.status();
@@ -100,12 +123,12 @@ absl::StatusOr<Tokenizer> LoadTokenizer(const JsonValue& request) {
 int Run() {
   const std::string input((std::istreambuf_iterator<char>(std::cin)),
                           std::istreambuf_iterator<char>());
-  absl::StatusOr<JsonValue> request = testing::JsonParser(input).Parse();
-  if (!request.ok()) {
-    std::fprintf(stderr, "bad request: %s\n", std::string(request.status().message()).c_str());
+  const Json request = Json::parse(input, nullptr, /*allow_exceptions=*/false);
+  if (request.is_discarded() || !request.is_object()) {
+    std::fprintf(stderr, "bad request: not a JSON object\n");
     return 2;
   }
-  absl::StatusOr<Tokenizer> tokenizer = LoadTokenizer(*request);
+  absl::StatusOr<Tokenizer> tokenizer = LoadTokenizer(request);
   if (!tokenizer.ok()) {
     std::fprintf(stderr, "tokenizer: %s\n", std::string(tokenizer.status().message()).c_str());
     return 2;
@@ -117,18 +140,17 @@ int Run() {
   }
   std::string out = "{\"style\": " + JsonString(ChatTemplateStyleName(chat->style())) +
                     ", \"results\": [";
-  const JsonValue* cases = request->Find("cases");
-  for (size_t c = 0; cases != nullptr && c < cases->array.size(); ++c) {
-    const JsonValue& one = cases->array[c];
+  const Json cases = request.value("cases", Json::array());
+  for (size_t c = 0; c < cases.size(); ++c) {
+    const Json& one = cases[c];
     std::vector<ChatMessage> messages;
-    if (const JsonValue* m = one.Find("messages"); m != nullptr) {
-      for (const JsonValue& message : m->array) {
-        messages.push_back({StringField(message, "role"), StringField(message, "content")});
-      }
+    for (const Json& message : one.value("messages", Json::array())) {
+      messages.push_back(MessageFrom(message));
     }
-    const ChatRenderOptions options{
+    ChatRenderOptions options{
         .add_generation_prompt = BoolField(one, "add_generation_prompt", true),
         .enable_thinking = BoolField(one, "enable_thinking", true)};
+    for (const Json& tool : one.value("tools", Json::array())) options.tools.push_back(tool);
     absl::StatusOr<std::string> text = chat->Render(messages, options);
     if (c > 0) out += ", ";
     out += text.ok() ? "{\"text\": " + JsonString(*text) + "}"

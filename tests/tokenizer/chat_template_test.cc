@@ -85,8 +85,11 @@ TEST(ChatTemplate, Qwen3MultiTurn) {
             "<|im_start|>assistant\n4.<|im_end|>\n"
             "<|im_start|>user\nAnd 3+3?<|im_end|>\n"
             "<|im_start|>assistant\n");
+  // An assistant turn after the last user turn keeps its (here empty)
+  // think block, as Qwen3's template writes it.
   EXPECT_EQ(Render(t, {{"user", "Hi"}, {"assistant", "Hello!"}}, {.add_generation_prompt = false}),
-            "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\nHello!<|im_end|>\n");
+            "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+            "Hello!<|im_end|>\n");
 }
 
 TEST(ChatTemplate, Qwen3ThinkingDisabled) {
