@@ -87,8 +87,10 @@ ChatDelta ChatOutputParser::Finish() {
   if (drop_leading_whitespace_) EraseLeadingWhitespace(pending_);
   switch (state_) {
     case State::kOpening:
-    case State::kContent:
       out.content += pending_;
+      break;
+    case State::kContent:
+      if (!after_tool_call_ || !TrimmedRight(pending_).empty()) out.content += pending_;
       break;
     case State::kReasoning:
       out.reasoning += TrimmedRight(pending_);
@@ -179,11 +181,13 @@ bool ChatOutputParser::StepContent(ChatDelta& out) {
     out.content += before;
     call_leading_whitespace_.assign(pending_, before.size(), open - before.size());
     pending_.erase(0, open + kToolCallOpen.size());
+    after_tool_call_ = false;
     state_ = State::kToolCall;
     call_scan_from_ = 0;
     return true;
   }
   const size_t ready = pending_.size() - HeldTailSize(pending_, kToolCallOpen);
+  if (ready > 0) after_tool_call_ = false;
   out.content.append(pending_, 0, ready);
   pending_.erase(0, ready);
   return false;
@@ -193,7 +197,9 @@ bool ChatOutputParser::StepToolCall(ChatDelta& out) {
   const size_t close = pending_.find(kToolCallClose, call_scan_from_);
   const size_t next_open = pending_.find(kToolCallOpen, call_scan_from_);
   if (next_open != std::string::npos && (close == std::string::npos || next_open < close)) {
-    RejectToolCall(next_open, "not closed before the next <tool_call>", out);
+    // The whitespace before the next call is its separator, not this call's.
+    const size_t raw_size = TrimmedRight(std::string_view(pending_).substr(0, next_open)).size();
+    RejectToolCall(raw_size, "not closed before the next <tool_call>", out);
     return true;
   }
   if (close != std::string::npos) {
@@ -225,7 +231,7 @@ void ChatOutputParser::CompleteToolCall(size_t body_size, size_t end_size, ChatD
   pending_.erase(0, body_size + end_size);
   call_leading_whitespace_.clear();
   state_ = State::kContent;
-  drop_leading_whitespace_ = true;
+  after_tool_call_ = true;
 }
 
 void ChatOutputParser::RejectToolCall(size_t raw_size, std::string_view why, ChatDelta& out) {

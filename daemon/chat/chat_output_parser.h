@@ -6,9 +6,9 @@
 // What is stripped, as the Qwen templates render a turn ("<think>\n" +
 // reasoning.strip() + "\n</think>\n\n" + content) and llama.cpp's reasoning
 // parser takes it apart: the whitespace at both ends of the reasoning, the
-// whitespace between </think> and the content, and the whitespace around
-// each tool call (text between calls that is only whitespace is dropped;
-// other text after a call is content).
+// whitespace between </think> and the content, the whitespace before each
+// tool call, and text after a call that is only whitespace (other text after
+// a call is content, its leading whitespace included).
 //
 // <think> opens reasoning only at the start of the output (after optional
 // whitespace); anywhere later it is ordinary content, as is a </think> once
@@ -114,6 +114,8 @@ class ChatOutputParser {
   std::string pending_;
   // Whitespace at the start of pending_ is not part of the output.
   bool drop_leading_whitespace_ = false;
+  // No content since the last tool call: whitespace alone is dropped.
+  bool after_tool_call_ = false;
   // The whitespace dropped before the current <tool_call>, given back with
   // the call's raw text if the call turns out malformed.
   std::string call_leading_whitespace_;
