@@ -76,10 +76,11 @@ class ChatOutputParser {
                    const std::vector<nlohmann::ordered_json>& tools,
                    size_t max_tool_call_bytes = kDefaultMaxToolCallBytes);
 
-  // The next piece of generated text (UTF-8, split anywhere); returns what
-  // can be emitted now. Holds back only what may still turn out to be
-  // markup: the start of a marker, the whitespace before it, or an
-  // unfinished tool call.
+  // The next piece of generated text (split anywhere); returns what can be
+  // emitted now. Holds back only what may still turn out to be markup: the
+  // start of a marker, the whitespace before it, or an unfinished tool call.
+  // Text is cut only before an ASCII byte or at the end of a piece, so
+  // pieces that end on character boundaries give deltas that do too.
   ChatDelta Push(std::string_view text);
   // End of generation: what was held back, decided. Later calls to Push or
   // Finish return nothing (Push records a warning).

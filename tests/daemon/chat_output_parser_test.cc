@@ -235,6 +235,15 @@ TEST(ChatOutputParserTest, ThinkTagsLaterInContentAreContent) {
   EXPECT_EQ(out.content, "Qwen wraps reasoning in <think> ... </think> tags.");
 }
 
+TEST(ChatOutputParserTest, OutputThatStopsInsideTheOpeningIsContent) {
+  EXPECT_EQ(ParseEveryWay(ChatOutputFormat::kQwen3, false, {}, "<th").content, "<th");
+  EXPECT_EQ(ParseEveryWay(ChatOutputFormat::kQwen3, false, {}, " \n").content, " \n");
+  const ParsedChatOutput late_think =
+      ParseEveryWay(ChatOutputFormat::kQwen3, false, {}, "\n<think>\nx\n</think>\n\ny");
+  EXPECT_EQ(late_think.reasoning, "x");
+  EXPECT_EQ(late_think.content, "y");
+}
+
 TEST(ChatOutputParserTest, UnterminatedThinkIsReasoning) {
   const ParsedChatOutput out = ParseEveryWay(ChatOutputFormat::kQwen3, false, {},
                                              "<think>\nThe user asks about tides. First, the");
