@@ -4,6 +4,7 @@
 // split in two at every byte and byte by byte.
 #include "chat/chat_output_parser.h"
 
+#include <random>
 #include <set>
 #include <string>
 #include <string_view>
@@ -306,6 +307,39 @@ TEST(ChatOutputParserTest, IdsDifferBetweenResponses) {
   ASSERT_THAT(first.tool_calls, SizeIs(1));
   ASSERT_THAT(second.tool_calls, SizeIs(1));
   EXPECT_NE(first.tool_calls[0].id, second.tool_calls[0].id);
+}
+
+// Random mixes of markup fragments, fed in random pieces, parse as they do
+// whole: the streaming never depends on where the text is cut.
+TEST(ChatOutputParserTest, RandomMarkupStreamsLikeTheWholeText) {
+  const std::vector<std::string_view> fragments = {
+      "<think>", "</think>", "<tool_call>", "</tool_call>", "<function=get_weather>",
+      "<parameter=city>", "</parameter>", "</function>", "<parameter=days>",
+      R"({"name": "get_weather", "arguments": {"city": "Paris"}})", "{", "\n", "\n\n", " ",
+      "Paris", "3", "<", "<tool", "</th", "<thi", "</tool_", "é"};
+  std::mt19937 random(20261202);
+  std::uniform_int_distribution<size_t> pick(0, fragments.size() - 1);
+  std::uniform_int_distribution<size_t> length(0, 24);
+  std::uniform_int_distribution<size_t> piece_size(1, 9);
+  for (int sample = 0; sample < 400; ++sample) {
+    std::string text;
+    for (size_t n = length(random); n > 0; --n) text += fragments[pick(random)];
+    const bool starts_in_reasoning = sample % 3 == 0;
+    const ChatOutputFormat format =
+        sample % 2 == 0 ? ChatOutputFormat::kQwen3 : ChatOutputFormat::kQwen35;
+    std::vector<std::string_view> pieces;
+    for (size_t at = 0; at < text.size();) {
+      const size_t size = std::min(piece_size(random), text.size() - at);
+      pieces.push_back(std::string_view(text).substr(at, size));
+      at += size;
+    }
+    SCOPED_TRACE("text: " + text);
+    const ParsedChatOutput whole =
+        ParseChatOutput(format, starts_in_reasoning, WeatherTools(), text);
+    ExpectSameOutput(Streamed(format, starts_in_reasoning, WeatherTools(), pieces), whole);
+    ExpectIdsUnique(whole);
+    if (::testing::Test::HasFailure()) return;
+  }
 }
 
 TEST(ChatOutputParserTest, PushAfterFinishIsIgnoredWithAWarning) {
