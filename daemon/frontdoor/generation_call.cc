@@ -98,18 +98,28 @@ v1::StopReason StopReasonToApi(StopReason reason) {
 absl::StatusOr<ChatPrompt> RenderChatPrompt(const ChatTemplate& chat_template,
                                             const Tokenizer& tokenizer,
                                             const std::vector<ChatMessage>& messages,
-                                            bool enable_thinking, const FrontDoorLimits& limits) {
+                                            ChatRenderOptions options,
+                                            const FrontDoorLimits& limits) {
   if (messages.empty()) return absl::InvalidArgumentError("messages is empty");
+  // JSON is measured as text, as it is rendered (invalid UTF-8 replaced:
+  // dump() would throw on it).
+  auto json_bytes = [](const nlohmann::ordered_json& j) {
+    return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace).size();
+  };
   uint64_t bytes = 0;
-  for (const ChatMessage& m : messages) bytes += m.content.size();
+  for (const ChatMessage& m : messages) {
+    bytes += m.content.size() + m.reasoning_content.value_or("").size();
+    for (const ChatToolCall& call : m.tool_calls) {
+      bytes += call.name.size() + json_bytes(call.arguments);
+    }
+  }
+  for (const nlohmann::ordered_json& tool : options.tools) bytes += json_bytes(tool);
   if (bytes > limits.max_prompt_bytes) {
     return absl::InvalidArgumentError(absl::StrFormat(
         "the messages hold %d bytes; the limit is max_prompt_bytes=%d", bytes,
         limits.max_prompt_bytes));
   }
-  ChatRenderOptions options;
   options.add_generation_prompt = true;
-  options.enable_thinking = enable_thinking;
   absl::StatusOr<std::string> prompt = chat_template.Render(messages, options);
   if (!prompt.ok()) return prompt.status();
   // The template's markers are special tokens, so the rendered prompt is

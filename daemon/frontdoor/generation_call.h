@@ -99,11 +99,14 @@ struct ChatPrompt {
   int32_t checkpoint_position = 0;
 };
 
-// INVALID_ARGUMENT when the messages exceed max_prompt_bytes or are empty.
+// INVALID_ARGUMENT when the messages (with their reasoning, tool calls and
+// the tools) exceed max_prompt_bytes or are empty. `options`' generation
+// prompt setting is ignored: the prompt always ends with one.
 absl::StatusOr<ChatPrompt> RenderChatPrompt(const ChatTemplate& chat_template,
                                             const Tokenizer& tokenizer,
                                             const std::vector<ChatMessage>& messages,
-                                            bool enable_thinking, const FrontDoorLimits& limits);
+                                            ChatRenderOptions options,
+                                            const FrontDoorLimits& limits);
 
 // A generation handed to the scheduler, in two steps so that a transport can
 // answer a refusal (bad input, a full queue) before it commits to a

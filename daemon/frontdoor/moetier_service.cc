@@ -131,8 +131,10 @@ grpc::Status MoetierService::Chat(grpc::ServerContext* context, const v1::ChatRe
   }
   std::vector<ChatMessage> messages;
   for (const v1::ChatMessage& m : request->messages()) messages.push_back({m.role(), m.content()});
-  absl::StatusOr<ChatPrompt> prompt = RenderChatPrompt(*chat_template_, **tokenizer_, messages,
-                                                       request->enable_thinking(), limits_);
+  ChatRenderOptions options;
+  options.enable_thinking = request->enable_thinking();
+  absl::StatusOr<ChatPrompt> prompt =
+      RenderChatPrompt(*chat_template_, **tokenizer_, messages, options, limits_);
   if (!prompt.ok()) return ToGrpc(prompt.status());
   return RunGeneration(context, std::move(prompt->ids), request->max_new_tokens(),
                        request->sampling(), /*ignore_end_of_generation=*/false, writer,

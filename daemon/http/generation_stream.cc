@@ -15,6 +15,12 @@ std::vector<ChatMessage> ToChatMessages(const std::vector<ApiMessage>& messages)
     ChatMessage message;
     message.role = m.role;
     message.content = m.content;
+    if (!m.reasoning_content.empty()) message.reasoning_content = m.reasoning_content;
+    for (const ApiToolCall& call : m.tool_calls) {
+      message.tool_calls.push_back({call.id, call.name, call.arguments});
+    }
+    message.tool_call_id = m.tool_call_id;
+    message.name = m.name;
     out.push_back(std::move(message));
   }
   return out;
@@ -69,9 +75,12 @@ std::variant<std::unique_ptr<PreparedGeneration>, HttpError> PrepareGeneration(
     if (model.chat_template == nullptr) {
       return HttpErrorFromStatus(absl::FailedPreconditionError(model.chat_unavailable.message()));
     }
-    absl::StatusOr<ChatPrompt> prompt =
-        RenderChatPrompt(*model.chat_template, *model.tokenizer, ToChatMessages(request.messages),
-                         request.enable_thinking, model.limits);
+    ChatRenderOptions options;
+    options.enable_thinking = request.enable_thinking;
+    if (request.tool_choice != ToolChoice::kNone) options.tools = request.tools;
+    absl::StatusOr<ChatPrompt> prompt = RenderChatPrompt(
+        *model.chat_template, *model.tokenizer, ToChatMessages(request.messages), options,
+        model.limits);
     if (!prompt.ok()) return HttpErrorFromStatus(prompt.status());
     input.prompt_ids = std::move(prompt->ids);
     input.checkpoint_position = prompt->checkpoint_position;
