@@ -13,6 +13,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> StartHttpApi(HttpServerOptions optio
                                                          const HttpModel& model,
                                                          HttpPagesSource pages) {
   const bool api_keys_configured = !options.api_keys.empty();
+  options.metrics = model.metrics;
   return HttpServer::Start(
       std::move(options), [&model, pages = std::move(pages), api_keys_configured](
                               httplib::Server& server, std::function<bool()> server_stopping) {

@@ -62,8 +62,9 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
   server.set_write_timeout(options.write_timeout_s, 0);
 
   auto keys = std::make_shared<ApiKeys>(std::move(options.api_keys));
+  RequestMetrics* metrics = options.metrics;
   server.set_pre_routing_handler(
-      [keys](const httplib::Request& request, httplib::Response& response) {
+      [keys, metrics](const httplib::Request& request, httplib::Response& response) {
         if (keys->empty() || IsOpenPath(request.method, request.path)) {
           return httplib::Server::HandlerResponse::Unhandled;
         }
@@ -80,13 +81,14 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
                             : "this server needs an API key: send Authorization: Bearer <key>";
         WriteError(error, ErrorShapeForPath(request.path), &response);
         response.set_header("WWW-Authenticate", "Bearer");
+        if (metrics != nullptr) metrics->RecordRequest("http", RequestOutcome::kUnauthorized, 0);
         return httplib::Server::HandlerResponse::Handled;
       });
   const size_t max_body = options.max_body_bytes;
   // Runs for every status >= 400; fills only the bodies httplib left empty
   // (its own 404 and 413), never a handler's own error.
   server.set_error_handler(httplib::Server::HandlerWithResponse(
-      [max_body](const httplib::Request& request, httplib::Response& response) {
+      [max_body, metrics](const httplib::Request& request, httplib::Response& response) {
     if (!response.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
     HttpError error;
     error.status = response.status;
@@ -95,6 +97,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(
     } else if (response.status == 413) {
       error.message = absl::StrFormat(
           "the request body is larger than the limit http_max_body_bytes=%d", max_body);
+      if (metrics != nullptr) metrics->RecordRequest("http", RequestOutcome::kInvalid, 0);
     } else if (response.status == 405) {
       error.message = absl::StrFormat("%s is not allowed on %s", request.method, request.path);
     } else {

@@ -13,6 +13,7 @@
 
 #include "absl/status/statusor.h"
 #include "http/api_keys.h"
+#include "stats/request_metrics.h"
 
 namespace httplib {
 class Server;
@@ -32,6 +33,9 @@ struct HttpServerOptions {
   // client is taken as gone (its generation is then cancelled).
   int write_timeout_s = 30;
   int read_timeout_s = 30;
+  // Counts the refusals made here (a missing key, a body over the limit);
+  // may be null.
+  RequestMetrics* metrics = nullptr;
 };
 
 class HttpServer {
