@@ -130,8 +130,32 @@ grpc::Status MoetierService::Chat(grpc::ServerContext* context, const v1::ChatRe
                         std::string(chat_template_.status().message()));
   }
   std::vector<ChatMessage> messages;
-  for (const v1::ChatMessage& m : request->messages()) messages.push_back({m.role(), m.content()});
+  for (int i = 0; i < request->messages_size(); ++i) {
+    const v1::ChatMessage& m = request->messages(i);
+    ChatMessage message{m.role(), m.content()};
+    if (m.has_reasoning_content()) message.reasoning_content = m.reasoning_content();
+    for (int c = 0; c < m.tool_calls_size(); ++c) {
+      const v1::ToolCall& call = m.tool_calls(c);
+      nlohmann::ordered_json arguments = nlohmann::ordered_json::parse(
+          call.arguments_json(), nullptr, /*allow_exceptions=*/false);
+      if (arguments.is_discarded()) {
+        return Invalid(absl::StrFormat("messages[%d].tool_calls[%d].arguments_json is not JSON",
+                                       i, c));
+      }
+      message.tool_calls.push_back({call.id(), call.name(), std::move(arguments)});
+    }
+    message.tool_call_id = m.tool_call_id();
+    messages.push_back(std::move(message));
+  }
   ChatRenderOptions options;
+  for (int t = 0; t < request->tools_json_size(); ++t) {
+    nlohmann::ordered_json tool = nlohmann::ordered_json::parse(request->tools_json(t), nullptr,
+                                                                /*allow_exceptions=*/false);
+    if (!tool.is_object()) {
+      return Invalid(absl::StrFormat("tools_json[%d] is not a JSON object", t));
+    }
+    options.tools.push_back(std::move(tool));
+  }
   options.enable_thinking = request->enable_thinking();
   absl::StatusOr<ChatPrompt> prompt =
       RenderChatPrompt(*chat_template_, **tokenizer_, messages, options, limits_);
