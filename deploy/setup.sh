@@ -91,6 +91,14 @@ if ((with_tests)); then
     (cd "$interop_dir" && npm install --no-audit --no-fund --loglevel=error) ||
       echo "setup: warning: npm install failed; the GGUF interop test will be skipped" >&2
   fi
+  # The official OpenAI and Anthropic clients of the HTTP API tests, pinned in package.json.
+  http_clients_dir="$repo_root/tests/http/clients"
+  if command -v npm >/dev/null && { [[ ! -d "$http_clients_dir/node_modules/openai" ]] ||
+                                    [[ ! -d "$http_clients_dir/node_modules/@anthropic-ai/sdk" ]]; }; then
+    echo "setup: installing the npm packages of tests/http/clients"
+    (cd "$http_clients_dir" && npm install --no-audit --no-fund --loglevel=error) ||
+      echo "setup: warning: npm install failed; the HTTP client tests will be skipped" >&2
+  fi
 fi
 
 if [[ -x /usr/local/cuda/bin/nvcc ]]; then

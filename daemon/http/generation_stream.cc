@@ -1,7 +1,9 @@
 #include "http/generation_stream.h"
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/string_view.h"
 #include "gguf/tokenizer/unicode.h"
 #include "http/output_splitter.h"
 
@@ -113,9 +115,14 @@ std::variant<std::unique_ptr<PreparedGeneration>, HttpError> PrepareGeneration(
       GenerationCall::Start(model.tokenizer, model.scheduler, model.limits, std::move(input));
   if (!call.ok()) {
     HttpError error = HttpErrorFromStatus(call.status());
-    // The generation core names its own fields; say which API field it is.
-    if (error.status == 400 && absl::StrContains(error.message, "max_new_tokens")) {
-      error.param = chat ? "max_completion_tokens" : "max_tokens";
+    // The generation core names its own field; say it as the client wrote it.
+    constexpr absl::string_view kCoreField = "max_new_tokens";
+    if (error.status == 400 && absl::StrContains(error.message, kCoreField)) {
+      error.param = request.max_tokens_field;
+      if (absl::StartsWith(error.message, kCoreField)) {
+        error.message = absl::StrCat(request.max_tokens_field,
+                                     error.message.substr(kCoreField.size()));
+      }
     }
     return error;
   }

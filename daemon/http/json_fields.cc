@@ -29,9 +29,17 @@ std::string JsonFields::FieldName(std::string_view key) const {
 }
 
 void JsonFields::Fail(std::string_view key, std::string message) {
+  FailField(FieldName(key), std::move(message));
+}
+
+void JsonFields::FailField(std::string full_name, std::string message) {
   if (!error_.empty()) return;
-  error_field_ = FieldName(key);
+  error_field_ = std::move(full_name);
   error_ = std::move(message);
+}
+
+void JsonFields::Adopt(const JsonFields& nested) {
+  if (!nested.ok()) FailField(nested.error_field(), nested.error());
 }
 
 const nlohmann::ordered_json* JsonFields::Find(std::string_view key) const {

@@ -33,6 +33,11 @@ class JsonFields {
   const nlohmann::ordered_json* Any(std::string_view key);
 
   void Fail(std::string_view key, std::string message);
+  // The same for a field named in full ("messages[0].content[1]"), which a
+  // reader of an enclosing object reports about a nested one.
+  void FailField(std::string full_name, std::string message);
+  // Takes over a nested reader's first problem, keeping its full field name.
+  void Adopt(const JsonFields& nested);
   std::string FieldName(std::string_view key) const;
 
   bool ok() const { return error_.empty(); }

@@ -62,8 +62,9 @@ std::optional<std::string> ReadContent(const Json& content, const std::string& f
   if (content.is_null()) return std::string();
   if (content.is_string()) return content.get<std::string>();
   if (!content.is_array()) {
-    f.Fail(field, absl::StrFormat("%s must be a string or an array of content parts, not %s",
-                                  field, JsonTypeName(content)));
+    f.FailField(field,
+                absl::StrFormat("%s must be a string or an array of content parts, not %s", field,
+                                JsonTypeName(content)));
     return std::nullopt;
   }
   std::string text;
@@ -72,19 +73,24 @@ std::optional<std::string> ReadContent(const Json& content, const std::string& f
     const std::string part_field = absl::StrCat(field, "[", i, "]");
     JsonFields p(part, part_field);
     if (!part.is_object()) {
-      f.Fail(field, absl::StrFormat("%s must be an object, not %s", part_field,
-                                    JsonTypeName(part)));
+      f.FailField(part_field, absl::StrFormat("%s must be an object, not %s", part_field,
+                                              JsonTypeName(part)));
       return std::nullopt;
     }
     const std::optional<std::string> type = p.String("type");
     if (type != "text") {
-      f.Fail(field, absl::StrFormat("%s: only text parts are supported (type \"%s\")",
-                                    part_field, type.value_or("")));
+      f.FailField(part_field + ".type",
+                  absl::StrFormat("%s: only text parts are supported (type \"%s\")", part_field,
+                                  type.value_or("")));
       return std::nullopt;
     }
     const std::optional<std::string> part_text = p.String("text");
     if (!p.ok() || !part_text.has_value()) {
-      f.Fail(field, p.ok() ? part_field + ".text is missing" : p.error());
+      if (p.ok()) {
+        f.FailField(part_field + ".text", part_field + ".text is missing");
+      } else {
+        f.Adopt(p);
+      }
       return std::nullopt;
     }
     text += *part_text;
@@ -106,7 +112,8 @@ bool ReadTools(JsonFields& f, const char* key, bool anthropic, GenerationRequest
     const Json& tool = (*tools)[i];
     const std::string field = absl::StrCat(key, "[", i, "]");
     if (!tool.is_object()) {
-      f.Fail(key, absl::StrFormat("%s must be an object, not %s", field, JsonTypeName(tool)));
+      f.FailField(field, absl::StrFormat("%s must be an object, not %s", field,
+                                         JsonTypeName(tool)));
       return false;
     }
     JsonFields t(tool, field);
@@ -119,7 +126,7 @@ bool ReadTools(JsonFields& f, const char* key, bool anthropic, GenerationRequest
       const Json* schema = t.Object("input_schema");
       if (t.ok() && !name.has_value()) t.Fail("name", field + ".name is missing");
       if (!t.ok()) {
-        f.Fail(key, t.error());
+        f.Adopt(t);
         return false;
       }
       function["name"] = *name;
@@ -140,10 +147,10 @@ bool ReadTools(JsonFields& f, const char* key, bool anthropic, GenerationRequest
       if (ff.ok() && (!name.has_value() || name->empty())) {
         ff.Fail("name", field + ".function.name is missing");
       }
-      if (!ff.ok()) t.Fail("function", ff.error());
+      t.Adopt(ff);
     }
     if (!t.ok()) {
-      f.Fail(key, t.error());
+      f.Adopt(t);
       return false;
     }
     out->tools.push_back(tool);
@@ -191,9 +198,9 @@ std::optional<HttpError> ReadOpenAiMessages(const Json& messages, GenerationRequ
           call.name = ff.String("name").value_or("");
           if (ff.ok() && call.name.empty()) ff.Fail("name", call_field + ".function.name is missing");
           if (const Json* args = ff.Any("arguments")) call.arguments = ParseArguments(*args);
-          if (!ff.ok()) cf.Fail("function", ff.error());
+          cf.Adopt(ff);
         }
-        if (!cf.ok()) f.Fail("tool_calls", cf.error());
+        f.Adopt(cf);
         message.tool_calls.push_back(std::move(call));
       }
     }
@@ -208,7 +215,8 @@ std::optional<HttpError> ReadOpenAiMessages(const Json& messages, GenerationRequ
 std::optional<HttpError> ParseJsonBody(const std::string& body, Json* out) {
   try {
     *out = Json::parse(body);
-  } catch (const Json::parse_error& e) {
+  } catch (const Json::exception& e) {
+    // parse_error, and out_of_range for a number no double holds (1e400).
     return BadRequest(absl::StrCat("the body is not valid JSON: ", e.what()));
   }
   if (!out->is_object()) {
@@ -224,11 +232,15 @@ std::optional<HttpError> ReadChatCompletionRequest(const Json& body, GenerationR
   if (const Json* options = f.Object("stream_options")) {
     JsonFields o(*options, "stream_options");
     out->include_usage = o.Bool("include_usage").value_or(false);
-    if (!o.ok()) f.Fail("stream_options", o.error());
+    f.Adopt(o);
   }
   // max_completion_tokens is the current name; max_tokens the older one.
   std::optional<int64_t> max_tokens = f.Integer("max_completion_tokens", 1, kMaxInt32);
-  if (!max_tokens.has_value()) max_tokens = f.Integer("max_tokens", 1, kMaxInt32);
+  if (max_tokens.has_value()) {
+    out->max_tokens_field = "max_completion_tokens";
+  } else {
+    max_tokens = f.Integer("max_tokens", 1, kMaxInt32);
+  }
   out->max_tokens = static_cast<int32_t>(max_tokens.value_or(0));
   ReadSampling(f, 2.0, out);
   RefuseUnsupported(f);
@@ -244,7 +256,7 @@ std::optional<HttpError> ReadChatCompletionRequest(const Json& body, GenerationR
   if (const Json* kwargs = f.Object("chat_template_kwargs")) {
     JsonFields k(*kwargs, "chat_template_kwargs");
     if (std::optional<bool> thinking = k.Bool("enable_thinking")) out->enable_thinking = *thinking;
-    if (!k.ok()) f.Fail("chat_template_kwargs", k.error());
+    f.Adopt(k);
   }
   if (std::optional<bool> thinking = f.Bool("enable_thinking")) out->enable_thinking = *thinking;
   ReadTools(f, "tools", /*anthropic=*/false, out);
@@ -272,7 +284,7 @@ std::optional<HttpError> ReadCompletionRequest(const Json& body, GenerationReque
   if (const Json* options = f.Object("stream_options")) {
     JsonFields o(*options, "stream_options");
     out->include_usage = o.Bool("include_usage").value_or(false);
-    if (!o.ok()) f.Fail("stream_options", o.error());
+    f.Adopt(o);
   }
   out->max_tokens = static_cast<int32_t>(f.Integer("max_tokens", 1, kMaxInt32).value_or(0));
   ReadSampling(f, 2.0, out);

@@ -44,6 +44,8 @@ struct GenerationRequest {
   bool include_usage = false;  // stream_options.include_usage
   // 0: the daemon's default.
   int32_t max_tokens = 0;
+  // The name the client gave max_tokens under, for errors about its value.
+  std::string max_tokens_field = "max_tokens";
   v1::SamplingParams sampling;
   std::vector<std::string> stop;
   // Unset: no logprobs; else the alternatives per token (0..20).
