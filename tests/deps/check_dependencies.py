@@ -73,7 +73,8 @@ def allowed(rel, target):
     return True  # tools/ and tests/ may use anything
 
 
-EXTERNAL = ("absl/", "grpcpp/", "grpc/", "google/", "gtest/", "gmock/", "benchmark/", "liburing")
+EXTERNAL = ("absl/", "grpcpp/", "grpc/", "google/", "gtest/", "gmock/", "benchmark/", "liburing",
+            "nlohmann/", "httplib")
 
 
 def main():
