@@ -35,40 +35,47 @@ import generate as grpc_api  # noqa: E402
 PROMPT = "The quick brown fox"
 
 
-def rate(times):
+def rate(times, tokens):
+    """Tokens after the first over the time from the first piece to the last.
+    (A token whose bytes end mid-character sends no piece of its own, so the
+    count comes from the stats, not from the pieces.)"""
     if len(times) < 2 or times[-1] <= times[0]:
         return float("nan")
-    return (len(times) - 1) / (times[-1] - times[0])
+    return (tokens - 1) / (times[-1] - times[0])
 
 
 def grpc_run(stub, classes, tokens):
     request = classes["moetier.v1.GenerateRequest"](prompt=PROMPT, max_new_tokens=tokens)
-    times = []
+    times, tokens = [], 0
     for reply in stub(request):
-        if len(reply.token_ids) > 0:
-            times.extend([time.perf_counter()] * len(reply.token_ids))
-    return times
+        if reply.text:
+            times.append(time.perf_counter())
+        if reply.HasField("final_stats"):
+            tokens = reply.final_stats.generated_tokens
+    return times, tokens
 
 
 def http_run(port, tokens):
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
     body = json.dumps({"prompt": PROMPT, "max_tokens": tokens, "temperature": 0,
-                       "stream": True})
+                       "stream": True, "stream_options": {"include_usage": True}})
     conn.request("POST", "/v1/completions", body, {"Content-Type": "application/json"})
     response = conn.getresponse()
     if response.status != 200:
         raise RuntimeError(f"HTTP {response.status}: {response.read()[:300]!r}")
-    times = []
+    times, tokens = [], 0
     while True:
         line = response.readline()
         if not line:
             break
         if line.startswith(b"data: ") and not line.startswith(b"data: [DONE]"):
             event = json.loads(line[6:])
-            if event["choices"] and event["choices"][0]["finish_reason"] is None:
+            if event["choices"] and event["choices"][0]["text"]:
                 times.append(time.perf_counter())
+            if event.get("usage"):
+                tokens = event["usage"]["completion_tokens"]
     conn.close()
-    return times
+    return times, tokens
 
 
 def main():
@@ -100,12 +107,12 @@ def main():
         grpc_rates, http_rates = [], []
         print(f"{'run':>4} {'grpc tok/s':>11} {'http tok/s':>11} {'tokens':>7}")
         for run in range(args.runs):
-            g = grpc_run(stub, classes, args.tokens)
-            h = http_run(daemon.port, args.tokens)
-            grpc_rates.append(rate(g))
-            http_rates.append(rate(h))
+            g_times, g_tokens = grpc_run(stub, classes, args.tokens)
+            h_times, h_tokens = http_run(daemon.port, args.tokens)
+            grpc_rates.append(rate(g_times, g_tokens))
+            http_rates.append(rate(h_times, h_tokens))
             print(f"{run:>4} {grpc_rates[-1]:>11.1f} {http_rates[-1]:>11.1f} "
-                  f"{len(g):>4}/{len(h):<4}")
+                  f"{g_tokens:>4}/{h_tokens:<4}")
         g_median = statistics.median(grpc_rates)
         h_median = statistics.median(http_rates)
         print(f"median: gRPC {g_median:.1f} tok/s, HTTP {h_median:.1f} tok/s, "
