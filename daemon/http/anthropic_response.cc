@@ -42,12 +42,7 @@ std::string NewMessageId() {
 bool AnthropicCollector::OnPiece(const OutputPiece& piece, const std::vector<TokenLogprobEntry>&) {
   thinking_ += piece.reasoning;
   text_ += piece.content;
-  for (const ToolCallPiece& p : piece.tool_calls) {
-    if (p.index >= static_cast<int>(calls_.size())) calls_.resize(p.index + 1);
-    if (!p.id.empty()) calls_[p.index].id = p.id;
-    if (!p.name.empty()) calls_[p.index].name = p.name;
-    calls_[p.index].arguments += p.arguments;
-  }
+  calls_.Add(piece.tool_calls);
   return true;
 }
 
@@ -56,8 +51,8 @@ void AnthropicCollector::OnEnd(const GenerationSummary& summary) {
   if (!thinking_.empty()) {
     content.push_back({{"type", "thinking"}, {"thinking", thinking_}, {"signature", ""}});
   }
-  if (!text_.empty() || calls_.empty()) content.push_back({{"type", "text"}, {"text", text_}});
-  for (const Call& c : calls_) {
+  if (!text_.empty() || calls_.calls.empty()) content.push_back({{"type", "text"}, {"text", text_}});
+  for (const CollectedToolCalls::Call& c : calls_.calls) {
     content.push_back({{"type", "tool_use"}, {"id", c.id}, {"name", c.name},
                        {"input", InputOf(c.arguments)}});
   }

@@ -36,12 +36,9 @@ class AnthropicCollector : public ResponseEvents {
   const nlohmann::ordered_json& json() const { return body_; }
 
  private:
-  struct Call {
-    std::string id, name, arguments;
-  };
   AnthropicResponseInfo info_;
   std::string thinking_, text_;
-  std::vector<Call> calls_;
+  CollectedToolCalls calls_;
   std::optional<HttpError> error_;
   nlohmann::ordered_json body_;
 };

@@ -36,6 +36,24 @@ struct OutputPiece {
   bool empty() const { return reasoning.empty() && content.empty() && tool_calls.empty(); }
 };
 
+// The calls of a whole answer, put together from their pieces.
+struct CollectedToolCalls {
+  struct Call {
+    std::string id, name, arguments;
+  };
+  std::vector<Call> calls;
+
+  void Add(const std::vector<ToolCallPiece>& pieces) {
+    for (const ToolCallPiece& p : pieces) {
+      if (p.index >= static_cast<int>(calls.size())) calls.resize(p.index + 1);
+      Call& call = calls[p.index];
+      if (!p.id.empty()) call.id = p.id;
+      if (!p.name.empty()) call.name = p.name;
+      call.arguments += p.arguments;
+    }
+  }
+};
+
 enum class FinishReason { kStop, kLength, kToolCalls };
 
 struct GenerationSummary {

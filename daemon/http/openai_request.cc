@@ -49,6 +49,17 @@ void RefuseUnsupported(JsonFields& f) {
   if (f.Any("logit_bias") != nullptr) f.Fail("logit_bias", "logit_bias is not supported");
 }
 
+// The fields both OpenAI routes open with.
+void ReadModelAndStream(JsonFields& f, GenerationRequest* out) {
+  out->model = f.String("model").value_or("");
+  out->stream = f.Bool("stream").value_or(false);
+  if (const Json* options = f.Object("stream_options")) {
+    JsonFields o(*options, "stream_options");
+    out->include_usage = o.Bool("include_usage").value_or(false);
+    f.Adopt(o);
+  }
+}
+
 void ReadStop(JsonFields& f, const char* key, GenerationRequest* out) {
   if (std::optional<std::vector<std::string>> stop = f.StringOrStrings(key)) {
     out->stop = std::move(*stop);
@@ -227,13 +238,7 @@ std::optional<HttpError> ParseJsonBody(const std::string& body, Json* out) {
 
 std::optional<HttpError> ReadChatCompletionRequest(const Json& body, GenerationRequest* out) {
   JsonFields f(body);
-  out->model = f.String("model").value_or("");
-  out->stream = f.Bool("stream").value_or(false);
-  if (const Json* options = f.Object("stream_options")) {
-    JsonFields o(*options, "stream_options");
-    out->include_usage = o.Bool("include_usage").value_or(false);
-    f.Adopt(o);
-  }
+  ReadModelAndStream(f, out);
   // max_completion_tokens is the current name; max_tokens the older one.
   std::optional<int64_t> max_tokens = f.Integer("max_completion_tokens", 1, kMaxInt32);
   if (max_tokens.has_value()) {
@@ -279,13 +284,7 @@ std::optional<HttpError> ReadChatCompletionRequest(const Json& body, GenerationR
 
 std::optional<HttpError> ReadCompletionRequest(const Json& body, GenerationRequest* out) {
   JsonFields f(body);
-  out->model = f.String("model").value_or("");
-  out->stream = f.Bool("stream").value_or(false);
-  if (const Json* options = f.Object("stream_options")) {
-    JsonFields o(*options, "stream_options");
-    out->include_usage = o.Bool("include_usage").value_or(false);
-    f.Adopt(o);
-  }
+  ReadModelAndStream(f, out);
   out->max_tokens = static_cast<int32_t>(f.Integer("max_tokens", 1, kMaxInt32).value_or(0));
   ReadSampling(f, 2.0, out);
   RefuseUnsupported(f);

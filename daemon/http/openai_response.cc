@@ -80,13 +80,7 @@ bool OpenAiCollector::OnPiece(const OutputPiece& piece,
                               const std::vector<TokenLogprobEntry>& logprobs) {
   reasoning_ += piece.reasoning;
   content_ += piece.content;
-  for (const ToolCallPiece& p : piece.tool_calls) {
-    if (p.index >= static_cast<int>(calls_.size())) calls_.resize(p.index + 1);
-    Call& call = calls_[p.index];
-    if (!p.id.empty()) call.id = p.id;
-    if (!p.name.empty()) call.name = p.name;
-    call.arguments += p.arguments;
-  }
+  calls_.Add(piece.tool_calls);
   logprobs_.insert(logprobs_.end(), logprobs.begin(), logprobs.end());
   return true;
 }
@@ -96,11 +90,11 @@ void OpenAiCollector::OnEnd(const GenerationSummary& summary) {
   choice["index"] = 0;
   if (info_.route == OpenAiRoute::kChat) {
     Json message = {{"role", "assistant"}};
-    message["content"] = content_.empty() && !calls_.empty() ? Json() : Json(content_);
+    message["content"] = content_.empty() && !calls_.calls.empty() ? Json() : Json(content_);
     if (!reasoning_.empty()) message["reasoning_content"] = reasoning_;
-    if (!calls_.empty()) {
+    if (!calls_.calls.empty()) {
       Json calls = Json::array();
-      for (const Call& c : calls_) {
+      for (const CollectedToolCalls::Call& c : calls_.calls) {
         calls.push_back({{"id", c.id},
                          {"type", "function"},
                          {"function", {{"name", c.name}, {"arguments", c.arguments}}}});

@@ -43,12 +43,9 @@ class OpenAiCollector : public ResponseEvents {
   const nlohmann::ordered_json& json() const { return body_; }
 
  private:
-  struct Call {
-    std::string id, name, arguments;
-  };
   OpenAiResponseInfo info_;
   std::string reasoning_, content_;
-  std::vector<Call> calls_;
+  CollectedToolCalls calls_;
   std::vector<TokenLogprobEntry> logprobs_;
   std::optional<HttpError> error_;
   nlohmann::ordered_json body_;
