@@ -103,7 +103,8 @@ constexpr CommandInfo kCommands[] = {
      "SIGTERM, stops the daemon and removes its directory. With --api-keys-file\n"
      "(one key a line, not readable by others) requests must carry a key\n"
      "(Authorization: Bearer KEY or x-api-key: KEY). Try it with\n"
-     "  curl http://127.0.0.1:8080/v1/chat/completions -H 'Content-Type: application/json' \\\n"
+     "  curl http://127.0.0.1:8080/v1/chat/completions \\\n"
+     "    -H 'Content-Type: application/json' \\\n"
      "    -d '{\"model\": \"m\", \"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}]}'"},
 };
 
