@@ -91,7 +91,21 @@ constexpr CommandInfo kCommands[] = {
      "With a prompt (the words after the model, --prompt, or '-' for stdin) it\n"
      "generates once as `moetier generate` does (32 tokens unless -n), then\n"
      "prints the status map. Either way it then stops the daemon and removes the\n"
-     "directory. The flags of `moetier generate` may also follow a '--'."},
+     "directory. The flags of `moetier generate` may also follow a '--'.\n"
+     "With --serve it is `moetier serve`."},
+    {Command::kServe, "serve", "[flags] [MODEL.gguf]",
+     "a private daemon on a model, serving the OpenAI/Anthropic HTTP API",
+     "Starts a private moetierd as `moetier run` does (the same model, --ctx and\n"
+     "--threads), with its HTTP API on --host:--port (default 127.0.0.1:8080;\n"
+     "--port 0 picks a free port). Once it serves, prints where to point clients:\n"
+     "the OpenAI-compatible base URL http://HOST:PORT/v1 (Anthropic's messages at\n"
+     "/v1/messages), the status page and the metrics, then serves until Ctrl-C or\n"
+     "SIGTERM, stops the daemon and removes its directory. With --api-keys-file\n"
+     "(one key a line, not readable by others) requests must carry a key\n"
+     "(Authorization: Bearer KEY or x-api-key: KEY). Try it with\n"
+     "  curl http://127.0.0.1:8080/v1/chat/completions \\\n"
+     "    -H 'Content-Type: application/json' \\\n"
+     "    -d '{\"model\": \"m\", \"messages\": [{\"role\": \"user\", \"content\": \"Hi\"}]}'"},
 };
 
 const CommandInfo* FindCommand(std::string_view name) {
@@ -374,9 +388,22 @@ void AddBudgetFlags(FlagSet& fs, BudgetOptions& o) {
          SetInt(&o.expert_cache_mib, 0, int64_t{1} << 24));
 }
 
-// llama.cpp's spellings (-m, -c, --ctx-size, -t, -p; -n and --temp are
-// the same there) are aliases of moetier's, which the help documents.
-void AddRunFlags(FlagSet& fs, RunOptions& o) {
+void AddServeFlags(FlagSet& fs, ServeOptions& o) {
+  fs.Add({"--host"}, "HOST",
+         "serve: the address the HTTP API listens on (default 127.0.0.1;\n0.0.0.0 for every "
+         "interface)",
+         SetString(&o.host));
+  fs.Add({"--port"}, "PORT", "serve: its port (default 8080; 0: a free one)",
+         SetInt(&o.port, 0, 65535));
+  fs.Add({"--api-keys-file"}, "PATH",
+         "serve: require one of the keys in PATH (one a line) on every\nrequest",
+         SetString(&o.api_keys_file));
+}
+
+// The private daemon's flags, shared by run and serve. llama.cpp's
+// spellings (-m, -c, --ctx-size, -t; -n and --temp are the same there) are
+// aliases of moetier's, which the help documents.
+void AddPrivateDaemonFlags(FlagSet& fs, RunOptions& o) {
   fs.Add({"--model"}, "FILE",
          "the GGUF model, also as the first word (default: a small\nsynthetic model made once "
          "with moetier-synth)",
@@ -406,6 +433,16 @@ void AddRunFlags(FlagSet& fs, RunOptions& o) {
          });
   fs.Add({"--start-timeout-s"}, "S", "how long to wait for the daemon to serve (default 600)",
          SetInt(&o.start_timeout_s, 1, 24 * 3600));
+  AddServeFlags(fs, o.serve);
+  fs.Alias("--model", {"-m"});
+  fs.Alias("--ctx", {"-c", "--ctx-size"});
+  fs.Alias("--threads", {"-t"});
+}
+
+void AddRunFlags(FlagSet& fs, RunOptions& o) {
+  AddPrivateDaemonFlags(fs, o);
+  fs.AddSwitch({"--serve"}, "serve the HTTP API instead of chatting: `moetier serve`",
+               [&o] { o.serve.enabled = true; });
   AddGenerateFlags(fs, o.generate);
   fs.Add({"--system"}, "TEXT", "chat: a system message ahead of the conversation",
          SetString(&o.system));
@@ -413,9 +450,6 @@ void AddRunFlags(FlagSet& fs, RunOptions& o) {
                "chat: let the model think first (Qwen3's enable_thinking;\n/think on|off in the "
                "chat)",
                [&o] { o.think = true; });
-  fs.Alias("--model", {"-m"});
-  fs.Alias("--ctx", {"-c", "--ctx-size"});
-  fs.Alias("--threads", {"-t"});
   fs.Alias("--prompt", {"-p"});
 }
 
@@ -448,6 +482,9 @@ void AddCommandFlags(Command command, FlagSet& fs, CommandLine& cl) {
       break;
     case Command::kRun:
       AddRunFlags(fs, cl.run);
+      break;
+    case Command::kServe:
+      AddPrivateDaemonFlags(fs, cl.run);
       break;
     case Command::kNone:
     case Command::kHelp:
@@ -506,8 +543,37 @@ absl::Status FinishRun(RunOptions& o, const FlagSet::Parsed& parsed) {
   return absl::OkStatus();
 }
 
+// `moetier serve [MODEL]`, `moetier run --serve [MODEL]`: a model, no prompt.
+absl::Status FinishServe(RunOptions& o, const FlagSet::Parsed& parsed) {
+  std::vector<std::string> words = parsed.positionals;
+  words.insert(words.end(), parsed.after_dashes.begin(), parsed.after_dashes.end());
+  if (o.model_path.empty() && !words.empty()) {
+    o.model_path = words.front();
+    words.erase(words.begin());
+  }
+  if (!words.empty()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "serve takes the model only, got '%s' too (clients send the prompts)", words.front()));
+  }
+  if (o.serve.host.find_first_of("[]/ ") != std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--host '%s' is not a host name or address", o.serve.host));
+  }
+  const v1::GenerateRequest& r = o.generate.request;
+  if (o.generate.prompt_given || !r.prompt().empty() || r.prompt_token_ids_size() > 0 ||
+      !o.system.empty() || o.think) {
+    return absl::InvalidArgumentError(
+        "a prompt, --system and --think are for the chat; serve takes them from the requests");
+  }
+  o.serve.enabled = true;
+  return absl::OkStatus();
+}
+
 // Positional arguments and cross-flag checks of each command.
 absl::Status Finish(CommandLine& cl, const FlagSet::Parsed& parsed) {
+  if (cl.command == Command::kServe || (cl.command == Command::kRun && cl.run.serve.enabled)) {
+    return FinishServe(cl.run, parsed);
+  }
   if (cl.command == Command::kRun) return FinishRun(cl.run, parsed);
   std::vector<std::string> words = parsed.positionals;
   words.insert(words.end(), parsed.after_dashes.begin(), parsed.after_dashes.end());
@@ -595,6 +661,7 @@ absl::Status Finish(CommandLine& cl, const FlagSet::Parsed& parsed) {
       }
       return absl::OkStatus();
     case Command::kRun:
+    case Command::kServe:
     case Command::kNone:
     case Command::kHelp:
       break;
@@ -696,7 +763,8 @@ std::string Usage(Command command) {
                     "  --version               print the version and exit\n",
                     "\n"
                     "The daemon listens on a unix socket (mode 0660, group moetier); run\n"
-                    "`systemctl start moetierd`, or `moetier run` for a private one.\n"
+                    "`systemctl start moetierd`, or `moetier run` for a private one\n"
+                    "(`moetier serve` for a private one behind the HTTP API).\n"
                     "Exit status: 0 success, 1 error, 2 usage error, 130 interrupted.\n");
     return out;
   }

@@ -25,6 +25,7 @@ enum class Command {
   kBench,
   kBudget,
   kRun,
+  kServe,
 };
 
 enum class ColorMode { kAuto, kAlways, kNever };
@@ -89,8 +90,17 @@ struct BudgetOptions {
   int64_t expert_cache_mib = -1;  // required
 };
 
+// `moetier serve` (or `run --serve`): the private daemon's HTTP API.
+struct ServeOptions {
+  bool enabled = false;
+  std::string host = "127.0.0.1";  // --host; loopback unless asked otherwise
+  int64_t port = 8080;             // --port; 0: a free one, read back from the daemon's log
+  std::string api_keys_file;       // --api-keys-file; empty: no keys asked for
+};
+
 // With a prompt, one generation as `moetier generate` makes it; without, an
-// interactive chat (commands/chat_loop.h).
+// interactive chat (commands/chat_loop.h); with serve.enabled, the HTTP API
+// until Ctrl-C (commands/serve_command.h).
 struct RunOptions {
   std::string model_path;        // --model or the first word; empty: a cached synthetic model
   bool model_from_word = false;  // the model was the first positional word
@@ -107,6 +117,7 @@ struct RunOptions {
   bool one_shot = false;  // a prompt was given (text, token ids, or '-' for stdin)
   std::string system;     // --system: the chat's system message
   bool think = false;     // --think: the chat's enable_thinking
+  ServeOptions serve;
 };
 
 struct CommandLine {
@@ -123,7 +134,7 @@ struct CommandLine {
   StatusOptions status;
   BenchOptions bench;
   BudgetOptions budget;
-  RunOptions run;
+  RunOptions run;  // also `serve`'s
 };
 
 // args[0] is the program name. Errors are one line naming the flag or

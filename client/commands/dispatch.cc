@@ -64,7 +64,9 @@ int RunMoetier(const std::vector<std::string>& args, const ClientIo& io) {
   ctx.out_is_terminal = io.out_is_terminal;
   ctx.err_is_terminal = io.err_is_terminal;
   ctx.map_style = StyleFor(cl.global, io);
-  if (cl.command == Command::kRun) return RunPrivateDaemon(cl.run, ctx);
+  if (cl.command == Command::kRun || cl.command == Command::kServe) {
+    return RunPrivateDaemon(cl.run, ctx);
+  }
 
   ctx.target = ResolveTarget(cl.global, io.env_socket);
   ctx.channel = CreateChannel(ctx.target);
@@ -86,6 +88,7 @@ int RunMoetier(const std::vector<std::string>& args, const ClientIo& io) {
     case Command::kBudget:
       return RunBudget(cl.budget, ctx);
     case Command::kRun:
+    case Command::kServe:
     case Command::kHelp:
     case Command::kNone:
       break;

@@ -194,6 +194,47 @@ TEST(CommandLineTest, BudgetNeedsDeviceAndSize) {
   ExpectError({"budget", "--device", "cuda:0", "--expert-cache-mib", "-2"}, "-2 is outside");
 }
 
+TEST(CommandLineTest, ServeTakesTheModelAndTheHttpFlags) {
+  absl::StatusOr<CommandLine> cl = Parse({"serve", "m.gguf", "--port", "0", "--host", "::1",
+                                          "--api-keys-file", "keys", "-t", "2", "-c", "512"});
+  ASSERT_TRUE(cl.ok()) << cl.status();
+  EXPECT_EQ(cl->command, Command::kServe);
+  EXPECT_TRUE(cl->run.serve.enabled);
+  EXPECT_EQ(cl->run.model_path, "m.gguf");
+  EXPECT_EQ(cl->run.serve.port, 0);
+  EXPECT_EQ(cl->run.serve.host, "::1");
+  EXPECT_EQ(cl->run.serve.api_keys_file, "keys");
+  EXPECT_EQ(cl->run.threads, 2);
+  EXPECT_EQ(cl->run.ctx_tokens, 512);
+
+  cl = Parse({"serve"});
+  ASSERT_TRUE(cl.ok()) << cl.status();
+  EXPECT_EQ(cl->run.serve.host, "127.0.0.1");
+  EXPECT_EQ(cl->run.serve.port, 8080);
+  EXPECT_TRUE(cl->run.model_path.empty());
+
+  ExpectError({"serve", "m.gguf", "hello"}, "serve takes the model only, got 'hello'");
+  ExpectError({"serve", "--port", "65536"}, "--port");
+  ExpectError({"serve", "--host", "[::1]"}, "--host '[::1]' is not a host name or address");
+  ExpectError({"serve", "--temp", "0"}, "unknown flag '--temp'");
+}
+
+TEST(CommandLineTest, RunServeIsServe) {
+  absl::StatusOr<CommandLine> cl = Parse({"run", "--serve", "m.gguf", "--port", "9000"});
+  ASSERT_TRUE(cl.ok()) << cl.status();
+  EXPECT_EQ(cl->command, Command::kRun);
+  EXPECT_TRUE(cl->run.serve.enabled);
+  EXPECT_EQ(cl->run.model_path, "m.gguf");
+  EXPECT_EQ(cl->run.serve.port, 9000);
+  EXPECT_FALSE(cl->run.one_shot);
+  ExpectError({"run", "--serve", "m.gguf", "a", "prompt"}, "serve takes the model only");
+  ExpectError({"run", "--serve", "--system", "Be brief."}, "serve takes them from the requests");
+
+  cl = Parse({"run", "m.gguf"});
+  ASSERT_TRUE(cl.ok()) << cl.status();
+  EXPECT_FALSE(cl->run.serve.enabled);
+}
+
 TEST(CommandLineTest, RunTakesGenerateFlagsAfterDashes) {
   absl::StatusOr<CommandLine> cl =
       Parse({"run", "--model", "m.gguf", "--daemon-arg=--ram_budget_bytes=1GiB", "--daemon-arg",
@@ -368,7 +409,11 @@ TEST(CommandLineTest, UsageListsEveryFlag) {
       {Command::kRun,
        {"--model", "--moetierd", "--worker", "--synth", "--daemon-arg", "--start-timeout-s",
         "--ctx", "--threads", "--prompt", "-n, --max-new-tokens", "--temp", "--top-k", "--top-p",
-        "--min-p", "--seed", "--stats", "--system", "--think", "--ignore-eos"}},
+        "--min-p", "--seed", "--stats", "--system", "--think", "--ignore-eos", "--serve",
+        "--host", "--port", "--api-keys-file"}},
+      {Command::kServe,
+       {"--model", "--moetierd", "--worker", "--synth", "--daemon-arg", "--start-timeout-s",
+        "--ctx", "--threads", "--host", "--port", "--api-keys-file"}},
   };
   for (const auto& [command, names] : flags) {
     const std::string usage = Usage(command);
