@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/strings/str_format.h"
+#include "base/model_id.h"
 #include "config/auto_devices.h"
 #include "config/daemon_config.h"
 #include "frontdoor/api_server.h"
@@ -60,16 +61,6 @@ std::string DefaultWorkerPath() {
     return build_tree;
   }
   return installed;
-}
-
-// What the HTTP API calls the model: the file name without its folder and
-// ".gguf" (the first shard's name without "-00001-of-0000N").
-std::string ModelIdOf(const std::string& path) {
-  std::string name = path.substr(path.rfind('/') + 1);
-  if (name.size() > 5 && name.compare(name.size() - 5, 5, ".gguf") == 0) name.resize(name.size() - 5);
-  const size_t shard = name.rfind("-00001-of-");
-  if (shard != std::string::npos && shard + 15 == name.size()) name.resize(shard);
-  return name.empty() ? "model" : name;
 }
 
 int Run(const DaemonConfig& config) {
@@ -194,7 +185,7 @@ int Run(const DaemonConfig& config) {
   RequestMetrics request_metrics;
   const int32_t n_vocab = static_cast<int32_t>(manifest->hparams.n_vocab);
   HttpModel http_model;
-  http_model.model_id = ModelIdOf(config.model_path());
+  http_model.model_id = ModelIdFromPath(config.model_path());
   http_model.created_unix_s = static_cast<int64_t>(std::time(nullptr));
   http_model.text_unavailable = WhyTextUnavailable(tokenizer, n_vocab);
   if (http_model.text_unavailable.ok()) http_model.tokenizer = &*tokenizer;

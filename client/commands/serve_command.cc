@@ -10,6 +10,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "base/model_id.h"
 #include "commands/private_session.h"
 #include "connection/interrupt.h"
 
@@ -85,13 +86,7 @@ std::string HostAndPort(std::string_view host, int port) {
   return ipv6 ? absl::StrFormat("[%s]:%d", host, port) : absl::StrFormat("%s:%d", host, port);
 }
 
-std::string ServedModelId(std::string_view model_path) {
-  std::string name(model_path.substr(model_path.rfind('/') + 1));
-  if (name.size() > 5 && name.compare(name.size() - 5, 5, ".gguf") == 0) name.resize(name.size() - 5);
-  const size_t shard = name.rfind("-00001-of-");
-  if (shard != std::string::npos && shard + 15 == name.size()) name.resize(shard);
-  return name.empty() ? "model" : name;
-}
+std::string ServedModelId(std::string_view model_path) { return ModelIdFromPath(model_path); }
 
 int ServeHttpApi(const RunOptions& options, const CommandContext& ctx) {
   const ServeOptions& serve = options.serve;
