@@ -350,6 +350,73 @@ TEST_P(ChatE2eTest, TextAndChatAgreeWithTheLocalTokenizerAndTheTemplate) {
   std::remove(model.c_str());
 }
 
+// gRPC Chat takes tools and tool turns: the prompt the daemon computes is
+// the template's rendering of them (its length is the worker's
+// prompt_tokens), and a tool that is not JSON is refused by name.
+TEST(ChatToolsE2eTest, GrpcChatRendersToolsAndToolTurnsThroughTheTemplate) {
+  const std::string model = WriteSynthModel("qwen3moe");
+  const std::unique_ptr<LocalTokenizer> local = LocalTokenizer::Load(model);
+  ASSERT_NE(local, nullptr);
+  DaemonSetup setup;
+  setup.model_path = model;
+  std::string error;
+  std::unique_ptr<RunningDaemon> daemon = RunningDaemon::Start(setup, &error);
+  ASSERT_NE(daemon, nullptr) << error;
+
+  const std::string tool =
+      R"({"type": "function", "function": {"name": "get_weather", "parameters": )"
+      R"({"type": "object", "properties": {"city": {"type": "string"}}}}})";
+  v1::ChatRequest request;
+  request.set_enable_thinking(true);
+  request.set_max_new_tokens(kNewTokens);
+  request.add_tools_json(tool);
+  v1::ChatMessage* user = request.add_messages();
+  user->set_role("user");
+  user->set_content("Weather in Paris?");
+  v1::ChatMessage* call = request.add_messages();
+  call->set_role("assistant");
+  v1::ToolCall* tool_call = call->add_tool_calls();
+  tool_call->set_id("call_1");
+  tool_call->set_name("get_weather");
+  tool_call->set_arguments_json(R"({"city": "Paris"})");
+  v1::ChatMessage* result = request.add_messages();
+  result->set_role("tool");
+  result->set_tool_call_id("call_1");
+  result->set_content("sunny");
+
+  std::vector<ChatMessage> messages = {{"user", "Weather in Paris?"}, {"assistant", ""}, {"tool", "sunny"}};
+  messages[1].tool_calls.push_back({"call_1", "get_weather", nlohmann::ordered_json::parse(R"({"city": "Paris"})")});
+  ChatRenderOptions options;
+  options.tools.push_back(nlohmann::ordered_json::parse(tool));
+  absl::StatusOr<std::string> rendered = local->chat.Render(messages, options);
+  ASSERT_TRUE(rendered.ok()) << rendered.status();
+  ASSERT_NE(rendered->find("<tools>"), std::string::npos);
+  ASSERT_NE(rendered->find("<tool_response>\nsunny\n</tool_response>"), std::string::npos);
+
+  auto run = [&](const v1::ChatRequest& r) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
+    std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader =
+        daemon->stub().Chat(&context, r);
+    Generation g;
+    v1::GenerateResponse piece;
+    while (reader->Read(&piece)) {
+      if (piece.has_final_stats()) g.stats = piece.final_stats();
+    }
+    g.status = reader->Finish();
+    return g;
+  };
+  const Generation g = run(request);
+  ASSERT_TRUE(g.status.ok()) << g.status.error_message() << "\n" << daemon->Log();
+  EXPECT_EQ(g.stats.prompt_tokens(), static_cast<int32_t>(local->Encode(*rendered).size()));
+
+  request.set_tools_json(0, "{not json");
+  const Generation refused = run(request);
+  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(refused.status.error_message(), "tools_json[0] is not a JSON object");
+  std::remove(model.c_str());
+}
+
 INSTANTIATE_TEST_SUITE_P(Synth, ChatE2eTest, ::testing::ValuesIn(kCases),
                          [](const ::testing::TestParamInfo<ArchCase>& param) {
                            return std::string(param.param.arch);
