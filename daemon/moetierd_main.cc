@@ -209,6 +209,7 @@ int Run(const DaemonConfig& config) {
                          static_cast<int32_t>(manifest->hparams.n_vocab), &scheduler, &reporter,
                          {config.devices().begin(), config.devices().end()},
                          FrontDoorLimitsFromConfig(config));
+  service.set_metrics(&request_metrics);
   ApiServerOptions api_options;
   api_options.socket_path = config.api_socket_path();
   api_options.socket_mode = *ParseSocketMode(config.api_socket_mode());  // validated

@@ -186,15 +186,43 @@ grpc::Status MoetierService::RunGeneration(grpc::ServerContext* context,
     piece.set_token_latency_ms(token.latency_ms);
     return writer->Write(piece) ? SinkAction::kContinue : SinkAction::kClientGone;
   };
+  const auto start = std::chrono::steady_clock::now();
   absl::StatusOr<GenerationOutcome> outcome = RunGenerationCall(
       tokenizer, scheduler_, limits_, std::move(input), sink,
       [context] { return context->IsCancelled(); });
-  if (!outcome.ok()) return ToGrpc(outcome.status());
+  if (!outcome.ok()) {
+    RecordGrpcRequest(outcome.status().code(), start);
+    return ToGrpc(outcome.status());
+  }
   v1::GenerateResponse last;
   if (tokenizer != nullptr) last.set_text(outcome->tail_text);
   *last.mutable_final_stats() = outcome->stats;
   writer->Write(last);
+  RecordGrpcRequest(absl::StatusCode::kOk, start);
+  if (metrics_ != nullptr) {
+    metrics_->AddTokens(static_cast<uint64_t>(outcome->stats.prompt_tokens()),
+                        static_cast<uint64_t>(outcome->stats.generated_tokens()));
+  }
   return grpc::Status::OK;
+}
+
+void MoetierService::RecordGrpcRequest(absl::StatusCode code,
+                                       std::chrono::steady_clock::time_point start) {
+  if (metrics_ == nullptr) return;
+  RequestOutcome outcome = RequestOutcome::kError;
+  switch (code) {
+    case absl::StatusCode::kOk: outcome = RequestOutcome::kOk; break;
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kOutOfRange: outcome = RequestOutcome::kInvalid; break;
+    case absl::StatusCode::kResourceExhausted:
+    case absl::StatusCode::kUnavailable: outcome = RequestOutcome::kRejected; break;
+    case absl::StatusCode::kCancelled: outcome = RequestOutcome::kCancelled; break;
+    default: break;
+  }
+  metrics_->RecordRequest(
+      "grpc", outcome,
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
 }
 
 grpc::Status MoetierService::Score(grpc::ServerContext* context, const v1::ScoreRequest* request,

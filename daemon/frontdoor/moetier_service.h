@@ -12,6 +12,7 @@
 // values travel as they are.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <optional>
 #include <string>
@@ -23,6 +24,7 @@
 #include "moetier/v1/moetier.grpc.pb.h"
 #include "request/sampling_params.h"
 #include "scheduler/request_scheduler.h"
+#include "stats/request_metrics.h"
 #include "gguf/tokenizer/chat_template.h"
 #include "gguf/tokenizer/tokenizer.h"
 
@@ -64,6 +66,9 @@ class MoetierService final : public v1::Moetier::Service {
   grpc::Status SetBudget(grpc::ServerContext* context, const v1::SetBudgetRequest* request,
                          v1::SetBudgetResponse* response) override;
 
+  // Where generations are counted (transport "grpc"); null: nowhere.
+  void set_metrics(RequestMetrics* metrics) { metrics_ = metrics; }
+
   // SetBudget for any transport: NOT_FOUND for a device no worker runs on,
   // INVALID_ARGUMENT above the limit, CANCELLED when `cancelled` turns true.
   absl::StatusOr<v1::SetBudgetResponse> ApplyBudget(const v1::SetBudgetRequest& request,
@@ -77,6 +82,8 @@ class MoetierService final : public v1::Moetier::Service {
                              int32_t checkpoint_position = 0);
   grpc::Status CheckTokenIds(const google::protobuf::RepeatedField<int32_t>& ids,
                              const char* what) const;
+
+  void RecordGrpcRequest(absl::StatusCode code, std::chrono::steady_clock::time_point start);
 
   // OK when the model has a usable tokenizer; else FAILED_PRECONDITION
   // saying why.
@@ -92,6 +99,7 @@ class MoetierService final : public v1::Moetier::Service {
   StatusReporter* reporter_;
   std::vector<std::string> devices_;
   FrontDoorLimits limits_;
+  RequestMetrics* metrics_ = nullptr;
 };
 
 // absl and gRPC share the canonical status codes.
