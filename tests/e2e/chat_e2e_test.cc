@@ -133,6 +133,8 @@ std::string Detokenize(v1::Moetier::Stub& stub, const std::vector<int32_t>& ids)
 
 using Turns = std::vector<std::pair<std::string, std::string>>;
 
+Generation RunChat(v1::Moetier::Stub& stub, const v1::ChatRequest& request);
+
 Generation Chat(v1::Moetier::Stub& stub, const Turns& turns, bool enable_thinking) {
   v1::ChatRequest request;
   request.set_enable_thinking(enable_thinking);
@@ -142,6 +144,10 @@ Generation Chat(v1::Moetier::Stub& stub, const Turns& turns, bool enable_thinkin
     m->set_content(content);
   }
   request.set_max_new_tokens(kNewTokens);
+  return RunChat(stub, request);
+}
+
+Generation RunChat(v1::Moetier::Stub& stub, const v1::ChatRequest& request) {
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
   std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader = stub.Chat(&context, request);
@@ -393,25 +399,12 @@ TEST(ChatToolsE2eTest, GrpcChatRendersToolsAndToolTurnsThroughTheTemplate) {
   ASSERT_NE(rendered->find("<tools>"), std::string::npos);
   ASSERT_NE(rendered->find("<tool_response>\nsunny\n</tool_response>"), std::string::npos);
 
-  auto run = [&](const v1::ChatRequest& r) {
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(120));
-    std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader =
-        daemon->stub().Chat(&context, r);
-    Generation g;
-    v1::GenerateResponse piece;
-    while (reader->Read(&piece)) {
-      if (piece.has_final_stats()) g.stats = piece.final_stats();
-    }
-    g.status = reader->Finish();
-    return g;
-  };
-  const Generation g = run(request);
+  const Generation g = RunChat(daemon->stub(), request);
   ASSERT_TRUE(g.status.ok()) << g.status.error_message() << "\n" << daemon->Log();
   EXPECT_EQ(g.stats.prompt_tokens(), static_cast<int32_t>(local->Encode(*rendered).size()));
 
   request.set_tools_json(0, "{not json");
-  const Generation refused = run(request);
+  const Generation refused = RunChat(daemon->stub(), request);
   EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_EQ(refused.status.error_message(), "tools_json[0] is not a JSON object");
   std::remove(model.c_str());
