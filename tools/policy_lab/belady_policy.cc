@@ -70,6 +70,12 @@ class BeladyPolicy final : public ExpertCachePolicy {
     return v == IndexedMinHeap::kAbsent ? kNoExpert : v;
   }
 
+  // The whole trace's future, which no online policy has; shown anyway.
+  size_t PolicyStateBytes() const override {
+    return VectorBytes(begin_) + VectorBytes(cursor_) + VectorBytes(tokens_) + HeapBytes(heap_) +
+           VectorBytes(scratch_);
+  }
+
   bool PrefetchWorthVictim(uint32_t layer, uint32_t expert, uint32_t victim) override {
     // Prefetches are offered before the layer's next Route, i.e. for token
     // step(layer).

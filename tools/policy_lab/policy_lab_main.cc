@@ -1,5 +1,7 @@
 // moetier-policy-lab: replays expert-routing traces through the worker's
 // expert cache policies and through Belady's MIN, and prints hit rates.
+#include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <map>
@@ -40,8 +42,8 @@ TRACE: a routing trace in the text format of worker/cache/routing_trace.h:
 
 Flags:
   --policies LIST       comma-separated policies to replay (default: all):
-                          lru, lfu, lrfu, reuse, adaptive (the default policy
-                          is adaptive); MIN is always replayed
+                          lru, lfu, lrfu, reuse, adaptive, optgen (the
+                          default policy is adaptive); MIN is always replayed
   --lrfu-lambda LIST    also replay LRFU with each lambda in (0, 1], named
                           lrfu(LAMBDA)
   --slots LIST          cache sizes in slots per layer: numbers, multiples of
@@ -69,13 +71,19 @@ Flags:
                           to measure rather than fit.
   --budget-policy NAME  policy whose hit curves size the budgets (default
                           adaptive; min gives the offline optimum's curves)
+  --timing-repeats N    replays per policy and size (without prefetch) whose
+                          median time gives the decision cost (default 3)
   --per-layer           also print a table per layer for every size
   --json                print JSON instead of tables (per-layer included)
   --help                this text
 
 Columns: hit rate, and in brackets its ratio to MIN's hit rate under the same
 conditions (with prefetch: MIN admits an offered expert when it is used
-before its victim would be). With prefetch, 'copies' is the expert copies
+before its victim would be). The cost table: nanoseconds per routed expert of
+the whole per-token protocol (Route, then Admit per miss), median of
+--timing-repeats replays without prefetch, and the bytes of bookkeeping per
+expert (slots, protection and the policy's scores; MIN's holds the future).
+With prefetch, 'copies' is the expert copies
 (demand + prefetch) per routed expert; MIN without prefetch copies the fewest
 possible, so 'min copies ratio' = MIN's copies / the policy's copies <= 1.
 )";
@@ -109,6 +117,7 @@ struct CommandLine {
   uint32_t n_expert = 0;
   std::vector<std::string> budget_traces;
   std::string budget_policy = "adaptive";
+  uint32_t timing_repeats = 3;
   bool per_layer = false;
   bool json = false;
   bool help = false;
@@ -180,6 +189,13 @@ absl::Status ParseCommandLine(int argc, char** argv, CommandLine& cl) {
       cl.per_layer = true;
     } else if (arg == "--json") {
       cl.json = true;
+    } else if (arg == "--timing-repeats") {
+      if (absl::Status s = value(v); !s.ok()) return s;
+      uint64_t n = 0;
+      if (!ParseUnsigned(v, n) || n == 0 || n > 1000) {
+        return absl::InvalidArgumentError("--timing-repeats must be in [1, 1000], not '" + v + "'");
+      }
+      cl.timing_repeats = static_cast<uint32_t>(n);
     } else if (arg == "--policies") {
       if (absl::Status s = value(v); !s.ok()) return s;
       policies_given = true;
@@ -283,6 +299,20 @@ std::vector<SizeSpec> Ladder(const std::vector<RoutingTrace>& traces) {
 
 // Results, summed over traces: [size][prefetch 0/1][policy].
 using Results = std::vector<std::array<std::vector<ReplayTally>, 2>>;
+
+// What a policy costs to run, without prefetch, summed over traces.
+struct DecisionCost {
+  double ns = 0;  // median replay time, summed over traces
+  uint64_t requests = 0;
+  uint64_t state_bytes = 0;  // summed over traces
+  uint64_t experts = 0;      // layers x experts, summed over traces
+  double ns_per_request() const { return requests == 0 ? 0 : ns / static_cast<double>(requests); }
+  double bytes_per_expert() const {
+    return experts == 0 ? 0 : static_cast<double>(state_bytes) / static_cast<double>(experts);
+  }
+};
+// [size][policy]
+using Costs = std::vector<std::vector<DecisionCost>>;
 
 absl::StatusOr<std::unique_ptr<ExpertCachePolicy>> Build(const PolicySpec& p,
                                                          const ExpertCacheShape& shape,
@@ -392,6 +422,22 @@ void PrintTables(const CommandLine& cl, const std::vector<RoutingTrace>& traces,
   }
 }
 
+void PrintCostTable(const CommandLine& cl, const std::vector<RoutingTrace>& traces,
+                    const std::vector<SizeSpec>& sizes, const Costs& costs) {
+  std::printf(
+      "\ndecision cost, no prefetch: ns per routed expert (bookkeeping bytes per expert)\n");
+  std::printf("%-12s", "slots/layer");
+  for (const PolicySpec& p : cl.policies) std::printf(" %16s", p.name.c_str());
+  std::printf("\n");
+  for (size_t s = 0; s < sizes.size(); ++s) {
+    std::printf("%-12s", SizeText(sizes[s], traces).c_str());
+    for (const DecisionCost& c : costs[s]) {
+      std::printf(" %7.1f (%6.1f)", c.ns_per_request(), c.bytes_per_expert());
+    }
+    std::printf("\n");
+  }
+}
+
 std::string JsonString(std::string_view s) {
   std::string out = "\"";
   for (const char c : s) {
@@ -408,7 +454,7 @@ std::string JsonString(std::string_view s) {
 }
 
 void PrintJson(const CommandLine& cl, const std::vector<RoutingTrace>& traces,
-               const std::vector<SizeSpec>& sizes, const Results& results,
+               const std::vector<SizeSpec>& sizes, const Results& results, const Costs& costs,
                const std::vector<std::vector<uint32_t>>& budgets,
                const std::vector<std::vector<ReplayTally>>& budget_results) {
   std::string out = "{\n  \"traces\": [";
@@ -436,10 +482,12 @@ void PrintJson(const CommandLine& cl, const std::vector<RoutingTrace>& traces,
             &out,
             "%s\n    {\"slots\": %s, \"slots_per_layer\": %u, \"prefetch\": %s, \"policy\": %s, "
             "\"requests\": %u, \"hits\": %u, \"copies\": %u, \"hit_rate\": %.6f, "
-            "\"ratio_to_min\": %.6f, \"per_layer_hit_rate\": [",
+            "\"ratio_to_min\": %.6f, \"ns_per_routed_expert\": %.3f, "
+            "\"state_bytes_per_expert\": %.3f, \"per_layer_hit_rate\": [",
             first ? "" : ",", JsonString(sizes[s].label), sizes[s].SlotsFor(traces[0]),
             pf ? "true" : "false", JsonString(cl.policies[p].name), t.requests, t.hits, t.copies,
-            t.hit_rate(), Ratio(t.hit_rate(), min_rate));
+            t.hit_rate(), Ratio(t.hit_rate(), min_rate), costs[s][p].ns_per_request(),
+            costs[s][p].bytes_per_expert());
         first = false;
         for (size_t l = 0; l < row[p].layer.size(); ++l) {
           absl::StrAppendFormat(&out, "%s%.6f", l ? ", " : "", row[p].layer[l].hit_rate());
@@ -569,6 +617,7 @@ int Run(int argc, char** argv) {
   }
   const std::vector<SizeSpec> sizes = cl.sizes.empty() ? Ladder(traces) : cl.sizes;
   Results results(sizes.size());
+  Costs costs(sizes.size(), std::vector<DecisionCost>(cl.policies.size()));
   for (size_t s = 0; s < sizes.size(); ++s) {
     for (int pf = 0; pf < 2; ++pf) {
       results[s][pf].resize(cl.policies.size());
@@ -581,14 +630,35 @@ int Run(int argc, char** argv) {
         for (const RoutingTrace& trace : traces) {
           const ExpertCacheShape shape = ExpertCacheShape::Uniform(
               trace.n_layer, trace.n_expert, trace.top_k, sizes[s].SlotsFor(trace));
-          absl::StatusOr<std::unique_ptr<ExpertCachePolicy>> policy =
-              Build(cl.policies[p], shape, trace);
-          if (!policy.ok()) {
-            std::fprintf(stderr, "moetier-policy-lab: %s: %s\n", trace.name.c_str(),
-                         std::string(policy.status().message()).c_str());
-            return kExitFailure;
+          // Without prefetch the replay is repeated for its median time.
+          const uint32_t repeats = pf == 0 ? cl.timing_repeats : 1;
+          std::vector<double> ns;
+          for (uint32_t r = 0; r < repeats; ++r) {
+            absl::StatusOr<std::unique_ptr<ExpertCachePolicy>> policy =
+                Build(cl.policies[p], shape, trace);
+            if (!policy.ok()) {
+              std::fprintf(stderr, "moetier-policy-lab: %s: %s\n", trace.name.c_str(),
+                           std::string(policy.status().message()).c_str());
+              return kExitFailure;
+            }
+            const auto start = std::chrono::steady_clock::now();
+            ReplayTally tally = ReplayTrace(trace, **policy, model);
+            ns.push_back(std::chrono::duration<double, std::nano>(
+                             std::chrono::steady_clock::now() - start)
+                             .count());
+            if (r > 0) continue;
+            if (pf == 0) {
+              DecisionCost& c = costs[s][p];
+              c.requests += tally.Total().requests;
+              c.state_bytes += (*policy)->StateBytes();
+              c.experts += static_cast<uint64_t>(trace.n_layer) * trace.n_expert;
+            }
+            results[s][pf][p].Add(tally);
           }
-          results[s][pf][p].Add(ReplayTrace(trace, **policy, model));
+          if (pf == 0) {
+            std::nth_element(ns.begin(), ns.begin() + ns.size() / 2, ns.end());
+            costs[s][p].ns += ns[ns.size() / 2];
+          }
         }
       }
     }
@@ -604,9 +674,10 @@ int Run(int argc, char** argv) {
     }
   }
   if (cl.json) {
-    PrintJson(cl, traces, sizes, results, budgets, budget_results);
+    PrintJson(cl, traces, sizes, results, costs, budgets, budget_results);
   } else {
     PrintTables(cl, traces, sizes, results);
+    if (cl.prefetch_off) PrintCostTable(cl, traces, sizes, costs);
     if (!budgets.empty()) PrintBudgetTable(cl, traces, sizes, results, budgets, budget_results);
   }
   return 0;

@@ -88,6 +88,15 @@ class AdaptiveLrfuPolicy final : public ExpertCachePolicy {
     for (size_t j = 0; j < kNumLambdas; ++j) real_heap_[j][layer].Erase(expert);
   }
 
+  size_t PolicyStateBytes() const override {
+    size_t bytes = VectorBytes(choice_) + VectorBytes(shadow_score_) + VectorBytes(scratch_);
+    for (size_t j = 0; j < kNumLambdas; ++j) {
+      bytes += VectorBytes(score_[j]) + VectorBytes(shadow_resident_[j]) +
+               VectorBytes(shadow_count_[j]) + HeapBytes(real_heap_[j]) + HeapBytes(shadow_heap_[j]);
+    }
+    return bytes;
+  }
+
   uint32_t PickVictim(uint32_t layer) override {
     const uint32_t v = real_heap_[choice_[layer]][layer].TopWhere(
         [&](uint32_t e) { return Evictable(layer, e); }, scratch_);

@@ -243,6 +243,14 @@ absl::Status ExpertCachePolicy::SetSlotBudgets(absl::Span<const uint32_t> slot_b
   return absl::OkStatus();
 }
 
+size_t ExpertCachePolicy::ProtocolStateBytes() const {
+  return VectorBytes(budget_) + VectorBytes(resident_) + VectorBytes(step_) +
+         VectorBytes(step_open_) + VectorBytes(counters_) + VectorBytes(slot_of_) +
+         VectorBytes(routed_step_) + VectorBytes(prefetch_step_) + VectorBytes(prefetched_) +
+         VectorBytes(pins_) + VectorBytes(slot_layer_) + VectorBytes(slot_expert_) +
+         VectorBytes(free_slots_);
+}
+
 ExpertCacheCounters ExpertCachePolicy::TotalCounters() const {
   ExpertCacheCounters t;
   for (const ExpertCacheCounters& c : counters_) {

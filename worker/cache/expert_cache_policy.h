@@ -33,6 +33,7 @@
 // Not thread-safe: one worker thread drives it.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -46,6 +47,11 @@
 namespace moetier {
 
 inline constexpr int32_t kNoSlot = -1;
+
+template <typename T>
+size_t VectorBytes(const std::vector<T>& v) {
+  return v.capacity() * sizeof(T);
+}
 inline constexpr uint32_t kNoExpert = UINT32_MAX;
 inline constexpr uint32_t kNoLayer = UINT32_MAX;
 
@@ -156,6 +162,11 @@ class ExpertCachePolicy {
   const ExpertCacheCounters& counters(uint32_t layer) const { return counters_[layer]; }
   ExpertCacheCounters TotalCounters() const;
 
+  // Memory of the bookkeeping, in bytes: the protocol's own (slots,
+  // protection, pins) plus the policy's scores and structures. What the lab
+  // prints per expert; the worker's real cost is this, not the slot data.
+  size_t StateBytes() const { return ProtocolStateBytes() + PolicyStateBytes(); }
+
  protected:
   // --- what a policy implements --------------------------------------------
   // Called by Route after hits are counted; `step` counts this layer's
@@ -171,6 +182,8 @@ class ExpertCachePolicy {
   // `layer`). The default says yes: the next layer's router predicts well,
   // and the victim is what the policy values least.
   virtual bool PrefetchWorthVictim(uint32_t layer, uint32_t expert, uint32_t victim);
+  // Bytes of the policy's own state (see StateBytes).
+  virtual size_t PolicyStateBytes() const = 0;
 
   bool Evictable(uint32_t layer, uint32_t expert) const;
   // True while `expert` is among the ones the layer's latest Route listed.
@@ -187,6 +200,7 @@ class ExpertCachePolicy {
  private:
   SlotGrant Place(uint32_t layer, uint32_t expert, bool prefetched);
   void Remove(uint32_t layer, uint32_t expert);
+  size_t ProtocolStateBytes() const;
 
   std::vector<uint32_t> budget_;    // per layer
   std::vector<uint32_t> resident_;  // per layer
@@ -214,9 +228,12 @@ class ExpertCachePolicy {
 //   adaptive  LRFU whose lambda each layer picks for itself from shadow
 //             caches (expert ids only) under four lambdas, 1/64 .. 1 (LFU-like
 //             .. LRU), following the one with the most recent shadow hits.
+//   optgen    Hawkeye-style: reconstructs what Belady's MIN would have kept
+//             over the recent past (OPTgen) and learns per expert whether
+//             MIN keeps it; evicts the experts MIN would not, then by LRFU.
 // The default, adaptive, is the one that wins in moetier-policy-lab across
 // real and generated traces (tools/policy_lab/README.md has the tables).
-enum class ExpertPolicyKind { kLru, kLfu, kLrfu, kReuseDistance, kAdaptive };
+enum class ExpertPolicyKind { kLru, kLfu, kLrfu, kReuseDistance, kAdaptive, kOptGen };
 
 inline constexpr ExpertPolicyKind kDefaultExpertPolicy = ExpertPolicyKind::kAdaptive;
 

@@ -21,6 +21,12 @@ class ExpertRecencyLists {
         head_(n_layer, kEnd),
         tail_(n_layer, kEnd) {}
 
+  size_t bytes() const {
+    return (prev_.capacity() + next_.capacity() + head_.capacity() + tail_.capacity()) *
+               sizeof(uint32_t) +
+           linked_.capacity();
+  }
+
   // Most recent first.
   uint32_t head(uint32_t layer) const { return head_[layer]; }
   // Least recent first, walking towards the head with older().

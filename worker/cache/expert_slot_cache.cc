@@ -272,7 +272,8 @@ size_t ExpertSlotCache::Prefetch(uint32_t layer, std::span<const int32_t> expert
   for (const int32_t id : experts) {
     const uint32_t e = static_cast<uint32_t>(id);
     MOETIER_CHECK(e < options_.n_expert);
-    if (policy_->Resident(layer, e)) continue;
+    // Resident ones go to the policy too: it protects them from the
+    // prefetches that follow (the lab measures the policies so).
     const SlotGrant grant = policy_->Prefetch(layer, e);
     if (grant.slot == kNoSlot) continue;
     NoteEviction(grant);

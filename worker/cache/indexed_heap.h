@@ -3,6 +3,7 @@
 // Storage is allocated once; nothing allocates afterwards.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <utility>
 #include <vector>
@@ -30,6 +31,10 @@ class IndexedMinHeap {
   bool empty() const { return heap_.empty(); }
   bool contains(uint32_t id) const { return pos_[id] != kAbsent; }
   const HeapKey& key(uint32_t id) const { return key_[id]; }
+  size_t bytes() const {
+    return heap_.capacity() * sizeof(uint32_t) + pos_.capacity() * sizeof(uint32_t) +
+           key_.capacity() * sizeof(HeapKey);
+  }
 
   // The member with the smallest key. The heap must not be empty.
   uint32_t top() const {
@@ -128,5 +133,12 @@ class IndexedMinHeap {
   std::vector<uint32_t> pos_;
   std::vector<HeapKey> key_;
 };
+
+// Bytes of a set of heaps (one per layer) with their storage.
+inline size_t HeapBytes(const std::vector<IndexedMinHeap>& heaps) {
+  size_t bytes = heaps.capacity() * sizeof(IndexedMinHeap);
+  for (const IndexedMinHeap& h : heaps) bytes += h.bytes();
+  return bytes;
+}
 
 }  // namespace moetier

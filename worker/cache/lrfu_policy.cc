@@ -60,6 +60,10 @@ class LrfuPolicy final : public ExpertCachePolicy {
 
   void OnEvict(uint32_t layer, uint32_t expert) override { heap_[layer].Erase(expert); }
 
+  size_t PolicyStateBytes() const override {
+    return VectorBytes(score_) + HeapBytes(heap_) + VectorBytes(scratch_);
+  }
+
   uint32_t PickVictim(uint32_t layer) override {
     const uint32_t v =
         heap_[layer].TopWhere([&](uint32_t e) { return Evictable(layer, e); }, scratch_);

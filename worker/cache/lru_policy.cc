@@ -25,6 +25,8 @@ class LruPolicy final : public ExpertCachePolicy {
   void OnInsert(uint32_t layer, uint32_t expert, bool) override { list_.PushFront(layer, expert); }
   void OnEvict(uint32_t layer, uint32_t expert) override { list_.Unlink(layer, expert); }
 
+  size_t PolicyStateBytes() const override { return list_.bytes(); }
+
   uint32_t PickVictim(uint32_t layer) override {
     // Only protected (this step's) and pinned experts are skipped: a handful.
     for (uint32_t e = list_.tail(layer); e != ExpertRecencyLists::kEnd; e = list_.newer(layer, e)) {

@@ -14,6 +14,7 @@ std::unique_ptr<ExpertCachePolicy> NewLrfuPolicy(const ExpertCacheShape& shape, 
                                                  std::string_view name);
 std::unique_ptr<ExpertCachePolicy> NewReuseDistancePolicy(const ExpertCacheShape& shape);
 std::unique_ptr<ExpertCachePolicy> NewAdaptiveLrfuPolicy(const ExpertCacheShape& shape);
+std::unique_ptr<ExpertCachePolicy> NewOptGenPolicy(const ExpertCacheShape& shape);
 
 // Combined recency-frequency value of one expert in LRFU, kept in the log
 // domain so that it never needs rescaling: value(t) = 2^(key - lambda * t).

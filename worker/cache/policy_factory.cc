@@ -19,13 +19,16 @@ std::string_view ExpertPolicyName(ExpertPolicyKind kind) {
       return "reuse";
     case ExpertPolicyKind::kAdaptive:
       return "adaptive";
+    case ExpertPolicyKind::kOptGen:
+      return "optgen";
   }
   return "?";
 }
 
 std::vector<ExpertPolicyKind> AllExpertPolicyKinds() {
   return {ExpertPolicyKind::kLru, ExpertPolicyKind::kLfu, ExpertPolicyKind::kLrfu,
-          ExpertPolicyKind::kReuseDistance, ExpertPolicyKind::kAdaptive};
+          ExpertPolicyKind::kReuseDistance, ExpertPolicyKind::kAdaptive,
+          ExpertPolicyKind::kOptGen};
 }
 
 absl::StatusOr<ExpertPolicyKind> ParseExpertPolicyKind(std::string_view name) {
@@ -53,6 +56,8 @@ absl::StatusOr<std::unique_ptr<ExpertCachePolicy>> MakeExpertCachePolicy(
       return NewReuseDistancePolicy(shape);
     case ExpertPolicyKind::kAdaptive:
       return NewAdaptiveLrfuPolicy(shape);
+    case ExpertPolicyKind::kOptGen:
+      return NewOptGenPolicy(shape);
   }
   return absl::InvalidArgumentError("unknown expert cache policy kind");
 }

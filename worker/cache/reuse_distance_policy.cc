@@ -70,6 +70,11 @@ class ReuseDistancePolicy final : public ExpertCachePolicy {
     list_.Unlink(layer, expert);
   }
 
+  size_t PolicyStateBytes() const override {
+    return VectorBytes(last_) + VectorBytes(distance_) + VectorBytes(expected_) +
+           VectorBytes(layer_distance_) + list_.bytes() + HeapBytes(heap_) + VectorBytes(scratch_);
+  }
+
   uint32_t PickVictim(uint32_t layer) override {
     const double now = static_cast<double>(step(layer));
     for (uint32_t e = list_.tail(layer); e != ExpertRecencyLists::kEnd; e = list_.newer(layer, e)) {
