@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdio>
+#include <sstream>
 #include <string>
 
 #include "cache/routing_trace.h"
@@ -49,7 +50,7 @@ TEST(PolicyLabCli, TableOnTheSharedTraces) {
   // MIN's column: the README reference figures.
   EXPECT_THAT(r.output, HasSubstr("0.8202\n"));
   EXPECT_THAT(r.output, HasSubstr("prefetch, accuracy 0.80"));
-  for (const char* policy : {"lru", "lfu", "lrfu", "reuse", "adaptive", "min"}) {
+  for (const char* policy : {"lru", "lfu", "lrfu", "reuse", "adaptive", "optgen", "min"}) {
     EXPECT_THAT(r.output, HasSubstr(policy));
   }
 }
@@ -63,6 +64,32 @@ TEST(PolicyLabCli, JsonPerLayer) {
                         "\"policy\": \"lru\""));
   EXPECT_THAT(r.output, HasSubstr("\"per_layer_hit_rate\": ["));
   EXPECT_THAT(r.output, HasSubstr("\"policy\": \"min\""));
+  EXPECT_THAT(r.output, HasSubstr("\"ns_per_routed_expert\": "));
+  EXPECT_THAT(r.output, HasSubstr("\"state_bytes_per_expert\": "));
+}
+
+TEST(PolicyLabCli, PrintsTheDecisionCostOfEveryPolicy) {
+  const CommandResult r = RunTool(kLab, "--slots 2k --prefetch off --timing-repeats 1 " +
+                                            kGranite + "math.decode.txt");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const size_t at = r.output.find("decision cost, no prefetch: ns per routed expert");
+  ASSERT_NE(at, std::string::npos) << r.output;
+  // One row, 2k: a number and the bytes per expert for each of the 7 columns.
+  const size_t row = r.output.find("2k (16)", at);
+  ASSERT_NE(row, std::string::npos) << r.output;
+  std::istringstream in(r.output.substr(row + 7));
+  for (int column = 0; column < 7; ++column) {
+    double ns = -1, bytes = -1;
+    char open = 0, close = 0;
+    in >> ns >> open >> bytes >> close;
+    ASSERT_TRUE(in) << "column " << column << " of " << r.output.substr(row, 200);
+    EXPECT_GT(ns, 0) << column;
+    EXPECT_EQ(open, '(');
+    // Every policy keeps at least a slot id and a step per expert.
+    EXPECT_GT(bytes, 12) << column;
+    EXPECT_LT(bytes, 4096) << column;
+  }
+  EXPECT_EQ(RunTool(kLab, "--timing-repeats 0 " + kGranite + "math.decode.txt").exit_code, 2);
 }
 
 TEST(PolicyLabCli, ErrorsAreActionable) {
