@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -221,6 +222,93 @@ TEST(TraceGen, CalibratedToRealGraniteLayers) {
     EXPECT_NEAR(gs.layer[l].reuse_distance[0], rs.layer[l].reuse_distance[0], 0.06);
     EXPECT_NEAR(gs.layer[l].cold, rs.layer[l].cold, 0.02);
   }
+}
+
+// `n_seq` sequences of two layers: layer 0 uniform random distinct experts,
+// layer 1 the image of layer 0 under a fixed permutation (perfect cross-layer
+// mapping) or, with `independent`, its own uniform draw.
+std::vector<RoutingTrace> TwoLayerTraces(bool independent, size_t n_seq, size_t n_token,
+                                         uint32_t n_expert, uint32_t top_k) {
+  std::mt19937_64 rng(42);
+  std::vector<uint32_t> successor(n_expert);
+  for (uint32_t e = 0; e < n_expert; ++e) successor[e] = (e * 7 + 3) % n_expert;
+  auto draw = [&](std::vector<uint32_t>& out) {
+    std::vector<uint32_t> all(n_expert);
+    for (uint32_t e = 0; e < n_expert; ++e) all[e] = e;
+    for (uint32_t j = 0; j < top_k; ++j) std::swap(all[j], all[j + rng() % (n_expert - j)]);
+    out.assign(all.begin(), all.begin() + top_k);
+  };
+  std::vector<RoutingTrace> traces(n_seq);
+  std::vector<uint32_t> first, second;
+  for (RoutingTrace& t : traces) {
+    t.n_layer = 2;
+    t.n_expert = n_expert;
+    t.top_k = top_k;
+    for (size_t tok = 0; tok < n_token; ++tok) {
+      draw(first);
+      if (independent) {
+        draw(second);
+      } else {
+        second.clear();
+        for (const uint32_t e : first) second.push_back(successor[e]);
+      }
+      t.experts.insert(t.experts.end(), first.begin(), first.end());
+      t.experts.insert(t.experts.end(), second.begin(), second.end());
+    }
+    EXPECT_TRUE(t.Validate().ok()) << t.Validate();
+  }
+  return traces;
+}
+
+std::vector<const RoutingTrace*> Pointers(const std::vector<RoutingTrace>& traces) {
+  std::vector<const RoutingTrace*> out;
+  for (const RoutingTrace& t : traces) out.push_back(&t);
+  return out;
+}
+
+TEST(TraceStats, CrossLayerLiftOfAPerfectMappingIsHigh) {
+  // As short as the real traces: 3 x 64 tokens, 32 experts, top-8.
+  const std::vector<RoutingTrace> traces = TwoLayerTraces(false, 3, 64, 32, 8);
+  absl::StatusOr<CrossLayerStats> c = MeasureCrossLayer(Pointers(traces), 1);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_GT(c->hit, 0.9);
+  // Without the pairing only popularity is left: uniform here, ~k/n = 0.25.
+  EXPECT_NEAR(c->hit_shuffled, 0.25, 0.06);
+  EXPECT_GT(c->lift(), 0.6);
+  // MeasureTraceStats reports the same in layer 1 and the mean, none in 0.
+  const TraceStats s = *MeasureTraceStats(Pointers(traces));
+  EXPECT_FALSE(s.layer[0].has_cross_layer);
+  EXPECT_TRUE(s.layer[1].has_cross_layer);
+  EXPECT_DOUBLE_EQ(s.layer[1].cross_layer_lift, c->lift());
+  EXPECT_DOUBLE_EQ(s.mean.cross_layer_lift, c->lift());
+}
+
+TEST(TraceStats, CrossLayerLiftOfIndependentLayersIsZero) {
+  const std::vector<RoutingTrace> traces = TwoLayerTraces(true, 3, 64, 32, 8);
+  absl::StatusOr<CrossLayerStats> c = MeasureCrossLayer(Pointers(traces), 1);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_NEAR(c->hit, 0.25, 0.06);
+  EXPECT_NEAR(c->lift(), 0, 0.03);
+}
+
+TEST(TraceStats, CrossLayerLiftIsNotFooledByTokenToTokenReuse) {
+  // Strong reuse in both layers and no cross-layer term: neighbouring
+  // tokens share experts in both layers, which a table holding the token's
+  // neighbours would mistake for cross-layer pairs.
+  const TraceStats s = Measure(Generate(
+      LayerRoutingModel{.zipf_exponent = 0.5, .reuse_prob = 0.8, .reuse_tail = 0.3}, 4, 32, 8, 192));
+  EXPECT_GT(s.mean.reuse_prev, 0.7);
+  EXPECT_NEAR(s.mean.cross_layer_lift, 0, 0.03);
+}
+
+TEST(TraceStats, CrossLayerRejectsBadLayers) {
+  const std::vector<RoutingTrace> traces = TwoLayerTraces(true, 1, 8, 16, 2);
+  EXPECT_FALSE(MeasureCrossLayer(Pointers(traces), 0).ok());
+  absl::StatusOr<CrossLayerStats> c = MeasureCrossLayer(Pointers(traces), 2);
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("layer 2 is not in [1, 2)"), std::string::npos)
+      << c.status();
+  EXPECT_FALSE(MeasureCrossLayer({}, 1).ok());
 }
 
 TEST(TraceStats, RejectsMixedShapes) {

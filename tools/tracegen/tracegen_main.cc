@@ -196,7 +196,13 @@ void PrintStatsRow(const char* label, const LayerStats& s) {
   std::printf(" %-4s %7.3f %7.3f %7.3f %7.3f %7.3f", label, s.entropy, s.entropy_within,
               s.top_eighth_share, s.top_eighth_within, s.reuse_prev);
   for (size_t b = 0; b < kReuseBuckets; ++b) std::printf(" %6.3f", s.reuse_distance[b]);
-  std::printf(" %6.3f\n", s.cold);
+  std::printf(" %6.3f", s.cold);
+  if (s.has_cross_layer) {
+    std::printf(" %7.3f %7.3f %6.3f\n", s.cross_layer_hit, s.cross_layer_hit_shuffled,
+                s.cross_layer_lift);
+  } else {
+    std::printf(" %7s %7s %6s\n", "-", "-", "-");
+  }
 }
 
 void PrintStatsHeader() {
@@ -205,7 +211,7 @@ void PrintStatsHeader() {
   for (size_t b = 0; b < kReuseBuckets; ++b) {
     std::printf(" %6s", ("d=" + ReuseBucketName(b)).c_str());
   }
-  std::printf(" %6s\n", "cold");
+  std::printf(" %6s %7s %7s %6s\n", "cold", "xl-hit", "xl-shuf", "xlift");
 }
 
 void PrintStats(const TraceStats& st) {
