@@ -244,7 +244,8 @@ absl::StatusOr<CrossLayerStats> MeasureCrossLayer(const std::vector<const Routin
   return CrossLayerMeter(first.n_expert, first.top_k).Measure(traces, layer);
 }
 
-absl::StatusOr<TraceStats> MeasureTraceStats(const std::vector<const RoutingTrace*>& traces) {
+absl::StatusOr<TraceStats> MeasureTraceStats(const std::vector<const RoutingTrace*>& traces,
+                                             bool cross_layer) {
   if (absl::Status s = CheckOneShape(traces, "trace statistics"); !s.ok()) return s;
   TraceStats st;
   st.n_layer = traces[0]->n_layer;
@@ -303,7 +304,7 @@ absl::StatusOr<TraceStats> MeasureTraceStats(const std::vector<const RoutingTrac
     ls.cold = static_cast<double>(cold) / selections;
     AddScaled(st.mean, ls, 1.0 / st.n_layer);
   }
-  if (st.n_layer > 1 && st.n_expert <= kCrossLayerMaxExperts && st.top_k > 0) {
+  if (cross_layer && st.n_layer > 1 && st.n_expert <= kCrossLayerMaxExperts && st.top_k > 0) {
     CrossLayerMeter meter(st.n_expert, st.top_k);
     const double per_pair = 1.0 / (st.n_layer - 1);
     for (uint32_t l = 1; l < st.n_layer; ++l) {

@@ -57,8 +57,10 @@ struct TraceStats {
 };
 
 // Pools `traces` (each one sequence; all of one shape). Popularity is
-// counted over all of them together; reuse within each.
-absl::StatusOr<TraceStats> MeasureTraceStats(const std::vector<const RoutingTrace*>& traces);
+// counted over all of them together; reuse within each. Without
+// `cross_layer` the cross-layer fields are left out (they cost the most).
+absl::StatusOr<TraceStats> MeasureTraceStats(const std::vector<const RoutingTrace*>& traces,
+                                             bool cross_layer = true);
 
 // How predictable layer `layer`'s experts are from layer `layer - 1`'s of
 // the same token. The predictor: a co-occurrence table counts, over tokens,
