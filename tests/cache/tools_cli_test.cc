@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "cache/routing_trace.h"
 
@@ -134,6 +135,84 @@ TEST(TraceGenCli, WritesATraceOfTheAskedShape) {
   EXPECT_THAT(r.output, HasSubstr("--top-k 300 exceeds --experts 128"));
 }
 
+TEST(TraceGenCli, ShapePresetsAndOverrides) {
+  const std::string out = std::string(MOETIER_BINARY_DIR) + "/cache_tools_cli_test_shape.txt";
+  struct Case {
+    std::string args;
+    uint32_t n_layer, n_expert, top_k;
+  };
+  const Case cases[] = {
+      {"--shape qwen3.6", 40, 256, 8},
+      {"--shape qwen3", 48, 128, 8},
+      {"--shape mixtral", 32, 8, 2},
+      {"--shape olmoe", 16, 64, 8},
+      {"", 48, 128, 8},                                   // the default: qwen3
+      {"--shape qwen3.6 --layers 3 --top-k 4", 3, 256, 4},  // explicit flags win
+      {"--experts 16 --shape olmoe", 16, 16, 8},            // wherever they stand
+  };
+  for (const Case& c : cases) {
+    const CommandResult r = RunTool(kGen, c.args + " --tokens 3 --out " + out);
+    ASSERT_EQ(r.exit_code, 0) << c.args << ": " << r.output;
+    absl::StatusOr<RoutingTrace> t = ReadRoutingTrace(out);
+    ASSERT_TRUE(t.ok()) << t.status();
+    EXPECT_EQ(t->n_layer, c.n_layer) << c.args;
+    EXPECT_EQ(t->n_expert, c.n_expert) << c.args;
+    EXPECT_EQ(t->top_k, c.top_k) << c.args;
+    EXPECT_EQ(t->n_token(), 3u) << c.args;
+  }
+  std::remove(out.c_str());
+}
+
+TEST(TraceGenCli, ModelSeedAndSeedAreSeparate) {
+  const std::string dir = std::string(MOETIER_BINARY_DIR) + "/cache_tools_cli_test_seed_";
+  auto generate = [&](const std::string& name, const std::string& args) {
+    const CommandResult r =
+        RunTool(kGen, "--shape olmoe --tokens 64 " + args + " --out " + dir + name);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    absl::StatusOr<RoutingTrace> t = ReadRoutingTrace(dir + name);
+    EXPECT_TRUE(t.ok()) << t.status();
+    std::remove((dir + name).c_str());
+    return t.ok() ? t->experts : std::vector<uint32_t>{};
+  };
+  const std::vector<uint32_t> base = generate("a", "--seed 3 --model-seed 5");
+  EXPECT_EQ(generate("b", "--model-seed 5 --seed 3"), base);
+  EXPECT_NE(generate("c", "--seed 4 --model-seed 5"), base);
+  EXPECT_NE(generate("d", "--seed 3 --model-seed 6"), base);
+  EXPECT_EQ(generate("e", "--seed 1"), generate("f", "--seed 1 --model-seed 1"));
+}
+
+TEST(TraceGenCli, BadFlagsAreNamed) {
+  const std::string out = std::string(MOETIER_BINARY_DIR) + "/cache_tools_cli_test_bad.txt";
+  const struct {
+    std::string args;
+    std::string message;
+  } cases[] = {
+      {"--shape qwen4", "--shape: unknown shape 'qwen4' (known: qwen3, qwen3.6, mixtral, olmoe)"},
+      {"--shape", "--shape needs a value"},
+      {"--model-seed -1", "--model-seed: '-1' is not an unsigned integer"},
+      {"--model-seed x", "--model-seed: 'x' is not an unsigned integer"},
+      {"--cross-layer-prob 1.5", "--cross-layer-prob must be in [0, 1], not '1.5'"},
+      {"--cross-layer-prob", "--cross-layer-prob needs a value"},
+      {"--shape mixtral --top-k 9", "--top-k 9 exceeds --experts 8"},
+      {"--layers 0", "--layers must be an integer in [1, 4096], not '0'"},
+  };
+  for (const auto& c : cases) {
+    // Last, so that a flag without its value is at the end.
+    const CommandResult r = RunTool(kGen, "--out " + out + " " + c.args);
+    EXPECT_EQ(r.exit_code, 2) << c.args << ": " << r.output;
+    EXPECT_THAT(r.output, HasSubstr(c.message)) << c.args;
+  }
+  const CommandResult help = RunTool(kGen, "--help");
+  EXPECT_EQ(help.exit_code, 0);
+  for (const char* flag :
+       {"--shape", "qwen3.6", "mixtral", "olmoe", "--layers", "--experts", "--top-k", "--tokens",
+        "--zipf ", "--zipf-shift", "--popularity-noise", "--reuse-prob", "--reuse-tail",
+        "--cross-layer-prob", "--out", "--weights", "--seed", "--model-seed", "--calibrate",
+        "--print-model", "--stats", "xlift", "--help"}) {
+    EXPECT_THAT(help.output, HasSubstr(flag));
+  }
+}
+
 TEST(TraceGenCli, StatsOfTheSharedTraces) {
   const CommandResult r =
       RunTool(kGen, "--stats " + kGranite + "code.decode.txt " + kGranite +
@@ -142,6 +221,10 @@ TEST(TraceGenCli, StatsOfTheSharedTraces) {
   // shared/traces/README.md: mean previous-token reuse 0.425.
   EXPECT_THAT(r.output, HasSubstr("3 trace(s), 192 tokens, 24 layers x 32 experts, top-8"));
   EXPECT_THAT(r.output, HasSubstr("0.425"));
+  // The cross-layer columns: layer 0 has none; the mean lift is 0.19.
+  EXPECT_THAT(r.output, HasSubstr("xl-hit xl-shuf  xlift"));
+  EXPECT_THAT(r.output, HasSubstr("0.061       -       -      -\n"));
+  EXPECT_THAT(r.output, HasSubstr("0.634   0.442  0.191\n"));
 }
 
 }  // namespace

@@ -21,25 +21,35 @@ constexpr int kExitUsage = 2;
 constexpr std::string_view kHelp =
     R"(moetier-tracegen: expert-routing traces calibrated to real ones
 
-usage: moetier-tracegen [shape] [model] [--seed N] [--weights] --out FILE [REAL...]
-       moetier-tracegen --calibrate [--seed N] REAL...
+usage: moetier-tracegen [shape] [model] [--seed N] [--model-seed N] [--weights] --out FILE [REAL...]
+       moetier-tracegen --calibrate [--seed N] [--model-seed N] REAL...
        moetier-tracegen --print-model [REAL...]
        moetier-tracegen --stats TRACE...
 
 Generates a routing trace (worker/cache/routing_trace.h format, with header)
 for any layer count, expert count, top-k and token count. Per layer, each of
 a token's k experts repeats an expert of a recent token with probability
-reuse_prob (distance geometric with tail reuse_tail) or else is drawn from a
-Zipf-Mandelbrot popularity (exponent zipf_exponent, rank shift zipf_shift)
-over a random ranking of the experts. With REAL traces the per-layer parameters are fitted to them;
-without, the built-in model fitted to shared/traces/granite-3.0-1b-a400m
-decode traces is used. A model with another layer count is stretched over
-the layers (layer l uses model layer floor(l * model_layers / layers)).
+reuse_prob (distance geometric with tail reuse_tail); otherwise, from the
+second layer on and with probability cross_layer_prob, it is the successor
+of one of the token's experts at the previous layer (a fixed random
+one-to-one mapping per layer pair; among the successors not chosen yet, in
+proportion to popularity); otherwise it is drawn from a Zipf-Mandelbrot popularity
+(exponent zipf_exponent, rank shift zipf_shift) over a random ranking of the
+experts. With REAL traces the per-layer parameters are fitted to them;
+without, the built-in model fitted to the code, english_prose and math
+decode traces of shared/traces/granite-3.0-1b-a400m is used. A model with
+another layer count is stretched over the layers (layer l uses model layer
+floor(l * model_layers / layers)).
 
-Shape (default: Qwen3-30B-A3B):
+Shape (default: qwen3):
+  --shape NAME      preset layers x experts, top-k: qwen3 (48 x 128, top-8,
+                    Qwen3-30B-A3B), qwen3.6 (40 x 256, top-8), mixtral (32 x 8,
+                    top-2), olmoe (16 x 64, top-8)
   --layers N        MoE layers (default 48)
   --experts N       routed experts per layer (default 128)
   --top-k N         experts per token (default 8)
+                    (--layers, --experts and --top-k override --shape,
+                    wherever they stand)
   --tokens N        tokens (default 1024)
 
 Model (override every layer's fitted value):
@@ -51,23 +61,37 @@ Model (override every layer's fitted value):
                     z standard normal
   --reuse-prob R    probability of repeating a recent token's expert, [0, 1]
   --reuse-tail G    geometric tail of the reuse distance, [0, 1)
+  --cross-layer-prob C  probability that a selection not repeating a recent
+                    token's expert follows the previous layer, [0, 1]
 
 Output:
   --out FILE        trace file to write
   --weights         also write router weights (decreasing with the rank,
                     adding up to 1 per layer)
-  --seed N          unsigned 64-bit seed (default 1); same flags and seed give
-                    the same file
+  --seed N          unsigned 64-bit seed of the sequence (default 1): the
+                    per-sequence popularity noise and every selection, i.e.
+                    which prompt
+  --model-seed N    unsigned 64-bit seed of the model's structure (default
+                    1): each layer's popularity ranking and the cross-layer
+                    successors, i.e. which model. Same model seed, other
+                    --seed: the same experts are hot. Same flags and seeds
+                    give the same file
 
 Modes:
   --calibrate       fit the model to the REAL traces, generate traces of the
                     same shape and lengths, and print the statistics of both
                     per layer: popularity entropy (normalised; 1 = uniform)
                     over all sequences and within each (mean), share of the
-                    top 1/8 of experts (over all, and within each), fraction of a token's
-                    experts the previous token also used, and the
+                    top 1/8 of experts (over all, and within each), fraction
+                    of a token's experts the previous token also used, the
                     reuse-distance distribution (fraction of selections whose
-                    expert was last used d tokens before; cold = first use)
+                    expert was last used d tokens before; cold = first use),
+                    and the cross-layer correlation with the layer before:
+                    xl-hit, the fraction of the layer's experts a
+                    co-occurrence table of the two layers predicts (learned
+                    on one half of each sequence, measured on the other),
+                    xl-shuf, the same with the layer's rows shuffled among
+                    tokens (popularity alone), and xlift = xl-hit - xl-shuf
   --print-model     print the per-layer model (fitted to REAL, or built in)
   --stats           print the statistics above for the given traces (one
                     shape; no fitting, no output file)
@@ -78,12 +102,44 @@ struct CommandLine {
   GenerateOptions gen;
   std::vector<std::string> real;
   std::string out;
-  double zipf = -1, zipf_shift = -1, noise = -1, reuse_prob = -1, reuse_tail = -1;
+  double zipf = -1, zipf_shift = -1, noise = -1, reuse_prob = -1, reuse_tail = -1,
+         cross_layer_prob = -1;
+  // --layers / --experts / --top-k as given (0: not given); they override
+  // the --shape preset wherever they stand.
+  uint32_t layers = 0, experts = 0, top_k = 0;
   bool calibrate = false;
   bool print_model = false;
   bool stats = false;
   bool help = false;
 };
+
+struct Shape {
+  const char* name;
+  uint32_t n_layer, n_expert, top_k;
+};
+// MoE layers x routed experts, top-k, of the models the presets are named
+// after. The first is the default.
+constexpr Shape kShapes[] = {
+    {"qwen3", 48, 128, 8},    // Qwen3-30B-A3B
+    {"qwen3.6", 40, 256, 8},  // Qwen3.6-35B-A3B
+    {"mixtral", 32, 8, 2},    // Mixtral 8x7B
+    {"olmoe", 16, 64, 8},     // OLMoE-1B-7B
+};
+
+absl::Status ApplyShape(const std::string& name, GenerateOptions& gen) {
+  std::string known;
+  for (const Shape& s : kShapes) {
+    if (name == s.name) {
+      gen.n_layer = s.n_layer;
+      gen.n_expert = s.n_expert;
+      gen.top_k = s.top_k;
+      return absl::OkStatus();
+    }
+    known += known.empty() ? s.name : std::string(", ") + s.name;
+  }
+  return absl::InvalidArgumentError("--shape: unknown shape '" + name + "' (known: " + known +
+                                    ")");
+}
 
 bool ParseUnsigned(const std::string& s, uint64_t& out) {
   if (s.empty() || s.size() > 19) return false;
@@ -104,9 +160,9 @@ bool ParseDouble(const std::string& s, double& out) {
 }
 
 absl::Status ParseCommandLine(int argc, char** argv, CommandLine& cl) {
-  cl.gen.n_layer = 48;
-  cl.gen.n_expert = 128;
-  cl.gen.top_k = 8;
+  cl.gen.n_layer = kShapes[0].n_layer;
+  cl.gen.n_expert = kShapes[0].n_expert;
+  cl.gen.top_k = kShapes[0].top_k;
   cl.gen.n_token = 1024;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
@@ -137,12 +193,15 @@ absl::Status ParseCommandLine(int argc, char** argv, CommandLine& cl) {
     absl::Status s;
     if (arg == "--help" || arg == "-h") {
       cl.help = true;
+    } else if (arg == "--shape") {
+      s = value();
+      if (s.ok()) s = ApplyShape(v, cl.gen);
     } else if (arg == "--layers") {
-      s = count(kTraceMaxLayers, cl.gen.n_layer);
+      s = count(kTraceMaxLayers, cl.layers);
     } else if (arg == "--experts") {
-      s = count(kTraceMaxExperts, cl.gen.n_expert);
+      s = count(kTraceMaxExperts, cl.experts);
     } else if (arg == "--top-k") {
-      s = count(kTraceMaxExperts, cl.gen.top_k);
+      s = count(kTraceMaxExperts, cl.top_k);
     } else if (arg == "--tokens") {
       s = count(uint64_t{1} << 28, cl.gen.n_token);
     } else if (arg == "--seed") {
@@ -150,6 +209,13 @@ absl::Status ParseCommandLine(int argc, char** argv, CommandLine& cl) {
       if (s.ok() && !ParseUnsigned(v, cl.gen.seed)) {
         s = absl::InvalidArgumentError("--seed: '" + v + "' is not an unsigned integer");
       }
+    } else if (arg == "--model-seed") {
+      s = value();
+      if (s.ok() && !ParseUnsigned(v, cl.gen.model_seed)) {
+        s = absl::InvalidArgumentError("--model-seed: '" + v + "' is not an unsigned integer");
+      }
+    } else if (arg == "--cross-layer-prob") {
+      s = real(0, 1, false, cl.cross_layer_prob);
     } else if (arg == "--zipf") {
       s = real(0, kMaxZipfExponent, false, cl.zipf);
     } else if (arg == "--popularity-noise") {
@@ -179,6 +245,9 @@ absl::Status ParseCommandLine(int argc, char** argv, CommandLine& cl) {
     if (!s.ok()) return s;
   }
   if (cl.help) return absl::OkStatus();
+  if (cl.layers != 0) cl.gen.n_layer = cl.layers;
+  if (cl.experts != 0) cl.gen.n_expert = cl.experts;
+  if (cl.top_k != 0) cl.gen.top_k = cl.top_k;
   if (cl.gen.top_k > cl.gen.n_expert) {
     return absl::InvalidArgumentError(
         absl::StrFormat("--top-k %u exceeds --experts %u", cl.gen.top_k, cl.gen.n_expert));
@@ -196,7 +265,13 @@ void PrintStatsRow(const char* label, const LayerStats& s) {
   std::printf(" %-4s %7.3f %7.3f %7.3f %7.3f %7.3f", label, s.entropy, s.entropy_within,
               s.top_eighth_share, s.top_eighth_within, s.reuse_prev);
   for (size_t b = 0; b < kReuseBuckets; ++b) std::printf(" %6.3f", s.reuse_distance[b]);
-  std::printf(" %6.3f\n", s.cold);
+  std::printf(" %6.3f", s.cold);
+  if (s.has_cross_layer) {
+    std::printf(" %7.3f %7.3f %6.3f\n", s.cross_layer_hit, s.cross_layer_hit_shuffled,
+                s.cross_layer_lift);
+  } else {
+    std::printf(" %7s %7s %6s\n", "-", "-", "-");
+  }
 }
 
 void PrintStatsHeader() {
@@ -205,7 +280,7 @@ void PrintStatsHeader() {
   for (size_t b = 0; b < kReuseBuckets; ++b) {
     std::printf(" %6s", ("d=" + ReuseBucketName(b)).c_str());
   }
-  std::printf(" %6s\n", "cold");
+  std::printf(" %6s %7s %7s %6s\n", "cold", "xl-hit", "xl-shuf", "xlift");
 }
 
 void PrintStats(const TraceStats& st) {
@@ -276,6 +351,7 @@ int Run(int argc, char** argv) {
     if (cl.noise >= 0) m.popularity_noise = cl.noise;
     if (cl.reuse_prob >= 0) m.reuse_prob = cl.reuse_prob;
     if (cl.reuse_tail >= 0) m.reuse_tail = cl.reuse_tail;
+    if (cl.cross_layer_prob >= 0) m.cross_layer_prob = cl.cross_layer_prob;
   }
   if (cl.print_model) std::fputs(model.ToString().c_str(), stdout);
 
@@ -287,6 +363,7 @@ int Run(int argc, char** argv) {
     opt.n_expert = real[0].n_expert;
     opt.top_k = real[0].top_k;
     opt.seed = cl.gen.seed;
+    opt.model_seed = cl.gen.model_seed;
     std::vector<size_t> lengths;
     for (const RoutingTrace& t : real) lengths.push_back(t.n_token());
     absl::StatusOr<std::vector<RoutingTrace>> seqs = GenerateSequences(model, opt, lengths);
