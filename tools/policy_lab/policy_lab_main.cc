@@ -16,6 +16,7 @@
 #include "cache/expert_cache_policy.h"
 #include "cache/routing_trace.h"
 #include "policy_lab/belady_policy.h"
+#include "policy_lab/frequency_oracle_policy.h"
 #include "policy_lab/replay.h"
 
 namespace moetier {
@@ -43,7 +44,8 @@ TRACE: a routing trace in the text format of worker/cache/routing_trace.h:
 Flags:
   --policies LIST       comma-separated policies to replay (default: all):
                           lru, lfu, lrfu, reuse, adaptive, optgen (the
-                          default policy is adaptive); MIN is always replayed
+                          default policy is adaptive); MIN is always replayed,
+                          and freq-oracle unless --no-frequency-oracle
   --lrfu-lambda LIST    also replay LRFU with each lambda in (0, 1], named
                           lrfu(LAMBDA)
   --slots LIST          cache sizes in slots per layer: numbers, multiples of
@@ -71,6 +73,10 @@ Flags:
                           to measure rather than fit.
   --budget-policy NAME  policy whose hit curves size the budgets (default
                           adaptive; min gives the offline optimum's curves)
+  --no-frequency-oracle leave out the freq-oracle column: LFU with the exact
+                          counts of the whole trace, future included (an
+                          offline reference like MIN: what knowing each
+                          sequence's popularity, but not its timing, gives)
   --timing-repeats N    replays per policy and size (without prefetch) whose
                           median time gives the decision cost (default 3)
   --per-layer           also print a table per layer for every size
@@ -104,6 +110,7 @@ struct PolicySpec {
   ExpertPolicyKind kind = ExpertPolicyKind::kLru;
   double lambda = 0;  // > 0: LRFU with this lambda
   bool min = false;
+  bool frequency_oracle = false;
 };
 
 struct CommandLine {
@@ -118,6 +125,7 @@ struct CommandLine {
   std::vector<std::string> budget_traces;
   std::string budget_policy = "adaptive";
   uint32_t timing_repeats = 3;
+  bool frequency_oracle = true;
   bool per_layer = false;
   bool json = false;
   bool help = false;
@@ -189,6 +197,8 @@ absl::Status ParseCommandLine(int argc, char** argv, CommandLine& cl) {
       cl.per_layer = true;
     } else if (arg == "--json") {
       cl.json = true;
+    } else if (arg == "--no-frequency-oracle") {
+      cl.frequency_oracle = false;
     } else if (arg == "--timing-repeats") {
       if (absl::Status s = value(v); !s.ok()) return s;
       uint64_t n = 0;
@@ -270,6 +280,9 @@ absl::Status ParseCommandLine(int argc, char** argv, CommandLine& cl) {
     }
   }
   for (const PolicySpec& p : extra) cl.policies.push_back(p);
+  if (cl.frequency_oracle) {
+    cl.policies.push_back(PolicySpec{"freq-oracle", ExpertPolicyKind::kLru, 0, false, true});
+  }
   cl.policies.push_back(PolicySpec{"min", ExpertPolicyKind::kLru, 0, true});
   if (!cl.help && cl.traces.empty()) {
     return absl::InvalidArgumentError("no TRACE given (see --help)");
@@ -318,6 +331,7 @@ absl::StatusOr<std::unique_ptr<ExpertCachePolicy>> Build(const PolicySpec& p,
                                                          const ExpertCacheShape& shape,
                                                          const RoutingTrace& trace) {
   if (p.min) return MakeBeladyPolicy(shape, trace);
+  if (p.frequency_oracle) return MakeFrequencyOraclePolicy(shape, trace);
   if (p.lambda > 0) return MakeLrfuPolicy(shape, p.lambda);
   return MakeExpertCachePolicy(p.kind, shape);
 }

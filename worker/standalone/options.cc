@@ -652,7 +652,7 @@ copied into a slot or computed from the store, as --miss-policy says.
   --prefetch on|off    predict the next layer's experts with its router on
                        the current hidden state and copy them ahead (default
                        on; decode batches of up to 4 tokens)
-  --cache-policy NAME  replacement policy: lru, lfu, lrfu, reuse or adaptive
+  --cache-policy NAME  replacement policy: lru, lfu, lrfu, reuse, adaptive or optgen
                        (default adaptive; see moetier-policy-lab)
   --n-cpu-moe N        static placement, like llama.cpp's --n-cpu-moe: the
                        experts of the first N layers are always computed on
