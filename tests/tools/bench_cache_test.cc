@@ -80,6 +80,76 @@ TEST(BenchCacheTest, ReplayedRoutingIsLabelledAndDrivesTheCache) {
   EXPECT_THAT(r.output, HasSubstr("  100.0 "));
 }
 
+// Prefetch counts of the 50%:copy row of a run with --json.
+struct PrefetchCounts {
+  long used = -1;
+  long issued = -1;
+};
+
+PrefetchCounts PrefetchOf(const std::string& json_path) {
+  std::ifstream in(json_path);
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string s = text.str();
+  const size_t row = s.find("\"config\": \"50%:copy\"");
+  PrefetchCounts c;
+  if (row == std::string::npos) return c;
+  auto number = [&](const std::string& key) {
+    const size_t at = s.find("\"" + key + "\": ", row);
+    return at == std::string::npos ? -1L : std::stol(s.substr(at + key.size() + 4));
+  };
+  c.used = number("prefetch_used");
+  c.issued = number("prefetch_issued");
+  return c;
+}
+
+TEST(BenchCacheTest, ReplayedPrefetchPredictsFromTheTraceAtTheGivenAccuracy) {
+  // Random routing over the 8 experts: half of them fit, so there is
+  // something to prefetch at every layer after the first.
+  const std::string trace = testing::TempDir() + "/bench-cache-random.trace";
+  {
+    std::ofstream out(trace);
+    out << "moetier-trace v1 layers=4 experts=8 top_k=2 weights=0\n";
+    uint32_t state = 12345;
+    auto next = [&state]() {
+      state = state * 1664525u + 1013904223u;
+      return (state >> 16) % 8;
+    };
+    for (int t = 0; t < 40; ++t) {
+      for (int l = 0; l < 4; ++l) {
+        const uint32_t a = next();
+        uint32_t b = next();
+        while (b == a) b = next();
+        out << (l ? ";" : "") << a << "," << b;
+      }
+      out << "\n";
+    }
+  }
+  const std::string json = testing::TempDir() + "/bench-cache-prefetch.json";
+  const std::string common = "--model " + kModel +
+                             " --threads 1 --decode-tokens 24 --prompt-tokens 4 --runs 1 "
+                             "--configs resident,50%:copy --routing-from-trace " + trace +
+                             " --json " + json;
+  CommandResult r = RunBench(common + " --prefetch-accuracy 1");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("prefetch predicted from it at accuracy 1.00"));
+  EXPECT_THAT(r.output, Not(HasSubstr(" no\n")));  // same tokens as resident
+  const PrefetchCounts exact = PrefetchOf(json);
+  EXPECT_GT(exact.issued, 0) << r.output;
+  // Every prefetched expert is the one the layer then takes.
+  EXPECT_EQ(exact.used, exact.issued) << r.output;
+
+  r = RunBench(common + " --prefetch-accuracy 0");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, Not(HasSubstr(" no\n")));
+  const PrefetchCounts wrong = PrefetchOf(json);
+  EXPECT_GT(wrong.issued, 0) << r.output;
+  EXPECT_LT(wrong.used, wrong.issued) << r.output;
+
+  EXPECT_EQ(RunBench("--model " + kModel + " --prefetch-accuracy 0.5").exit_code, 2);
+  EXPECT_EQ(RunBench(common + " --prefetch-accuracy 1.5").exit_code, 2);
+}
+
 TEST(BenchCacheTest, ACacheTooSmallIsSkippedWithTheReason) {
   const CommandResult r = RunBench("--model " + kModel +
                                    " --threads 1 --decode-tokens 2 --prompt-tokens 4 --runs 1 "
@@ -97,7 +167,8 @@ TEST(BenchCacheTest, BadFlagsAreUsageErrors) {
   EXPECT_EQ(help.exit_code, 0);
   for (const char* flag : {"--model", "--device", "--configs", "--cache-policy", "--decode-tokens",
                            "--prompt-tokens", "--context", "--runs", "--threads",
-                           "--copy-probe-mib", "--json", "--routing-from-trace"}) {
+                           "--copy-probe-mib", "--json", "--routing-from-trace",
+                           "--prefetch-accuracy"}) {
     EXPECT_THAT(help.output, HasSubstr(flag));
   }
 }

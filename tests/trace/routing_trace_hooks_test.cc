@@ -325,7 +325,8 @@ TEST(RoutingTraceReplayerTest, ADifferentTraceRoutesExactlyToItsExpertsCyclicall
   absl::StatusOr<RoutingTraceHooks> hooks = OpenRoutingTraceHooks(
       TempPath("observed.trace"), path, hp.n_layer, hp.n_expert, hp.n_expert_used);
   ASSERT_TRUE(hooks.ok()) << hooks.status();
-  EXPECT_EQ(hooks->ReplayLabel(), "routing replayed from " + path);
+  EXPECT_EQ(hooks->ReplayLabel(),
+            "routing replayed from " + path + ", prefetch predicted from it at accuracy 0.80");
   Capture capture(hooks->recorder.get());
   std::unique_ptr<CpuEngine> engine = MakeEngine(4, &capture, hooks->replayer.get());
   const std::vector<float> replayed = RunTokens(*engine, tiny.ids, false);
@@ -409,6 +410,73 @@ absl::Status ReplayText(const std::string& name, const std::string& text) {
       RoutingTraceReplayer::Create(path, hp.n_layer, hp.n_expert, hp.n_expert_used);
   std::remove(path.c_str());
   return replayer.status();
+}
+
+// The prefetch's stand-in for the next layer's router: the trace's own
+// experts of that layer, each right with the chosen probability.
+TEST(RoutingTraceReplayerTest, PredictsTheNextLayerFromTheTraceAtTheChosenAccuracy) {
+  RoutingTrace trace;
+  trace.name = "random";
+  trace.n_layer = 3;
+  trace.n_expert = 64;
+  trace.top_k = 4;
+  uint32_t state = 99;
+  for (int t = 0; t < 400; ++t) {
+    for (int l = 0; l < 3; ++l) {
+      std::vector<uint32_t> ids;
+      while (ids.size() < 4) {
+        state = state * 1664525u + 1013904223u;
+        const uint32_t e = (state >> 12) % 64;
+        if (std::find(ids.begin(), ids.end(), e) == ids.end()) ids.push_back(e);
+      }
+      trace.experts.insert(trace.experts.end(), ids.begin(), ids.end());
+    }
+  }
+  absl::StatusOr<std::unique_ptr<RoutingTraceReplayer>> made =
+      RoutingTraceReplayer::FromTrace(trace, 3, 64, 4);
+  ASSERT_TRUE(made.ok()) << made.status();
+  RoutingTraceReplayer& replayer = **made;
+  EXPECT_EQ(replayer.prefetch_accuracy(), RoutingTraceReplayer::kDefaultPrefetchAccuracy);
+  // Fraction of the predicted experts of layer 1 that the trace's layer 1
+  // holds, over the whole trace in batches of 2 tokens.
+  auto overlap = [&](double accuracy) {
+    replayer.SetPrefetchAccuracy(accuracy, 7);
+    replayer.Rewind();
+    std::vector<int32_t> routed(8), guess(8);
+    size_t right = 0, all = 0;
+    for (int pos = 0; pos < 400; pos += 2) {
+      for (int l = 0; l < 3; ++l) {
+        const RoutingBatch batch{.layer = l, .n_layer = 3, .n_expert = 64, .top_k = 4,
+                                 .pos0 = pos, .n_tokens = 2, .experts = {}, .weights = {}};
+        if (l == 1) {
+          EXPECT_TRUE(replayer.PredictNext(batch, guess));
+          for (int t = 0; t < 2; ++t) {
+            const absl::Span<const uint32_t> truth = trace.Experts(pos + t, 1);
+            for (int j = 0; j < 4; ++j) {
+              const int32_t e = guess[t * 4 + j];
+              EXPECT_TRUE(e >= 0 && e < 64);
+              // Distinct within a token.
+              EXPECT_EQ(std::count(guess.begin() + t * 4, guess.begin() + t * 4 + 4, e), 1);
+              right += std::find(truth.begin(), truth.end(), static_cast<uint32_t>(e)) !=
+                       truth.end();
+              ++all;
+            }
+          }
+        }
+        EXPECT_TRUE(replayer.Override(batch, routed).ok());
+      }
+    }
+    return static_cast<double>(right) / static_cast<double>(all);
+  };
+  EXPECT_EQ(overlap(1.0), 1.0);
+  EXPECT_EQ(overlap(0.0), 0.0);
+  EXPECT_NEAR(overlap(0.5), 0.5, 0.06);
+  EXPECT_NEAR(overlap(0.8), 0.8, 0.05);
+  // A batch of another shape is left to the engine's router.
+  std::vector<int32_t> wrong_size(3);
+  const RoutingBatch batch{.layer = 1, .n_layer = 3, .n_expert = 64, .top_k = 4,
+                           .pos0 = 0, .n_tokens = 2, .experts = {}, .weights = {}};
+  EXPECT_FALSE(replayer.PredictNext(batch, wrong_size));
 }
 
 TEST(RoutingTraceReplayerTest, TracesThatDoNotFitTheModelAreRejectedClearly) {

@@ -73,6 +73,12 @@ usage: moetier-bench-cache --model FILE [--device cpu|cuda:N] [options]
                         routing trace (from its start, cycling) instead of from
                         the router: realistic routing on random-weight models.
                         Every output says "routing replayed from FILE"
+  --prefetch-accuracy A with --routing-from-trace: the prefetch predicts each
+                        next layer from the trace, each expert right with
+                        probability A in [0, 1] (default 0.8), instead of
+                        applying that layer's router (which, with the trace's
+                        choices, guesses at random). Real predictor accuracy
+                        needs real weights; the figures hold for A
   --json FILE           also write every figure as JSON
 )";
 
@@ -98,6 +104,7 @@ struct Options {
   int threads = 0;
   int copy_probe_mib = 256;
   std::string routing_from_trace;
+  double prefetch_accuracy = -1;  // not given: the replayer's default
   std::string json;
 };
 
@@ -192,12 +199,24 @@ absl::StatusOr<Options> ParseOptions(int argc, char** argv) {
       o.json = value;
     } else if (arg == "--routing-from-trace") {
       o.routing_from_trace = value;
+    } else if (arg == "--prefetch-accuracy") {
+      char* end = nullptr;
+      o.prefetch_accuracy = std::strtod(value.c_str(), &end);
+      if (value.empty() || end != value.c_str() + value.size() ||
+          !(o.prefetch_accuracy >= 0 && o.prefetch_accuracy <= 1)) {
+        s = absl::InvalidArgumentError("--prefetch-accuracy must be in [0, 1], not '" + value + "'");
+      }
     } else {
       return absl::InvalidArgumentError(absl::StrFormat("unknown flag %s (see --help)", arg));
     }
     if (!s.ok()) return s;
   }
   if (o.model.empty()) return absl::InvalidArgumentError("--model is required (see --help)");
+  if (o.prefetch_accuracy >= 0 && o.routing_from_trace.empty()) {
+    return absl::InvalidArgumentError(
+        "--prefetch-accuracy goes with --routing-from-trace (without a trace the next layer's "
+        "router predicts)");
+  }
   if (o.threads == 0) o.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   return o;
 }
@@ -258,7 +277,8 @@ class Bench {
     if (!o_.routing_from_trace.empty()) {
       absl::StatusOr<RoutingTraceHooks> hooks =
           OpenRoutingTraceHooks("", o_.routing_from_trace, model_.hparams.n_layer,
-                                model_.hparams.n_expert, model_.hparams.n_expert_used);
+                                model_.hparams.n_expert, model_.hparams.n_expert_used,
+                                o_.prefetch_accuracy);
       if (!hooks.ok()) return hooks.status();
       out.hooks = *std::move(hooks);
     }
@@ -469,7 +489,13 @@ int Main(const Options& o) {
               o.decode_tokens, o.context, o.prompt_tokens, o.runs);
   const std::string routing = o.routing_from_trace.empty()
                                   ? std::string("the router's own choice")
-                                  : "routing replayed from " + o.routing_from_trace;
+                                  : absl::StrFormat(
+                                        "routing replayed from %s, prefetch predicted from it "
+                                        "at accuracy %.2f",
+                                        o.routing_from_trace,
+                                        o.prefetch_accuracy >= 0
+                                            ? o.prefetch_accuracy
+                                            : RoutingTraceReplayer::kDefaultPrefetchAccuracy);
   std::printf("experts: %s\n\n", routing.c_str());
 
   Bench bench(o, *model, **store);

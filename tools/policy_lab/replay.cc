@@ -4,17 +4,9 @@
 
 #include "absl/strings/str_format.h"
 #include "base/check.h"
+#include "cache/prefetch_prediction.h"
 
 namespace moetier {
-namespace {
-
-uint64_t Mix(uint64_t x) {
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
-}  // namespace
 
 LayerTally ReplayTally::Total() const {
   LayerTally t;
@@ -29,28 +21,8 @@ void ReplayTally::Add(const ReplayTally& o) {
 
 void PredictExperts(const RoutingTrace& trace, size_t token, uint32_t layer,
                     const PrefetchModel& prefetch, std::vector<uint32_t>& out) {
-  const absl::Span<const uint32_t> truth = trace.Experts(token, layer);
-  out.assign(truth.begin(), truth.end());
-  uint64_t state = Mix(prefetch.seed ^ Mix(token * 0x9E3779B97F4A7C15ull + layer));
-  auto next = [&state]() {
-    state += 0x9E3779B97F4A7C15ull;
-    return Mix(state);
-  };
-  const uint32_t n = trace.n_expert;
-  const uint32_t k = trace.top_k;
-  if (k >= n) return;  // nothing wrong to predict
-  for (uint32_t j = 0; j < k; ++j) {
-    const double u = static_cast<double>(next() >> 11) * 0x1.0p-53;
-    if (u < prefetch.accuracy) continue;
-    // A wrong expert: uniform among those neither selected nor predicted.
-    for (;;) {
-      const uint32_t cand = static_cast<uint32_t>(next() % n);
-      if (std::find(truth.begin(), truth.end(), cand) != truth.end()) continue;
-      if (std::find(out.begin(), out.end(), cand) != out.end()) continue;
-      out[j] = cand;
-      break;
-    }
-  }
+  DegradedPrediction(trace.Experts(token, layer), trace.n_expert, prefetch.accuracy, prefetch.seed,
+                     token, layer, out);
 }
 
 ReplayTally ReplayTrace(const RoutingTrace& trace, ExpertCachePolicy& policy,

@@ -53,6 +53,19 @@ class RoutingOverride {
   // to the router's gives bit-identical results. An error fails the
   // engine's Forward with it.
   virtual absl::Status Override(const RoutingBatch& batch, std::span<int32_t> experts) = 0;
+
+  // The prefetch's guess of `batch.layer`'s experts for the batch's tokens,
+  // asked for after the layer before it has run (batch.experts and
+  // batch.weights are empty): writes [n_tokens][top_k] ids into `experts`
+  // and returns true, or returns false to let the engine apply that layer's
+  // router to the current hidden state as it does without an override. A
+  // replayed trace knows the answer; without this, the engine would guess
+  // from random weights what the trace is about to choose.
+  virtual bool PredictNext(const RoutingBatch& batch, std::span<int32_t> experts) {
+    (void)batch;
+    (void)experts;
+    return false;
+  }
 };
 
 // OK when every id an override wrote (`experts`, [n_tokens][top_k]) names

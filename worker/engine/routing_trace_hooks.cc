@@ -1,5 +1,7 @@
 #include "engine/routing_trace_hooks.h"
 
+#include "cache/prefetch_prediction.h"
+
 #include <algorithm>
 #include <utility>
 
@@ -211,16 +213,36 @@ absl::Status RoutingTraceReplayer::Override(const RoutingBatch& batch,
   return absl::OkStatus();
 }
 
+bool RoutingTraceReplayer::PredictNext(const RoutingBatch& batch, std::span<int32_t> experts) {
+  const size_t top_k = trace_.top_k;
+  if (batch.layer < 0 || static_cast<uint32_t>(batch.layer) >= trace_.n_layer ||
+      experts.size() != static_cast<size_t>(batch.n_tokens) * top_k) {
+    return false;  // not a batch of this trace's shape: the engine guesses
+  }
+  const uint32_t layer = static_cast<uint32_t>(batch.layer);
+  for (int t = 0; t < batch.n_tokens; ++t) {
+    const size_t token = (next_token_ + static_cast<size_t>(t)) % trace_.n_token();
+    DegradedPrediction(trace_.Experts(token, layer), trace_.n_expert, prefetch_accuracy_,
+                       prefetch_seed_, token, layer, predicted_);
+    for (size_t j = 0; j < top_k; ++j) {
+      experts[static_cast<size_t>(t) * top_k + j] = static_cast<int32_t>(predicted_[j]);
+    }
+  }
+  return true;
+}
+
 // ------------------------------------------------------------------ both
 
 std::string RoutingTraceHooks::ReplayLabel() const {
   if (replayer == nullptr) return "";
-  return absl::StrFormat("routing replayed from %s", replayer->name());
+  return absl::StrFormat("routing replayed from %s, prefetch predicted from it at accuracy %.2f",
+                         replayer->name(), replayer->prefetch_accuracy());
 }
 
 absl::StatusOr<RoutingTraceHooks> OpenRoutingTraceHooks(const std::string& record_path,
                                                         const std::string& replay_path,
-                                                        int n_layer, int n_expert, int top_k) {
+                                                        int n_layer, int n_expert, int top_k,
+                                                        double prefetch_accuracy) {
   RoutingTraceHooks hooks;
   if (!record_path.empty() && record_path == replay_path) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -232,6 +254,7 @@ absl::StatusOr<RoutingTraceHooks> OpenRoutingTraceHooks(const std::string& recor
         RoutingTraceReplayer::Create(replay_path, n_layer, n_expert, top_k);
     if (!replayer.ok()) return replayer.status();
     hooks.replayer = *std::move(replayer);
+    if (prefetch_accuracy >= 0) hooks.replayer->SetPrefetchAccuracy(prefetch_accuracy);
   }
   if (!record_path.empty()) {
     absl::StatusOr<std::unique_ptr<RoutingTraceRecorder>> recorder =

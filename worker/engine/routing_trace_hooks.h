@@ -82,6 +82,21 @@ class RoutingTraceReplayer final : public RoutingOverride {
                                                                          int n_expert, int top_k);
 
   absl::Status Override(const RoutingBatch& batch, std::span<int32_t> experts) override;
+  // The trace's experts of batch.layer for the batch's tokens, degraded to
+  // the prediction accuracy (cache/prefetch_prediction.h; the trace token's
+  // index is the token, so the lab replaying the same trace with the same
+  // seed predicts the same).
+  bool PredictNext(const RoutingBatch& batch, std::span<int32_t> experts) override;
+
+  // Fraction of a layer's experts the prefetch prediction gets right, in
+  // [0, 1] (default kDefaultPrefetchAccuracy, the lab's middle value for
+  // next-layer router prediction), and the seed of its errors.
+  static constexpr double kDefaultPrefetchAccuracy = 0.8;
+  void SetPrefetchAccuracy(double accuracy, uint64_t seed = 1) {
+    prefetch_accuracy_ = accuracy;
+    prefetch_seed_ = seed;
+  }
+  double prefetch_accuracy() const { return prefetch_accuracy_; }
 
   // The next token replayed is the trace's first (benchmarks rewind before
   // each timed run so that every run computes the same).
@@ -95,6 +110,9 @@ class RoutingTraceReplayer final : public RoutingOverride {
 
   RoutingTrace trace_;
   size_t next_token_ = 0;  // the trace token of the current batch's first token
+  double prefetch_accuracy_ = kDefaultPrefetchAccuracy;
+  uint64_t prefetch_seed_ = 1;
+  std::vector<uint32_t> predicted_;
 };
 
 // What the worker's --routing-trace-out and --routing-from-trace flags
@@ -103,16 +121,19 @@ struct RoutingTraceHooks {
   std::unique_ptr<RoutingTraceRecorder> recorder;
   std::unique_ptr<RoutingTraceReplayer> replayer;
 
-  // "routing replayed from FILE", or empty without a replayer: every output
-  // of a replaying run carries it.
+  // "routing replayed from FILE, prefetch predicted from it at accuracy A",
+  // or empty without a replayer: every output of a replaying run carries it.
   std::string ReplayLabel() const;
 };
 
 // Opens the hooks for a model of these counts: replays `replay_path` and
 // records to `record_path` (each skipped when empty). The trace to replay
 // is read before the recording is created, and the two paths must differ.
+// `prefetch_accuracy` (negative: the default) is the replayer's, see
+// RoutingTraceReplayer::SetPrefetchAccuracy.
 absl::StatusOr<RoutingTraceHooks> OpenRoutingTraceHooks(const std::string& record_path,
                                                         const std::string& replay_path,
-                                                        int n_layer, int n_expert, int top_k);
+                                                        int n_layer, int n_expert, int top_k,
+                                                        double prefetch_accuracy = -1);
 
 }  // namespace moetier

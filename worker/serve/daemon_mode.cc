@@ -138,7 +138,8 @@ absl::Status RunDaemonMode(const WorkerOptions& options, std::FILE* err,
       options.routing_trace_out.empty()
           ? std::string()
           : WorkerPath(options.routing_trace_out, options.worker_index),
-      options.routing_from_trace, hp.n_layer, hp.n_expert, hp.n_expert_used);
+      options.routing_from_trace, hp.n_layer, hp.n_expert, hp.n_expert_used,
+      options.prefetch_accuracy);
   if (!hooks.ok()) return hooks.status();
   ExpertOrigin experts;
   experts.source = source->get();

@@ -87,6 +87,7 @@ constexpr std::string_view kDaemonFlags[] = {store::kWorkerFlagDaemonMode,
                                              "--huge-pages",
                                              "--routing-trace-out",
                                              "--routing-from-trace",
+                                             "--prefetch-accuracy",
                                              "--expert-cache-mib",
                                              "--miss-policy",
                                              "--prefetch",
@@ -323,6 +324,16 @@ std::vector<Flag> MakeFlags(WorkerOptions& o) {
          o.routing_from_trace = std::string(v);
          return absl::OkStatus();
        }},
+      {"--prefetch-accuracy", true,
+       [&o](std::string_view f, std::string_view v) {
+         absl::StatusOr<float> a = ParseFloat(f, v);
+         if (!a.ok()) return a.status();
+         if (!(*a >= 0 && *a <= 1)) {
+           return FlagError(f, absl::StrFormat("'%s' is not in [0, 1]", v));
+         }
+         o.prefetch_accuracy = *a;
+         return absl::OkStatus();
+       }},
       {"--expert-cache-mib", true,
        [&o](std::string_view f, std::string_view v) {
          return Assign(ParseCacheSize(f, v), o.expert_cache);
@@ -409,6 +420,11 @@ absl::Status CheckStandalone(const WorkerOptions& o) {
     return absl::InvalidArgumentError(
         "--routing-trace-out and --routing-from-trace name the same file; give two files");
   }
+  if (o.prefetch_accuracy >= 0 && o.routing_from_trace.empty()) {
+    return absl::InvalidArgumentError(
+        "--prefetch-accuracy goes with --routing-from-trace (it degrades the trace's own next "
+        "layer; without a trace the next layer's router predicts)");
+  }
   if (o.cache_flags_given && o.backend == BackendKind::kReference) {
     return absl::InvalidArgumentError(
         "the expert cache flags need the cpu or cuda backend (the reference reads every weight "
@@ -438,6 +454,11 @@ absl::Status CheckDaemon(const WorkerOptions& o, const std::vector<std::string_v
   if (!o.routing_trace_out.empty() && o.routing_trace_out == o.routing_from_trace) {
     return absl::InvalidArgumentError(
         "--routing-trace-out and --routing-from-trace name the same file; give two files");
+  }
+  if (o.prefetch_accuracy >= 0 && o.routing_from_trace.empty()) {
+    return absl::InvalidArgumentError(
+        "--prefetch-accuracy goes with --routing-from-trace (it degrades the trace's own next "
+        "layer; without a trace the next layer's router predicts)");
   }
   return absl::OkStatus();
 }
@@ -629,6 +650,14 @@ Routing traces (cpu or cuda; with --tokens, --prompt or --daemon):
                        count and top-k and only ids of its experts. The
                        results are not the model's: every output says
                        "routing replayed from FILE".
+  --prefetch-accuracy A
+                       with --routing-from-trace: the prefetch predicts the
+                       next layer's experts from the trace, each one right
+                       with probability A in [0, 1] (default 0.8; otherwise a
+                       wrong expert), instead of applying that layer's router,
+                       which with the trace's choices would guess at random.
+                       Real predictor accuracy needs real weights; figures
+                       made so hold for the accuracy given.
 
 Expert cache (cpu or cuda; with --tokens, --prompt or --daemon). The
 worker keeps a pool of expert slots: VRAM on a GPU, huge-page RAM on the cpu,

@@ -72,6 +72,9 @@ struct WorkerOptions {
   // router (a benchmark mode; every output says so).
   std::string routing_trace_out;   // --routing-trace-out
   std::string routing_from_trace;  // --routing-from-trace
+  // --prefetch-accuracy: how well the prefetch's prediction of the next
+  // layer matches the replayed trace; negative = not given (the default).
+  double prefetch_accuracy = -1;
   // The expert cache (cache/expert_slot_cache.h); cpu backend only.
   ExpertCacheSize expert_cache;                           // --expert-cache-mib
   MissPolicy miss_policy = MissPolicy::kAuto;             // --miss-policy

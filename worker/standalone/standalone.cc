@@ -43,7 +43,7 @@ absl::StatusOr<RoutingTraceHooks> OpenHooks(const WorkerOptions& options,
                                             const ModelHparams& hp, std::FILE* err) {
   absl::StatusOr<RoutingTraceHooks> hooks =
       OpenRoutingTraceHooks(options.routing_trace_out, options.routing_from_trace, hp.n_layer,
-                            hp.n_expert, hp.n_expert_used);
+                            hp.n_expert, hp.n_expert_used, options.prefetch_accuracy);
   if (hooks.ok() && hooks->replayer != nullptr) {
     std::fprintf(err, "%s (%zu tokens, cycled): the experts are the trace's, not the router's\n",
                  hooks->ReplayLabel().c_str(), hooks->replayer->n_token());

@@ -228,7 +228,7 @@ absl::Status CpuMoeBlock::Forward(int layer, int n, int pos0) {
   if (HasSharedExpert(layers_[static_cast<size_t>(layer)].ffn)) SharedExpert(layer, n);
   if (config_.expert_source != nullptr && config_.expert_source->wants_prefetch() &&
       layer + 1 < hp_.n_layer && n <= kMaxPrefetchTokens) {
-    return PrefetchNextLayer(layer + 1, n);
+    return PrefetchNextLayer(layer + 1, n, pos0);
   }
   return absl::OkStatus();
 }
@@ -273,11 +273,25 @@ void CpuMoeBlock::SharedExpert(int layer, int n) {
   }
 }
 
-absl::Status CpuMoeBlock::PrefetchNextLayer(int layer, int n) {
-  // The next layer's router on the hidden state as it stands now, before
-  // that layer's mixer: a close enough guess of its real input.
+absl::Status CpuMoeBlock::PrefetchNextLayer(int layer, int n, int pos0) {
   const int top_k = hp_.n_expert_used;
-  RouteTokens(layer, n);
+  const RoutingBatch batch{.layer = layer,
+                           .n_layer = hp_.n_layer,
+                           .n_expert = hp_.n_expert,
+                           .top_k = top_k,
+                           .pos0 = pos0,
+                           .n_tokens = n,
+                           .experts = {},
+                           .weights = {}};
+  const std::span<int32_t> guess(topk_ids_.data(), static_cast<size_t>(n) * top_k);
+  RoutingOverride* override = config_.routing_override;
+  if (override != nullptr && override->PredictNext(batch, guess)) {
+    if (absl::Status s = CheckOverriddenExperts(batch, guess); !s.ok()) return s;
+  } else {
+    // The next layer's router on the hidden state as it stands now, before
+    // that layer's mixer: a close enough guess of its real input.
+    RouteTokens(layer, n);
+  }
   int n_predicted = 0;
   for (int t = 0; t < n; ++t) {
     for (int j = 0; j < top_k; ++j) {

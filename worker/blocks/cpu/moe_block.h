@@ -54,7 +54,7 @@ class CpuMoeBlock {
   absl::Status AcquireExperts(int layer, int first, int count);
   // Offers the expert source the experts `layer`'s router picks for the
   // current hidden state.
-  absl::Status PrefetchNextLayer(int layer, int n);
+  absl::Status PrefetchNextLayer(int layer, int n, int pos0);
   // x += sigmoid(shared_gate_inp . xn) * SwiGLU_shared(xn), xn as the
   // router left it.
   void SharedExpert(int layer, int n);
