@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "base/check.h"
-#include "cache/indexed_heap.h"
+#include "cache/layer_heaps.h"
 
 namespace moetier {
 namespace {
@@ -14,7 +14,7 @@ constexpr uint64_t kNever = UINT64_MAX;
 class BeladyPolicy final : public ExpertCachePolicy {
  public:
   BeladyPolicy(const ExpertCacheShape& shape, const RoutingTrace& trace)
-      : ExpertCachePolicy(shape), trace_(trace) {
+      : ExpertCachePolicy(shape), trace_(trace), heap_(shape.n_layer, shape.n_expert) {
     MOETIER_CHECK(trace.n_layer == shape.n_layer && trace.n_expert == shape.n_expert &&
                   trace.top_k == shape.top_k);
     // Occurrence lists: the tokens at which each (layer, expert) is routed,
@@ -36,9 +36,6 @@ class BeladyPolicy final : public ExpertCachePolicy {
         for (const uint32_t e : trace.Experts(t, l)) tokens_[fill[Index(l, e)]++] = t;
       }
     }
-    heap_.reserve(shape.n_layer);
-    for (uint32_t l = 0; l < shape.n_layer; ++l) heap_.emplace_back(shape.n_expert);
-    scratch_.reserve(shape.n_expert);
   }
 
   std::string_view name() const override { return "min"; }
@@ -65,15 +62,12 @@ class BeladyPolicy final : public ExpertCachePolicy {
   void OnEvict(uint32_t layer, uint32_t expert) override { heap_[layer].Erase(expert); }
 
   uint32_t PickVictim(uint32_t layer) override {
-    const uint32_t v =
-        heap_[layer].TopWhere([&](uint32_t e) { return Evictable(layer, e); }, scratch_);
-    return v == IndexedMinHeap::kAbsent ? kNoExpert : v;
+    return heap_.Victim(layer, [&](uint32_t e) { return Evictable(layer, e); });
   }
 
   // The whole trace's future, which no online policy has; shown anyway.
   size_t PolicyStateBytes() const override {
-    return VectorBytes(begin_) + VectorBytes(cursor_) + VectorBytes(tokens_) + HeapBytes(heap_) +
-           VectorBytes(scratch_);
+    return VectorBytes(begin_) + VectorBytes(cursor_) + VectorBytes(tokens_) + heap_.bytes();
   }
 
   bool PrefetchWorthVictim(uint32_t layer, uint32_t expert, uint32_t victim) override {
@@ -101,8 +95,7 @@ class BeladyPolicy final : public ExpertCachePolicy {
   std::vector<size_t> begin_;  // [layer][expert] -> first entry in tokens_
   std::vector<size_t> cursor_;
   std::vector<uint64_t> tokens_;
-  std::vector<IndexedMinHeap> heap_;
-  std::vector<std::pair<uint32_t, HeapKey>> scratch_;
+  LayerHeaps heap_;
 };
 
 }  // namespace

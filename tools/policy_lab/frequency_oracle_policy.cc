@@ -3,7 +3,7 @@
 #include <vector>
 
 #include "base/check.h"
-#include "cache/indexed_heap.h"
+#include "cache/layer_heaps.h"
 
 namespace moetier {
 namespace {
@@ -13,7 +13,8 @@ class FrequencyOraclePolicy final : public ExpertCachePolicy {
   FrequencyOraclePolicy(const ExpertCacheShape& shape, const RoutingTrace& trace)
       : ExpertCachePolicy(shape),
         count_(static_cast<size_t>(shape.n_layer) * shape.n_expert, 0),
-        last_step_(count_.size(), 0) {
+        last_step_(count_.size(), 0),
+        heap_(shape.n_layer, shape.n_expert) {
     MOETIER_CHECK(trace.n_layer == shape.n_layer && trace.n_expert == shape.n_expert &&
                   trace.top_k == shape.top_k);
     for (size_t t = 0; t < trace.n_token(); ++t) {
@@ -21,9 +22,6 @@ class FrequencyOraclePolicy final : public ExpertCachePolicy {
         for (const uint32_t e : trace.Experts(t, l)) ++count_[Index(l, e)];
       }
     }
-    heap_.reserve(shape.n_layer);
-    for (uint32_t l = 0; l < shape.n_layer; ++l) heap_.emplace_back(shape.n_expert);
-    scratch_.reserve(shape.n_expert);
   }
 
   std::string_view name() const override { return "freq-oracle"; }
@@ -44,14 +42,11 @@ class FrequencyOraclePolicy final : public ExpertCachePolicy {
   void OnEvict(uint32_t layer, uint32_t expert) override { heap_[layer].Erase(expert); }
 
   uint32_t PickVictim(uint32_t layer) override {
-    const uint32_t v =
-        heap_[layer].TopWhere([&](uint32_t e) { return Evictable(layer, e); }, scratch_);
-    return v == IndexedMinHeap::kAbsent ? kNoExpert : v;
+    return heap_.Victim(layer, [&](uint32_t e) { return Evictable(layer, e); });
   }
 
   size_t PolicyStateBytes() const override {
-    return VectorBytes(count_) + VectorBytes(last_step_) + HeapBytes(heap_) +
-           VectorBytes(scratch_);
+    return VectorBytes(count_) + VectorBytes(last_step_) + heap_.bytes();
   }
 
  private:
@@ -62,8 +57,7 @@ class FrequencyOraclePolicy final : public ExpertCachePolicy {
 
   std::vector<uint32_t> count_;      // [layer][expert]: routes in the whole trace
   std::vector<uint64_t> last_step_;  // [layer][expert]
-  std::vector<IndexedMinHeap> heap_;
-  std::vector<std::pair<uint32_t, HeapKey>> scratch_;
+  LayerHeaps heap_;
 };
 
 }  // namespace

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "cache/indexed_heap.h"
+#include "cache/layer_heaps.h"
 #include "cache/policies.h"
 
 namespace moetier {
@@ -36,11 +36,8 @@ class LrfuPolicy final : public ExpertCachePolicy {
       : ExpertCachePolicy(shape),
         lambda_(lambda),
         name_(name),
-        score_(static_cast<size_t>(shape.n_layer) * shape.n_expert) {
-    heap_.reserve(shape.n_layer);
-    for (uint32_t l = 0; l < shape.n_layer; ++l) heap_.emplace_back(shape.n_expert);
-    scratch_.reserve(shape.n_expert);
-  }
+        score_(static_cast<size_t>(shape.n_layer) * shape.n_expert),
+        heap_(shape.n_layer, shape.n_expert) {}
 
   std::string_view name() const override { return name_; }
 
@@ -61,13 +58,11 @@ class LrfuPolicy final : public ExpertCachePolicy {
   void OnEvict(uint32_t layer, uint32_t expert) override { heap_[layer].Erase(expert); }
 
   size_t PolicyStateBytes() const override {
-    return VectorBytes(score_) + HeapBytes(heap_) + VectorBytes(scratch_);
+    return VectorBytes(score_) + heap_.bytes();
   }
 
   uint32_t PickVictim(uint32_t layer) override {
-    const uint32_t v =
-        heap_[layer].TopWhere([&](uint32_t e) { return Evictable(layer, e); }, scratch_);
-    return v == IndexedMinHeap::kAbsent ? kNoExpert : v;
+    return heap_.Victim(layer, [&](uint32_t e) { return Evictable(layer, e); });
   }
 
  private:
@@ -76,8 +71,7 @@ class LrfuPolicy final : public ExpertCachePolicy {
   const double lambda_;
   const std::string name_;
   std::vector<LrfuScore> score_;  // [layer][expert], resident or not
-  std::vector<IndexedMinHeap> heap_;
-  std::vector<std::pair<uint32_t, HeapKey>> scratch_;
+  LayerHeaps heap_;
 };
 
 }  // namespace

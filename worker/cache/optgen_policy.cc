@@ -16,7 +16,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "cache/indexed_heap.h"
+#include "cache/layer_heaps.h"
 #include "cache/policies.h"
 
 namespace moetier {
@@ -43,11 +43,8 @@ class OptGenPolicy final : public ExpertCachePolicy {
         occupancy_(static_cast<size_t>(shape.n_layer) * kRingSteps, 0),
         last_use_(static_cast<size_t>(shape.n_layer) * shape.n_expert, 0),
         counter_(last_use_.size(), kCounterStart),
-        score_(last_use_.size()) {
-    heap_.reserve(shape.n_layer);
-    for (uint32_t l = 0; l < shape.n_layer; ++l) heap_.emplace_back(shape.n_expert);
-    scratch_.reserve(shape.n_expert);
-  }
+        score_(last_use_.size()),
+        heap_(shape.n_layer, shape.n_expert) {}
 
   std::string_view name() const override { return "optgen"; }
 
@@ -87,14 +84,12 @@ class OptGenPolicy final : public ExpertCachePolicy {
   void OnEvict(uint32_t layer, uint32_t expert) override { heap_[layer].Erase(expert); }
 
   uint32_t PickVictim(uint32_t layer) override {
-    const uint32_t v =
-        heap_[layer].TopWhere([&](uint32_t e) { return Evictable(layer, e); }, scratch_);
-    return v == IndexedMinHeap::kAbsent ? kNoExpert : v;
+    return heap_.Victim(layer, [&](uint32_t e) { return Evictable(layer, e); });
   }
 
   size_t PolicyStateBytes() const override {
     return VectorBytes(occupancy_) + VectorBytes(last_use_) + VectorBytes(counter_) +
-           VectorBytes(score_) + HeapBytes(heap_) + VectorBytes(scratch_);
+           VectorBytes(score_) + heap_.bytes();
   }
 
  private:
@@ -106,8 +101,7 @@ class OptGenPolicy final : public ExpertCachePolicy {
   std::vector<uint64_t> last_use_;   // [layer][expert]: step of the last Route, 0 = never
   std::vector<uint8_t> counter_;     // [layer][expert]: how often MIN kept it, 0..kCounterMax
   std::vector<LrfuScore> score_;     // [layer][expert]
-  std::vector<IndexedMinHeap> heap_;
-  std::vector<std::pair<uint32_t, HeapKey>> scratch_;
+  LayerHeaps heap_;
 };
 
 }  // namespace

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "cache/expert_list.h"
-#include "cache/indexed_heap.h"
+#include "cache/layer_heaps.h"
 #include "cache/policies.h"
 
 namespace moetier {
@@ -31,11 +31,8 @@ class ReuseDistancePolicy final : public ExpertCachePolicy {
         // Uniform routing reuses an expert every n_expert / top_k steps.
         layer_distance_(shape.n_layer,
                         static_cast<double>(shape.n_expert) / static_cast<double>(shape.top_k)),
-        list_(shape.n_layer, shape.n_expert) {
-    heap_.reserve(shape.n_layer);
-    for (uint32_t l = 0; l < shape.n_layer; ++l) heap_.emplace_back(shape.n_expert);
-    scratch_.reserve(shape.n_expert);
-  }
+        list_(shape.n_layer, shape.n_expert),
+        heap_(shape.n_layer, shape.n_expert) {}
 
   std::string_view name() const override { return "reuse"; }
 
@@ -72,7 +69,7 @@ class ReuseDistancePolicy final : public ExpertCachePolicy {
 
   size_t PolicyStateBytes() const override {
     return VectorBytes(last_) + VectorBytes(distance_) + VectorBytes(expected_) +
-           VectorBytes(layer_distance_) + list_.bytes() + HeapBytes(heap_) + VectorBytes(scratch_);
+           VectorBytes(layer_distance_) + list_.bytes() + heap_.bytes();
   }
 
   uint32_t PickVictim(uint32_t layer) override {
@@ -85,9 +82,7 @@ class ReuseDistancePolicy final : public ExpertCachePolicy {
       if (now - static_cast<double>(last_[i]) > kOverdueFactor * expected_[i]) return e;
       break;  // the oldest evictable one is not overdue
     }
-    const uint32_t v =
-        heap_[layer].TopWhere([&](uint32_t e) { return Evictable(layer, e); }, scratch_);
-    return v == IndexedMinHeap::kAbsent ? kNoExpert : v;
+    return heap_.Victim(layer, [&](uint32_t e) { return Evictable(layer, e); });
   }
 
  private:
@@ -102,8 +97,7 @@ class ReuseDistancePolicy final : public ExpertCachePolicy {
   std::vector<double> expected_;  // [layer][expert]: distance predicted at the last reference
   std::vector<double> layer_distance_;
   ExpertRecencyLists list_;
-  std::vector<IndexedMinHeap> heap_;
-  std::vector<std::pair<uint32_t, HeapKey>> scratch_;
+  LayerHeaps heap_;
 };
 
 }  // namespace
