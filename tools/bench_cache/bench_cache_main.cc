@@ -489,13 +489,8 @@ int Main(const Options& o) {
               o.decode_tokens, o.context, o.prompt_tokens, o.runs);
   const std::string routing = o.routing_from_trace.empty()
                                   ? std::string("the router's own choice")
-                                  : absl::StrFormat(
-                                        "routing replayed from %s, prefetch predicted from it "
-                                        "at accuracy %.2f",
-                                        o.routing_from_trace,
-                                        o.prefetch_accuracy >= 0
-                                            ? o.prefetch_accuracy
-                                            : RoutingTraceReplayer::kDefaultPrefetchAccuracy);
+                                  : RoutingReplayLabel(o.routing_from_trace,
+                                                       o.prefetch_accuracy);
   std::printf("experts: %s\n\n", routing.c_str());
 
   Bench bench(o, *model, **store);

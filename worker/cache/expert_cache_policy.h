@@ -47,13 +47,14 @@
 namespace moetier {
 
 inline constexpr int32_t kNoSlot = -1;
+inline constexpr uint32_t kNoExpert = UINT32_MAX;
+inline constexpr uint32_t kNoLayer = UINT32_MAX;
 
+// Heap bytes a vector holds (for StateBytes).
 template <typename T>
 size_t VectorBytes(const std::vector<T>& v) {
   return v.capacity() * sizeof(T);
 }
-inline constexpr uint32_t kNoExpert = UINT32_MAX;
-inline constexpr uint32_t kNoLayer = UINT32_MAX;
 
 // The model and the cache size the policy is built for.
 struct ExpertCacheShape {

@@ -233,10 +233,15 @@ bool RoutingTraceReplayer::PredictNext(const RoutingBatch& batch, std::span<int3
 
 // ------------------------------------------------------------------ both
 
+std::string RoutingReplayLabel(const std::string& path, double prefetch_accuracy) {
+  return absl::StrFormat(
+      "routing replayed from %s, prefetch predicted from it at accuracy %.2f", path,
+      prefetch_accuracy >= 0 ? prefetch_accuracy : RoutingTraceReplayer::kDefaultPrefetchAccuracy);
+}
+
 std::string RoutingTraceHooks::ReplayLabel() const {
   if (replayer == nullptr) return "";
-  return absl::StrFormat("routing replayed from %s, prefetch predicted from it at accuracy %.2f",
-                         replayer->name(), replayer->prefetch_accuracy());
+  return RoutingReplayLabel(replayer->name(), replayer->prefetch_accuracy());
 }
 
 absl::StatusOr<RoutingTraceHooks> OpenRoutingTraceHooks(const std::string& record_path,

@@ -126,6 +126,11 @@ struct RoutingTraceHooks {
   std::string ReplayLabel() const;
 };
 
+// What every output of a run replaying `path` says: "routing replayed from
+// PATH, prefetch predicted from it at accuracy A" (a negative accuracy: the
+// replayer's default).
+std::string RoutingReplayLabel(const std::string& path, double prefetch_accuracy);
+
 // Opens the hooks for a model of these counts: replays `replay_path` and
 // records to `record_path` (each skipped when empty). The trace to replay
 // is read before the recording is created, and the two paths must differ.

@@ -375,6 +375,20 @@ constexpr SamplingFieldNames kSamplingFlagNames{
     .repeat_last_n = "flag --repeat-last-n",
 };
 
+// The routing trace flags among themselves, in either mode.
+absl::Status CheckTraceFlagsAgree(const WorkerOptions& o) {
+  if (!o.routing_trace_out.empty() && o.routing_trace_out == o.routing_from_trace) {
+    return absl::InvalidArgumentError(
+        "--routing-trace-out and --routing-from-trace name the same file; give two files");
+  }
+  if (o.prefetch_accuracy >= 0 && o.routing_from_trace.empty()) {
+    return absl::InvalidArgumentError(
+        "--prefetch-accuracy goes with --routing-from-trace (it degrades the trace's own next "
+        "layer; without a trace the next layer's router predicts)");
+  }
+  return absl::OkStatus();
+}
+
 // Checks that the flags make one complete standalone command.
 absl::Status CheckStandalone(const WorkerOptions& o) {
   if (o.model_path.empty()) return absl::InvalidArgumentError("--model FILE is required");
@@ -416,15 +430,7 @@ absl::Status CheckStandalone(const WorkerOptions& o) {
           "%s needs the cpu or cuda backend (the reference has no routing hook)", flag));
     }
   }
-  if (!o.routing_trace_out.empty() && o.routing_trace_out == o.routing_from_trace) {
-    return absl::InvalidArgumentError(
-        "--routing-trace-out and --routing-from-trace name the same file; give two files");
-  }
-  if (o.prefetch_accuracy >= 0 && o.routing_from_trace.empty()) {
-    return absl::InvalidArgumentError(
-        "--prefetch-accuracy goes with --routing-from-trace (it degrades the trace's own next "
-        "layer; without a trace the next layer's router predicts)");
-  }
+  if (absl::Status s = CheckTraceFlagsAgree(o); !s.ok()) return s;
   if (o.cache_flags_given && o.backend == BackendKind::kReference) {
     return absl::InvalidArgumentError(
         "the expert cache flags need the cpu or cuda backend (the reference reads every weight "
@@ -451,15 +457,7 @@ absl::Status CheckDaemon(const WorkerOptions& o, const std::vector<std::string_v
   if (o.worker_index < 0) return absl::InvalidArgumentError("--daemon needs --worker-index=N");
   if (o.device.empty()) return absl::InvalidArgumentError("--daemon needs --device=cpu|cuda:N");
   if (o.model_path.empty()) return absl::InvalidArgumentError("--daemon needs --model=PATH");
-  if (!o.routing_trace_out.empty() && o.routing_trace_out == o.routing_from_trace) {
-    return absl::InvalidArgumentError(
-        "--routing-trace-out and --routing-from-trace name the same file; give two files");
-  }
-  if (o.prefetch_accuracy >= 0 && o.routing_from_trace.empty()) {
-    return absl::InvalidArgumentError(
-        "--prefetch-accuracy goes with --routing-from-trace (it degrades the trace's own next "
-        "layer; without a trace the next layer's router predicts)");
-  }
+  if (absl::Status s = CheckTraceFlagsAgree(o); !s.ok()) return s;
   return absl::OkStatus();
 }
 
