@@ -129,6 +129,45 @@ absl::StatusOr<uint64_t> CudaMoeBlock::ResizeExpertCache(uint64_t pool_bytes) {
   return cache_->Resize(pool_bytes, ctx_.stream());
 }
 
+absl::Status CudaMoeBlock::EnqueueRouterPrediction(int layer, int n) {
+  // The next layer's router on the same hidden state: its choice is
+  // usually close to the one that layer will make, early enough to start
+  // the copies during this layer's experts.
+  const CudaMoeWeights& next = layers_[static_cast<size_t>(layer) + 1];
+  const int n_embd = hp_.n_embd;
+  const int n_slots = n * hp_.n_expert_used;
+  auto* stream = static_cast<cudaStream_t>(ctx_.stream());
+  MOETIER_RETURN_IF_ERROR(
+      cuda::RmsNorm(batch_.x, next.ffn_norm, n, n_embd, hp_.rms_eps, pred_xn_, ctx_.stream()));
+  MOETIER_RETURN_IF_ERROR(ctx_.MatMul(next.router, pred_xn_, n, pred_logits_));
+  MOETIER_RETURN_IF_ERROR(cuda::RouterTopK(pred_logits_, n, hp_.n_expert, hp_.n_expert_used,
+                                           hp_.router.renormalize, pred_probs_, pred_ids_,
+                                           pred_weights_, ctx_.stream()));
+  return CudaCall(
+      cudaMemcpyAsync(host_pred_ids_, pred_ids_, static_cast<size_t>(n_slots) * sizeof(int32_t),
+                      cudaMemcpyDeviceToHost, stream),
+      "copying the predicted choice to the host");
+}
+
+absl::Status CudaMoeBlock::PredictWithOverride(int layer, int n, int pos0) {
+  const RoutingBatch next{.layer = layer + 1,
+                          .n_layer = hp_.n_layer,
+                          .n_expert = hp_.n_expert,
+                          .top_k = hp_.n_expert_used,
+                          .pos0 = pos0,
+                          .n_tokens = n,
+                          .experts = {},
+                          .weights = {}};
+  const std::span<int32_t> guess(host_pred_ids_, static_cast<size_t>(n) * hp_.n_expert_used);
+  if (config_.routing_override->PredictNext(next, guess)) {
+    return CheckOverriddenExperts(next, guess);
+  }
+  // The override leaves the guess to the router. The router's choice is
+  // copied already, so this costs one more wait.
+  MOETIER_RETURN_IF_ERROR(EnqueueRouterPrediction(layer, n));
+  return ctx_.Sync("the predicted router");
+}
+
 absl::Status CudaMoeBlock::RouteAndGroup(int layer, int n, int pos0, bool predict) {
   const CudaMoeWeights& l = layers_[static_cast<size_t>(layer)];
   const int n_embd = hp_.n_embd;
@@ -161,22 +200,11 @@ absl::Status CudaMoeBlock::RouteAndGroup(int layer, int n, int pos0, bool predic
                         stream),
         "copying the router's weights to the host"));
   }
-  if (predict) {
-    // The next layer's router on the same hidden state: its choice is
-    // usually close to the one that layer will make, early enough to start
-    // the copies during this layer's experts. A routing override is not
-    // asked (it answers once per layer, when the layer runs), so while a
-    // trace is replayed this predicts the router, not the trace.
-    const CudaMoeWeights& next = layers_[static_cast<size_t>(layer) + 1];
-    MOETIER_RETURN_IF_ERROR(
-        cuda::RmsNorm(batch_.x, next.ffn_norm, n, n_embd, hp_.rms_eps, pred_xn_, ctx_.stream()));
-    MOETIER_RETURN_IF_ERROR(ctx_.MatMul(next.router, pred_xn_, n, pred_logits_));
-    MOETIER_RETURN_IF_ERROR(cuda::RouterTopK(pred_logits_, n, n_expert, top_k, hp_.router.renormalize, pred_probs_,
-                                             pred_ids_, pred_weights_, ctx_.stream()));
-    MOETIER_RETURN_IF_ERROR(CudaCall(
-        cudaMemcpyAsync(host_pred_ids_, pred_ids_, static_cast<size_t>(n_slots) * sizeof(int32_t),
-                        cudaMemcpyDeviceToHost, stream),
-        "copying the predicted choice to the host"));
+  // While a trace is replayed the override predicts the next layer from the
+  // trace (asked once this layer's own choice is in, below); the router's
+  // guess would predict random weights, not the trace.
+  if (predict && config_.routing_override == nullptr) {
+    MOETIER_RETURN_IF_ERROR(EnqueueRouterPrediction(layer, n));
   }
   MOETIER_RETURN_IF_ERROR(ctx_.Sync("the router"));
   for (int i = 0; i < n_slots; ++i) {
@@ -192,6 +220,9 @@ absl::Status CudaMoeBlock::RouteAndGroup(int layer, int n, int pos0, bool predic
   // An override's ids are checked there: from here every id is a valid
   // expert.
   if (hooks) MOETIER_RETURN_IF_ERROR(ApplyRoutingHooks(layer, n, pos0));
+  if (predict && config_.routing_override != nullptr) {
+    MOETIER_RETURN_IF_ERROR(PredictWithOverride(layer, n, pos0));
+  }
 
   // Group the (token, choice) pairs by expert, experts ascending. From here
   // until the next layer's Sync the device may still read host_slot_rows_

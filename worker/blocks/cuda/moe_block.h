@@ -19,8 +19,8 @@
 // CPU block: the override's choice replaces the router's for everything
 // that follows, mixed with the router's probabilities of the chosen experts
 // weighted as the router weights its own choice; the observer sees the
-// choice used. The cache's prefetch still predicts from the next layer's
-// router, so while a trace is replayed it predicts the router, not the trace.
+// choice used. The cache's prefetch takes the override's guess of the next
+// layer (a replayed trace's own) where it gives one, else that layer's router.
 #pragma once
 
 #include <cstdint>
@@ -126,6 +126,12 @@ class CudaMoeBlock {
   // predicted choice into host_pred_ids_.
   absl::Status RouteAndGroup(int layer, int n, int pos0, bool predict);
   absl::Status ApplyRoutingHooks(int layer, int n, int pos0);
+  // The next layer's router on this layer's input, copied to host_pred_ids_
+  // (enqueued; read after the next Sync).
+  absl::Status EnqueueRouterPrediction(int layer, int n);
+  // The override's guess of the next layer into host_pred_ids_, else the
+  // router's.
+  absl::Status PredictWithOverride(int layer, int n, int pos0);
   // One expert's products on grouped rows [off, off + count).
   absl::Status LaunchExpert(int layer, const void* gate, const void* up, const void* down,
                             int64_t off, int64_t count);
