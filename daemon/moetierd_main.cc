@@ -23,6 +23,7 @@
 #include "frontdoor/moetier_service.h"
 #include "frontdoor/status_report.h"
 #include "gguf/gguf_reader.h"
+#include "heat/heat_keeper.h"
 #include "http/http_api.h"
 #include "io/io_backend_factory.h"
 #include "log/daemon_log.h"
@@ -120,6 +121,15 @@ int Run(const DaemonConfig& config) {
           manifest->shard_paths.size(), FormatBytes(manifest->total_expert_bytes),
           FormatBytes(manifest->dense_bytes), manifest->fingerprint);
 
+  HeatKeeperOptions heat_options;
+  heat_options.state_directory = ResolveStateDirectory(config, std::getenv("STATE_DIRECTORY"));
+  heat_options.fingerprint = manifest->fingerprint;
+  heat_options.n_layer = hp.n_layer;
+  heat_options.n_expert = hp.n_expert;
+  heat_options.top_k = std::max<uint32_t>(1, hp.n_expert_used);
+  HeatKeeper heat(std::move(heat_options));
+  LogInfo("heat profile: %s", heat.Describe());
+
   SupervisorOptions supervisor_options;
   supervisor_options.worker_executable_path = worker_path;
   supervisor_options.control_socket_path = config.worker_socket_path();
@@ -167,6 +177,10 @@ int Run(const DaemonConfig& config) {
   store_options.segment.huge_pages = config.huge_pages();
   store_options.progress_log_interval_ms = config.preload_progress_interval_ms();
   store_options.preload_bytes_per_s = config.preload_bytes_per_s();
+  if (config.warm_start() && heat.started_from().has_value()) {
+    store_options.warm_ranks = WarmRanks(*heat.started_from());
+    store_options.warm_order = HottestFirst(*heat.started_from());
+  }
   store_options.on_startup_progress = [extend_usec](const StartupProgress& p) {
     NotifySystemd(StartupProgressMessage(p.phase, p.done_bytes, p.total_bytes, extend_usec));
   };
@@ -182,6 +196,7 @@ int Run(const DaemonConfig& config) {
   (*supervisor)->Start(store->get());
 
   StatusReporter reporter(config, store->get(), supervisor->get(), &scheduler);
+  reporter.set_heat_keeper(&heat);
   RequestMetrics request_metrics;
   const int32_t n_vocab = static_cast<int32_t>(manifest->hparams.n_vocab);
   HttpModel http_model;
@@ -265,6 +280,17 @@ int Run(const DaemonConfig& config) {
   const std::optional<uint64_t> watchdog_ping_usec = WatchdogPingIntervalUsec(
       std::getenv("WATCHDOG_USEC"), std::getenv("WATCHDOG_PID"), getpid());
   uint64_t watchdog_ping_ns = 0;
+  const uint64_t heat_save_interval_ns = uint64_t{config.heat_profile_save_interval_s()} * 1'000'000'000;
+  uint64_t next_heat_save_ns = store::MonotonicNowNs() + heat_save_interval_ns;
+  const auto save_heat = [&heat, &store]() {
+    heat.Absorb((*store)->RoutedTotals());
+    if (absl::Status saved = heat.Save(); !saved.ok()) {
+      LogWarning("cannot save the heat profile (the daemon goes on without it): %s",
+                 saved.message());
+      return false;
+    }
+    return true;
+  };
   bool ready_sent = false;
   bool serving = false;
   int exit_code = 0;
@@ -294,6 +320,10 @@ int Run(const DaemonConfig& config) {
         watchdog_ping_ns = now;
       }
     }
+    if (heat_save_interval_ns > 0 && store::MonotonicNowNs() >= next_heat_save_ns) {
+      save_heat();
+      next_heat_save_ns = store::MonotonicNowNs() + heat_save_interval_ns;
+    }
     // Healthy once requests can be computed: the store is ready and a
     // worker has loaded the model.
     const bool can_serve = ready_sent && scheduler.ReadyLimits().has_value();
@@ -320,6 +350,10 @@ int Run(const DaemonConfig& config) {
   (*api)->Shutdown();
   scheduler.Shutdown();
   (*supervisor)->Stop();
+  // After the workers: every routed count is in.
+  if (!heat.path().empty() && save_heat()) {
+    LogInfo("heat profile saved to %s (%.0f tokens)", heat.path(), heat.Current().tokens);
+  }
   (*store)->Stop();
   LogInfo("stopped");
   return exit_code;

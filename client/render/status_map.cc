@@ -218,6 +218,7 @@ std::string RenderStatusMap(const v1::Status& status, const MapStyle& style) {
   }
   line("store", store);
   line("uptime", FormatDuration(status.uptime_s()));
+  if (!status.heat_profile().empty()) line("heat", status.heat_profile());
   out.push_back('\n');
 
   // --- the map ---------------------------------------------------------------

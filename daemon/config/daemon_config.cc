@@ -87,6 +87,14 @@ constexpr FlagDoc kFlags[] = {
      "Read at most this much per second while preloading (and copying the dense weights), "
      "e.g. 500MiB, so a desktop stays responsive; demand reads are never held back. 0: as "
      "fast as the disk goes."},
+    {"state_directory", "PATH",
+     "Where the heat profile (per-expert use, per model) is kept across restarts. Default: "
+     "$STATE_DIRECTORY (systemd's StateDirectory=, /var/lib/moetier), else nothing is kept."},
+    {"heat_profile_save_interval_s", "S",
+     "Seconds between saves of the heat profile; it is saved at shutdown too. 0: only then."},
+    {"warm_start", "BOOL",
+     "Fill the RAM cache and the workers' expert caches with the saved profile's hottest "
+     "experts at start."},
     {"api_socket_mode", "OCTAL", "Permissions of the API socket."},
     {"api_socket_group", "GROUP",
      "Group owning the API socket; its members may use the API. Empty or missing: the "
@@ -386,6 +394,13 @@ absl::Status ValidateDaemonConfig(const DaemonConfig& c) {
   if (c.http_max_body_bytes() < 4096) {
     return Invalid("http_max_body_bytes is %d; it must be at least 4096", c.http_max_body_bytes());
   }
+  if (!c.state_directory().empty() && c.state_directory().front() != '/') {
+    return Invalid("state_directory '%s' is not an absolute path", c.state_directory());
+  }
+  if (c.heat_profile_save_interval_s() > 86400) {
+    return Invalid("heat_profile_save_interval_s is %d; at most 86400 (a day)",
+                   c.heat_profile_save_interval_s());
+  }
   if (c.worker_restart_backoff_initial_ms() > c.worker_restart_backoff_max_ms()) {
     return Invalid("worker_restart_backoff_initial_ms (%d) is above "
                    "worker_restart_backoff_max_ms (%d)",
@@ -407,6 +422,15 @@ std::string FieldNameOfFlag(std::string_view flag) {
 }
 
 }  // namespace
+
+std::string ResolveStateDirectory(const DaemonConfig& config, const char* state_directory_env) {
+  if (!config.state_directory().empty()) return config.state_directory();
+  if (state_directory_env == nullptr) return {};
+  // systemd joins several StateDirectory= entries with ':'.
+  const std::string_view env(state_directory_env);
+  const std::string_view first = env.substr(0, env.find(':'));
+  return !first.empty() && first.front() == '/' ? std::string(first) : std::string();
+}
 
 absl::StatusOr<DaemonCommandLine> ParseDaemonCommandLine(const std::vector<std::string>& args) {
   struct Flag {

@@ -38,6 +38,11 @@ absl::StatusOr<DaemonCommandLine> ParseDaemonCommandLine(const std::vector<std::
 // unless it is an octal number within 0777.
 absl::StatusOr<unsigned> ParseSocketMode(std::string_view octal);
 
+// state_directory, or where it is unset, the first entry of systemd's
+// $STATE_DIRECTORY (`state_directory_env`, null when unset); empty when
+// neither names one.
+std::string ResolveStateDirectory(const DaemonConfig& config, const char* state_directory_env);
+
 // The --help text: every flag, its default and its meaning.
 std::string DaemonUsage();
 

@@ -69,6 +69,7 @@ v1::Status StatusReporter::Build() {
   Fill(stats.vram, out.mutable_vram());
   const uint64_t now = store::MonotonicNowNs();
   out.set_uptime_s((now - start_ns_) / 1e9);
+  if (heat_keeper_ != nullptr) out.set_heat_profile(heat_keeper_->Describe());
 
   // Heat: an exponentially decaying count of acquires per expert.
   const std::vector<ExpertStore::ExpertUse> uses = store_->ExpertUses();

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "config/daemon_config.h"
+#include "heat/heat_keeper.h"
 #include "moetier/v1/moetier.pb.h"
 #include "scheduler/request_scheduler.h"
 #include "stats/daemon_stats.h"
@@ -23,6 +24,10 @@ class StatusReporter {
   StatusReporter(const DaemonConfig& config, const ExpertStore* store,
                  const WorkerSupervisor* supervisor, const RequestScheduler* scheduler);
 
+  // Where the heat profile came from, for Status.heat_profile; must outlive
+  // the reporter. Call before the first Build.
+  void set_heat_keeper(const HeatKeeper* keeper) { heat_keeper_ = keeper; }
+
   // Thread-safe. Heat decays between calls: an expert's heat is an
   // exponentially weighted rate of acquires (half-life kHeatHalfLifeS),
   // scaled so the hottest expert of the model is 1.
@@ -35,6 +40,7 @@ class StatusReporter {
   const ExpertStore* store_;
   const WorkerSupervisor* supervisor_;
   const RequestScheduler* scheduler_;
+  const HeatKeeper* heat_keeper_ = nullptr;
   std::mutex mutex_;
   DaemonStatsCollector collector_;
   uint64_t start_ns_ = 0;

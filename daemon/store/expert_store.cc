@@ -27,6 +27,7 @@ constexpr uint8_t kQueuedPrefetch = 2;
 constexpr int kSourceDemand = 0;
 constexpr int kSourcePrefetch = 1;
 constexpr int kSourcePreload = 2;
+constexpr int kSourceWarm = 3;
 // How long the service thread waits for reads before it looks at the rings
 // again, and how long it sleeps when there is nothing to do.
 constexpr int64_t kIoPollNs = 500'000;
@@ -95,6 +96,10 @@ absl::StatusOr<std::unique_ptr<ExpertStore>> ExpertStore::Create(
   s->io_ = std::move(io);
   s->n_entries_ = manifest.n_layer * manifest.n_expert;
 
+  if (!options.warm_ranks.empty() && options.warm_ranks.size() != s->n_entries_) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "%d warm ranks for a model of %d experts", options.warm_ranks.size(), s->n_entries_));
+  }
   for (const ManifestLayer& layer : manifest.layers) {
     s->reads_per_load_max_ =
         std::max(s->reads_per_load_max_, static_cast<uint32_t>(layer.sources.size()));
@@ -206,6 +211,9 @@ void ExpertStore::WriteHeaderAndTables() {
       x.state = StateValue(ExpertState::kOnDisk);
       x.slot = store::kNoSlot;
       if (!manifest_.HasExperts(l)) continue;
+      if (!options_.warm_ranks.empty()) {
+        x.warm_rank = options_.warm_ranks[store::ExpertIndex(l, e, manifest_.n_expert)];
+      }
       const ExpertPlacement p = PlaceExpert(manifest_, l, e);
       x.span_bytes = static_cast<uint32_t>(p.span_bytes);
       for (int i = 0; i < 3; ++i) x.slice_offset[i] = p.slice_offset[i];
@@ -368,6 +376,13 @@ void ExpertStore::Start() {
     }
   } else {
     SetPhase(store::DaemonPhase::kReady);
+    if (!options_.warm_order.empty()) {
+      warming_.store(true);
+      warm_start_ns_ = store::MonotonicNowNs();
+      LogInfo("warming the expert cache: the %d hottest experts of the heat profile first, "
+              "while requests are served",
+              std::min<size_t>(options_.warm_order.size(), plan_.n_slot));
+    }
   }
   running_.store(true);
   service_ = std::thread([this] { ServiceLoop(); });
@@ -424,6 +439,14 @@ uint64_t ExpertStore::ResidentExpertBytes() const {
     }
   }
   return bytes;
+}
+
+std::vector<uint64_t> ExpertStore::RoutedTotals() const {
+  std::vector<uint64_t> totals(n_entries_);
+  for (uint32_t i = 0; i < n_entries_; ++i) {
+    totals[i] = Shared(entries_[i].routed).load(std::memory_order_relaxed);
+  }
+  return totals;
 }
 
 std::vector<ExpertStore::ExpertUse> ExpertStore::ExpertUses() const {
@@ -554,8 +577,8 @@ void ExpertStore::ServiceLoop() {
     if (io_->in_flight() == 0) {
       const bool preload_more =
           preloading_ && preload_cursor_ < n_entries_ && preload_delay_ns_ == 0;
-      const bool more =
-          !stalled && (!demand_queue_.empty() || !prefetch_queue_.empty() || preload_more);
+      const bool more = !stalled && (!demand_queue_.empty() || !prefetch_queue_.empty() ||
+                                     preload_more || warming_.load(std::memory_order_relaxed));
       const int64_t wait_ns =
           stalled ? kStalledWaitNs
                   : std::min<int64_t>(kIdleWaitNs, preload_delay_ns_ > 0
@@ -660,6 +683,21 @@ bool ExpertStore::NextExpert(uint32_t* expert, int* source) {
   };
   if (from(demand_queue_, kQueuedDemand, kSourceDemand)) return true;
   if (from(prefetch_queue_, kQueuedPrefetch, kSourcePrefetch)) return true;
+  // A warm start takes free slots only: it never evicts what demand read.
+  while (warming_.load(std::memory_order_relaxed)) {
+    if (warm_cursor_ >= options_.warm_order.size() || free_slots_.empty()) {
+      FinishWarmStart();
+      break;
+    }
+    const uint32_t x = options_.warm_order[warm_cursor_];
+    if (x < n_entries_ && manifest_.HasExperts(x / manifest_.n_expert) &&
+        State(entry(x)) == StateValue(ExpertState::kOnDisk) && books_[x].load < 0) {
+      *expert = x;
+      *source = kSourceWarm;
+      return true;
+    }
+    ++warm_cursor_;
+  }
   while (preloading_ && preload_cursor_ < n_entries_) {
     const uint32_t x = preload_cursor_;
     if (manifest_.HasExperts(x / manifest_.n_expert) &&
@@ -697,12 +735,14 @@ bool ExpertStore::StartLoads() {
     } else if (source == kSourcePrefetch) {
       books_[x].queued &= static_cast<uint8_t>(~kQueuedPrefetch);
       prefetch_queue_.pop();
+    } else if (source == kSourceWarm) {
+      ++warm_cursor_;
     } else {
       if (!LockPreloadSlot(*slot)) break;
       preload_limiter_->Consume(entry(x).span_bytes, store::MonotonicNowNs());
       ++preload_cursor_;
     }
-    BeginLoad(x, *slot, source == kSourcePrefetch);
+    BeginLoad(x, *slot, source);
   }
   return false;
 }
@@ -745,7 +785,20 @@ bool ExpertStore::TryEvictSlot(uint32_t slot) {
   return true;
 }
 
-void ExpertStore::BeginLoad(uint32_t x, uint32_t slot, bool prefetch) {
+void ExpertStore::FinishWarmStart() {
+  warming_.store(false, std::memory_order_relaxed);
+  const store::StoreCounters c = counters();
+  LogInfo("warm start: read %d of the heat profile's hottest experts in %.1f s%s", c.warm_loads,
+          Seconds(store::MonotonicNowNs() - warm_start_ns_),
+          free_slots_.empty() && warm_cursor_ < options_.warm_order.size()
+              ? " (every slot taken; the colder rest waits for demand)"
+              : "");
+}
+
+void ExpertStore::BeginLoad(uint32_t x, uint32_t slot, int source) {
+  // Speculative loads (hints, the warm start) have to earn their first
+  // reference; see FinishLoad.
+  const bool prefetch = source == kSourcePrefetch || source == kSourceWarm;
   MOETIER_CHECK(!free_loads_.empty());
   const uint32_t li = free_loads_.back();
   free_loads_.pop_back();
@@ -759,7 +812,8 @@ void ExpertStore::BeginLoad(uint32_t x, uint32_t slot, bool prefetch) {
   books_[x].load = static_cast<int32_t>(li);
   slot_owner_[slot] = x;
   Shared(entry(x).state).store(StateValue(ExpertState::kLoading), std::memory_order_seq_cst);
-  if (prefetch) Bump(header_->counters.prefetch_loads);
+  if (source == kSourcePrefetch) Bump(header_->counters.prefetch_loads);
+  if (source == kSourceWarm) Bump(header_->counters.warm_loads);
   const store::SlotDesc& slot_desc = plan_.slots[slot];
   MOETIER_CHECK(slot_desc.capacity_bytes >= load.placement.span_bytes);
   // Straight into the slot: nobody reads it before it is published.

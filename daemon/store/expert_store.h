@@ -58,6 +58,13 @@ struct ExpertStoreOptions {
   // Called with each progress line (on the creating thread during Create,
   // then on the service thread), e.g. for systemd's STATUS=.
   std::function<void(const StartupProgress&)> on_startup_progress;
+  // The heat profile's view of the experts ([layer * n_expert + expert]),
+  // both empty without one. warm_ranks (1: the hottest of its layer, 0:
+  // unused) goes into the expert table for the workers' own warm starts;
+  // a cache reads warm_order (hottest first) into its free slots at start,
+  // behind every demand read and prefetch hint.
+  std::vector<uint32_t> warm_ranks;
+  std::vector<uint32_t> warm_order;
   // The cache's replacement policy; CLOCK when unset.
   std::function<std::unique_ptr<ReplacementPolicy>(uint32_t n_slot)> make_policy;
 };
@@ -111,6 +118,11 @@ class ExpertStore {
     uint64_t acquires = 0;
   };
   std::vector<ExpertUse> ExpertUses() const;
+  // Per expert, the token rows workers routed to it (ExpertEntry.routed)
+  // since the store was created: what the heat profile takes in.
+  std::vector<uint64_t> RoutedTotals() const;
+  // True while a cache is still reading its warm start.
+  bool warming() const { return warming_.load(std::memory_order_relaxed); }
   // A copy of worker `index`'s status page, each field read atomically.
   // Precondition: index < store::kMaxWorkers.
   store::WorkerStatusPage WorkerStatus(uint32_t index) const;
@@ -160,7 +172,8 @@ class ExpertStore {
   bool StartLoads();  // returns true when a load waits because every slot is pinned
   bool NextExpert(uint32_t* expert, int* source);
   std::optional<uint32_t> AcquireSlot(uint32_t expert);
-  void BeginLoad(uint32_t expert, uint32_t slot, bool prefetch);
+  void BeginLoad(uint32_t expert, uint32_t slot, int source);
+  void FinishWarmStart();
   void ReapReads(int64_t timeout_ns);
   void FinishLoad(uint32_t load_index);
   bool TryEvictSlot(uint32_t slot);
@@ -196,6 +209,9 @@ class ExpertStore {
   FixedQueue prefetch_queue_;
   uint32_t preload_cursor_ = 0;
   bool preloading_ = false;
+  size_t warm_cursor_ = 0;  // into options_.warm_order
+  uint64_t warm_start_ns_ = 0;
+  std::atomic<bool> warming_{false};
   bool stalled_ = false;
   WorkerBook workers_[store::kMaxWorkers];
   uint64_t preload_start_ns_ = 0;

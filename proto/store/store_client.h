@@ -119,6 +119,17 @@ class StoreClient {
   // request ring is full (the hint is dropped; nothing else happens).
   absl::Status Prefetch(uint32_t layer, uint32_t expert);
 
+  // Counts one token row routed to the expert (ExpertEntry.routed), hit or
+  // miss, for the daemon's heat profile. Ids must be in range.
+  void CountRouted(uint32_t layer, uint32_t expert) {
+    Shared(entry(layer, expert).routed).fetch_add(1, std::memory_order_relaxed);
+  }
+  // The expert's place in its layer by the daemon's heat profile (1: the
+  // hottest; 0: unknown). Ids must be in range.
+  uint32_t warm_rank(uint32_t layer, uint32_t expert) const {
+    return entry(layer, expert).warm_rank;
+  }
+
   // Stamps this worker's heartbeat; the daemon restarts workers that stop.
   void Heartbeat();
 

@@ -27,6 +27,9 @@
 //     (transitions kOnDisk -> kLoading -> kResident -> kEvicting -> kOnDisk);
 //   - ExpertEntry.pins[w]: worker w (+1 on acquire, -1 on release); the daemon
 //     zeroes them only after worker w has exited;
+//   - ExpertEntry.routed: every worker (relaxed adds); the daemon reads it
+//     into the heat profile;
+//   - ExpertEntry.warm_rank: the daemon, before the first worker attaches;
 //   - request ring: produced by the worker, consumed by the daemon;
 //     completion ring: the other way round;
 //   - status page: identity by the daemon at attach, the rest by the worker.
@@ -55,8 +58,9 @@ inline constexpr uint64_t kSegmentMagic = 0x524F545354454F4DULL;
 // control protocol's messages mean (moetier/worker/v1/control.proto): the
 // worker's join (worker_channel.h) and attach refuse other versions, so a
 // daemon and a worker from different builds never talk. 3: the control
-// protocol's sampling settings are exact, every field present.
-inline constexpr uint32_t kLayoutVersion = 3;
+// protocol's sampling settings are exact, every field present. 4: experts
+// count their routed token rows and carry the heat profile's warm rank.
+inline constexpr uint32_t kLayoutVersion = 4;
 
 inline constexpr uint32_t kMaxLayers = 128;
 inline constexpr uint32_t kMaxExpertsPerLayer = 512;
@@ -184,7 +188,14 @@ struct alignas(64) ExpertEntry {
   uint64_t evictions;
   uint64_t prefetch_hints;  // prefetch requests received for it
   uint64_t load_errors;
-  uint64_t reserved1[2];
+  // Token rows the router sent to this expert, over every worker, whether
+  // or not a cache held it: the use the heat profile learns from.
+  uint64_t routed;
+  // Its place among its layer's experts in the heat profile the daemon
+  // started with: 1 for the hottest, 0 when the profile has no use of it
+  // (or there is no profile). A worker fills its cache in this order.
+  uint32_t warm_rank;
+  uint32_t reserved1;
 };
 static_assert(sizeof(ExpertEntry) == 128);
 static_assert(alignof(ExpertEntry) == 64);
@@ -195,6 +206,8 @@ static_assert(offsetof(ExpertEntry, slice_offset) == 20);
 static_assert(offsetof(ExpertEntry, pins) == 32);
 static_assert(offsetof(ExpertEntry, hits) == 64);
 static_assert(offsetof(ExpertEntry, load_errors) == 104);
+static_assert(offsetof(ExpertEntry, routed) == 112);
+static_assert(offsetof(ExpertEntry, warm_rank) == 120);
 
 struct SlotDesc {
   uint64_t offset;          // from the segment start; a multiple of kSlotAlignmentBytes
@@ -320,7 +333,8 @@ struct StoreCounters {
   uint64_t short_reads;
   uint64_t stalls_all_pinned;    // a load waited because every slot was pinned
   uint64_t requests_rejected;
-  uint64_t reserved[2];
+  uint64_t warm_loads;           // loads of a cache's warm start (hottest first)
+  uint64_t reserved;
 };
 static_assert(sizeof(StoreCounters) == 128);
 

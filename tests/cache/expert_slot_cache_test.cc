@@ -251,6 +251,61 @@ TEST(ExpertSlotCacheTest, StaticPlacementKeepsDeviceLayersWholeAndHostLayersOnTh
   EXPECT_EQ(cache->stats().misses_on_host, 2u);
 }
 
+// Ranks of the 3 x 8 experts: layer 0 ranks 1..8 over experts 7..0, layer
+// 1 knows only expert 4, layer 2 nothing.
+std::vector<uint32_t> SampleRanks() {
+  std::vector<uint32_t> ranks(24, 0);
+  for (uint32_t e = 0; e < 8; ++e) ranks[e] = 8 - e;
+  ranks[8 + 4] = 1;
+  return ranks;
+}
+
+TEST(ExpertSlotCacheTest, AWarmStartFillsEachLayersBudgetWithItsHottestExperts) {
+  for (const ExpertPolicyKind kind : AllExpertPolicyKinds()) {
+    ExpertSlotCacheOptions o = Options(9);  // 3 slots per layer
+    o.policy = kind;
+    std::unique_ptr<ExpertSlotCache> cache = Make(o);
+    ASSERT_NE(cache, nullptr);
+    SCOPED_TRACE(cache->Describe());
+    const std::vector<SlotFill> fills = cache->WarmFills(SampleRanks());
+    ASSERT_EQ(fills.size(), 4u);
+    std::set<int32_t> slots;
+    for (const SlotFill& f : fills) slots.insert(f.slot);
+    EXPECT_EQ(slots.size(), 4u) << "each fill has a slot of its own";
+    // Layer 0: its three hottest, the coldest of them admitted first.
+    EXPECT_EQ(fills[0].layer, 0u);
+    EXPECT_EQ(fills[0].expert, 5u);
+    EXPECT_EQ(fills[1].expert, 6u);
+    EXPECT_EQ(fills[2].expert, 7u);
+    EXPECT_EQ(fills[3].layer, 1u);
+    EXPECT_EQ(fills[3].expert, 4u);
+    for (uint32_t e = 0; e < 8; ++e) EXPECT_EQ(cache->Resident(0, e), e >= 5) << e;
+    EXPECT_EQ(cache->stats().warm_fills, 4u);
+    EXPECT_EQ(cache->stats().bytes_filled, 3u * 900u + 1000u);
+    // The warm experts are hits; a miss in the full layer evicts one of
+    // them, never an expert of another layer.
+    const std::vector<ExpertPlacement> p = Token(*cache, 0, {7, 0});
+    EXPECT_FALSE(p[0].fill);
+    EXPECT_EQ(p[0].slot, fills[2].slot);
+    EXPECT_TRUE(p[1].fill);
+    EXPECT_EQ(cache->stats().hits, 1u);
+    EXPECT_EQ(cache->stats().evictions, 1u);
+    EXPECT_TRUE(cache->Resident(1, 4));
+    // Warming again finds layer 0 full and nothing more ranked elsewhere.
+    EXPECT_TRUE(cache->WarmFills(SampleRanks()).empty());
+  }
+}
+
+TEST(ExpertSlotCacheTest, NoRanksOrStaticPlacementMeansNoWarmStart) {
+  EXPECT_TRUE(Make(Options(9))->WarmFills({}).empty());
+  EXPECT_TRUE(Make(Options(9))->WarmFills(std::vector<uint32_t>(24, 0)).empty());
+  ExpertSlotCacheOptions o = Options(16);
+  o.static_host_layers = 1;
+  std::unique_ptr<ExpertSlotCache> cache = Make(o);
+  ASSERT_NE(cache, nullptr);
+  EXPECT_TRUE(cache->WarmFills(SampleRanks()).empty());
+}
+
 TEST(ExpertSlotCacheTest, ADiscardedFillIsNoLongerResident) {
   std::unique_ptr<ExpertSlotCache> cache = Make(Options(6));
   Token(*cache, 1, {2, 3});

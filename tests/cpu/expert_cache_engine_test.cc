@@ -4,9 +4,11 @@
 // static placement, the logits are bit for bit those of the engine reading
 // the mapping. The counters must add up, and a failing expert source must
 // leave no half-filled slot behind.
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -55,6 +57,34 @@ class FlakySource final : public ExpertWeightSource {
   ExpertWeightSource& inner_;
   int fail_at_ = 0;
   int calls_ = 0;
+};
+
+// The mapping, ranked like a daemon's heat profile, counting what the
+// cache in front of it passes on of the router's choice.
+class RankedSource final : public ExpertWeightSource {
+ public:
+  RankedSource(ExpertWeightSource& inner, int n_expert, std::vector<uint32_t> ranks)
+      : inner_(inner), n_expert_(n_expert), ranks_(std::move(ranks)) {}
+  absl::Status Acquire(int layer, std::span<const int32_t> experts,
+                       std::span<ExpertMatrices> out) override {
+    return inner_.Acquire(layer, experts, out);
+  }
+  void Release(int layer) override { inner_.Release(layer); }
+  int max_experts_held() const override { return inner_.max_experts_held(); }
+  void Route(int layer, std::span<const int32_t> topk_ids) override {
+    (void)layer;
+    routed_rows_ += topk_ids.size();
+  }
+  uint32_t WarmRank(int layer, int expert) const override {
+    return ranks_.empty() ? 0 : ranks_[static_cast<size_t>(layer) * n_expert_ + expert];
+  }
+  uint64_t routed_rows() const { return routed_rows_; }
+
+ private:
+  ExpertWeightSource& inner_;
+  int n_expert_;
+  std::vector<uint32_t> ranks_;
+  uint64_t routed_rows_ = 0;
 };
 
 class ExpertCacheEngineTest : public ::testing::Test {
@@ -181,6 +211,68 @@ TEST_F(ExpertCacheEngineTest, EveryDynamicSettingGivesTheSameLogitsBitForBit) {
       }
     }
   }
+}
+
+TEST_F(ExpertCacheEngineTest, AWarmStartGivesTheSameLogitsAndMoreHits) {
+  const int n_layer = model_->hparams.n_layer;
+  const int n_expert = model_->hparams.n_expert;
+  // Rank each layer's experts by how often this very input routes to them,
+  // as a heat profile of earlier use would.
+  MappedExpertSource mapped(model_->weights);
+  std::vector<uint64_t> uses(static_cast<size_t>(n_layer) * n_expert, 0);
+  {
+    class Counting final : public ExpertWeightSource {
+     public:
+      Counting(ExpertWeightSource& inner, std::vector<uint64_t>& uses, int n_expert)
+          : inner_(inner), uses_(uses), n_expert_(n_expert) {}
+      absl::Status Acquire(int layer, std::span<const int32_t> experts,
+                           std::span<ExpertMatrices> out) override {
+        return inner_.Acquire(layer, experts, out);
+      }
+      void Release(int layer) override { inner_.Release(layer); }
+      int max_experts_held() const override { return inner_.max_experts_held(); }
+      void Route(int layer, std::span<const int32_t> ids) override {
+        for (const int32_t e : ids) ++uses_[static_cast<size_t>(layer) * n_expert_ + e];
+      }
+
+     private:
+      ExpertWeightSource& inner_;
+      std::vector<uint64_t>& uses_;
+      int n_expert_;
+    } counting(mapped, uses, n_expert);
+    EXPECT_TRUE(SameBits(Run(&counting), *baseline_));
+  }
+  std::vector<uint32_t> ranks(uses.size(), 0);
+  for (int l = 0; l < n_layer; ++l) {
+    std::vector<int> order(static_cast<size_t>(n_expert));
+    std::iota(order.begin(), order.end(), 0);
+    const uint64_t* u = uses.data() + static_cast<size_t>(l) * n_expert;
+    std::stable_sort(order.begin(), order.end(), [&](int a, int b) { return u[a] > u[b]; });
+    for (int r = 0; r < n_expert && u[order[r]] > 0; ++r) {
+      ranks[static_cast<size_t>(l) * n_expert + order[r]] = static_cast<uint32_t>(r + 1);
+    }
+  }
+  HostSlotCacheOptions options;
+  options.pool_bytes = FullPoolBytes(Geometry()) / 4;
+  options.prefetch = false;
+  RankedSource cold_inner(mapped, n_expert, {});
+  std::unique_ptr<SlotCachedExpertSource> cold = Cache(cold_inner, options);
+  ASSERT_NE(cold, nullptr);
+  EXPECT_TRUE(SameBits(Run(cold.get()), *baseline_));
+  RankedSource warm_inner(mapped, n_expert, ranks);
+  std::unique_ptr<SlotCachedExpertSource> warm = Cache(warm_inner, options);
+  ASSERT_NE(warm, nullptr);
+  const uint64_t warm_fills = warm->cache().stats().warm_fills;
+  EXPECT_GT(warm_fills, 0u);
+  EXPECT_LE(warm_fills, warm->cache().n_slots());
+  EXPECT_TRUE(SameBits(Run(warm.get()), *baseline_));
+  EXPECT_EQ(cold->cache().stats().warm_fills, 0u);
+  EXPECT_GT(warm->cache().stats().hits, cold->cache().stats().hits);
+  // The router's every choice reaches the source behind the cache.
+  uint64_t routed = 0;
+  for (const uint64_t n : uses) routed += n;
+  EXPECT_EQ(warm_inner.routed_rows(), routed);
+  EXPECT_EQ(cold_inner.routed_rows(), routed);
 }
 
 TEST_F(ExpertCacheEngineTest, StaticPlacementGivesTheSameLogitsBitForBit) {

@@ -65,6 +65,8 @@ class ExpertCacheTest : public ::testing::Test {
     absl::StatusOr<SegmentPlan> full = PlanSegment(manifest_, 0);
     ASSERT_TRUE(full.ok());
     options.ram_budget_bytes = FixedSegmentBytes(manifest_) + slots * full->max_span_bytes;
+    options.warm_ranks = warm_ranks_;
+    options.warm_order = warm_order_;
     absl::StatusOr<std::unique_ptr<ExpertStore>> s =
         ExpertStore::Create(manifest_, std::move(io), options);
     ASSERT_TRUE(s.ok()) << s.status();
@@ -91,6 +93,8 @@ class ExpertCacheTest : public ::testing::Test {
     return model_.experts[layer][expert];
   }
 
+  std::vector<uint32_t> warm_ranks_;  // ExpertStoreOptions' warm start
+  std::vector<uint32_t> warm_order_;
   ScratchDir dir_;
   TestModel model_;
   ModelManifest manifest_;
@@ -228,6 +232,51 @@ TEST_F(ExpertCacheTest, PrefetchHintsAreHonouredAndCounted) {
   // A hint for a resident expert costs no request.
   ASSERT_TRUE(client.Prefetch(1, 3).ok());
   EXPECT_EQ(store_->counters().prefetch_requests, 1u);
+}
+
+TEST_F(ExpertCacheTest, AWarmStartReadsTheHottestExpertsIntoFreeSlotsWithoutARequest) {
+  // Linear ids (layer * 8 + expert), hottest first; 4 slots take the first 4.
+  warm_order_ = {9, 3, 14, 0, 7, 1};
+  warm_ranks_.assign(kLayers * kExperts, 0);
+  warm_ranks_[9] = 1;
+  warm_ranks_[14] = 2;
+  warm_ranks_[3] = 1;
+  StartStore(4);
+  store::StoreClient& client = Client(0);
+  ASSERT_TRUE(WaitFor([&] { return store_->counters().warm_loads == 4 && !store_->warming(); },
+                      kTimeoutMs));
+  ASSERT_TRUE(WaitFor([&] { return store_->counters().resident_experts == 4; }, kTimeoutMs));
+  for (const uint32_t x : {9u, 3u, 14u, 0u}) {
+    EXPECT_EQ(client.state(x / kExperts, x % kExperts), ExpertState::kResident) << x;
+    std::optional<store::ExpertPin> pin = client.TryAcquire(x / kExperts, x % kExperts);
+    ASSERT_TRUE(pin.has_value());
+    EXPECT_TRUE(PinHolds(*pin, Want(x / kExperts, x % kExperts)));
+  }
+  EXPECT_EQ(client.state(0, 7), ExpertState::kOnDisk) << "no slot was free for it";
+  EXPECT_EQ(client.state(0, 1), ExpertState::kOnDisk);
+  const store::StoreCounters c = store_->counters();
+  EXPECT_EQ(c.demand_requests + c.prefetch_requests, 0u);
+  EXPECT_EQ(c.evictions, 0u);
+  // The ranks reach the workers through the table.
+  EXPECT_EQ(client.warm_rank(1, 1), 1u);
+  EXPECT_EQ(client.warm_rank(1, 6), 2u);
+  EXPECT_EQ(client.warm_rank(0, 3), 1u);
+  EXPECT_EQ(client.warm_rank(0, 0), 0u);
+}
+
+TEST_F(ExpertCacheTest, RoutedRowsAreCountedPerExpertForTheHeatProfile) {
+  StartStore(4);
+  store::StoreClient& a = Client(0);
+  store::StoreClient& b = Client(1);
+  a.CountRouted(1, 2);
+  a.CountRouted(1, 2);
+  b.CountRouted(1, 2);
+  b.CountRouted(0, 7);
+  const std::vector<uint64_t> totals = store_->RoutedTotals();
+  ASSERT_EQ(totals.size(), kLayers * kExperts);
+  for (uint32_t i = 0; i < totals.size(); ++i) {
+    EXPECT_EQ(totals[i], i == 10 ? 3u : i == 7 ? 1u : 0u) << i;
+  }
 }
 
 TEST_F(ExpertCacheTest, ReadErrorsFailOnlyTheirExpertAndCorruptNothing) {

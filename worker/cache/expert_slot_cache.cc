@@ -152,6 +152,35 @@ std::vector<SlotFill> ExpertSlotCache::InitialFills() {
   return fills;
 }
 
+std::vector<SlotFill> ExpertSlotCache::WarmFills(std::span<const uint32_t> warm_rank) {
+  std::vector<SlotFill> fills;
+  if (is_static() || warm_rank.empty()) return fills;
+  const uint32_t n_expert = options_.n_expert;
+  MOETIER_CHECK(warm_rank.size() == static_cast<size_t>(options_.n_layer) * n_expert);
+  std::vector<uint32_t> ranked;
+  for (uint32_t l = 0; l < options_.n_layer; ++l) {
+    ranked.clear();
+    for (uint32_t e = 0; e < n_expert; ++e) {
+      if (warm_rank[Index(l, e)] > 0 && !policy_->Resident(l, e)) ranked.push_back(e);
+    }
+    std::sort(ranked.begin(), ranked.end(), [&](uint32_t a, uint32_t b) {
+      return warm_rank[Index(l, a)] < warm_rank[Index(l, b)];
+    });
+    const uint32_t room = policy_->slot_budget(l) - std::min(policy_->slot_budget(l),
+                                                             policy_->resident_count(l));
+    const size_t n = std::min<size_t>(ranked.size(), room);
+    for (size_t i = n; i-- > 0;) {
+      const SlotGrant grant = policy_->Admit(l, ranked[i]);
+      // A free slot is always granted; nothing is evicted for a guess.
+      MOETIER_CHECK(grant.slot != kNoSlot && grant.evicted_layer == kNoLayer);
+      fills.push_back({l, ranked[i], grant.slot});
+      ++stats_.warm_fills;
+      stats_.bytes_filled += options_.expert_bytes[l];
+    }
+  }
+  return fills;
+}
+
 void ExpertSlotCache::Route(uint32_t layer, std::span<const int32_t> topk_ids) {
   MOETIER_CHECK(layer < options_.n_layer && topk_ids.size() % options_.top_k == 0);
   if (is_static()) return;

@@ -96,7 +96,8 @@ struct ExpertSlotCacheStats {
   uint64_t prefetch_used = 0;    // of those, placed before being evicted
   uint64_t prefetch_wasted = 0;  // of those, evicted unused
   uint64_t evictions = 0;
-  uint64_t bytes_filled = 0;     // demand, prefetch and initial fills
+  uint64_t warm_fills = 0;       // fills of the warm start (WarmFills)
+  uint64_t bytes_filled = 0;     // demand, prefetch, initial and warm fills
 };
 
 class ExpertSlotCache {
@@ -124,6 +125,15 @@ class ExpertSlotCache {
   // resident; they must complete before the first forward pass. Empty for a
   // dynamic cache. Counted in bytes_filled.
   std::vector<SlotFill> InitialFills();
+
+  // A dynamic cache's warm start: gives the hottest experts of each layer
+  // (warm_rank[layer * n_expert + expert]: 1 the hottest, 0 unknown) the
+  // free slots of their layer, up to its budget, and returns the fills to
+  // perform, grouped by layer. The coldest of them is admitted first, so a
+  // recency-ordered policy evicts it first. Empty for a static cache or
+  // empty ranks; counted in warm_fills and bytes_filled. A fill that fails
+  // is Discard()ed.
+  std::vector<SlotFill> WarmFills(std::span<const uint32_t> warm_rank);
 
   // The batch's top-k choice at `layer`, token-major (n_tokens * top_k ids).
   // Feeds the replacement policy; call once per layer pass, before Place.

@@ -148,7 +148,10 @@ absl::Status SlotCachedExpertSource::FillFromInner(int layer, std::span<const Sl
 }
 
 absl::Status SlotCachedExpertSource::FillInitialSlots() {
-  const std::vector<SlotFill> fills = cache_->InitialFills();
+  std::vector<SlotFill> fills = cache_->InitialFills();
+  const std::vector<SlotFill> warm = cache_->WarmFills(
+      WarmRanksOf(inner_, cache_->options().n_layer, cache_->options().n_expert));
+  fills.insert(fills.end(), warm.begin(), warm.end());
   size_t begin = 0;
   while (begin < fills.size()) {
     size_t end = begin;
@@ -170,6 +173,7 @@ void SlotCachedExpertSource::Route(int layer, std::span<const int32_t> topk_ids)
   for (const int32_t e : topk_ids) ++route_rows_[static_cast<size_t>(e)];
   route_layer_ = layer;
   cache_->Route(static_cast<uint32_t>(layer), topk_ids);
+  inner_.Route(layer, topk_ids);
 }
 
 absl::Status SlotCachedExpertSource::Acquire(int layer, std::span<const int32_t> experts,

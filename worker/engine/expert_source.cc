@@ -28,4 +28,19 @@ RoutedExpertShapes RoutedExpertShapesOf(const Model& model) {
   return shapes;
 }
 
+std::vector<uint32_t> WarmRanksOf(const ExpertWeightSource& source, uint32_t n_layer,
+                                  uint32_t n_expert) {
+  std::vector<uint32_t> ranks(static_cast<size_t>(n_layer) * n_expert);
+  bool any = false;
+  for (uint32_t l = 0; l < n_layer; ++l) {
+    for (uint32_t e = 0; e < n_expert; ++e) {
+      const uint32_t rank = source.WarmRank(static_cast<int>(l), static_cast<int>(e));
+      ranks[static_cast<size_t>(l) * n_expert + e] = rank;
+      any = any || rank > 0;
+    }
+  }
+  if (!any) ranks.clear();
+  return ranks;
+}
+
 }  // namespace moetier

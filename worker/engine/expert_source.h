@@ -81,10 +81,22 @@ class ExpertWeightSource {
 
   // The batch's choice at `layer`, token-major (top_k ids per token, the
   // order the router ranked them), before the layer's first Acquire. A
-  // cache learns from it and counts each expert's token rows.
+  // cache learns from it and counts each expert's token rows; the store
+  // counts them for the heat profile. A source in front of another passes
+  // it on.
   virtual void Route(int layer, std::span<const int32_t> topk_ids) {
     (void)layer;
     (void)topk_ids;
+  }
+
+  // Where `expert` of `layer` stood among its layer's experts in the
+  // daemon's heat profile at start (1: the hottest), 0 when unknown. A cache
+  // in front of this source fills itself in that order before the first
+  // request, so a restart does not begin cold.
+  virtual uint32_t WarmRank(int layer, int expert) const {
+    (void)layer;
+    (void)expert;
+    return 0;
   }
 
   // Whether the engine should predict the next layer's experts (that
@@ -101,5 +113,10 @@ class ExpertWeightSource {
     return absl::OkStatus();
   }
 };
+
+// Every expert's WarmRank, [layer * n_expert + expert]; empty when the
+// source ranks none (no heat profile), so a cache skips its warm start.
+std::vector<uint32_t> WarmRanksOf(const ExpertWeightSource& source, uint32_t n_layer,
+                                  uint32_t n_expert);
 
 }  // namespace moetier

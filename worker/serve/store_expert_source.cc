@@ -86,6 +86,20 @@ void StoreExpertSource::ReleaseAll() {
   held_layer_ = -1;
 }
 
+void StoreExpertSource::Route(int layer, std::span<const int32_t> topk_ids) {
+  const uint32_t l = static_cast<uint32_t>(layer);
+  for (const int32_t e : topk_ids) {
+    MOETIER_CHECK(e >= 0 && static_cast<uint32_t>(e) < client_.n_expert());
+    client_.CountRouted(l, static_cast<uint32_t>(e));
+  }
+}
+
+uint32_t StoreExpertSource::WarmRank(int layer, int expert) const {
+  MOETIER_CHECK(layer >= 0 && static_cast<uint32_t>(layer) < client_.n_layer() && expert >= 0 &&
+                static_cast<uint32_t>(expert) < client_.n_expert());
+  return client_.warm_rank(static_cast<uint32_t>(layer), static_cast<uint32_t>(expert));
+}
+
 absl::Status StoreExpertSource::Acquire(int layer, std::span<const int32_t> experts,
                                         std::span<ExpertMatrices> out) {
   // The engine releases each layer before the next: a pin left over would

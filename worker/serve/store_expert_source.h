@@ -17,7 +17,6 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "engine/expert_source.h"
-#include "engine/expert_source.h"
 #include "store/store_client.h"
 
 namespace moetier {
@@ -44,6 +43,9 @@ class StoreExpertSource final : public ExpertWeightSource {
   absl::Status Acquire(int layer, std::span<const int32_t> experts,
                        std::span<ExpertMatrices> out) override;
   void Release(int layer) override;
+  // Counts every token row in the store (StoreClient::CountRouted).
+  void Route(int layer, std::span<const int32_t> topk_ids) override;
+  uint32_t WarmRank(int layer, int expert) const override;
   // Every expert of a layer in a fully resident store; in a cache, as many
   // as it has slots.
   int max_experts_held() const override { return max_held_; }

@@ -467,7 +467,10 @@ absl::StatusOr<uint64_t> CudaExpertCache::ChoosePoolBytes(
 }
 
 absl::Status CudaExpertCache::FillInitialSlots() {
-  const std::vector<SlotFill> fills = cache_->InitialFills();
+  std::vector<SlotFill> fills = cache_->InitialFills();
+  const std::vector<SlotFill> warm = cache_->WarmFills(
+      WarmRanksOf(source_, cache_->options().n_layer, cache_->options().n_expert));
+  fills.insert(fills.end(), warm.begin(), warm.end());
   const size_t group = static_cast<size_t>(source_.max_experts_held());
   std::vector<int32_t> ids(group);
   std::vector<ExpertMatrices> mats(group);
