@@ -351,7 +351,7 @@ int Run(const DaemonConfig& config) {
   scheduler.Shutdown();
   (*supervisor)->Stop();
   // After the workers: every routed count is in.
-  if (!heat.path().empty() && save_heat()) {
+  if (!heat.path().empty() && save_heat() && heat.Current().tokens > 0) {
     LogInfo("heat profile saved to %s (%.0f tokens)", heat.path(), heat.Current().tokens);
   }
   (*store)->Stop();

@@ -30,6 +30,16 @@ std::string TempRoot(const std::string& requested) {
   return "/tmp";
 }
 
+// Where a private daemon keeps its heat profile, so that one `moetier run`
+// starts where the last left off (XDG base directories); "" without a home.
+std::string UserStateDirectory() {
+  const char* state = std::getenv("XDG_STATE_HOME");
+  if (state != nullptr && state[0] == '/') return std::string(state) + "/moetier";
+  const char* home = std::getenv("HOME");
+  if (home != nullptr && home[0] == '/') return std::string(home) + "/.local/state/moetier";
+  return {};
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<PrivateDaemon>> PrivateDaemon::Start(
@@ -56,6 +66,10 @@ absl::StatusOr<std::unique_ptr<PrivateDaemon>> PrivateDaemon::Start(
           "--api_socket_group=", "--worker_socket_path=" + pattern + "/worker.sock"};
   if (!options.worker_path.empty())
     argv.push_back("--worker_executable_path=" + options.worker_path);
+  // Before the extra arguments, which may override it.
+  if (const std::string state = UserStateDirectory(); !state.empty()) {
+    argv.push_back("--state_directory=" + state);
+  }
   argv.insert(argv.end(), options.extra_args.begin(), options.extra_args.end());
 
   SpawnOptions spawn;

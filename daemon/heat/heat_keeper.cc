@@ -117,6 +117,8 @@ HeatProfile HeatKeeper::Current() const {
 absl::Status HeatKeeper::Save() {
   if (path_.empty()) return absl::OkStatus();
   HeatProfile profile = Current();
+  // Nothing learned yet: an empty profile would only hide a cold start.
+  if (profile.tokens == 0) return absl::OkStatus();
   profile.saved_unix_s = Now();
   absl::Status status = WriteHeatProfile(path_, profile);
   std::lock_guard<std::mutex> lock(mutex_);

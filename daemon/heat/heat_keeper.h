@@ -58,8 +58,9 @@ class HeatKeeper {
   // The profile as it stands. Thread-safe.
   HeatProfile Current() const;
 
-  // Writes Current() to path() (a no-op without a state directory); the
-  // outcome shows in Describe(). Thread-safe.
+  // Writes Current() to path() (a no-op without a state directory or
+  // before the first routed token); the outcome shows in Describe().
+  // Thread-safe.
   absl::Status Save();
 
  private:
