@@ -59,12 +59,15 @@ class FlakySource final : public ExpertWeightSource {
   int calls_ = 0;
 };
 
-// The mapping, ranked like a daemon's heat profile, counting what the
-// cache in front of it passes on of the router's choice.
+// The mapping, ranked like a daemon's heat profile, counting the router's
+// choices that reach it (through a cache in front of it, or directly).
 class RankedSource final : public ExpertWeightSource {
  public:
-  RankedSource(ExpertWeightSource& inner, int n_expert, std::vector<uint32_t> ranks)
-      : inner_(inner), n_expert_(n_expert), ranks_(std::move(ranks)) {}
+  RankedSource(ExpertWeightSource& inner, int n_layer, int n_expert, std::vector<uint32_t> ranks)
+      : inner_(inner),
+        n_expert_(n_expert),
+        ranks_(std::move(ranks)),
+        uses_(static_cast<size_t>(n_layer) * n_expert, 0) {}
   absl::Status Acquire(int layer, std::span<const int32_t> experts,
                        std::span<ExpertMatrices> out) override {
     return inner_.Acquire(layer, experts, out);
@@ -72,19 +75,19 @@ class RankedSource final : public ExpertWeightSource {
   void Release(int layer) override { inner_.Release(layer); }
   int max_experts_held() const override { return inner_.max_experts_held(); }
   void Route(int layer, std::span<const int32_t> topk_ids) override {
-    (void)layer;
-    routed_rows_ += topk_ids.size();
+    for (const int32_t e : topk_ids) ++uses_[static_cast<size_t>(layer) * n_expert_ + e];
   }
   uint32_t WarmRank(int layer, int expert) const override {
     return ranks_.empty() ? 0 : ranks_[static_cast<size_t>(layer) * n_expert_ + expert];
   }
-  uint64_t routed_rows() const { return routed_rows_; }
+  // Token rows routed to each expert, [layer * n_expert + expert].
+  const std::vector<uint64_t>& uses() const { return uses_; }
 
  private:
   ExpertWeightSource& inner_;
   int n_expert_;
   std::vector<uint32_t> ranks_;
-  uint64_t routed_rows_ = 0;
+  std::vector<uint64_t> uses_;
 };
 
 class ExpertCacheEngineTest : public ::testing::Test {
@@ -219,29 +222,9 @@ TEST_F(ExpertCacheEngineTest, AWarmStartGivesTheSameLogitsAndMoreHits) {
   // Rank each layer's experts by how often this very input routes to them,
   // as a heat profile of earlier use would.
   MappedExpertSource mapped(model_->weights);
-  std::vector<uint64_t> uses(static_cast<size_t>(n_layer) * n_expert, 0);
-  {
-    class Counting final : public ExpertWeightSource {
-     public:
-      Counting(ExpertWeightSource& inner, std::vector<uint64_t>& uses, int n_expert)
-          : inner_(inner), uses_(uses), n_expert_(n_expert) {}
-      absl::Status Acquire(int layer, std::span<const int32_t> experts,
-                           std::span<ExpertMatrices> out) override {
-        return inner_.Acquire(layer, experts, out);
-      }
-      void Release(int layer) override { inner_.Release(layer); }
-      int max_experts_held() const override { return inner_.max_experts_held(); }
-      void Route(int layer, std::span<const int32_t> ids) override {
-        for (const int32_t e : ids) ++uses_[static_cast<size_t>(layer) * n_expert_ + e];
-      }
-
-     private:
-      ExpertWeightSource& inner_;
-      std::vector<uint64_t>& uses_;
-      int n_expert_;
-    } counting(mapped, uses, n_expert);
-    EXPECT_TRUE(SameBits(Run(&counting), *baseline_));
-  }
+  RankedSource counting(mapped, n_layer, n_expert, {});
+  EXPECT_TRUE(SameBits(Run(&counting), *baseline_));
+  const std::vector<uint64_t>& uses = counting.uses();
   std::vector<uint32_t> ranks(uses.size(), 0);
   for (int l = 0; l < n_layer; ++l) {
     std::vector<int> order(static_cast<size_t>(n_expert));
@@ -255,11 +238,11 @@ TEST_F(ExpertCacheEngineTest, AWarmStartGivesTheSameLogitsAndMoreHits) {
   HostSlotCacheOptions options;
   options.pool_bytes = FullPoolBytes(Geometry()) / 4;
   options.prefetch = false;
-  RankedSource cold_inner(mapped, n_expert, {});
+  RankedSource cold_inner(mapped, n_layer, n_expert, {});
   std::unique_ptr<SlotCachedExpertSource> cold = Cache(cold_inner, options);
   ASSERT_NE(cold, nullptr);
   EXPECT_TRUE(SameBits(Run(cold.get()), *baseline_));
-  RankedSource warm_inner(mapped, n_expert, ranks);
+  RankedSource warm_inner(mapped, n_layer, n_expert, ranks);
   std::unique_ptr<SlotCachedExpertSource> warm = Cache(warm_inner, options);
   ASSERT_NE(warm, nullptr);
   const uint64_t warm_fills = warm->cache().stats().warm_fills;
@@ -269,10 +252,8 @@ TEST_F(ExpertCacheEngineTest, AWarmStartGivesTheSameLogitsAndMoreHits) {
   EXPECT_EQ(cold->cache().stats().warm_fills, 0u);
   EXPECT_GT(warm->cache().stats().hits, cold->cache().stats().hits);
   // The router's every choice reaches the source behind the cache.
-  uint64_t routed = 0;
-  for (const uint64_t n : uses) routed += n;
-  EXPECT_EQ(warm_inner.routed_rows(), routed);
-  EXPECT_EQ(cold_inner.routed_rows(), routed);
+  EXPECT_EQ(warm_inner.uses(), uses);
+  EXPECT_EQ(cold_inner.uses(), uses);
 }
 
 TEST_F(ExpertCacheEngineTest, StaticPlacementGivesTheSameLogitsBitForBit) {

@@ -16,6 +16,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "model/model.h"
 
 namespace moetier {
 
@@ -31,6 +32,19 @@ struct RoutingBatch {
   std::span<const int32_t> experts;  // n_tokens * top_k ids
   std::span<const float> weights;    // n_tokens * top_k mixing weights
 };
+
+// `n_tokens` tokens from position pos0 at `layer` of a model with `hp`,
+// before their choice is known (experts and weights empty).
+inline RoutingBatch RoutingBatchAt(const ModelHparams& hp, int layer, int n_tokens, int pos0) {
+  return RoutingBatch{.layer = layer,
+                      .n_layer = hp.n_layer,
+                      .n_expert = hp.n_expert,
+                      .top_k = hp.n_expert_used,
+                      .pos0 = pos0,
+                      .n_tokens = n_tokens,
+                      .experts = {},
+                      .weights = {}};
+}
 
 class RoutingObserver {
  public:

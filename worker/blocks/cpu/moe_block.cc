@@ -98,21 +98,11 @@ absl::Status CpuMoeBlock::AcquireExperts(int layer, int first, int count) {
   return status;
 }
 
-RoutingBatch CpuMoeBlock::BatchOf(int layer, int n, int pos0) const {
-  return RoutingBatch{.layer = layer,
-                      .n_layer = hp_.n_layer,
-                      .n_expert = hp_.n_expert,
-                      .top_k = hp_.n_expert_used,
-                      .pos0 = pos0,
-                      .n_tokens = n,
-                      .experts = {},
-                      .weights = {}};
-}
 
 absl::Status CpuMoeBlock::ApplyRoutingHooks(int layer, int n, int pos0) {
   const int top_k = hp_.n_expert_used;
   const size_t n_choices = static_cast<size_t>(n) * top_k;
-  RoutingBatch batch = BatchOf(layer, n, pos0);
+  RoutingBatch batch = RoutingBatchAt(hp_, layer, n, pos0);
   if (RoutingOverride* override = config_.routing_override; override != nullptr) {
     const std::span<int32_t> ids(topk_ids_.data(), n_choices);
     if (absl::Status s = override->Override(batch, ids); !s.ok()) return s;
@@ -279,7 +269,7 @@ void CpuMoeBlock::SharedExpert(int layer, int n) {
 
 absl::Status CpuMoeBlock::PrefetchNextLayer(int layer, int n, int pos0) {
   const int top_k = hp_.n_expert_used;
-  const RoutingBatch batch = BatchOf(layer, n, pos0);
+  const RoutingBatch batch = RoutingBatchAt(hp_, layer, n, pos0);
   const std::span<int32_t> guess(topk_ids_.data(), static_cast<size_t>(n) * top_k);
   RoutingOverride* override = config_.routing_override;
   if (override != nullptr && override->PredictNext(batch, guess)) {

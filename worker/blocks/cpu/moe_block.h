@@ -55,8 +55,6 @@ class CpuMoeBlock {
   // Offers the expert source the experts `layer`'s router picks for the
   // current hidden state.
   absl::Status PrefetchNextLayer(int layer, int n, int pos0);
-  // The hooks' view of `n` tokens from `pos0` at `layer`, choices not yet filled in.
-  RoutingBatch BatchOf(int layer, int n, int pos0) const;
   // x += sigmoid(shared_gate_inp . xn) * SwiGLU_shared(xn), xn as the
   // router left it.
   void SharedExpert(int layer, int n);

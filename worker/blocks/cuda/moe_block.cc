@@ -150,14 +150,7 @@ absl::Status CudaMoeBlock::EnqueueRouterPrediction(int layer, int n) {
 }
 
 absl::Status CudaMoeBlock::PredictWithOverride(int layer, int n, int pos0) {
-  const RoutingBatch next{.layer = layer + 1,
-                          .n_layer = hp_.n_layer,
-                          .n_expert = hp_.n_expert,
-                          .top_k = hp_.n_expert_used,
-                          .pos0 = pos0,
-                          .n_tokens = n,
-                          .experts = {},
-                          .weights = {}};
+  const RoutingBatch next = RoutingBatchAt(hp_, layer + 1, n, pos0);
   const std::span<int32_t> guess(host_pred_ids_, static_cast<size_t>(n) * hp_.n_expert_used);
   if (config_.routing_override->PredictNext(next, guess)) {
     return CheckOverriddenExperts(next, guess);
@@ -265,14 +258,7 @@ absl::Status CudaMoeBlock::ApplyRoutingHooks(int layer, int n, int pos0) {
   const int top_k = hp_.n_expert_used;
   const size_t n_choices = static_cast<size_t>(n) * top_k;
   auto* stream = static_cast<cudaStream_t>(ctx_.stream());
-  RoutingBatch batch{.layer = layer,
-                     .n_layer = hp_.n_layer,
-                     .n_expert = n_expert,
-                     .top_k = top_k,
-                     .pos0 = pos0,
-                     .n_tokens = n,
-                     .experts = {},
-                     .weights = {}};
+  RoutingBatch batch = RoutingBatchAt(hp_, layer, n, pos0);
   if (RoutingOverride* override = config_.routing_override; override != nullptr) {
     const std::span<int32_t> ids(host_topk_ids_, n_choices);
     MOETIER_RETURN_IF_ERROR(override->Override(batch, ids));
