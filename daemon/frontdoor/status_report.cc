@@ -71,10 +71,11 @@ v1::Status StatusReporter::Build() {
   out.set_uptime_s((now - start_ns_) / 1e9);
   if (heat_keeper_ != nullptr) out.set_heat_profile(heat_keeper_->Describe());
 
-  // Heat: an exponentially decaying count of acquires per expert.
+  // Heat: an exponentially decaying count of the token rows routed to each
+  // expert (store acquires would miss what a worker's cache keeps).
   const std::vector<ExpertStore::ExpertUse> uses = store_->ExpertUses();
-  if (last_acquires_.size() != uses.size()) {
-    last_acquires_.assign(uses.size(), 0);
+  if (last_routed_.size() != uses.size()) {
+    last_routed_.assign(uses.size(), 0);
     heat_.assign(uses.size(), 0.0);
   }
   const double dt = (now - last_ns_) / 1e9;
@@ -82,8 +83,8 @@ v1::Status StatusReporter::Build() {
   last_ns_ = now;
   double hottest = 0;
   for (size_t i = 0; i < uses.size(); ++i) {
-    const uint64_t fresh = uses[i].acquires - std::min(uses[i].acquires, last_acquires_[i]);
-    last_acquires_[i] = uses[i].acquires;
+    const uint64_t fresh = uses[i].routed - std::min(uses[i].routed, last_routed_[i]);
+    last_routed_[i] = uses[i].routed;
     heat_[i] = heat_[i] * decay + static_cast<double>(fresh);
     hottest = std::max(hottest, heat_[i]);
   }

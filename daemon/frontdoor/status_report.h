@@ -29,7 +29,7 @@ class StatusReporter {
   void set_heat_keeper(const HeatKeeper* keeper) { heat_keeper_ = keeper; }
 
   // Thread-safe. Heat decays between calls: an expert's heat is an
-  // exponentially weighted rate of acquires (half-life kHeatHalfLifeS),
+  // exponentially weighted rate of routed token rows (half-life kHeatHalfLifeS),
   // scaled so the hottest expert of the model is 1.
   v1::Status Build();
 
@@ -45,7 +45,7 @@ class StatusReporter {
   DaemonStatsCollector collector_;
   uint64_t start_ns_ = 0;
   uint64_t last_ns_ = 0;
-  std::vector<uint64_t> last_acquires_;
+  std::vector<uint64_t> last_routed_;
   std::vector<double> heat_;
 };
 

@@ -457,6 +457,7 @@ std::vector<ExpertStore::ExpertUse> ExpertStore::ExpertUses() const {
                        static_cast<uint32_t>(store::ExpertState::kResident);
     uses[i].acquires = Shared(e.hits).load(std::memory_order_relaxed) +
                        Shared(e.misses).load(std::memory_order_relaxed);
+    uses[i].routed = Shared(e.routed).load(std::memory_order_relaxed);
   }
   return uses;
 }
