@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -148,6 +149,83 @@ TEST(BenchCacheTest, ReplayedPrefetchPredictsFromTheTraceAtTheGivenAccuracy) {
 
   EXPECT_EQ(RunBench("--model " + kModel + " --prefetch-accuracy 0.5").exit_code, 2);
   EXPECT_EQ(RunBench(common + " --prefetch-accuracy 1.5").exit_code, 2);
+}
+
+// A number of the row `config` in a --json file; NaN when absent.
+double RowField(const std::string& json_path, const std::string& config, const std::string& key) {
+  std::ifstream in(json_path);
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string s = text.str();
+  const size_t row = s.find("{\"config\": \"" + config + "\"");
+  if (row == std::string::npos) return std::nan("");
+  const size_t end = s.find('}', row);
+  const size_t at = s.find("\"" + key + "\": ", row);
+  if (at == std::string::npos || at > end) return std::nan("");
+  return std::stod(s.substr(at + key.size() + 4));
+}
+
+TEST(BenchCacheTest, ReplayedRowsShowMinOnTheServedSequenceAndSweepTheAccuracy) {
+  const std::string trace = testing::TempDir() + "/bench-cache-min.trace";
+  {
+    std::ofstream out(trace);
+    out << "moetier-trace v1 layers=4 experts=8 top_k=2 weights=0\n";
+    uint32_t state = 777;
+    auto next = [&state]() {
+      state = state * 1664525u + 1013904223u;
+      return (state >> 16) % 8;
+    };
+    for (int t = 0; t < 64; ++t) {
+      for (int l = 0; l < 4; ++l) {
+        const uint32_t a = next();
+        uint32_t b = next();
+        while (b == a) b = next();
+        out << (l ? ";" : "") << a << "," << b;
+      }
+      out << "\n";
+    }
+  }
+  const std::string json = testing::TempDir() + "/bench-cache-min.json";
+  // One token of context: every pass is one token, so nothing is computed
+  // without a slot and demand-paging MIN bounds a copying cache.
+  const CommandResult r = RunBench(
+      "--model " + kModel +
+      " --threads 1 --decode-tokens 24 --prompt-tokens 4 --context 1 --runs 2 "
+      "--configs resident,50%:copy:off,25%:copy:off,50%:copy --routing-from-trace " + trace +
+      " --prefetch-accuracies 0,1 --json " + json);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("xMIN"));
+  EXPECT_THAT(r.output, HasSubstr("at accuracies 0, 1"));
+  for (const std::string config : {"50%:copy:off", "25%:copy:off"}) {
+    SCOPED_TRACE(config);
+    const double hits = RowField(json, config, "hits");
+    const double misses = RowField(json, config, "misses");
+    const double min_hits = RowField(json, config, "min_hits");
+    EXPECT_EQ(RowField(json, config, "min_requests"), hits + misses)
+        << "MIN saw what the cache placed";
+    EXPECT_LE(hits, min_hits) << "no demand cache beats MIN";
+    EXPECT_GT(min_hits, 0);
+    EXPECT_NEAR(RowField(json, config, "ratio_to_min"), hits / min_hits, 1e-5);
+    EXPECT_NEAR(RowField(json, config, "min_hit_rate"), min_hits / (hits + misses), 1e-5);
+  }
+  // A bigger cache: MIN can only do better.
+  EXPECT_GT(RowField(json, "50%:copy:off", "min_hits"), RowField(json, "25%:copy:off", "min_hits"));
+  // The sweep: one row per accuracy for the prefetching cache, the same
+  // served sequence under each (so the same MIN).
+  EXPECT_EQ(RowField(json, "50%:copy@0", "prefetch_accuracy"), 0);
+  EXPECT_EQ(RowField(json, "50%:copy@1", "prefetch_accuracy"), 1);
+  EXPECT_EQ(RowField(json, "50%:copy@1", "min_hits"), RowField(json, "50%:copy:off", "min_hits"));
+  EXPECT_EQ(RowField(json, "50%:copy@1", "prefetch_used"),
+            RowField(json, "50%:copy@1", "prefetch_issued"));
+  EXPECT_TRUE(std::isnan(RowField(json, "resident", "min_hits")));
+  EXPECT_TRUE(std::isnan(RowField(json, "50%:copy", "hits"))) << "no unswept row";
+
+  // Without a trace there is no future to know, and a sweep needs one.
+  EXPECT_EQ(RunBench("--model " + kModel + " --prefetch-accuracies 0.5").exit_code, 2);
+  EXPECT_EQ(RunBench("--model " + kModel + " --routing-from-trace " + trace +
+                     " --prefetch-accuracies 0.5,2").exit_code, 2);
+  EXPECT_EQ(RunBench("--model " + kModel + " --routing-from-trace " + trace +
+                     " --prefetch-accuracy 0.5 --prefetch-accuracies 0.5").exit_code, 2);
 }
 
 TEST(BenchCacheTest, ACacheTooSmallIsSkippedWithTheReason) {

@@ -37,6 +37,7 @@
 #include "engine/routing_trace_hooks.h"
 #include "gguf/gguf_reader.h"
 #include "host_expert_store.h"
+#include "served_min.h"
 #include "model/architectures.h"
 #include "sampling/sampler.h"
 
@@ -79,7 +80,16 @@ usage: moetier-bench-cache --model FILE [--device cpu|cuda:N] [options]
                         applying that layer's router (which, with the trace's
                         choices, guesses at random). Real predictor accuracy
                         needs real weights; the figures hold for A
+  --prefetch-accuracies LIST
+                        with --routing-from-trace: run every configuration at
+                        each of these accuracies (e.g. 0.5,0.8,1.0), one row
+                        each, instead of at --prefetch-accuracy alone
   --json FILE           also write every figure as JSON
+
+With --routing-from-trace the bench knows every expert the decode runs will
+use, so each cache row also shows Belady's MIN on the very sequence it
+served (same slots per layer, demand-filled, no prefetch): MIN% its hit rate
+and xMIN the row's hit rate over it. A row with prefetch may pass 1.
 )";
 
 struct Config {
@@ -105,6 +115,7 @@ struct Options {
   int copy_probe_mib = 256;
   std::string routing_from_trace;
   double prefetch_accuracy = -1;  // not given: the replayer's default
+  std::vector<double> prefetch_accuracies;  // a sweep; empty: prefetch_accuracy alone
   std::string json;
 };
 
@@ -206,16 +217,35 @@ absl::StatusOr<Options> ParseOptions(int argc, char** argv) {
           !(o.prefetch_accuracy >= 0 && o.prefetch_accuracy <= 1)) {
         s = absl::InvalidArgumentError("--prefetch-accuracy must be in [0, 1], not '" + value + "'");
       }
+    } else if (arg == "--prefetch-accuracies") {
+      const std::vector<std::string> parts = absl::StrSplit(value, ',', absl::SkipEmpty());
+      for (const std::string& part : parts) {
+        double a = -1;
+        if (!absl::SimpleAtod(part, &a) || !(a >= 0 && a <= 1)) {
+          s = absl::InvalidArgumentError(
+              "--prefetch-accuracies takes accuracies in [0, 1], not '" + part + "'");
+          break;
+        }
+        o.prefetch_accuracies.push_back(a);
+      }
+      if (s.ok() && o.prefetch_accuracies.empty()) {
+        s = absl::InvalidArgumentError("--prefetch-accuracies is empty");
+      }
     } else {
       return absl::InvalidArgumentError(absl::StrFormat("unknown flag %s (see --help)", arg));
     }
     if (!s.ok()) return s;
   }
   if (o.model.empty()) return absl::InvalidArgumentError("--model is required (see --help)");
-  if (o.prefetch_accuracy >= 0 && o.routing_from_trace.empty()) {
+  if ((o.prefetch_accuracy >= 0 || !o.prefetch_accuracies.empty()) &&
+      o.routing_from_trace.empty()) {
     return absl::InvalidArgumentError(
-        "--prefetch-accuracy goes with --routing-from-trace (without a trace the next layer's "
-        "router predicts)");
+        "--prefetch-accuracy and --prefetch-accuracies go with --routing-from-trace (without a "
+        "trace the next layer's router predicts)");
+  }
+  if (o.prefetch_accuracy >= 0 && !o.prefetch_accuracies.empty()) {
+    return absl::InvalidArgumentError(
+        "give --prefetch-accuracy or --prefetch-accuracies, not both");
   }
   if (o.threads == 0) o.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   return o;
@@ -231,20 +261,25 @@ double Median(std::vector<double> v) {
 }
 
 ExpertSlotCacheStats Minus(const ExpertSlotCacheStats& a, const ExpertSlotCacheStats& b) {
-  return {a.hits - b.hits,
-          a.misses - b.misses,
-          a.misses_on_host - b.misses_on_host,
-          a.demand_fills - b.demand_fills,
-          a.prefetch_issued - b.prefetch_issued,
-          a.prefetch_used - b.prefetch_used,
-          a.prefetch_wasted - b.prefetch_wasted,
-          a.evictions - b.evictions,
-          a.bytes_filled - b.bytes_filled};
+  ExpertSlotCacheStats d;
+  d.hits = a.hits - b.hits;
+  d.misses = a.misses - b.misses;
+  d.misses_on_host = a.misses_on_host - b.misses_on_host;
+  d.demand_fills = a.demand_fills - b.demand_fills;
+  d.prefetch_issued = a.prefetch_issued - b.prefetch_issued;
+  d.prefetch_used = a.prefetch_used - b.prefetch_used;
+  d.prefetch_wasted = a.prefetch_wasted - b.prefetch_wasted;
+  d.evictions = a.evictions - b.evictions;
+  d.warm_fills = a.warm_fills - b.warm_fills;
+  d.bytes_filled = a.bytes_filled - b.bytes_filled;
+  return d;
 }
 
 // One configuration's engine and the cache it reports.
 struct Engine {
   RoutingTraceHooks hooks;  // a fresh replay cursor per configuration
+  // The passes a dynamic cache served while a trace is replayed, for MIN.
+  std::unique_ptr<ServedPassRecorder> served;
   std::unique_ptr<SlotCachedExpertSource> host_cache;  // cpu
   std::unique_ptr<ForwardEngine> engine;
   const ExpertCacheReport* report = nullptr;
@@ -252,12 +287,14 @@ struct Engine {
 
 struct Row {
   Config config;
+  double prefetch_accuracy = -1;  // the replay's; -1 without a trace
   std::string skipped;  // why it did not run; empty when it ran
   double decode_tok_s = 0, prompt_tok_s = 0;
   ExpertSlotCacheStats decode;  // over the timed decode runs
   uint64_t copy_busy_ns = 0;    // over the timed decode runs
   uint64_t pool_bytes = 0;
   std::vector<int32_t> tokens;  // the first timed decode run's
+  std::optional<MinTally> min;  // MIN on the served decode runs (replayed dynamic caches)
 };
 
 class Bench {
@@ -270,7 +307,7 @@ class Bench {
     for (int i = 0; i < o.prompt_tokens; ++i) prompt_.push_back(token(rng));
   }
 
-  absl::StatusOr<Engine> Make(const Config& c) const {
+  absl::StatusOr<Engine> Make(const Config& c, double prefetch_accuracy) const {
     const int max_ctx = std::min(model_.hparams.n_ctx_train,
                                  std::max(o_.context + o_.decode_tokens, o_.prompt_tokens) + 1);
     Engine out;
@@ -278,9 +315,10 @@ class Bench {
       absl::StatusOr<RoutingTraceHooks> hooks =
           OpenRoutingTraceHooks("", o_.routing_from_trace, model_.hparams.n_layer,
                                 model_.hparams.n_expert, model_.hparams.n_expert_used,
-                                o_.prefetch_accuracy);
+                                prefetch_accuracy);
       if (!hooks.ok()) return hooks.status();
       out.hooks = *std::move(hooks);
+      if (c.kind == Config::Kind::kCache) out.served = std::make_unique<ServedPassRecorder>();
     }
     if (o_.device == "cpu") {
       ExpertWeightSource* source = &store_;
@@ -309,6 +347,7 @@ class Bench {
       e.weight_pages = WeightPages::kAuto;
       e.expert_source = source;
       e.routing_override = out.hooks.replayer.get();
+      e.routing_observer = out.served.get();
       absl::StatusOr<std::unique_ptr<ForwardEngine>> engine = CreateCpuEngine(model_, e);
       if (!engine.ok()) return engine.status();
       out.engine = *std::move(engine);
@@ -322,6 +361,7 @@ class Bench {
     g.prefetch = c.prefetch;
     g.host_threads = o_.threads;
     g.routing_override = out.hooks.replayer.get();
+    g.routing_observer = out.served.get();
     if (c.kind != Config::Kind::kResident) {
       g.expert_source = &store_;
       g.dma_ranges = {store_.bytes()};
@@ -339,10 +379,11 @@ class Bench {
     return out;
   }
 
-  absl::StatusOr<Row> Run(const Config& c) const {
+  absl::StatusOr<Row> Run(const Config& c, double prefetch_accuracy) const {
     Row row;
     row.config = c;
-    absl::StatusOr<Engine> made = Make(c);
+    row.prefetch_accuracy = prefetch_accuracy;
+    absl::StatusOr<Engine> made = Make(c, prefetch_accuracy);
     if (!made.ok()) {
       row.skipped = std::string(made.status().message());
       return row;
@@ -363,7 +404,10 @@ class Bench {
     std::vector<double> decode_rates;
     ExpertSlotCacheStats before;
     uint64_t busy_before = 0;
+    ServedPassRecorder* served = made->served.get();
     for (int r = 0; r <= o_.runs; ++r) {
+      // The warm-up's passes shape MIN's cache too; only the timed ones count.
+      if (served != nullptr) served->Record(/*counted=*/r >= 1);
       if (r == 1 && made->report != nullptr) {
         before = made->report->cache().stats();
         busy_before = made->report->copy_busy_ns();
@@ -386,6 +430,13 @@ class Bench {
       const double dt = Now() - t0;
       if (r == 1) row.tokens = generated;
       if (r >= 1) decode_rates.push_back(o_.decode_tokens / dt);
+    }
+    if (served != nullptr && made->report != nullptr) {
+      served->Stop();
+      const ExpertSlotCache& cache = made->report->cache();
+      std::vector<uint32_t> budgets(cache.options().n_layer);
+      for (uint32_t l = 0; l < budgets.size(); ++l) budgets[l] = cache.slot_budget(l);
+      row.min = ServedMin(served->passes(), budgets);
     }
     if (made->report != nullptr) {
       row.decode = Minus(made->report->cache().stats(), before);
@@ -487,29 +538,43 @@ int Main(const Options& o) {
   }
   std::printf("decode %d tokens after %d of context, prompt %d tokens; %d timed runs each\n",
               o.decode_tokens, o.context, o.prompt_tokens, o.runs);
-  const std::string routing = o.routing_from_trace.empty()
-                                  ? std::string("the router's own choice")
-                                  : RoutingReplayLabel(o.routing_from_trace,
-                                                       o.prefetch_accuracy);
+  // One accuracy per row: the sweep's, or the single one (-1: the default).
+  const bool sweep = !o.prefetch_accuracies.empty();
+  const std::vector<double> accuracies =
+      sweep ? o.prefetch_accuracies : std::vector<double>{o.prefetch_accuracy};
+  std::string routing = "the router's own choice";
+  if (!o.routing_from_trace.empty()) {
+    routing = sweep ? absl::StrFormat(
+                          "routing replayed from %s, prefetch predicted from it at accuracies %s",
+                          o.routing_from_trace, absl::StrJoin(accuracies, ", "))
+                    : RoutingReplayLabel(o.routing_from_trace, o.prefetch_accuracy);
+  }
   std::printf("experts: %s\n\n", routing.c_str());
 
   Bench bench(o, *model, **store);
   std::vector<Row> rows;
   for (const Config& c : configs) {
-    std::printf("running %s ...\n", c.label.c_str());
-    std::fflush(stdout);
-    absl::StatusOr<Row> row = bench.Run(c);
-    if (!row.ok()) return Fail(row.status());
-    if (!row->skipped.empty()) std::printf("  skipped: %s\n", row->skipped.c_str());
-    rows.push_back(*row);
+    // Accuracy changes nothing without a cache that prefetches.
+    const bool prefetches = c.kind == Config::Kind::kCache && c.prefetch;
+    for (size_t a = 0; a < (prefetches ? accuracies.size() : 1); ++a) {
+      std::printf("running %s%s ...\n", c.label.c_str(),
+                  sweep && prefetches ? absl::StrFormat(" at accuracy %g", accuracies[a]).c_str()
+                                      : "");
+      std::fflush(stdout);
+      absl::StatusOr<Row> row = bench.Run(c, o.routing_from_trace.empty() ? -1 : accuracies[a]);
+      if (!row.ok()) return Fail(row.status());
+      if (!row->skipped.empty()) std::printf("  skipped: %s\n", row->skipped.c_str());
+      if (sweep && prefetches) row->config.label += absl::StrFormat("@%g", accuracies[a]);
+      rows.push_back(*row);
+    }
   }
   const Row* resident = nullptr;
   for (const Row& r : rows) {
     if (r.config.kind == Config::Kind::kResident && r.skipped.empty()) resident = &r;
   }
-  std::printf("\n%-14s %10s %7s %10s %7s %7s %7s %13s %10s %9s %6s\n", "config", "decode t/s",
-              "x res", "prompt t/s", "x res", "hit%", "host%", "prefetch u/i", "pool GiB",
-              "copy GB/s", "=res");
+  std::printf("\n%-18s %10s %7s %10s %7s %7s %7s %6s %7s %13s %10s %9s %6s\n", "config",
+              "decode t/s", "x res", "prompt t/s", "x res", "hit%", "MIN%", "xMIN", "host%",
+              "prefetch u/i", "pool GiB", "copy GB/s", "=res");
   for (const Row& r : rows) {
     if (!r.skipped.empty()) {
       std::printf("%-14s skipped\n", r.config.label.c_str());
@@ -518,7 +583,8 @@ int Main(const Options& o) {
     const ExpertSlotCacheStats& s = r.decode;
     const uint64_t placed = s.hits + s.misses;
     const double copy_s = r.copy_busy_ns * 1e-9;
-    std::printf("%-14s %10.2f %7s %10.1f %7s %7s %7s %13s %10.2f %9s %6s\n",
+    const bool has_min = r.min.has_value() && r.min->requests > 0;
+    std::printf("%-18s %10.2f %7s %10.1f %7s %7s %7s %6s %7s %13s %10.2f %9s %6s\n",
                 r.config.label.c_str(), r.decode_tok_s,
                 resident ? absl::StrFormat("%.2f", r.decode_tok_s / resident->decode_tok_s).c_str()
                          : "-",
@@ -526,6 +592,10 @@ int Main(const Options& o) {
                 resident ? absl::StrFormat("%.2f", r.prompt_tok_s / resident->prompt_tok_s).c_str()
                          : "-",
                 placed ? absl::StrFormat("%.1f", 100.0 * s.hits / placed).c_str() : "-",
+                has_min ? absl::StrFormat("%.1f", 100.0 * r.min->hit_rate()).c_str() : "-",
+                has_min && r.min->hits > 0
+                    ? absl::StrFormat("%.3f", static_cast<double>(s.hits) / r.min->hits).c_str()
+                    : "-",
                 placed ? absl::StrFormat("%.1f", 100.0 * s.misses_on_host / placed).c_str() : "-",
                 absl::StrFormat("%u/%u", s.prefetch_used, s.prefetch_issued).c_str(),
                 r.pool_bytes / 1073741824.0,
@@ -533,8 +603,10 @@ int Main(const Options& o) {
                 resident ? (r.tokens == resident->tokens ? "yes" : "no") : "-");
   }
   std::printf("\nhit%%/host%%: of the experts placed during the timed decode runs, found in a "
-              "slot / computed on the host; copy GB/s: bytes filled over the time a fill was in "
-              "flight (ceiling: %.2f GB/s above); =res: same greedy tokens as resident\n",
+              "slot / computed on the host; MIN%%: Belady's MIN on the same served sequence and "
+              "slots (demand fills, no prefetch; replayed traces only), xMIN: hits over MIN's; "
+              "copy GB/s: bytes filled over the time a fill was in flight (ceiling: %.2f GB/s "
+              "above); =res: same greedy tokens as resident\n",
               copy_ceiling / 1e9);
   if (!o.json.empty()) {
     std::ofstream out(o.json);
@@ -550,13 +622,20 @@ int Main(const Options& o) {
         continue;
       }
       out << ", \"percent\": " << (r.config.kind == Config::Kind::kCache ? r.config.percent : -1)
+          << ", \"prefetch_accuracy\": " << r.prefetch_accuracy
           << ", \"decode_tok_s\": " << r.decode_tok_s << ", \"prompt_tok_s\": " << r.prompt_tok_s
           << ", \"hits\": " << s.hits << ", \"misses\": " << s.misses
           << ", \"misses_on_host\": " << s.misses_on_host
           << ", \"prefetch_issued\": " << s.prefetch_issued
           << ", \"prefetch_used\": " << s.prefetch_used
           << ", \"bytes_filled\": " << s.bytes_filled << ", \"copy_busy_ns\": " << r.copy_busy_ns
-          << ", \"pool_bytes\": " << r.pool_bytes << ", \"same_tokens_as_resident\": "
+          << ", \"pool_bytes\": " << r.pool_bytes;
+      if (r.min.has_value() && r.min->requests > 0) {
+        out << ", \"min_hits\": " << r.min->hits << ", \"min_requests\": " << r.min->requests
+            << ", \"min_hit_rate\": " << r.min->hit_rate() << ", \"ratio_to_min\": "
+            << (r.min->hits > 0 ? static_cast<double>(s.hits) / r.min->hits : 0.0);
+      }
+      out << ", \"same_tokens_as_resident\": "
           << (resident && r.tokens == resident->tokens ? "true" : "false") << "}";
     }
     out << "]}\n";
