@@ -199,6 +199,21 @@ class BenchCacheParserTest(unittest.TestCase):
                                        sample(base + ".json"),
                                        output if output is not None else sample(base + ".txt"))
 
+    def test_reads_min_on_the_served_sequence_where_a_row_has_it(self):
+        data = json.loads(sample(CPU_CAPTURE + ".json"))
+        row = data["rows"][1]
+        row.update(min_hits=row["hits"] + 10, min_requests=row["hits"] + row["misses"],
+                   min_hit_rate=0.8, ratio_to_min=0.9)
+        f = self.parse(CPU_CAPTURE, json_text=json.dumps(data))
+        self.assertEqual((f["rows"][1]["min_hit_rate"], f["rows"][1]["ratio_to_min"]), (0.8, 0.9))
+        self.assertNotIn("ratio_to_min", f["rows"][0])
+        del row["ratio_to_min"]
+        with self.assertRaisesRegex(suite.MissingFigure, "ratio_to_min"):
+            self.parse(CPU_CAPTURE, json_text=json.dumps(data))
+        row.update(ratio_to_min=0.9, min_hit_rate=1.5)
+        with self.assertRaisesRegex(suite.BenchError, "MIN hit rate"):
+            self.parse(CPU_CAPTURE, json_text=json.dumps(data))
+
     def test_reads_every_row_of_a_cuda_run(self):
         f = self.parse(CUDA_FIXTURE)
         self.assertEqual((f["device"], f["device_kind"]), ("cuda:0", "cuda"))
@@ -533,7 +548,7 @@ class SvgTest(unittest.TestCase):
 
     def test_hit_rate_series_and_labels(self):
         root = self.parse(suite.render_svg(self.results()))
-        series = root.findall(".//%spolyline[@class='series']" % SVG_NS)
+        series = root.findall(".//%spolyline[@class='series'][@data-kind='hit_rate']" % SVG_NS)
         got = {(s.get("data-panel"), s.get("data-policy"), s.get("data-prefetch")) for s in series}
         want = {("granite", p, pf) for p in ("lru", "lfu", "lrfu", "reuse", "adaptive", "min")
                 for pf in ("on", "off")}
@@ -551,6 +566,32 @@ class SvgTest(unittest.TestCase):
         # Log2 axis: 8, 16 and 32 slots are equally spaced.
         xs = [float(p.split(",")[0]) for p in series[0].get("points").split()]
         self.assertAlmostEqual(xs[1] - xs[0], xs[2] - xs[1], places=1)
+
+    def test_ratio_to_min_panel(self):
+        results = self.results()
+        root = self.parse(suite.render_svg(results))
+        series = root.findall(".//%spolyline[@class='series'][@data-kind='ratio_to_min']" % SVG_NS)
+        got = {(s.get("data-panel"), s.get("data-policy"), s.get("data-prefetch")) for s in series}
+        want = {("granite", p, pf) for p in ("lru", "lfu", "lrfu", "reuse", "adaptive", "min")
+                for pf in ("on", "off")}
+        self.assertEqual(got, want)
+        goal = [e for e in root.iter(SVG_NS + "line") if e.get("class") == "goal"]
+        self.assertEqual(len(goal), 1)
+        goal_y = float(goal[0].get("y1"))
+        rows = results["benchmarks"]["policy_lab"]["granite"]["rows"]
+        for s in series:
+            ys = [float(p.split(",")[1]) for p in s.get("points").split()]
+            ratios = sorted((r["slots_per_layer"], r["ratio_to_min"]) for r in rows
+                            if r["policy"] == s.get("data-policy")
+                            and r["prefetch"] == (s.get("data-prefetch") == "on"))
+            for y, (_, ratio) in zip(ys, ratios):
+                # Above the goal line exactly when the ratio passes the goal (y grows down).
+                self.assertEqual(y < goal_y, ratio > suite.MIN_RATIO_GOAL, (s.get("data-policy"),
+                                                                            ratio))
+            if s.get("data-policy") == "min":
+                self.assertEqual(len(set(ys)), 1)  # MIN is 1 everywhere
+        texts = [t.text or "" for t in root.iter(SVG_NS + "text")]
+        self.assertIn("hits / MIN's hits", texts)
 
     def test_hit_rate_panel_is_unchanged_by_a_sweep(self):
         without = suite.render_svg(self.results())
