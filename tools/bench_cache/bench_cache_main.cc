@@ -88,7 +88,7 @@ usage: moetier-bench-cache --model FILE [--device cpu|cuda:N] [options]
 
 With --routing-from-trace the bench knows every expert the decode runs will
 use, so each cache row also shows Belady's MIN on the very sequence it
-served (same slots per layer, demand-filled, no prefetch): MIN% its hit rate
+served (same slots per layer, no prefetch): MIN% its hit rate
 and xMIN the row's hit rate over it. A row with prefetch may pass 1.
 )";
 
@@ -577,7 +577,7 @@ int Main(const Options& o) {
               "prefetch u/i", "pool GiB", "copy GB/s", "=res");
   for (const Row& r : rows) {
     if (!r.skipped.empty()) {
-      std::printf("%-14s skipped\n", r.config.label.c_str());
+      std::printf("%-18s skipped\n", r.config.label.c_str());
       continue;
     }
     const ExpertSlotCacheStats& s = r.decode;
@@ -604,7 +604,7 @@ int Main(const Options& o) {
   }
   std::printf("\nhit%%/host%%: of the experts placed during the timed decode runs, found in a "
               "slot / computed on the host; MIN%%: Belady's MIN on the same served sequence and "
-              "slots (demand fills, no prefetch; replayed traces only), xMIN: hits over MIN's; "
+              "slots (no prefetch; replayed traces only), xMIN: hits over MIN's; "
               "copy GB/s: bytes filled over the time a fill was in flight (ceiling: %.2f GB/s "
               "above); =res: same greedy tokens as resident\n",
               copy_ceiling / 1e9);
@@ -633,7 +633,8 @@ int Main(const Options& o) {
       if (r.min.has_value() && r.min->requests > 0) {
         out << ", \"min_hits\": " << r.min->hits << ", \"min_requests\": " << r.min->requests
             << ", \"min_hit_rate\": " << r.min->hit_rate() << ", \"ratio_to_min\": "
-            << (r.min->hits > 0 ? static_cast<double>(s.hits) / r.min->hits : 0.0);
+            << (r.min->hits > 0 ? absl::StrFormat("%g", static_cast<double>(s.hits) / r.min->hits)
+                                : std::string("null"));
       }
       out << ", \"same_tokens_as_resident\": "
           << (resident && r.tokens == resident->tokens ? "true" : "false") << "}";

@@ -1,15 +1,16 @@
 // Belady's MIN over the experts a benchmark actually served: the most hits
-// any demand-filled cache with the same per-layer slot budgets could have
-// had on that sequence, for the hit rate's "ratio to MIN".
+// any cache with the same per-layer slot budgets could have had on that
+// sequence without prefetch, for the hit rate's "ratio to MIN".
 //
 // A pass is one layer of one forward (a decode token, or a whole prefill
 // batch): the distinct experts its tokens routed to, counted once each, as
-// the worker's ExpertSlotCache counts them. MIN knows every later pass;
-// for each miss it evicts, among the layer's residents not used by the
-// current pass, the one used again furthest in the future, or keeps the
-// newcomer out when it is itself the furthest (bypass). That is optimal for
-// hits per layer (Belady 1966, with bypass: a cache need not admit).
-// Without prefetch: a cache that prefetches may beat it.
+// the worker's ExpertSlotCache counts them. A hit is an expert resident
+// before its pass. MIN knows every later pass: after each pass it keeps, of
+// the layer's residents and the pass's experts, the budget-many used again
+// soonest. Keeping any such subset is allowed (a miss may be copied in or
+// computed without a slot, and a batch's later wave may evict an earlier
+// one), so this bounds every miss policy of the worker's cache (Belady's
+// rule with bypass); only a cache that prefetches may pass it.
 #pragma once
 
 #include <cstdint>
