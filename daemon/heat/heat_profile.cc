@@ -175,7 +175,8 @@ std::string HeatProfilePath(std::string_view state_directory, uint64_t fingerpri
 }
 
 absl::StatusOr<HeatProfile> ReadHeatProfile(const std::string& path) {
-  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // Never blocks on a FIFO, nor follows a link planted in its place.
+  const int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
   if (fd < 0) {
     const int err = errno;
     return absl::ErrnoToStatus(err, absl::StrFormat("cannot open %s", path));
@@ -220,7 +221,9 @@ absl::Status WriteHeatProfile(const std::string& path, const HeatProfile& profil
   const std::string dir = slash == std::string::npos ? "." : path.substr(0, slash);
   if (absl::Status s = MakeDirectories(dir); !s.ok()) return s;
   const std::string temp = absl::StrFormat("%s.tmp.%d", path, getpid());
-  const int fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0640);
+  // A fresh file of our own: a stale one (or a link) is removed, not written through.
+  (void)unlink(temp.c_str());
+  const int fd = open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0640);
   if (fd < 0) {
     return absl::ErrnoToStatus(errno, absl::StrFormat("cannot create %s", temp));
   }

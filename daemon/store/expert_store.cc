@@ -719,6 +719,13 @@ bool ExpertStore::StartLoads() {
     uint32_t x = 0;
     int source = 0;
     if (!NextExpert(&x, &source)) break;
+    // The warm start keeps half the queue free, so that a demand read
+    // arriving meanwhile does not wait behind a full queue of guesses.
+    if (source == kSourceWarm &&
+        io_->in_flight() + reads_per_load_max_ > std::max(reads_per_load_max_,
+                                                          io_->queue_depth() / 2)) {
+      break;
+    }
     if (source == kSourcePreload) {
       preload_delay_ns_ = preload_limiter_->DelayNs(store::MonotonicNowNs());
       if (preload_delay_ns_ > 0) break;
@@ -789,7 +796,8 @@ bool ExpertStore::TryEvictSlot(uint32_t slot) {
 void ExpertStore::FinishWarmStart() {
   warming_.store(false, std::memory_order_relaxed);
   const store::StoreCounters c = counters();
-  LogInfo("warm start: read %d of the heat profile's hottest experts in %.1f s%s", c.warm_loads,
+  LogInfo("warm start: %d reads of the heat profile's hottest experts issued in %.1f s%s",
+          c.warm_loads,
           Seconds(store::MonotonicNowNs() - warm_start_ns_),
           free_slots_.empty() && warm_cursor_ < options_.warm_order.size()
               ? " (every slot taken; the colder rest waits for demand)"

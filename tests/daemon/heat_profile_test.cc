@@ -5,6 +5,7 @@
 #include "heat/heat_profile.h"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
@@ -117,6 +118,26 @@ TEST(HeatProfileTest, WritesAtomicallyUnderTheStateDirectory) {
   EXPECT_EQ(st.st_mode & 0007, 0u) << "other users may not read it";
   EXPECT_EQ(ReadHeatProfile(dir.path() + "/none.heat").status().code(),
             absl::StatusCode::kNotFound);
+}
+
+TEST(HeatProfileTest, AFifoOrALinkIsRefusedWithoutBlocking) {
+  ScratchDir dir;
+  const std::string fifo = dir.File("fifo.heat");
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  EXPECT_THAT(ReadHeatProfile(fifo).status().message(), HasSubstr("not a regular file"));
+  const std::string real = dir.File("real.heat");
+  ASSERT_TRUE(WriteHeatProfile(real, Sample()).ok());
+  const std::string link = dir.File("link.heat");
+  ASSERT_EQ(symlink(real.c_str(), link.c_str()), 0);
+  EXPECT_FALSE(ReadHeatProfile(link).ok());
+  // A link planted at the temporary name is replaced, not written through.
+  const std::string victim = dir.File("victim");
+  WriteFile(victim, "keep me");
+  const std::string path = dir.File("p.heat");
+  ASSERT_EQ(symlink(victim.c_str(), (path + ".tmp." + std::to_string(getpid())).c_str()), 0);
+  ASSERT_TRUE(WriteHeatProfile(path, Sample()).ok());
+  EXPECT_EQ(ReadFile(victim), "keep me");
+  EXPECT_TRUE(ReadHeatProfile(path).ok());
 }
 
 TEST(HeatProfileTest, RanksAndTheWarmOrderFollowTheCounts) {
@@ -240,8 +261,8 @@ TEST_F(HeatKeeperTest, AFailedSaveIsReportedAndLeavesTheOldFile) {
   keeper.Absorb(std::vector<uint64_t>{1, 0, 0, 0, 0, 0, 0, 1});
   ASSERT_TRUE(keeper.Save().ok());
   const std::string before = ReadFile(keeper.path());
-  // The folder turns read-only (root ignores modes, so a file stands in
-  // for the heat folder's temporary name instead).
+  // A directory where the temporary file would go makes the save fail
+  // (modes would not: the tests may run as root).
   const std::string blocker = keeper.path() + ".tmp." + std::to_string(getpid());
   std::filesystem::create_directory(blocker);
   keeper.Absorb(std::vector<uint64_t>{5, 0, 0, 0, 0, 0, 0, 5});

@@ -132,7 +132,7 @@ class ExpertSlotCache {
   // perform, grouped by layer. The coldest of them is admitted first, so a
   // recency-ordered policy evicts it first. Empty for a static cache or
   // empty ranks; counted in warm_fills and bytes_filled. A fill that fails
-  // is Discard()ed.
+  // is Discard()ed, and the cache goes on without it.
   std::vector<SlotFill> WarmFills(std::span<const uint32_t> warm_rank);
 
   // The batch's top-k choice at `layer`, token-major (n_tokens * top_k ids).

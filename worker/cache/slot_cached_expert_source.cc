@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -148,22 +149,32 @@ absl::Status SlotCachedExpertSource::FillFromInner(int layer, std::span<const Sl
 }
 
 absl::Status SlotCachedExpertSource::FillInitialSlots() {
-  std::vector<SlotFill> fills = cache_->InitialFills();
-  const std::vector<SlotFill> warm = cache_->WarmFills(
-      WarmRanksOf(inner_, cache_->options().n_layer, cache_->options().n_expert));
-  fills.insert(fills.end(), warm.begin(), warm.end());
-  size_t begin = 0;
-  while (begin < fills.size()) {
-    size_t end = begin;
-    while (end < fills.size() && fills[end].layer == fills[begin].layer) ++end;
-    const int layer = static_cast<int>(fills[begin].layer);
-    if (absl::Status s = FillFromInner(
-            layer, std::span<const SlotFill>(fills.data() + begin, end - begin));
-        !s.ok()) {
-      return absl::Status(s.code(), absl::StrFormat("expert cache: filling layer %d's slots: %s",
-                                                    layer, s.message()));
+  // Static placement's slots must all be filled; the warm start is a guess,
+  // and an expert it cannot read is left to demand.
+  const std::vector<SlotFill> fills[2] = {
+      cache_->InitialFills(),
+      cache_->WarmFills(
+          WarmRanksOf(inner_, cache_->options().n_layer, cache_->options().n_expert))};
+  for (const bool warm : {false, true}) {
+    const std::vector<SlotFill>& f = fills[warm ? 1 : 0];
+    size_t begin = 0;
+    while (begin < f.size()) {
+      size_t end = begin;
+      while (end < f.size() && f[end].layer == f[begin].layer) ++end;
+      const int layer = static_cast<int>(f[begin].layer);
+      if (absl::Status s =
+              FillFromInner(layer, std::span<const SlotFill>(f.data() + begin, end - begin));
+          !s.ok()) {
+        if (!warm) {
+          return absl::Status(s.code(), absl::StrFormat(
+                                            "expert cache: filling layer %d's slots: %s", layer,
+                                            s.message()));
+        }
+        std::fprintf(stderr, "expert cache: warm start of layer %d cut short: %s\n", layer,
+                     std::string(s.message()).c_str());
+      }
+      begin = end;
     }
-    begin = end;
   }
   return absl::OkStatus();
 }

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <thread>
@@ -467,7 +468,10 @@ absl::StatusOr<uint64_t> CudaExpertCache::ChoosePoolBytes(
 }
 
 absl::Status CudaExpertCache::FillInitialSlots() {
+  // Static placement's slots must all be filled; the warm start is a guess,
+  // and an expert it cannot read is left to demand.
   std::vector<SlotFill> fills = cache_->InitialFills();
+  const size_t n_required = fills.size();
   const std::vector<SlotFill> warm = cache_->WarmFills(
       WarmRanksOf(source_, cache_->options().n_layer, cache_->options().n_expert));
   fills.insert(fills.end(), warm.begin(), warm.end());
@@ -478,7 +482,8 @@ absl::Status CudaExpertCache::FillInitialSlots() {
   size_t begin = 0;
   while (begin < fills.size()) {
     size_t end = begin;
-    while (end < fills.size() && end - begin < group && fills[end].layer == fills[begin].layer) {
+    while (end < fills.size() && end - begin < group && fills[end].layer == fills[begin].layer &&
+           (end < n_required) == (begin < n_required)) {
       ++end;
     }
     const int layer = static_cast<int>(fills[begin].layer);
@@ -492,9 +497,14 @@ absl::Status CudaExpertCache::FillInitialSlots() {
       const absl::Status finished = FinishHold();
       if (s.ok()) s = finished;
     }
-    if (!s.ok()) {
+    if (!s.ok() && begin < n_required) {
       return absl::Status(s.code(), absl::StrFormat("expert cache: filling layer %d's slots: %s",
                                                     layer, s.message()));
+    }
+    if (!s.ok()) {
+      for (size_t i = begin; i < end; ++i) cache_->Discard(fills[i].layer, fills[i].expert);
+      std::fprintf(stderr, "expert cache: warm start of layer %d cut short: %s\n", layer,
+                   std::string(s.message()).c_str());
     }
     begin = end;
   }
