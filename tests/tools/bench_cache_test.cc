@@ -104,28 +104,32 @@ PrefetchCounts PrefetchOf(const std::string& json_path) {
   return c;
 }
 
+// A trace of uniformly random routing over the small model's 4 layers x 8
+// experts, top-2.
+void WriteRandomTrace(const std::string& path, int tokens, uint32_t seed) {
+  std::ofstream out(path);
+  out << "moetier-trace v1 layers=4 experts=8 top_k=2 weights=0\n";
+  uint32_t state = seed;
+  auto next = [&state]() {
+    state = state * 1664525u + 1013904223u;
+    return (state >> 16) % 8;
+  };
+  for (int t = 0; t < tokens; ++t) {
+    for (int l = 0; l < 4; ++l) {
+      const uint32_t a = next();
+      uint32_t b = next();
+      while (b == a) b = next();
+      out << (l ? ";" : "") << a << "," << b;
+    }
+    out << "\n";
+  }
+}
+
 TEST(BenchCacheTest, ReplayedPrefetchPredictsFromTheTraceAtTheGivenAccuracy) {
   // Random routing over the 8 experts: half of them fit, so there is
   // something to prefetch at every layer after the first.
   const std::string trace = testing::TempDir() + "/bench-cache-random.trace";
-  {
-    std::ofstream out(trace);
-    out << "moetier-trace v1 layers=4 experts=8 top_k=2 weights=0\n";
-    uint32_t state = 12345;
-    auto next = [&state]() {
-      state = state * 1664525u + 1013904223u;
-      return (state >> 16) % 8;
-    };
-    for (int t = 0; t < 40; ++t) {
-      for (int l = 0; l < 4; ++l) {
-        const uint32_t a = next();
-        uint32_t b = next();
-        while (b == a) b = next();
-        out << (l ? ";" : "") << a << "," << b;
-      }
-      out << "\n";
-    }
-  }
+  WriteRandomTrace(trace, 40, 12345);
   const std::string json = testing::TempDir() + "/bench-cache-prefetch.json";
   const std::string common = "--model " + kModel +
                              " --threads 1 --decode-tokens 24 --prompt-tokens 4 --runs 1 "
@@ -167,24 +171,7 @@ double RowField(const std::string& json_path, const std::string& config, const s
 
 TEST(BenchCacheTest, ReplayedRowsShowMinOnTheServedSequenceAndSweepTheAccuracy) {
   const std::string trace = testing::TempDir() + "/bench-cache-min.trace";
-  {
-    std::ofstream out(trace);
-    out << "moetier-trace v1 layers=4 experts=8 top_k=2 weights=0\n";
-    uint32_t state = 777;
-    auto next = [&state]() {
-      state = state * 1664525u + 1013904223u;
-      return (state >> 16) % 8;
-    };
-    for (int t = 0; t < 64; ++t) {
-      for (int l = 0; l < 4; ++l) {
-        const uint32_t a = next();
-        uint32_t b = next();
-        while (b == a) b = next();
-        out << (l ? ";" : "") << a << "," << b;
-      }
-      out << "\n";
-    }
-  }
+  WriteRandomTrace(trace, 64, 777);
   const std::string json = testing::TempDir() + "/bench-cache-min.json";
   // 16 tokens of context: the prefill passes route to more experts than a
   // layer has slots, which MIN must bound too.

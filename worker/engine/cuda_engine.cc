@@ -248,6 +248,7 @@ absl::Status CudaEngine::Init(const Model& model) {
           ? nullptr
           : (config_.device_experts != nullptr ? config_.device_experts : own_experts_.get());
   moe.expert_source = config_.expert_source;
+  moe.routing_counter = config_.routing_counter;
   moe.expert_cache = config_.expert_cache;
   moe.dma_ranges = config_.dma_ranges;
   moe.routing_observer = config_.routing_observer;

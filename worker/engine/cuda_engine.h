@@ -74,6 +74,9 @@ struct CudaEngineConfig {
   // daemon's store, or engine/mapped_expert_source.h); null: no cache.
   // Exclusive with device_experts. Not owned; must outlive the engine.
   ExpertWeightSource* expert_source = nullptr;
+  // Without expert_source: a source told every choice (Route) and nothing
+  // else, so a fully resident worker still counts its routing.
+  ExpertWeightSource* routing_counter = nullptr;
   CudaExpertCacheConfig expert_cache;
   // Host memory the expert source serves from, registered for DMA at
   // creation (the store segment's mapping); copies from elsewhere, or from a

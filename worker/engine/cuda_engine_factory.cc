@@ -69,6 +69,7 @@ absl::StatusOr<CudaWorkerEngine> CreateCudaWorkerEngine(const Model& model,
   config.max_ctx = options.max_ctx;
   config.routing_observer = options.routing_observer;
   config.routing_override = options.routing_override;
+  config.routing_counter = options.routing_counter;
   if (options.expert_source != nullptr) {
     CudaExpertCacheConfig& cache = config.expert_cache;
     cache.policy = options.policy;

@@ -33,6 +33,9 @@ struct CudaWorkerEngineOptions {
   // Host memory behind expert_source to register for DMA (the store's slot
   // area); copies from elsewhere go through pinned staging buffers.
   std::vector<std::span<const uint8_t>> dma_ranges;
+  // Without a cache: where the router's choices are counted (the daemon's
+  // store, for its heat profile; ExpertWeightSource::Route); null: nowhere.
+  ExpertWeightSource* routing_counter = nullptr;
   // The cache's size: bytes, or (when >= 0) a fraction of all experts'
   // bytes; both negative: auto (free device memory after the engine's own
   // allocations, minus a reserve).

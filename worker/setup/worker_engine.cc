@@ -112,6 +112,7 @@ absl::StatusOr<CudaWorkerEngine> MakeCudaWorkerEngine(const WorkerOptions& optio
         "gives it no room; drop one of them");
   }
   // Standalone holds every expert unless a cache flag asks otherwise.
+  cuda.routing_counter = experts.source;  // the store counts what is routed
   if ((experts.cache_by_default || options.cache_flags_given) && !no_cache) {
     cuda.expert_source = experts.source;
     cuda.dma_ranges = experts.dma_ranges;

@@ -217,8 +217,10 @@ absl::Status CudaMoeBlock::RouteAndGroup(int layer, int n, int pos0, bool predic
     MOETIER_RETURN_IF_ERROR(PredictWithOverride(layer, n, pos0));
   }
   // The choice used, for the store's heat profile (a no-op elsewhere).
-  if (config_.expert_source != nullptr) {
-    config_.expert_source->Route(layer, std::span<const int32_t>(host_topk_ids_, n_slots));
+  if (ExpertWeightSource* told = config_.expert_source != nullptr ? config_.expert_source
+                                                                  : config_.routing_counter;
+      told != nullptr) {
+    told->Route(layer, std::span<const int32_t>(host_topk_ids_, n_slots));
   }
 
   // Group the (token, choice) pairs by expert, experts ascending. From here

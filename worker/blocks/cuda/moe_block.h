@@ -86,6 +86,8 @@ struct CudaMoeConfig {
   // behind a VRAM slot cache. Not owned; must outlive the block.
   DeviceExperts* device_experts = nullptr;
   ExpertWeightSource* expert_source = nullptr;
+  // Told every choice where there is no expert_source (heat counting).
+  ExpertWeightSource* routing_counter = nullptr;
   CudaExpertCacheConfig expert_cache;
   std::vector<HostMemoryRange> dma_ranges;  // registered for the cache's fills
   RoutingObserver* routing_observer = nullptr;
