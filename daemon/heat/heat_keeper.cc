@@ -87,14 +87,14 @@ void HeatKeeper::Absorb(std::span<const uint64_t> totals) {
   std::lock_guard<std::mutex> lock(mutex_);
   MOETIER_CHECK(totals.size() == current_.counts.size());
   const uint32_t n_expert = options_.n_expert;
+  auto fresh = [&](size_t i) { return totals[i] - std::min(totals[i], last_totals_[i]); };
   // Every token visits every MoE layer once, so the busiest layer's rows
   // over top_k are the tokens (layers without experts route nothing).
   uint64_t busiest = 0;
   for (uint32_t l = 0; l < options_.n_layer; ++l) {
     uint64_t rows = 0;
     for (uint32_t e = 0; e < n_expert; ++e) {
-      const size_t i = static_cast<size_t>(l) * n_expert + e;
-      rows += totals[i] - std::min(totals[i], last_totals_[i]);
+      rows += fresh(static_cast<size_t>(l) * n_expert + e);
     }
     busiest = std::max(busiest, rows);
   }
@@ -102,8 +102,7 @@ void HeatKeeper::Absorb(std::span<const uint64_t> totals) {
   const double tokens = static_cast<double>(busiest) / options_.top_k;
   const double decay = std::exp2(-tokens / options_.half_life_tokens);
   for (size_t i = 0; i < totals.size(); ++i) {
-    const uint64_t fresh = totals[i] - std::min(totals[i], last_totals_[i]);
-    current_.counts[i] = current_.counts[i] * decay + static_cast<double>(fresh);
+    current_.counts[i] = current_.counts[i] * decay + static_cast<double>(fresh(i));
     last_totals_[i] = totals[i];
   }
   current_.tokens = current_.tokens * decay + tokens;

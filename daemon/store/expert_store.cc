@@ -455,8 +455,6 @@ std::vector<ExpertStore::ExpertUse> ExpertStore::ExpertUses() const {
     store::ExpertEntry& e = entries_[i];
     uses[i].resident = Shared(e.state).load(std::memory_order_relaxed) ==
                        static_cast<uint32_t>(store::ExpertState::kResident);
-    uses[i].acquires = Shared(e.hits).load(std::memory_order_relaxed) +
-                       Shared(e.misses).load(std::memory_order_relaxed);
     uses[i].routed = Shared(e.routed).load(std::memory_order_relaxed);
   }
   return uses;

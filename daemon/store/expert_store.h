@@ -111,13 +111,11 @@ class ExpertStore {
   // aligned spans around them). Walks the expert table; safe from any thread.
   uint64_t ResidentExpertBytes() const;
   // Per expert (linear index layer * n_expert + expert): whether it is
-  // resident in RAM, how often workers acquired it from the store (hits +
-  // misses) and how many token rows the router sent to it (which a
+  // resident in RAM and how many token rows the router sent to it (which a
   // worker's own cache does not hide), for the front door's residency map.
   // Walks the table; safe from any thread.
   struct ExpertUse {
     bool resident = false;
-    uint64_t acquires = 0;
     uint64_t routed = 0;
   };
   std::vector<ExpertUse> ExpertUses() const;
