@@ -194,8 +194,8 @@ absl::Status CudaMoeBlock::RouteAndGroup(int layer, int n, int pos0, bool predic
         "copying the router's weights to the host"));
   }
   // While a trace is replayed the override predicts the next layer from the
-  // trace (asked once this layer's own choice is in, below); the router's
-  // guess would predict random weights, not the trace.
+  // trace (asked once this layer's own choice is in, below); the router
+  // knows nothing of the trace.
   if (predict && config_.routing_override == nullptr) {
     MOETIER_RETURN_IF_ERROR(EnqueueRouterPrediction(layer, n));
   }
