@@ -173,6 +173,9 @@ std::string SequenceStateLine(const v1::WorkerStatus& w) {
   std::string line = absl::StrFormat(
       "   sequence state: KV %s per token x %d tokens = %s", FormatBytes(w.kv_bytes_per_token()),
       w.max_ctx(), FormatBytes(w.kv_bytes_per_token() * static_cast<uint64_t>(w.max_ctx())));
+  if (!w.kv_type_k().empty()) {
+    absl::StrAppendFormat(&line, " (keys %s, values %s)", w.kv_type_k(), w.kv_type_v());
+  }
   if (w.recurrent_state_bytes() > 0) {
     absl::StrAppendFormat(&line, "   recurrent %s (+ %s checkpoint)",
                           FormatBytes(w.recurrent_state_bytes()),

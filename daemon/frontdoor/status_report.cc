@@ -138,6 +138,8 @@ v1::Status StatusReporter::Build() {
       ws->set_max_ctx(sched->max_ctx);
       ws->set_kv_bytes_per_token(sched->kv_bytes_per_token);
       ws->set_recurrent_state_bytes(sched->recurrent_state_bytes);
+      ws->set_kv_type_k(sched->kv_type_k);
+      ws->set_kv_type_v(sched->kv_type_v);
     }
   }
 

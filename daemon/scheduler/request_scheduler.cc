@@ -97,6 +97,8 @@ void RequestScheduler::OnReply(Connection& c, control_v1::WorkerReply reply) {
     c.info.backend = reply.ready().backend();
     c.info.kv_bytes_per_token = reply.ready().kv_bytes_per_token();
     c.info.recurrent_state_bytes = reply.ready().recurrent_state_bytes();
+    c.info.kv_type_k = reply.ready().kv_type_k();
+    c.info.kv_type_v = reply.ready().kv_type_v();
     announced_max_ctx_[c.info.device] = c.info.max_ctx;
     LogInfo("worker %d (%s, pid %d) is ready: %s backend, %d threads, context %d tokens",
             c.info.index, c.info.device, c.info.pid, c.info.backend, reply.ready().threads(),

@@ -54,6 +54,7 @@ struct SchedulerWorkerInfo {
   int32_t max_ctx = 0;
   uint64_t kv_bytes_per_token = 0;     // from the ReadyReply
   uint64_t recurrent_state_bytes = 0;  // from the ReadyReply
+  std::string kv_type_k, kv_type_v;    // from the ReadyReply
   std::string backend;
   uint64_t requests_served = 0;
   double last_decode_tokens_per_s = 0;

@@ -1,5 +1,7 @@
 // Row operations against straightforward double-precision formulas.
+#include <algorithm>
 #include <cmath>
+#include <string>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -187,6 +189,116 @@ TEST(CpuOpsTest, EmbeddingRowDecodes) {
   DequantizeRow(TensorType::kQ8_0, q8.data(), expect.data(), 64);
   EmbeddingRow(TensorType::kQ8_0, q8.data(), 64, got.data());
   EXPECT_EQ(got, expect);
+}
+
+// Attention over one head-major cache per type: what the stored rows hold
+// (decoded), for the double-precision formula, and the rows themselves.
+struct TypedCache {
+  std::vector<uint8_t> bytes;
+  std::vector<float> decoded;  // [n_head_kv][capacity][head_dim]
+  KvRows rows;
+};
+
+TypedCache StoreCache(TensorType type, const std::vector<float>& values, int n_head_kv,
+                      int capacity, int head_dim) {
+  TypedCache c;
+  const int64_t row = TensorRowBytes(type, head_dim);
+  c.bytes.resize(static_cast<size_t>(n_head_kv) * capacity * row);
+  c.decoded.resize(values.size());
+  for (int64_t r = 0; r < int64_t{n_head_kv} * capacity; ++r) {
+    QuantizeRow(type, values.data() + r * head_dim, c.bytes.data() + r * row, head_dim);
+    DequantizeRow(type, c.bytes.data() + r * row, c.decoded.data() + r * head_dim, head_dim);
+  }
+  c.rows = {type, c.bytes.data(), int64_t{capacity} * row, row};
+  return c;
+}
+
+// softmax(scale q_h . k_t) . v_t in double, query head h reading KV head
+// h / group of head-major caches of `capacity` rows.
+std::vector<double> AttentionInDouble(const std::vector<float>& q, const std::vector<float>& k,
+                                      const std::vector<float>& v, int n_head, int n_head_kv,
+                                      int head_dim, int capacity, int n_kv, float scale) {
+  std::vector<double> want(static_cast<size_t>(n_head) * head_dim);
+  for (int h = 0; h < n_head; ++h) {
+    const int64_t base = int64_t{h / (n_head / n_head_kv)} * capacity * head_dim;
+    std::vector<double> p(n_kv);
+    double max = -1e300, z = 0.0;
+    for (int t = 0; t < n_kv; ++t) {
+      double s = 0.0;
+      for (int d = 0; d < head_dim; ++d) s += double{q[h * head_dim + d]} * k[base + t * head_dim + d];
+      max = std::max(max, p[t] = s * scale);
+    }
+    for (double& pt : p) z += (pt = std::exp(pt - max));
+    for (int d = 0; d < head_dim; ++d) {
+      double o = 0.0;
+      for (int t = 0; t < n_kv; ++t) o += p[t] / z * v[base + t * head_dim + d];
+      want[h * head_dim + d] = o;
+    }
+  }
+  return want;
+}
+
+TEST(CpuOpsTest, AttentionReadsStoredKvTypesDirectly) {
+  const int n_head = 8, n_head_kv = 2, group = 4;
+  const TensorType types[] = {TensorType::kF32, TensorType::kF16, TensorType::kQ8_0,
+                              TensorType::kQ4_0};
+  uint32_t seed = 300;
+  for (TensorType k_type : types) {
+    for (TensorType v_type : types) {
+      for (int head_dim : {32, 128}) {
+        for (int n_kv : {1, 7, 65, 300}) {
+          SCOPED_TRACE(std::string(TensorTypeName(k_type)) + " keys, " +
+                       std::string(TensorTypeName(v_type)) + " values, head_dim " +
+                       std::to_string(head_dim) + ", " + std::to_string(n_kv) + " positions");
+          const int capacity = n_kv + 3;  // rows past n_kv must not be read
+          const size_t cache_floats = size_t{n_head_kv} * capacity * head_dim;
+          const std::vector<float> q = Gaussian(n_head * head_dim, seed++, 0.5f);
+          const std::vector<float> k = Gaussian(cache_floats, seed++);
+          const std::vector<float> v = Gaussian(cache_floats, seed++);
+          const TypedCache kc = StoreCache(k_type, k, n_head_kv, capacity, head_dim);
+          const TypedCache vc = StoreCache(v_type, v, n_head_kv, capacity, head_dim);
+          const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
+          // Against what the rows hold: only the query's preparation for
+          // the key type's dot product (8-bit blocks for Q8_0 and Q4_0
+          // keys) and float rounding differ.
+          const std::vector<double> on_stored = AttentionInDouble(
+              q, kc.decoded, vc.decoded, n_head, n_head_kv, head_dim, capacity, n_kv, scale);
+          // Against the values before storing: the type's rounding too.
+          const std::vector<double> on_exact =
+              AttentionInDouble(q, k, v, n_head, n_head_kv, head_dim, capacity, n_kv, scale);
+          const bool query_8bit = k_type == TensorType::kQ8_0 || k_type == TensorType::kQ4_0;
+          const double stored_tol = query_8bit ? 1.5e-2 : 1e-6;
+          const double exact_tol = std::max({stored_tol, k_type == TensorType::kQ4_0 ? 0.15 : 0.0,
+                                             v_type == TensorType::kQ4_0 ? 0.4 : 0.0,
+                                             k_type == TensorType::kQ8_0 ? 3e-2 : 0.0,
+                                             v_type == TensorType::kQ8_0 ? 3e-2 : 0.0,
+                                             k_type == TensorType::kF16 ? 2e-3 : 0.0,
+                                             v_type == TensorType::kF16 ? 2e-3 : 0.0});
+          alignas(64) static uint8_t queries[group * 1024];
+          std::vector<float> scores(group * n_kv), values(kKvValueChunk * head_dim);
+          const KvAttendScratch scratch{scores.data(), queries, values.data()};
+          std::vector<float> out(n_head * head_dim, 7.0f);
+          // Heads 1..6: a partial group at each end.
+          AttentionHeadsStored(q.data(), kc.rows, vc.rows, n_kv, n_head, n_head_kv, head_dim, scale,
+                               1, 7, scratch, out.data());
+          double worst_stored = 0.0, worst_exact = 0.0;
+          for (int h = 0; h < n_head; ++h) {
+            for (int d = 0; d < head_dim; ++d) {
+              const size_t i = h * head_dim + d;
+              if (h == 0 || h == 7) {
+                ASSERT_EQ(out[i], 7.0f) << "head outside the range was written";
+                continue;
+              }
+              worst_stored = std::max(worst_stored, std::abs(out[i] - on_stored[i]));
+              worst_exact = std::max(worst_exact, std::abs(out[i] - on_exact[i]));
+            }
+          }
+          EXPECT_LT(worst_stored, stored_tol);
+          EXPECT_LT(worst_exact, exact_tol);
+        }
+      }
+    }
+  }
 }
 
 }  // namespace

@@ -52,7 +52,7 @@ std::vector<cpu::ByteRange> WeightSpans(const ModelWeights& w, bool include_expe
 // allocated and zeroed at creation: a context that cannot fit is refused
 // here, by name, rather than by the out-of-memory killer later.
 absl::Status CheckSequenceStateFits(const Model& model, const CpuEngineConfig& config) {
-  const SequenceStateSize size = SequenceStateSizeOf(model);
+  const SequenceStateSize size = SequenceStateSizeOf(model, config.kv_types);
   const uint64_t per_sequence = size.BytesAt(static_cast<uint64_t>(config.max_ctx)) +
                                 size.recurrent_bytes;
   const uint64_t total = per_sequence * static_cast<uint64_t>(config.max_sequences);
@@ -61,7 +61,7 @@ absl::Status CheckSequenceStateFits(const Model& model, const CpuEngineConfig& c
   return absl::ResourceExhaustedError(absl::StrFormat(
       "the state of %d sequence(s) of %d tokens needs %.2f GiB (%d bytes of KV cache per token, "
       "%d bytes of recurrent state per sequence), more than the %.2f GiB of memory available; "
-      "lower --ctx",
+      "lower --ctx or store the cache in fewer bytes (--cache-type-k, --cache-type-v)",
       config.max_sequences, config.max_ctx, static_cast<double>(total) / (1 << 30),
       size.kv_bytes_per_token, size.recurrent_bytes, static_cast<double>(available) / (1 << 30)));
 }
@@ -89,6 +89,10 @@ absl::StatusOr<std::unique_ptr<CpuEngine>> CpuEngine::Create(const Model& model,
         absl::StrFormat("batch size %d is outside 1..8192", config.max_batch));
   }
   if (absl::Status s = CheckModelForBackend(model, kCpuSupport); !s.ok()) return s;
+  if (absl::Status s = CheckKvCacheTypes(config.kv_types, hp.head_dim, kKvCacheTypeChoices, "cpu");
+      !s.ok()) {
+    return s;
+  }
   if (absl::Status s = CheckSequenceStateFits(model, config); !s.ok()) return s;
   if (config.expert_source != nullptr && config.expert_source->max_experts_held() < 1) {
     return absl::InvalidArgumentError("the expert source can hold no experts at once");
@@ -127,7 +131,8 @@ absl::Status CpuEngine::CopyWeightsToHugePages() {
 void CpuEngine::Allocate() {
   output_norm_ = DecodeVector(weights_.output_norm);
   batch_ = std::make_unique<CpuBatch>(hp_.n_embd, config_.max_batch, runner_);
-  attention_ = std::make_unique<CpuAttentionBlock>(hp_, weights_.layers, config_.max_ctx, *batch_);
+  attention_ = std::make_unique<CpuAttentionBlock>(hp_, weights_.layers, config_.max_ctx,
+                                                   config_.kv_types, *batch_);
   deltanet_ = std::make_unique<CpuDeltaNetBlock>(hp_, weights_.layers, *batch_);
   moe_ = std::make_unique<CpuMoeBlock>(
       hp_, weights_.layers,
@@ -321,6 +326,7 @@ absl::StatusOr<std::unique_ptr<ForwardEngine>> CreateCpuEngine(const Model& mode
   config.max_ctx = options.max_ctx;
   config.max_sequences = options.max_sequences;
   config.n_threads = options.n_threads;
+  config.kv_types = options.kv_types;
   config.expert_source = options.expert_source;
   config.routing_observer = options.routing_observer;
   config.routing_override = options.routing_override;

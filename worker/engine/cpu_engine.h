@@ -42,6 +42,9 @@ struct CpuEngineConfig {
   int max_sequences = 1;  // sequences alive at once (each has its own KV cache)
   int n_threads = 1;      // threads including the caller's
   int max_batch = 256;    // tokens processed together; longer inputs are split
+  // How the KV cache stores keys and values (model/kv_cache_types.h); every
+  // type of kKvCacheTypeChoices, F32 (exact) by default.
+  KvCacheTypes kv_types;
   // Copy every weight into anonymous memory backed by 2 MiB transparent huge
   // pages at creation (backend/cpu/huge_page_copy.h) instead of reading the
   // model's mapping. Much faster decoding of large models (fewer TLB misses),

@@ -94,6 +94,9 @@ struct EngineOptions {
   int max_ctx = 4096;     // positions per sequence; at most hparams.n_ctx_train
   int max_sequences = 1;  // sequences alive at once (their state is allocated at creation)
   int n_threads = 1;      // worker threads for backends that use them
+  // How the KV caches store keys and values (model/kv_cache_types.h); a
+  // backend refuses at creation a type it lacks, naming the ones it has.
+  KvCacheTypes kv_types;
   WeightPages weight_pages = WeightPages::kAuto;  // CPU backend only
   // CPU backend: where the routed experts come from; null reads them from
   // the model's mapping. When set, huge pages (if chosen) hold only the

@@ -50,13 +50,15 @@ std::vector<Ref*> RefsOf(Weights& w, bool include_experts) {
 
 }  // namespace
 
-SequenceStateSize SequenceStateSizeOf(const Model& model) {
+SequenceStateSize SequenceStateSizeOf(const Model& model, const KvCacheTypes& kv_types) {
   const ModelHparams& hp = model.hparams;
   const DeltaNetParams& dn = hp.deltanet;
   SequenceStateSize size;
   for (const LayerWeights& l : model.weights.layers) {
     if (IsAttention(l.mixer)) {
-      size.kv_bytes_per_token += 2 * static_cast<uint64_t>(hp.n_head_kv) * hp.head_dim * sizeof(float);
+      size.kv_bytes_per_token +=
+          static_cast<uint64_t>(hp.n_head_kv) *
+          (KvRowBytes(kv_types.k, hp.head_dim) + KvRowBytes(kv_types.v, hp.head_dim));
     } else if (l.mixer == MixerKind::kGatedDeltaNet) {
       size.recurrent_bytes += (static_cast<uint64_t>(dn.conv_kernel - 1) * dn.conv_dim() +
                                static_cast<uint64_t>(dn.n_v_heads) * dn.d_k * dn.d_v) *

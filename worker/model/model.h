@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "gguf/tensor/tensor_type.h"
+#include "model/kv_cache_types.h"
 
 namespace moetier {
 
@@ -204,15 +205,16 @@ struct Model {
 std::vector<const WeightRef*> WeightRefs(const ModelWeights& w, bool include_experts);
 std::vector<WeightRef*> WeightRefs(ModelWeights& w, bool include_experts);
 
-// What one sequence's state takes in every engine (fp32 throughout): K and
-// V of every attention layer per position of context, and the conv and
-// delta-rule state of every Gated DeltaNet layer, whatever the length.
+// What one sequence's state takes in every engine: K and V of every
+// attention layer per position of context (stored as `kv_types` says), and
+// the conv and delta-rule state (fp32) of every Gated DeltaNet layer,
+// whatever the length.
 struct SequenceStateSize {
   uint64_t kv_bytes_per_token = 0;
   uint64_t recurrent_bytes = 0;
   uint64_t BytesAt(uint64_t n_tokens) const { return kv_bytes_per_token * n_tokens + recurrent_bytes; }
 };
-SequenceStateSize SequenceStateSizeOf(const Model& model);
+SequenceStateSize SequenceStateSizeOf(const Model& model, const KvCacheTypes& kv_types = {});
 
 // Weight bytes one decode step reads: every dense tensor, k experts per
 // MoE layer and one embedding row (the numerator of a memory roofline).

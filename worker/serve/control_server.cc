@@ -211,6 +211,8 @@ absl::Status ControlServer::Run() {
   r->set_model_fingerprint(options_.model_fingerprint);
   r->set_kv_bytes_per_token(options_.state_size.kv_bytes_per_token);
   r->set_recurrent_state_bytes(options_.state_size.recurrent_bytes);
+  r->set_kv_type_k(KvCacheTypeName(options_.kv_types.k));
+  r->set_kv_type_v(KvCacheTypeName(options_.kv_types.v));
   if (absl::Status s = Send(ready); !s.ok()) return s;
 
   while (!closed_) {

@@ -64,6 +64,7 @@ struct ControlServerOptions {
   int threads = 1;              // ReadyReply.threads
   uint64_t model_fingerprint = 0;
   SequenceStateSize state_size;  // ReadyReply: what one sequence's state takes
+  KvCacheTypes kv_types;         // ReadyReply: how its KV rows are stored
   // Positions of a Score computed per engine call (bounds its buffer to
   // score_batch_tokens x n_vocab floats; results do not depend on it).
   int score_batch_tokens = 32;

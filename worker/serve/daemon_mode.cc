@@ -165,7 +165,8 @@ absl::Status RunDaemonMode(const WorkerOptions& options, std::FILE* err,
   server_options.threads = worker->threads;
   server_options.model_fingerprint = fingerprint;
   server_options.ubatch_size = options.ubatch_size;
-  server_options.state_size = SequenceStateSizeOf(*model);
+  server_options.state_size = SequenceStateSizeOf(*model, options.kv_types);
+  server_options.kv_types = options.kv_types;
   if (options.ubatch_size > 0) {
     server_options.score_batch_tokens = std::min(server_options.score_batch_tokens,
                                                  options.ubatch_size);

@@ -97,6 +97,7 @@ absl::StatusOr<CudaWorkerEngine> MakeCudaWorkerEngine(const WorkerOptions& optio
         absl::StrFormat("device '%s' is not cuda:N", options.device));
   }
   cuda.max_ctx = max_ctx;
+  cuda.kv_types = options.kv_types;
   cuda.policy = options.cache_policy;
   cuda.miss_policy = options.miss_policy;
   cuda.prefetch = options.prefetch;
@@ -160,6 +161,12 @@ absl::StatusOr<WorkerEngine> MakeWorkerEngine(const WorkerOptions& options, cons
         return absl::InvalidArgumentError(
             "routing traces need the cpu backend (the reference has no routing hook)");
       }
+      constexpr TensorType kReferenceKv[] = {TensorType::kF32};
+      if (absl::Status s = CheckKvCacheTypes(options.kv_types, model.hparams.head_dim,
+                                             kReferenceKv, "reference");
+          !s.ok()) {
+        return s;
+      }
       absl::StatusOr<std::unique_ptr<ReferenceEngine>> ref = ReferenceEngine::Create(model, max_ctx);
       if (!ref.ok()) return ref.status();
       out.backend = "reference";
@@ -176,6 +183,7 @@ absl::StatusOr<WorkerEngine> MakeWorkerEngine(const WorkerOptions& options, cons
       EngineOptions engine_options;
       engine_options.max_ctx = max_ctx;
       engine_options.n_threads = out.threads;
+      engine_options.kv_types = options.kv_types;
       engine_options.weight_pages = options.weight_pages;
       engine_options.routing_observer = hooks.recorder.get();
       engine_options.routing_override = hooks.replayer.get();

@@ -83,6 +83,8 @@ constexpr std::string_view kDaemonFlags[] = {store::kWorkerFlagDaemonMode,
                                              "--threads",
                                              "--ctx",
                                              "--ubatch-size",
+                                             "--cache-type-k",
+                                             "--cache-type-v",
                                              "--activations",
                                              "--huge-pages",
                                              "--routing-trace-out",
@@ -132,6 +134,13 @@ template <typename T>
 absl::Status Assign(absl::StatusOr<T> parsed, T& out) {
   if (!parsed.ok()) return parsed.status();
   out = *std::move(parsed);
+  return absl::OkStatus();
+}
+
+absl::Status AssignKvCacheType(std::string_view flag, std::string_view value, TensorType& out) {
+  absl::StatusOr<TensorType> type = ParseKvCacheType(value);
+  if (!type.ok()) return FlagError(flag, std::string(type.status().message()));
+  out = *type;
   return absl::OkStatus();
 }
 
@@ -312,6 +321,14 @@ std::vector<Flag> MakeFlags(WorkerOptions& o) {
        [&o](std::string_view f, std::string_view v) {
          return Assign(ParseInt(f, v, 1, kMaxCtx), o.ubatch_size);
        }},
+      {"--cache-type-k", true,
+       [&o](std::string_view f, std::string_view v) {
+         return AssignKvCacheType(f, v, o.kv_types.k);
+       }},
+      {"--cache-type-v", true,
+       [&o](std::string_view f, std::string_view v) {
+         return AssignKvCacheType(f, v, o.kv_types.v);
+       }},
       {"--routing-trace-out", true,
        [&o](std::string_view f, std::string_view v) {
          if (v.empty()) return FlagError(f, "the path is empty");
@@ -446,7 +463,8 @@ absl::Status CheckDaemon(const WorkerOptions& o, const std::vector<std::string_v
         std::end(kDaemonFlags)) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "flag %s goes only with --standalone; daemon mode takes --model, --control-socket, "
-          "--worker-index, --device, --threads, --ctx, --ubatch-size, --activations, --huge-pages, "
+          "--worker-index, --device, --threads, --ctx, --ubatch-size, --cache-type-k, "
+          "--cache-type-v, --activations, --huge-pages, "
           "the routing trace flags and the expert cache flags",
           flag));
     }
@@ -546,7 +564,8 @@ runs one engine directly on a GGUF file, for scoring, tokenizing and generating.
 
 Usage:
   moetier-worker --daemon --control-socket=PATH --worker-index=N --device=DEV --model=FILE
-                 [--threads N] [--ctx N] [--ubatch-size N] [--activations A]
+                 [--threads N] [--ctx N] [--ubatch-size N] [--cache-type-k T]
+                 [--cache-type-v T] [--activations A]
                  [--huge-pages MODE] [routing trace flags] [expert cache flags]
   moetier-worker --check-model FILE
   moetier-worker --standalone --model FILE --tokens 1,2,3 --logits-out OUT
@@ -564,7 +583,8 @@ Daemon mode (started by moetierd; the extra flags come from worker_extra_args):
   --model FILE         the GGUF file moetierd serves (hyperparameters and
                        dense weights are read from it; the experts come from
                        the store, which must hold the same model)
-  --threads, --ctx, --ubatch-size, --activations and --huge-pages as below
+  --threads, --ctx, --ubatch-size, --cache-type-k, --cache-type-v,
+  --activations and --huge-pages as below
   (huge pages hold the dense weights only; the experts stay in the store)
   --routing-trace-out and --routing-from-trace as below: every request's
   tokens go to the one trace file, in the order they are computed; a
@@ -616,6 +636,13 @@ Engine:
                        the decode path. Results agree within rounding at any
                        N; smaller N needs less scratch memory, larger N
                        prefills faster
+  --cache-type-k T     how the KV cache stores keys: f32 (default, exact),
+                       f16, q8_0 or q4_0 (llama.cpp's block formats: about
+                       1/4 and 1/8 of f32's bytes). The cpu backend has
+                       them all, cuda f32 and f16, the reference f32;
+                       q8_0 and q4_0 need a head size that is a multiple of
+                       32. Attention reads the stored rows directly
+  --cache-type-v T     the same for values
   --activations A      how the CPU kernels quantize activations for quantized
                        weights: q8 (default) as llama.cpp does (Q8_K/Q8_0),
                        mean KL from exact logits about 1e-3..1e-2; q8x2 adds

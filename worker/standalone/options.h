@@ -14,6 +14,7 @@
 #include "cache/expert_cache_policy.h"
 #include "cache/miss_cost_model.h"
 #include "engine/forward_engine.h"
+#include "model/kv_cache_types.h"
 #include "request/sampling_params.h"
 
 namespace moetier {
@@ -64,6 +65,7 @@ struct WorkerOptions {
   WeightPages weight_pages = WeightPages::kAuto;  // --huge-pages
   int ctx = 0;        // 0: min(kDefaultCtx, the model's training context)
   int ubatch_size = 0;  // --ubatch-size: positions per forward call; 0: no limit
+  KvCacheTypes kv_types;  // --cache-type-k, --cache-type-v
   // --activations: q8 (false, the default) or q8x2 (true) for the CPU kernels.
   bool residual_activations = false;
   bool activations_given = false;
@@ -92,7 +94,8 @@ inline constexpr int kDefaultCtx = 4096;
 // command (with --standalone; the sampling flags' values are checked here,
 // with proto/request/sampling_params.h's ValidateSamplingParams) or daemon
 // command (with --daemon, which takes only --model, --control-socket,
-// --worker-index, --device, --threads, --ctx, --huge-pages, the routing
+// --worker-index, --device, --threads, --ctx, --ubatch-size, the KV cache
+// types, --activations, --huge-pages, the routing
 // trace flags and the expert cache flags) or model check (--check-model
 // FILE, alone).
 absl::StatusOr<WorkerOptions> ParseWorkerArgs(int argc, const char* const* argv);

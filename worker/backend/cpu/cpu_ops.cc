@@ -97,6 +97,59 @@ void AttentionHeads(const float* q, const float* k_cache, const float* v_cache,
   }
 }
 
+void AttentionHeadsStored(const float* q, const KvRows& k, const KvRows& v, int64_t n_kv,
+                          int n_head, int n_head_kv, int head_dim, float scale, int h_begin,
+                          int h_end, const KvAttendScratch& scratch, float* out) {
+  MOETIER_CPU_CHECK(n_head_kv > 0 && n_head % n_head_kv == 0,
+                    "n_head must be a multiple of n_head_kv");
+  MOETIER_CPU_CHECK(n_kv > 0, "attention needs at least one position");
+  const int group = n_head / n_head_kv;
+  const size_t query_bytes = ActRowBytes(k.type, head_dim);
+  for (int h = h_begin; h < h_end;) {
+    const int g = h / group;
+    const int end = std::min(h_end, (g + 1) * group);
+    const int n_q = end - h;
+    const int64_t offset = static_cast<int64_t>(h) * head_dim;
+    QuantizeActRows(k.type, q + offset, head_dim, head_dim, n_q, scratch.queries);
+    MatMul(k.type, head_dim, k.data + g * k.head_stride, static_cast<size_t>(k.row_stride), 0,
+           n_kv, scratch.queries, query_bytes, n_q, scratch.scores, n_kv);
+    // The softmax of AttendF32: the maximum, then exponentials summed in
+    // double; the weights are normalised before the values are summed.
+    for (int i = 0; i < n_q; ++i) {
+      float* s = scratch.scores + i * n_kv;
+      float max = -INFINITY;
+      for (int64_t t = 0; t < n_kv; ++t) {
+        s[t] *= scale;
+        max = std::fmax(max, s[t]);
+      }
+      double sum = 0.0;
+      for (int64_t t = 0; t < n_kv; ++t) {
+        s[t] = std::exp(s[t] - max);
+        sum += s[t];
+      }
+      const float inv = static_cast<float>(1.0 / sum);
+      for (int64_t t = 0; t < n_kv; ++t) s[t] *= inv;
+      std::fill_n(out + offset + static_cast<int64_t>(i) * head_dim, head_dim, 0.0f);
+    }
+    const uint8_t* v_head = v.data + g * v.head_stride;
+    for (int64_t t0 = 0; t0 < n_kv; t0 += kKvValueChunk) {
+      const int64_t n_rows = std::min(kKvValueChunk, n_kv - t0);
+      for (int64_t j = 0; j < n_rows; ++j) {
+        DequantizeRow(v.type, v_head + (t0 + j) * v.row_stride, scratch.values + j * head_dim,
+                      head_dim);
+      }
+      for (int i = 0; i < n_q; ++i) {
+        const float* s = scratch.scores + i * n_kv + t0;
+        float* oi = out + offset + static_cast<int64_t>(i) * head_dim;
+        for (int64_t j = 0; j < n_rows; ++j) {
+          AxpyF32(s[j], scratch.values + j * head_dim, oi, head_dim);
+        }
+      }
+    }
+    h = end;
+  }
+}
+
 void RouterTopK(const float* logits, int n_expert, int k, bool renormalize, float* probs,
                 int32_t* ids, float* weights) {
   MOETIER_CPU_CHECK(k >= 1 && k <= n_expert, "top-k out of range");

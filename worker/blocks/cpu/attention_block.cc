@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "backend/cpu/cpu_check.h"
+#include "backend/cpu/cpu_kernels.h"
 #include "backend/cpu/cpu_ops.h"
 #include "gguf/tensor/quant_codec.h"
 
@@ -20,12 +21,27 @@ std::vector<float> DecodeVector(const WeightRef& ref) {
   return out;
 }
 
+// Writes head_dim values as one cached row of `type` at `dst`.
+void StoreKvRow(TensorType type, const float* values, int head_dim, uint8_t* dst) {
+  if (type == TensorType::kF32) {
+    std::memcpy(dst, values, static_cast<size_t>(head_dim) * sizeof(float));
+  } else {
+    QuantizeRow(type, values, dst, head_dim);
+  }
+}
+
 }  // namespace
 
 CpuAttentionBlock::CpuAttentionBlock(const ModelHparams& hp,
                                      const std::vector<LayerWeights>& layers, int max_ctx,
-                                     CpuBatch& batch)
-    : hp_(hp), layers_(layers), max_ctx_(max_ctx), batch_(batch), runner_(batch.runner()) {
+                                     const KvCacheTypes& kv_types, CpuBatch& batch)
+    : hp_(hp),
+      layers_(layers),
+      max_ctx_(max_ctx),
+      kv_types_(kv_types),
+      stored_kv_(kv_types != KvCacheTypes{}),
+      batch_(batch),
+      runner_(batch.runner()) {
   const size_t b = static_cast<size_t>(batch.max_batch());
   const size_t f = sizeof(float);
   const size_t q_dim = static_cast<size_t>(hp.n_head) * hp.head_dim;
@@ -50,26 +66,33 @@ CpuAttentionBlock::CpuAttentionBlock(const ModelHparams& hp,
   attn_out_ = AlignedBytes(b * q_dim * f);
   rope_cos_ = AlignedBytes(b * static_cast<size_t>(hp.n_rot / 2) * f);
   rope_sin_ = AlignedBytes(b * static_cast<size_t>(hp.n_rot / 2) * f);
-  scores_ = AlignedBytes(static_cast<size_t>(runner_.pool().size()) *
-                         (hp.n_head / hp.n_head_kv) * static_cast<size_t>(max_ctx) * f);
+  const size_t threads = static_cast<size_t>(runner_.pool().size());
+  const size_t group = static_cast<size_t>(hp.n_head / hp.n_head_kv);
+  scores_ = AlignedBytes(threads * group * static_cast<size_t>(max_ctx) * f);
+  if (stored_kv_) {
+    kv_queries_ = AlignedBytes(threads * group * cpu::ActRowBytes(kv_types.k, hp.head_dim));
+    kv_values_ = AlignedBytes(threads * static_cast<size_t>(cpu::kKvValueChunk) * hp.head_dim * f);
+  }
   act_attn_ = AlignedBytes(b * MaxActRowBytes(static_cast<int64_t>(q_dim)));
 }
 
 CpuKvLayer CpuAttentionBlock::NewKvLayer(int capacity) const {
-  const size_t bytes = static_cast<size_t>(capacity) * hp_.n_head_kv * hp_.head_dim * sizeof(float);
-  return {AlignedBytes(bytes), AlignedBytes(bytes)};
+  const size_t rows = static_cast<size_t>(capacity) * hp_.n_head_kv;
+  return {AlignedBytes(rows * KvRowBytes(kv_types_.k, hp_.head_dim)),
+          AlignedBytes(rows * KvRowBytes(kv_types_.v, hp_.head_dim))};
 }
 
 uint64_t CpuAttentionBlock::kv_bytes_per_token() const {
   uint64_t layers = 0;
   for (const LayerWeights& l : layers_) layers += IsAttention(l.mixer) ? 1 : 0;
-  return layers * 2 * static_cast<uint64_t>(hp_.n_head_kv) * hp_.head_dim * sizeof(float);
+  return layers * static_cast<uint64_t>(hp_.n_head_kv) *
+         (KvRowBytes(kv_types_.k, hp_.head_dim) + KvRowBytes(kv_types_.v, hp_.head_dim));
 }
 
 uint64_t CpuAttentionBlock::allocated_bytes() const {
   uint64_t bytes = 0;
   for (const AlignedBytes* a : {&q_, &gate_, &q_and_gate_, &k_, &v_, &attn_out_, &rope_cos_,
-                                &rope_sin_, &scores_, &act_attn_}) {
+                                &rope_sin_, &scores_, &kv_queries_, &kv_values_, &act_attn_}) {
     bytes += a->size();
   }
   return bytes;
@@ -125,9 +148,12 @@ void CpuAttentionBlock::Forward(int layer, const CpuKvLayer& kv, int n, int pos0
 
   // The q/k norm, then rope, then into the cache.
   const int half = hp_.n_rot / 2;
-  const int64_t kv_head_stride = static_cast<int64_t>(kv.k.size() / sizeof(float)) / hp_.n_head_kv;
-  float* kc = kv.k.floats();
-  float* vc = kv.v.floats();
+  const int64_t k_row = static_cast<int64_t>(KvRowBytes(kv_types_.k, head_dim));
+  const int64_t v_row = static_cast<int64_t>(KvRowBytes(kv_types_.v, head_dim));
+  const cpu::KvRows k_rows{kv_types_.k, kv.k.data(),
+                           static_cast<int64_t>(kv.k.size()) / hp_.n_head_kv, k_row};
+  const cpu::KvRows v_rows{kv_types_.v, kv.v.data(),
+                           static_cast<int64_t>(kv.v.size()) / hp_.n_head_kv, v_row};
   for (int t = 0; t < n; ++t) {
     float* qt = q_.floats() + t * q_dim;
     float* kt = k_.floats() + t * kv_dim;
@@ -158,9 +184,11 @@ void CpuAttentionBlock::Forward(int layer, const CpuKvLayer& kv, int n, int pos0
     // Head-major cache: each KV head's rows are contiguous.
     const float* vt = v_.floats() + t * kv_dim;
     for (int g = 0; g < hp_.n_head_kv; ++g) {
-      const int64_t at = g * kv_head_stride + static_cast<int64_t>(pos0 + t) * head_dim;
-      std::memcpy(kc + at, kt + g * head_dim, head_dim * sizeof(float));
-      std::memcpy(vc + at, vt + g * head_dim, head_dim * sizeof(float));
+      const int64_t pos = pos0 + t;
+      StoreKvRow(kv_types_.k, kt + g * head_dim, head_dim,
+                 kv.k.data() + g * k_rows.head_stride + pos * k_row);
+      StoreKvRow(kv_types_.v, vt + g * head_dim, head_dim,
+                 kv.v.data() + g * v_rows.head_stride + pos * v_row);
     }
   }
 
@@ -172,13 +200,25 @@ void CpuAttentionBlock::Forward(int layer, const CpuKvLayer& kv, int n, int pos0
   const int n_head_kv = hp_.n_head_kv;
   const int group = hp_.n_head / n_head_kv;
   const int64_t scores_per_thread = static_cast<int64_t>(group) * max_ctx_;
+  const size_t queries_per_thread = kv_queries_.size() / runner_.pool().size();
+  const int64_t values_per_thread = cpu::kKvValueChunk * head_dim;
   auto attend = [&](int64_t task, int thread) {
     const int t = static_cast<int>(task / n_head_kv);
     const int g = static_cast<int>(task % n_head_kv);
-    cpu::AttentionHeads(q_.floats() + t * q_dim, kc, vc, kv_head_stride, head_dim, pos0 + t + 1,
-                        hp_.n_head, n_head_kv, head_dim, scale, g * group, (g + 1) * group,
-                        scores_.floats() + thread * scores_per_thread,
-                        attn_out_.floats() + t * q_dim);
+    float* scores = scores_.floats() + thread * scores_per_thread;
+    if (!stored_kv_) {
+      cpu::AttentionHeads(q_.floats() + t * q_dim, reinterpret_cast<const float*>(k_rows.data),
+                          reinterpret_cast<const float*>(v_rows.data),
+                          k_rows.head_stride / static_cast<int64_t>(sizeof(float)), head_dim,
+                          pos0 + t + 1, hp_.n_head, n_head_kv, head_dim, scale, g * group,
+                          (g + 1) * group, scores, attn_out_.floats() + t * q_dim);
+      return;
+    }
+    const cpu::KvAttendScratch scratch{scores, kv_queries_.data() + thread * queries_per_thread,
+                                       kv_values_.floats() + thread * values_per_thread};
+    cpu::AttentionHeadsStored(q_.floats() + t * q_dim, k_rows, v_rows, pos0 + t + 1, hp_.n_head,
+                              n_head_kv, head_dim, scale, g * group, (g + 1) * group, scratch,
+                              attn_out_.floats() + t * q_dim);
   };
   // Cached values the batch reads, to decide whether splitting pays.
   const double attn_start = CpuMatRunner::Now();

@@ -13,13 +13,14 @@
 
 #include "blocks/cpu/cpu_batch.h"
 #include "blocks/cpu/mat_runner.h"
+#include "model/kv_cache_types.h"
 #include "model/model.h"
 
 namespace moetier {
 
 // One attention layer's KV cache for one sequence: [n_head_kv][capacity]
-// [head_dim] floats each (head-major, so that attention streams each KV
-// head's rows contiguously).
+// rows of head_dim values each, in the block's KV cache types (head-major,
+// so that attention streams each KV head's rows contiguously).
 struct CpuKvLayer {
   AlignedBytes k, v;
 };
@@ -27,9 +28,11 @@ struct CpuKvLayer {
 class CpuAttentionBlock {
  public:
   // `layers` (the engine's weight table) and `batch` must outlive the
-  // block. Sized for sequences of up to max_ctx positions.
+  // block. Sized for sequences of up to max_ctx positions, whose keys and
+  // values are stored as `kv_types` says (checked by the engine with
+  // CheckKvCacheTypes).
   CpuAttentionBlock(const ModelHparams& hp, const std::vector<LayerWeights>& layers, int max_ctx,
-                    CpuBatch& batch);
+                    const KvCacheTypes& kv_types, CpuBatch& batch);
 
   // A KV cache for one sequence of `capacity` positions, for one layer.
   CpuKvLayer NewKvLayer(int capacity) const;
@@ -53,6 +56,9 @@ class CpuAttentionBlock {
   const ModelHparams& hp_;
   const std::vector<LayerWeights>& layers_;
   const int max_ctx_;
+  const KvCacheTypes kv_types_;
+  // F32 keys and values run AttendF32; any other type AttentionHeadsStored.
+  const bool stored_kv_;
   CpuBatch& batch_;
   CpuMatRunner& runner_;
   std::vector<Norms> norms_;  // decoded to f32 once, per layer
@@ -65,6 +71,8 @@ class CpuAttentionBlock {
   AlignedBytes attn_out_;             // [B][n_head * head_dim]
   AlignedBytes rope_cos_, rope_sin_;  // [B][n_rot / 2]
   AlignedBytes scores_;               // [n_threads][n_head / n_head_kv][max_ctx]
+  AlignedBytes kv_queries_;           // [n_threads][n_head / n_head_kv] query rows (stored KV)
+  AlignedBytes kv_values_;            // [n_threads][kKvValueChunk][head_dim] (stored KV)
   AlignedBytes act_attn_;             // prepared attn_out rows for the output projection
 };
 

@@ -11,9 +11,13 @@
 
 namespace moetier {
 
-CudaAttentionBlock::CudaAttentionBlock(const ModelHparams& hp, CudaContext& ctx,
-                                       const CudaBatch& batch)
-    : hp_(hp), ctx_(ctx), batch_(batch), layers_(static_cast<size_t>(hp.n_layer)) {}
+CudaAttentionBlock::CudaAttentionBlock(const ModelHparams& hp, TensorType kv_type,
+                                       CudaContext& ctx, const CudaBatch& batch)
+    : hp_(hp),
+      kv_type_(kv_type),
+      ctx_(ctx),
+      batch_(batch),
+      layers_(static_cast<size_t>(hp.n_layer)) {}
 
 absl::Status CudaAttentionBlock::Allocate(int max_batch, int max_ctx) {
   const uint64_t b = static_cast<uint64_t>(max_batch);
@@ -48,21 +52,22 @@ absl::Status CudaAttentionBlock::Allocate(int max_batch, int max_ctx) {
 }
 
 uint64_t CudaAttentionBlock::kv_bytes_per_token_per_layer() const {
-  return 2 * static_cast<uint64_t>(hp_.n_head_kv) * hp_.head_dim * sizeof(float);
+  return 2 * static_cast<uint64_t>(hp_.n_head_kv) * KvRowBytes(kv_type_, hp_.head_dim);
 }
 
 absl::StatusOr<CudaKvLayer> CudaAttentionBlock::NewKvLayer(int capacity, int layer) {
-  const uint64_t elems = static_cast<uint64_t>(capacity) * hp_.n_head_kv * hp_.head_dim;
+  const uint64_t bytes =
+      static_cast<uint64_t>(capacity) * hp_.n_head_kv * KvRowBytes(kv_type_, hp_.head_dim);
   CudaKvLayer kv;
   const std::string what =
       absl::StrFormat("the KV cache of layer %d (%d tokens)", layer, capacity);
-  MOETIER_RETURN_IF_ERROR(ctx_.AllocBuffer(kv.k, elems, what));
-  MOETIER_RETURN_IF_ERROR(ctx_.AllocBuffer(kv.v, elems, what));
+  MOETIER_RETURN_IF_ERROR(ctx_.AllocBuffer(kv.k, bytes, what));
+  MOETIER_RETURN_IF_ERROR(ctx_.AllocBuffer(kv.v, bytes, what));
   // Never read before written, but zeros keep a stray read finite.
   MOETIER_RETURN_IF_ERROR(
-      CudaCall(cudaMemset(kv.k, 0, elems * sizeof(float)), "cudaMemset of the KV cache"));
+      CudaCall(cudaMemset(kv.k, 0, bytes), "cudaMemset of the KV cache"));
   MOETIER_RETURN_IF_ERROR(
-      CudaCall(cudaMemset(kv.v, 0, elems * sizeof(float)), "cudaMemset of the KV cache"));
+      CudaCall(cudaMemset(kv.v, 0, bytes), "cudaMemset of the KV cache"));
   kv.head_stride = static_cast<int64_t>(capacity) * hp_.head_dim;
   return kv;
 }
@@ -114,14 +119,14 @@ absl::Status CudaAttentionBlock::Forward(int layer, const CudaKvLayer& kv, int n
                                hp_.rope_freq_base, pair_uses_position_, stream));
   // Head-major cache: KV head g's row for position p at g * capacity *
   // head_dim + p * head_dim.
-  MOETIER_RETURN_IF_ERROR(cuda::StoreKv(k_, n, hp_.n_head_kv, head_dim, kv.k, TensorType::kF32,
+  MOETIER_RETURN_IF_ERROR(cuda::StoreKv(k_, n, hp_.n_head_kv, head_dim, kv.k, kv_type_,
                                         kv.head_stride, head_dim, pos0, stream));
-  MOETIER_RETURN_IF_ERROR(cuda::StoreKv(v_, n, hp_.n_head_kv, head_dim, kv.v, TensorType::kF32,
+  MOETIER_RETURN_IF_ERROR(cuda::StoreKv(v_, n, hp_.n_head_kv, head_dim, kv.v, kv_type_,
                                         kv.head_stride, head_dim, pos0, stream));
   const float scale = hp_.attention_scale > 0.0f
                           ? hp_.attention_scale
                           : 1.0f / std::sqrt(static_cast<float>(head_dim));
-  MOETIER_RETURN_IF_ERROR(cuda::Attention(q_, kv.k, kv.v, TensorType::kF32, kv.head_stride,
+  MOETIER_RETURN_IF_ERROR(cuda::Attention(q_, kv.k, kv.v, kv_type_, kv.head_stride,
                                           head_dim, n, pos0, hp_.n_head, hp_.n_head_kv, head_dim,
                                           scale, attn_out_, stream));
   if (l.gated) {

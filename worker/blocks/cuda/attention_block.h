@@ -3,7 +3,7 @@
 // projections, the q/k norm the model asks for (none, per head, over the
 // whole projection), rope (NEOX or NORM pairs over the first n_rot dims,
 // some pairs held at position 0 for multi-section rope), the sequence's KV
-// cache (fp32, head-major like the CPU engine's), attention, the sigmoid
+// cache (fp32 or fp16, head-major like the CPU engine's), attention, the sigmoid
 // output gate of a gated layer (q and gate interleaved per head in W_q's
 // rows) and the output projection added into the residual stream.
 #pragma once
@@ -36,17 +36,24 @@ struct CudaAttentionWeights {
   bool gated = false;  // MixerKind::kGatedAttention
 };
 
-// One layer of one sequence's KV cache: [n_head_kv][capacity][head_dim].
+// One layer of one sequence's KV cache: [n_head_kv][capacity][head_dim]
+// values of the block's KV type.
 struct CudaKvLayer {
-  float* k = nullptr;
-  float* v = nullptr;
-  int64_t head_stride = 0;  // capacity * head_dim
+  uint8_t* k = nullptr;
+  uint8_t* v = nullptr;
+  int64_t head_stride = 0;  // capacity * head_dim (values)
 };
+
+// The KV cache types the CUDA attention stores and reads; keys and values
+// in the same one.
+inline constexpr TensorType kCudaKvCacheTypes[] = {TensorType::kF32, TensorType::kF16};
 
 class CudaAttentionBlock {
  public:
-  // `hp`, `ctx` and `batch` must outlive the block.
-  CudaAttentionBlock(const ModelHparams& hp, CudaContext& ctx, const CudaBatch& batch);
+  // `hp`, `ctx` and `batch` must outlive the block. `kv_type` is one of
+  // kCudaKvCacheTypes.
+  CudaAttentionBlock(const ModelHparams& hp, TensorType kv_type, CudaContext& ctx,
+                     const CudaBatch& batch);
 
   // Its activations for batches of up to max_batch tokens and the rope
   // positions 0 .. max_ctx - 1; after every layer's SetWeights.
@@ -62,6 +69,7 @@ class CudaAttentionBlock {
 
  private:
   const ModelHparams& hp_;
+  const TensorType kv_type_;
   CudaContext& ctx_;
   const CudaBatch& batch_;
   std::vector<CudaAttentionWeights> layers_;
