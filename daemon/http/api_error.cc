@@ -4,6 +4,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "scheduler/request_scheduler.h"
+
 
 namespace moetier {
 namespace {
@@ -75,7 +77,13 @@ HttpError HttpErrorFromStatus(const absl::Status& status) {
       error.status = 404;
       break;
     case absl::StatusCode::kResourceExhausted:
-      // A full queue (a prompt no context holds is INVALID_ARGUMENT).
+      if (status.GetPayload(kContextTooLongPayload).has_value()) {
+        // No worker's context holds it: retrying cannot help.
+        error.status = 400;
+        error.code = "context_length_exceeded";
+        break;
+      }
+      // A full queue.
       error.status = 429;
       error.retry_after_s = 1;
       break;
@@ -98,7 +106,7 @@ std::string ErrorBody(const HttpError& error, ErrorShape shape) {
     body = {{"type", "error"},
             {"error", {{"type", AnthropicType(error.status)}, {"message", error.message}}}};
   } else {
-    const std::string_view code = OpenAiCode(error.status);
+    const std::string_view code = error.code.empty() ? OpenAiCode(error.status) : error.code;
     body = {{"error",
              {{"message", error.message},
               {"type", OpenAiType(error.status)},

@@ -23,14 +23,18 @@ struct HttpError {
   std::string param;  // the request field at fault; empty when none
   // Seconds a client should wait before retrying; 0: no Retry-After.
   int retry_after_s = 0;
+  // OpenAI's error.code; empty: the one the status implies.
+  std::string code;
 };
 
 // 400 for bad input (with the field in `param` when known).
 HttpError BadRequest(std::string message, std::string param = {});
 
 // INVALID_ARGUMENT, OUT_OF_RANGE, FAILED_PRECONDITION: 400; UNAUTHENTICATED:
-// 401; PERMISSION_DENIED: 403; NOT_FOUND: 404; RESOURCE_EXHAUSTED: 429
-// with Retry-After (the scheduler's full queue); UNAVAILABLE: 503 with
+// 401; PERMISSION_DENIED: 403; NOT_FOUND: 404; RESOURCE_EXHAUSTED: 400
+// with code context_length_exceeded for a request no context holds
+// (kContextTooLongPayload), else 429 with Retry-After (the scheduler's full
+// queue); UNAVAILABLE: 503 with
 // Retry-After; CANCELLED: 499; others: 500.
 HttpError HttpErrorFromStatus(const absl::Status& status);
 

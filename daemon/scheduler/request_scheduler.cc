@@ -6,7 +6,9 @@
 #include <chrono>
 #include <utility>
 
+#include "absl/strings/cord.h"
 #include "absl/strings/str_format.h"
+#include "util/byte_size.h"
 #include "control/control_channel.h"
 #include "log/daemon_log.h"
 #include "request/control_codec.h"
@@ -99,7 +101,8 @@ void RequestScheduler::OnReply(Connection& c, control_v1::WorkerReply reply) {
     c.info.recurrent_state_bytes = reply.ready().recurrent_state_bytes();
     c.info.kv_type_k = reply.ready().kv_type_k();
     c.info.kv_type_v = reply.ready().kv_type_v();
-    announced_max_ctx_[c.info.device] = c.info.max_ctx;
+    announced_[c.info.device] = {c.info.max_ctx, c.info.kv_bytes_per_token,
+                                 c.info.recurrent_state_bytes};
     LogInfo("worker %d (%s, pid %d) is ready: %s backend, %d threads, context %d tokens",
             c.info.index, c.info.device, c.info.pid, c.info.backend, reply.ready().threads(),
             c.info.max_ctx);
@@ -171,24 +174,43 @@ absl::Status RequestScheduler::CheckContext(const control_v1::WorkerRequest& req
                                             const std::string& device, int64_t positions) const {
   if (positions == 0) return absl::OkStatus();
   const std::string* largest_device = nullptr;
-  int32_t largest = 0;
-  for (const auto& [d, max_ctx] : announced_max_ctx_) {
+  const AnnouncedContext* largest = nullptr;
+  for (const auto& [d, announced] : announced_) {
     if (!device.empty() && d != device) continue;
-    if (largest_device == nullptr || max_ctx > largest) {
+    if (largest == nullptr || announced.max_ctx > largest->max_ctx) {
       largest_device = &d;
-      largest = max_ctx;
+      largest = &announced;
     }
   }
-  if (largest_device == nullptr || positions <= largest) return absl::OkStatus();
-  if (request.has_score()) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "%d token ids to score; the context of the worker on %s holds %d tokens",
-        request.score().token_ids_size(), *largest_device, largest));
+  if (largest == nullptr || positions <= largest->max_ctx) return absl::OkStatus();
+  std::string what =
+      request.has_score()
+          ? absl::StrFormat("%d token ids to score; the context of the worker on %s holds %d tokens",
+                            request.score().token_ids_size(), *largest_device, largest->max_ctx)
+          : absl::StrFormat(
+                "the prompt is %d tokens; the context of the worker on %s holds %d tokens, prompt "
+                "and generated together, so a prompt may have at most %d",
+                request.generate().prompt_token_ids_size(), *largest_device, largest->max_ctx,
+                largest->max_ctx - 1);
+  if (largest->kv_bytes_per_token > 0) {
+    const auto state_at = [&](int64_t n) {
+      return static_cast<uint64_t>(n) * largest->kv_bytes_per_token + largest->recurrent_state_bytes;
+    };
+    absl::StrAppendFormat(&what,
+                          "; its %d positions need %s of sequence state (%s of KV cache per "
+                          "token%s), and a sequence there holds %s: raise the worker's --ctx or "
+                          "store its KV cache in fewer bytes (--cache-type-k, --cache-type-v)",
+                          positions, FormatBytes(state_at(positions)),
+                          FormatBytes(largest->kv_bytes_per_token),
+                          largest->recurrent_state_bytes > 0
+                              ? " and " + FormatBytes(largest->recurrent_state_bytes) +
+                                    " of recurrent state"
+                              : std::string(),
+                          FormatBytes(state_at(largest->max_ctx)));
   }
-  return absl::InvalidArgumentError(absl::StrFormat(
-      "the prompt is %d tokens; the context of the worker on %s holds %d tokens, prompt and "
-      "generated together, so a prompt may have at most %d",
-      request.generate().prompt_token_ids_size(), *largest_device, largest, largest - 1));
+  absl::Status refused = absl::ResourceExhaustedError(what);
+  refused.SetPayload(kContextTooLongPayload, absl::Cord(what));
+  return refused;
 }
 
 void RequestScheduler::RefuseWhatCannotFit() {

@@ -30,6 +30,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -38,6 +39,12 @@
 #include "supervisor/worker_supervisor.h"
 
 namespace moetier {
+
+// The payload RequestScheduler puts on the RESOURCE_EXHAUSTED of a request
+// that no worker's context holds (a full queue has none), so that a
+// transport can tell "never fits" from "retry later".
+inline constexpr char kContextTooLongPayload[] = "moetier.dev/context_length_exceeded";
+
 
 struct SchedulerLimits {
   uint32_t max_queued_requests = 64;
@@ -154,9 +161,14 @@ class RequestScheduler {
   std::deque<Queued> queue_;
   std::vector<std::unique_ptr<Connection>> connections_;
   std::vector<std::thread> finished_readers_;  // joined outside the lock
-  // Each device's max_ctx from its worker's latest ReadyReply; kept while
-  // that worker restarts.
-  std::map<std::string, int32_t> announced_max_ctx_;
+  // What each device's worker announced in its latest ReadyReply; kept
+  // while that worker restarts.
+  struct AnnouncedContext {
+    int32_t max_ctx = 0;
+    uint64_t kv_bytes_per_token = 0;
+    uint64_t recurrent_state_bytes = 0;
+  };
+  std::map<std::string, AnnouncedContext> announced_;
   uint64_t next_id_ = 1;
   uint32_t active_ = 0;
   uint64_t completed_ = 0;

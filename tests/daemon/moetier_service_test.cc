@@ -276,11 +276,11 @@ TEST_F(FrontDoorEdgeTest, AWorkerErrorKeepsItsCodeAndMessage) {
 TEST_F(FrontDoorEdgeTest, ARequestLongerThanTheContextNeverReachesTheWorker) {
   FakeWorker& worker = Worker();
   grpc::Status s = Generate(Prompt(kContext));
-  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_THAT(s.error_message(),
               AllOf(HasSubstr("the prompt is 16 tokens"), HasSubstr("holds 16 tokens")));
   s = Score(std::vector<int32_t>(kContext + 1, 3));
-  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_THAT(s.error_message(),
               AllOf(HasSubstr("17 token ids to score"), HasSubstr("holds 16 tokens")));
   EXPECT_TRUE(worker.NothingPending()) << "a request longer than the context reached the worker";

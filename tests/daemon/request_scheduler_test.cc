@@ -19,7 +19,8 @@ constexpr int64_t kWaitMs = 5000;
 class FakeWorker {
  public:
   FakeWorker(RequestScheduler& scheduler, uint32_t index, int max_ctx = 128,
-             const std::string& device = "cpu") {
+             const std::string& device = "cpu", uint64_t kv_bytes_per_token = 0,
+             uint64_t recurrent_state_bytes = 0) {
     int fds[2];
     EXPECT_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, fds), 0);
     fd_ = fds[1];
@@ -28,6 +29,8 @@ class FakeWorker {
     ready.mutable_ready()->set_n_vocab(32);
     ready.mutable_ready()->set_max_ctx(max_ctx);
     ready.mutable_ready()->set_backend("cpu");
+    ready.mutable_ready()->set_kv_bytes_per_token(kv_bytes_per_token);
+    ready.mutable_ready()->set_recurrent_state_bytes(recurrent_state_bytes);
     Send(ready);
   }
   ~FakeWorker() { Close(); }
@@ -339,15 +342,17 @@ TEST(RequestSchedulerTest, ARequestThatFitsNoContextIsRefusedBeforeItIsQueued) {
   // A generation needs room for its prompt and one token: 16 is too many.
   absl::StatusOr<std::shared_ptr<RequestJob>> refused = scheduler.Submit(PromptOf(16));
   ASSERT_FALSE(refused.ok());
-  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(refused.status().message(),
             "the prompt is 16 tokens; the context of the worker on cpu holds 16 tokens, prompt "
             "and generated together, so a prompt may have at most 15");
   absl::StatusOr<std::shared_ptr<RequestJob>> too_many = scheduler.Submit(ScoreRequest(17));
   ASSERT_FALSE(too_many.ok());
-  EXPECT_EQ(too_many.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(too_many.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(too_many.status().message(),
             "17 token ids to score; the context of the worker on cpu holds 16 tokens");
+  // Marked as never fitting, which a full queue is not.
+  EXPECT_TRUE(refused.status().GetPayload(kContextTooLongPayload).has_value());
   EXPECT_TRUE(worker.NothingPending()) << "a request that cannot fit reached the worker";
   EXPECT_EQ(scheduler.Snapshot().queued, 0u);
 
@@ -371,13 +376,31 @@ TEST(RequestSchedulerTest, ARequestQueuedBeforeAnyContextWasKnownFailsWhenItCann
   FakeWorker worker(scheduler, 0, /*max_ctx=*/32);
   absl::Status failure;
   EXPECT_TRUE(Drain(**too_long, &failure).empty());
-  EXPECT_EQ(failure.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(failure.code(), absl::StatusCode::kResourceExhausted);
   EXPECT_NE(failure.message().find("the prompt is 40 tokens"), absl::string_view::npos) << failure;
   EXPECT_NE(failure.message().find("holds 32 tokens"), absl::string_view::npos) << failure;
   // The one that fits runs; the other never reached the worker.
   const control_v1::WorkerRequest got = worker.Receive();
   EXPECT_EQ(got.id(), (*fits)->id());
   worker.SendDone(got.id(), control_v1::STOP_MAX_TOKENS);
+  EXPECT_TRUE(worker.NothingPending());
+}
+
+TEST(RequestSchedulerTest, TheRefusalNamesTheBytesTheRequestNeedsAndTheSequenceHolds) {
+  RequestScheduler scheduler({4, 4});
+  // 4 KiB of KV cache per token and 1 MiB of recurrent state.
+  FakeWorker worker(scheduler, 0, /*max_ctx=*/256, "cpu", 4096, 1 << 20);
+  ASSERT_TRUE(scheduler.WaitForReadyWorker(kWaitMs));
+  absl::StatusOr<std::shared_ptr<RequestJob>> refused = scheduler.Submit(PromptOf(511));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kResourceExhausted);
+  // 512 positions x 4 KiB + 1 MiB = 3 MiB; 256 x 4 KiB + 1 MiB = 2 MiB.
+  EXPECT_NE(refused.status().message().find(
+                "its 512 positions need 3.00 MiB of sequence state (4.00 KiB of KV cache per token "
+                "and 1.00 MiB of recurrent state), and a sequence there holds 2.00 MiB"),
+            absl::string_view::npos)
+      << refused.status();
+  EXPECT_NE(refused.status().message().find("--cache-type-k"), absl::string_view::npos);
   EXPECT_TRUE(worker.NothingPending());
 }
 

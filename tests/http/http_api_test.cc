@@ -375,6 +375,13 @@ TEST_F(HttpApiTest, RefusalsAnswerWithTheStatusAndShapeEachClientExpects) {
   EXPECT_EQ(res->status, 400);
   EXPECT_EQ(Json::parse(res->body)["type"], "error");
   EXPECT_EQ(Json::parse(res->body)["error"]["message"], "max_tokens is missing");
+  // Longer than the worker's context (8192): never fits, so no retry.
+  res = Post("/v1/completions", {{"prompt", std::vector<int>(9000, 1)}, {"max_tokens", 1}});
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 400);
+  EXPECT_EQ(Json::parse(res->body)["error"]["code"], "context_length_exceeded");
+  EXPECT_THAT(res->body, HasSubstr("the prompt is 9000 tokens"));
+  EXPECT_TRUE(res->get_header_value("Retry-After").empty());
 
   serving_ = false;
   res = Post("/v1/chat/completions", WeatherChat());
@@ -389,7 +396,7 @@ TEST_F(HttpApiTest, RefusalsAnswerWithTheStatusAndShapeEachClientExpects) {
   // Each refusal counted by its outcome.
   const RequestMetricsSnapshot counts = metrics_.Snapshot();
   EXPECT_EQ(counts.requests.at({"http", "unauthorized"}), 1u);
-  EXPECT_EQ(counts.requests.at({"http", "invalid"}), 5u);
+  EXPECT_EQ(counts.requests.at({"http", "invalid"}), 6u);
   EXPECT_EQ(counts.requests.at({"http", "rejected"}), 1u);
 }
 

@@ -36,6 +36,7 @@
 #include "engine/routing_trace_hooks.h"
 #include "gguf/gguf_reader.h"
 #include "model/architectures.h"
+#include "model/kv_cache_types.h"
 #include "gguf/tensor/tensor_type.h"
 
 namespace moetier {
@@ -53,6 +54,13 @@ usage: moetier-bench-cpu --model FILE [options]
   --prompt-tokens N     tokens per prompt-processing run (default 256)
   --batch N             prompt tokens processed together (default 256)
   --context N           tokens already in the cache when decoding starts (default 16)
+  --skip-context        the context's positions count as computed without computing
+                        them (CpuEngine::SkipPositionsForTiming: zero keys and values,
+                        the same bytes to read): decode timing at a depth of --context
+                        without its prefill, for long contexts. The generated tokens
+                        mean nothing then; the runs still must agree
+  --cache-type-k T      how the KV cache stores keys: f32 (default), f16, q8_0, q4_0
+  --cache-type-v T      the same for values
   --simd LEVEL          scalar, avx2 or avx512 (default: the best this CPU has)
   --bandwidth-mib N     size of the bandwidth-test buffer (default 2048)
   --huge-pages          copy the weights into transparent huge pages first (the
@@ -80,6 +88,8 @@ struct Options {
   int prompt_tokens = 256;
   int batch = 256;
   int context = 16;
+  bool skip_context = false;
+  KvCacheTypes kv_types;
   std::string simd;
   int64_t bandwidth_mib = 2048;
   bool kernels = false;
@@ -102,6 +112,10 @@ absl::StatusOr<Options> ParseOptions(int argc, char** argv) {
     }
     if (arg == "--huge-pages") {
       o.huge_pages = true;
+      continue;
+    }
+    if (arg == "--skip-context") {
+      o.skip_context = true;
       continue;
     }
     if (i + 1 >= argc) return absl::InvalidArgumentError(absl::StrFormat("%s needs a value", arg));
@@ -130,6 +144,13 @@ absl::StatusOr<Options> ParseOptions(int argc, char** argv) {
       s = int_value(o.batch, 1, 8192);
     } else if (arg == "--context") {
       s = int_value(o.context, 1, 1 << 20);
+    } else if (arg == "--cache-type-k" || arg == "--cache-type-v") {
+      absl::StatusOr<TensorType> type = ParseKvCacheType(value);
+      if (!type.ok()) {
+        s = absl::InvalidArgumentError(absl::StrCat(arg, ": ", type.status().message()));
+      } else {
+        (arg == "--cache-type-k" ? o.kv_types.k : o.kv_types.v) = *type;
+      }
     } else if (arg == "--routing-from-trace") {
       o.routing_from_trace = value;
     } else if (arg == "--simd") {
@@ -447,6 +468,7 @@ int Run(const Options& o) {
   config.max_ctx = ctx;
   config.n_threads = o.threads;
   config.max_batch = o.batch;
+  config.kv_types = o.kv_types;
   config.copy_weights_to_huge_pages = o.huge_pages;
   const double t_create = Seconds();
   absl::StatusOr<std::unique_ptr<CpuEngine>> engine = CpuEngine::Create(*model, config);
@@ -504,14 +526,19 @@ int Run(const Options& o) {
               static_cast<long long>(o.bandwidth_mib));
   std::printf("weights read per decode token: %.1f MiB -> roofline %.2f tok/s\n",
               bytes_per_token / 1048576.0, roofline);
-  // Attention also reads the f32 KV cache, which the roofline leaves out:
+  // Attention also reads the KV cache, which the roofline leaves out:
   // small at short contexts, comparable to the weights at long ones. A
   // recurrent layer reads and writes its whole state every token instead.
-  const SequenceStateSize state = SequenceStateSizeOf(*model);
+  const SequenceStateSize state = SequenceStateSizeOf(*model, o.kv_types);
   const double kv_bytes =
       static_cast<double>(state.kv_bytes_per_token) * (o.context + 0.5 * o.decode_tokens);
-  std::printf("KV cache read per decode token (mean over the run, not in the roofline): %.1f MiB\n",
-              kv_bytes / 1048576.0);
+  std::printf("KV cache: keys %s, values %s, %llu bytes per token of context\n",
+              KvCacheTypeName(o.kv_types.k).c_str(), KvCacheTypeName(o.kv_types.v).c_str(),
+              static_cast<unsigned long long>(state.kv_bytes_per_token));
+  std::printf(
+      "KV cache read per decode token (mean over the run, not in the roofline): %.1f MiB "
+      "(roofline with it: %.2f tok/s)\n",
+      kv_bytes / 1048576.0, bw * 1e9 / (static_cast<double>(bytes_per_token) + kv_bytes));
   if (state.recurrent_bytes > 0) {
     std::printf(
         "recurrent state read and written per decode token (not in the roofline): 2 x %.1f MiB "
@@ -540,12 +567,15 @@ int Run(const Options& o) {
   for (int r = 0; r < o.runs + 1; ++r) {
     if (!new_sequence()) return 1;
     if (replayer != nullptr) replayer->Rewind();
-    if (absl::Status s = e.Forward(*seq, context, LogitRows::kLast, logits.data()); !s.ok()) {
-      std::fprintf(stderr, "moetier-bench-cpu: %s\n", std::string(s.message()).c_str());
+    const absl::Status filled =
+        o.skip_context ? e.SkipPositionsForTiming(*seq, o.context)
+                       : e.Forward(*seq, context, LogitRows::kLast, logits.data());
+    if (!filled.ok()) {
+      std::fprintf(stderr, "moetier-bench-cpu: %s\n", std::string(filled.message()).c_str());
       return 1;
     }
     std::vector<int32_t> generated;
-    int32_t next = Argmax(logits.data(), n_vocab);
+    int32_t next = o.skip_context ? context.back() : Argmax(logits.data(), n_vocab);
     const double run_bw = r > 0 ? probe.Best(kBandwidthPasses) : 0.0;
     e.ResetPhaseTimes();
     const double t0 = Seconds();
@@ -614,8 +644,9 @@ int Run(const Options& o) {
   const Stats pp = Summarize(prompt_rates);
 
   std::printf(
-      "decode:  %.2f tok/s median (%.2f..%.2f), %d tokens after %d of context, %d runs%s\n",
-      decode.median, decode.min, decode.max, o.decode_tokens, o.context, o.runs, label.c_str());
+      "decode:  %.2f tok/s median (%.2f..%.2f), %d tokens after %d of context%s, %d runs%s\n",
+      decode.median, decode.min, decode.max, o.decode_tokens, o.context,
+      o.skip_context ? " (skipped, not computed)" : "", o.runs, label.c_str());
   std::printf("prompt:  %.1f tok/s median (%.1f..%.1f), %d tokens, %d runs%s\n", pp.median,
               pp.min, pp.max, o.prompt_tokens, o.runs, label.c_str());
   const Stats ratio = Summarize(run_ratios);

@@ -231,6 +231,14 @@ absl::Status CpuEngine::Forward(Sequence& seq, std::span<const int32_t> tokens, 
   return absl::OkStatus();
 }
 
+absl::Status CpuEngine::SkipPositionsForTiming(Sequence& seq, int n) {
+  if (n < 0) return absl::InvalidArgumentError("a negative number of positions to skip");
+  if (absl::Status s = slots_.CheckAppend(seq, static_cast<size_t>(n)); !s.ok()) return s;
+  have_logits_ = false;
+  slots_.SetLength(seq, seq.length() + n);
+  return absl::OkStatus();
+}
+
 absl::Status CpuEngine::ForwardBatch(std::vector<LayerState>& state, const int32_t* tokens, int n,
                                      int pos0, int first_row, float* logits) {
   const int64_t n_embd = hp_.n_embd;

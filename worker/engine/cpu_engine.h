@@ -88,6 +88,13 @@ class CpuEngine final : public ForwardEngine {
   int max_ctx() const override { return config_.max_ctx; }
   int max_sequences() const override { return config_.max_sequences; }
 
+  // Benchmarks only: the next n positions of `seq` count as computed
+  // without computing them; their KV rows keep whatever the slot holds
+  // (zeros in a fresh engine) and recurrent state stays as it is. A decode
+  // step after it costs what one at that depth costs, without the prefill
+  // (the logits mean nothing). OutOfRange past the capacity.
+  absl::Status SkipPositionsForTiming(Sequence& seq, int n);
+
   const CpuEngineConfig& config() const { return config_; }
   // Where Forward spends its time, accumulated since creation or the last
   // ResetPhaseTimes().

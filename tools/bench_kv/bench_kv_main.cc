@@ -1,0 +1,281 @@
+// moetier-bench-kv: each KV cache type against a baseline type on the same
+// tokens: the mean and worst KL of the logits over a long context, top-1
+// agreement, the bytes per token, and prompt speed, all from one run.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "backend/cpu/cpu_kernels.h"
+#include "engine/cpu_engine.h"
+#include "gguf/gguf_reader.h"
+#include "model/architectures.h"
+#include "model/kv_cache_types.h"
+#include "nlohmann/json.hpp"
+
+namespace moetier {
+namespace {
+
+constexpr char kUsage[] = R"(moetier-bench-kv: what a KV cache type costs in logits and speed
+
+usage: moetier-bench-kv --model FILE [--model FILE ...] [options]
+
+For each model, runs the same --context tokens (seeded random ids) once per
+KV cache type, keys and values in that type, and compares every position's
+logits with the baseline type's: mean and worst KL(baseline || type), and how
+often the top token agrees. Prints the KV bytes per token of context and the
+prompt speed of each type.
+
+  --model FILE        GGUF model (repeat for several)
+  --context N         positions compared (default 2048; at most the model's
+                      training context)
+  --types LIST        types to compare, comma-separated (default f32,f16,q8_0,q4_0)
+  --baseline T        the type the others are compared with (default f16)
+  --activations A     q8x2 (default) or q8: how the kernels quantize
+                      activations. With llama.cpp's q8, any change of the
+                      attention output re-rolls the activations' own rounding,
+                      which then dominates the KL of quantized models (about
+                      1e-2 whatever the KV type); q8x2 leaves the KV rounding
+  --threads N         threads (default: all cores)
+  --batch N           positions per forward call (default 256)
+  --seed N            token seed (default 1)
+  --json              one JSON object per model and type on stdout instead of
+                      the table
+)";
+
+struct Options {
+  std::vector<std::string> models;
+  int context = 2048;
+  std::vector<TensorType> types = {TensorType::kF32, TensorType::kF16, TensorType::kQ8_0,
+                                   TensorType::kQ4_0};
+  TensorType baseline = TensorType::kF16;
+  bool residual_activations = true;
+  int threads = 0;
+  int batch = 256;
+  uint32_t seed = 1;
+  bool json = false;
+};
+
+absl::StatusOr<Options> ParseOptions(int argc, char** argv) {
+  Options o;
+  o.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    }
+    if (arg == "--json") {
+      o.json = true;
+      continue;
+    }
+    if (i + 1 >= argc) return absl::InvalidArgumentError(absl::StrCat(arg, " needs a value"));
+    const std::string value = argv[++i];
+    auto int_value = [&](int& dst, int lo, int hi) -> absl::Status {
+      if (!absl::SimpleAtoi(value, &dst) || dst < lo || dst > hi) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("%s expects an integer in %d..%d, got '%s'", arg, lo, hi, value));
+      }
+      return absl::OkStatus();
+    };
+    absl::Status s;
+    if (arg == "--model") {
+      o.models.push_back(value);
+    } else if (arg == "--context") {
+      s = int_value(o.context, 1, 1 << 20);
+    } else if (arg == "--threads") {
+      s = int_value(o.threads, 1, 1024);
+    } else if (arg == "--batch") {
+      s = int_value(o.batch, 1, 8192);
+    } else if (arg == "--seed") {
+      int seed = 0;
+      s = int_value(seed, 0, 1 << 30);
+      o.seed = static_cast<uint32_t>(seed);
+    } else if (arg == "--types" || arg == "--baseline") {
+      std::vector<TensorType> parsed;
+      for (const std::string& name : std::vector<std::string>(absl::StrSplit(value, ','))) {
+        absl::StatusOr<TensorType> t = ParseKvCacheType(name);
+        if (!t.ok()) return absl::InvalidArgumentError(absl::StrCat(arg, ": ", t.status().message()));
+        parsed.push_back(*t);
+      }
+      if (arg == "--baseline") {
+        if (parsed.size() != 1) return absl::InvalidArgumentError("--baseline takes one type");
+        o.baseline = parsed[0];
+      } else {
+        o.types = parsed;
+      }
+    } else if (arg == "--activations") {
+      if (value != "q8" && value != "q8x2") {
+        return absl::InvalidArgumentError(absl::StrFormat("--activations: '%s' is not q8 or q8x2", value));
+      }
+      o.residual_activations = value == "q8x2";
+    } else {
+      return absl::InvalidArgumentError(absl::StrFormat("unknown flag %s (see --help)", arg));
+    }
+    if (!s.ok()) return s;
+  }
+  if (o.models.empty()) return absl::InvalidArgumentError("--model FILE is required (see --help)");
+  return o;
+}
+
+double Seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+struct RunResult {
+  std::vector<float> logits;  // [context][n_vocab]
+  uint64_t kv_bytes_per_token = 0;
+  double prompt_tokens_per_s = 0;
+};
+
+absl::StatusOr<RunResult> RunType(const Model& model, const Options& o, TensorType type,
+                                  const std::vector<int32_t>& tokens) {
+  CpuEngineConfig config;
+  config.max_ctx = o.context;
+  config.n_threads = o.threads;
+  config.max_batch = o.batch;
+  config.kv_types = {type, type};
+  absl::StatusOr<std::unique_ptr<CpuEngine>> engine = CpuEngine::Create(model, config);
+  if (!engine.ok()) return engine.status();
+  absl::StatusOr<std::unique_ptr<Sequence>> seq = (*engine)->NewSequence();
+  if (!seq.ok()) return seq.status();
+  RunResult r;
+  r.logits.resize(tokens.size() * static_cast<size_t>((*engine)->n_vocab()));
+  const double t0 = Seconds();
+  if (absl::Status s = (*engine)->Forward(**seq, tokens, LogitRows::kAll, r.logits.data());
+      !s.ok()) {
+    return s;
+  }
+  r.prompt_tokens_per_s = static_cast<double>(tokens.size()) / (Seconds() - t0);
+  r.kv_bytes_per_token = SequenceStateSizeOf(model, config.kv_types).kv_bytes_per_token;
+  return r;
+}
+
+// KL(softmax(p) || softmax(q)) of one row, in double.
+double RowKl(const float* p, const float* q, int n) {
+  const double mp = *std::max_element(p, p + n);
+  const double mq = *std::max_element(q, q + n);
+  double zp = 0, zq = 0;
+  for (int i = 0; i < n; ++i) {
+    zp += std::exp(p[i] - mp);
+    zq += std::exp(q[i] - mq);
+  }
+  double kl = 0;
+  for (int i = 0; i < n; ++i) {
+    const double lp = p[i] - mp - std::log(zp);
+    const double lq = q[i] - mq - std::log(zq);
+    kl += std::exp(lp) * (lp - lq);
+  }
+  return kl;
+}
+
+int RunModel(const Options& o, const std::string& path) {
+  absl::StatusOr<std::unique_ptr<GgufModel>> gguf = GgufModel::Open(path);
+  if (!gguf.ok()) {
+    std::fprintf(stderr, "moetier-bench-kv: %s\n", std::string(gguf.status().message()).c_str());
+    return 1;
+  }
+  absl::StatusOr<Model> model = LoadModel(**gguf);
+  if (!model.ok()) {
+    std::fprintf(stderr, "moetier-bench-kv: %s: %s\n", path.c_str(),
+                 std::string(model.status().message()).c_str());
+    return 1;
+  }
+  const ModelHparams& hp = model->hparams;
+  if (o.context > hp.n_ctx_train) {
+    std::fprintf(stderr, "moetier-bench-kv: %s: --context %d exceeds its training context %d\n",
+                 path.c_str(), o.context, hp.n_ctx_train);
+    return 2;
+  }
+  std::mt19937 rng(o.seed);
+  std::uniform_int_distribution<int32_t> token(0, hp.n_vocab - 1);
+  std::vector<int32_t> tokens(static_cast<size_t>(o.context));
+  for (int32_t& t : tokens) t = token(rng);
+
+  absl::StatusOr<RunResult> base = RunType(*model, o, o.baseline, tokens);
+  if (!base.ok()) {
+    std::fprintf(stderr, "moetier-bench-kv: %s, baseline %s: %s\n", path.c_str(),
+                 KvCacheTypeName(o.baseline).c_str(), std::string(base.status().message()).c_str());
+    return 1;
+  }
+  if (!o.json) {
+    std::printf("model: %s (%d layers, heads %d/%d x %d), %d positions of seeded random tokens, "
+                "activations %s\n",
+                path.c_str(), hp.n_layer, hp.n_head, hp.n_head_kv, hp.head_dim, o.context,
+                cpu::ActivationsHaveResidualPlane() ? "q8x2" : "q8");
+    std::printf("  %-6s %12s %12s %12s %8s %12s %14s\n", "type", "KV B/token", "mean KL",
+                "worst KL", "top-1", "prompt tok/s", "x baseline");
+  }
+  for (TensorType type : o.types) {
+    absl::StatusOr<RunResult> run = type == o.baseline ? base : RunType(*model, o, type, tokens);
+    if (!run.ok()) {
+      std::fprintf(stderr, "moetier-bench-kv: %s, %s: %s\n", path.c_str(),
+                   KvCacheTypeName(type).c_str(), std::string(run.status().message()).c_str());
+      return 1;
+    }
+    double sum = 0, worst = 0;
+    int same = 0;
+    for (int pos = 0; pos < o.context; ++pos) {
+      const float* b = base->logits.data() + static_cast<size_t>(pos) * hp.n_vocab;
+      const float* r = run->logits.data() + static_cast<size_t>(pos) * hp.n_vocab;
+      const double kl = RowKl(b, r, hp.n_vocab);
+      sum += kl;
+      worst = std::max(worst, kl);
+      same += std::max_element(b, b + hp.n_vocab) - b == std::max_element(r, r + hp.n_vocab) - r;
+    }
+    const double mean = sum / o.context;
+    const double top1 = static_cast<double>(same) / o.context;
+    const double speed = run->prompt_tokens_per_s / base->prompt_tokens_per_s;
+    if (o.json) {
+      const nlohmann::json row = {
+          {"model", path},
+          {"context", o.context},
+          {"baseline", KvCacheTypeName(o.baseline)},
+          {"type", KvCacheTypeName(type)},
+          {"kv_bytes_per_token", run->kv_bytes_per_token},
+          {"mean_kl", mean},
+          {"worst_kl", worst},
+          {"top1", top1},
+          {"prompt_tokens_per_s", run->prompt_tokens_per_s},
+          {"prompt_speed_ratio", speed},
+          {"activations", cpu::ActivationsHaveResidualPlane() ? "q8x2" : "q8"}};
+      std::printf("%s\n", row.dump().c_str());
+    } else {
+      std::printf("  %-6s %12llu %12.3g %12.3g %8.3f %12.1f %14.3f\n", KvCacheTypeName(type).c_str(),
+                  static_cast<unsigned long long>(run->kv_bytes_per_token), mean, worst, top1,
+                  run->prompt_tokens_per_s, speed);
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace moetier
+
+int main(int argc, char** argv) {
+  absl::StatusOr<moetier::Options> o = moetier::ParseOptions(argc, argv);
+  if (!o.ok()) {
+    std::fprintf(stderr, "moetier-bench-kv: %s\n", std::string(o.status().message()).c_str());
+    return 2;
+  }
+  if (absl::Status s = moetier::cpu::SetActivationsResidualPlane(o->residual_activations); !s.ok()) {
+    std::fprintf(stderr, "moetier-bench-kv: %s\n", std::string(s.message()).c_str());
+    return 2;
+  }
+  for (const std::string& model : o->models) {
+    if (int rc = moetier::RunModel(*o, model); rc != 0) return rc;
+  }
+  return 0;
+}
