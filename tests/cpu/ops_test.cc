@@ -245,7 +245,12 @@ TEST(CpuOpsTest, AttentionReadsStoredKvTypesDirectly) {
   uint32_t seed = 300;
   for (TensorType k_type : types) {
     for (TensorType v_type : types) {
-      for (int head_dim : {32, 128}) {
+      for (int head_dim : {20, 32, 128}) {
+        // F32 and F16 rows take any head; the block types multiples of 32.
+        if (head_dim % 32 != 0 && (GetTensorTypeInfo(k_type).block_elems > 1 ||
+                                   GetTensorTypeInfo(v_type).block_elems > 1)) {
+          continue;
+        }
         for (int n_kv : {1, 7, 65, 300}) {
           SCOPED_TRACE(std::string(TensorTypeName(k_type)) + " keys, " +
                        std::string(TensorTypeName(v_type)) + " values, head_dim " +
@@ -275,30 +280,36 @@ TEST(CpuOpsTest, AttentionReadsStoredKvTypesDirectly) {
                                              k_type == TensorType::kF16 ? 2e-3 : 0.0,
                                              v_type == TensorType::kF16 ? 2e-3 : 0.0});
           alignas(64) static uint8_t queries[group * 1024];
-          std::vector<float> scores(group * n_kv), values(kKvValueChunk * head_dim);
-          const KvAttendScratch scratch{scores.data(), queries, values.data()};
-          std::vector<float> out(n_head * head_dim, 7.0f);
-          // Heads 1..6: a partial group at each end.
-          AttentionHeadsStored(q.data(), kc.rows, vc.rows, n_kv, n_head, n_head_kv, head_dim, scale,
-                               1, 7, scratch, out.data());
-          double worst_stored = 0.0, worst_exact = 0.0;
-          for (int h = 0; h < n_head; ++h) {
-            for (int d = 0; d < head_dim; ++d) {
-              const size_t i = h * head_dim + d;
-              if (h == 0 || h == 7) {
-                ASSERT_EQ(out[i], 7.0f) << "head outside the range was written";
-                continue;
+          std::vector<float> scores(group * n_kv);
+          const KvAttendScratch scratch{scores.data(), queries};
+          for (SimdLevel level : {SimdLevel::kScalar, SimdLevel::kAvx2, SimdLevel::kAvx512}) {
+            if (!SimdLevelSupported(level)) continue;
+            ASSERT_TRUE(SetSimdLevel(level).ok());
+            SCOPED_TRACE(std::string(SimdLevelName(level)));
+            std::vector<float> out(n_head * head_dim, 7.0f);
+            // Heads 1..6: a partial group at each end.
+            AttentionHeadsStored(q.data(), kc.rows, vc.rows, n_kv, n_head, n_head_kv, head_dim, scale,
+                                 1, 7, scratch, out.data());
+            double worst_stored = 0.0, worst_exact = 0.0;
+            for (int h = 0; h < n_head; ++h) {
+              for (int d = 0; d < head_dim; ++d) {
+                const size_t i = h * head_dim + d;
+                if (h == 0 || h == 7) {
+                  ASSERT_EQ(out[i], 7.0f) << "head outside the range was written";
+                  continue;
+                }
+                worst_stored = std::max(worst_stored, std::abs(out[i] - on_stored[i]));
+                worst_exact = std::max(worst_exact, std::abs(out[i] - on_exact[i]));
               }
-              worst_stored = std::max(worst_stored, std::abs(out[i] - on_stored[i]));
-              worst_exact = std::max(worst_exact, std::abs(out[i] - on_exact[i]));
             }
+            EXPECT_LT(worst_stored, stored_tol);
+            EXPECT_LT(worst_exact, exact_tol);
           }
-          EXPECT_LT(worst_stored, stored_tol);
-          EXPECT_LT(worst_exact, exact_tol);
         }
       }
     }
   }
+  ASSERT_TRUE(SetSimdLevel(BestSupportedSimdLevel()).ok());
 }
 
 }  // namespace

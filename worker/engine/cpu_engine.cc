@@ -93,6 +93,12 @@ absl::StatusOr<std::unique_ptr<CpuEngine>> CpuEngine::Create(const Model& model,
       !s.ok()) {
     return s;
   }
+  if (config.kv_types != KvCacheTypes{} && hp.head_dim > cpu::kMaxKvHeadDim) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "heads of %d values are larger than the %d a stored KV cache row may hold; keep "
+        "--cache-type-k and --cache-type-v at f32",
+        hp.head_dim, cpu::kMaxKvHeadDim));
+  }
   if (absl::Status s = CheckSequenceStateFits(model, config); !s.ok()) return s;
   if (config.expert_source != nullptr && config.expert_source->max_experts_held() < 1) {
     return absl::InvalidArgumentError("the expert source can hold no experts at once");

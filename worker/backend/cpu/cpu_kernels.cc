@@ -422,4 +422,18 @@ void AttendF32(const float* q, int n_q, const float* k, const float* v, int64_t 
   Table().attend_f32(q, n_q, k, v, kv_stride, n_kv, head_dim, scale, scores, out);
 }
 
+void SoftmaxF32(float* x, int64_t n) { Table().softmax_f32(x, n); }
+
+void AccumulateKvValues(TensorType type, const uint8_t* rows, int64_t row_stride, int64_t n_rows,
+                        const float* weights, int64_t w_stride, int n_q, int head_dim,
+                        float* out) {
+  MOETIER_CPU_CHECK(head_dim <= kMaxKvHeadDim, "KV head larger than kMaxKvHeadDim");
+  MOETIER_CPU_CHECK(type == TensorType::kF32 || type == TensorType::kF16 ||
+                        ((type == TensorType::kQ8_0 || type == TensorType::kQ4_0) &&
+                         head_dim % 32 == 0),
+                    "unsupported KV value type or head size");
+  Table().accumulate_kv_values(type, rows, row_stride, n_rows, weights, w_stride, n_q, head_dim,
+                               out);
+}
+
 }  // namespace moetier::cpu

@@ -18,6 +18,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "backend/cpu/kv_limits.h"
 #include "gguf/tensor/tensor_type.h"
 
 namespace moetier::cpu {
@@ -90,5 +91,14 @@ float SumF32(const float* x, int64_t n);
 // AttentionHeads for the layout); `scores` holds n_q * n_kv floats.
 void AttendF32(const float* q, int n_q, const float* k, const float* v, int64_t kv_stride,
                int64_t n_kv, int head_dim, float scale, float* scores, float* out);
+// x = softmax(x) in place, with the exponential AttendF32 uses at the level.
+void SoftmaxF32(float* x, int64_t n);
+// The value half of attention over stored rows of F32, F16, Q8_0 or Q4_0
+// (kernel_table.h AccumulateValuesFn): out_i += sum_t weights_i[t] value_t,
+// each row decoded once for the n_q heads. head_dim <= kMaxKvHeadDim, a
+// multiple of 32 for Q8_0 and Q4_0.
+void AccumulateKvValues(TensorType type, const uint8_t* rows, int64_t row_stride, int64_t n_rows,
+                        const float* weights, int64_t w_stride, int n_q, int head_dim,
+                        float* out);
 
 }  // namespace moetier::cpu

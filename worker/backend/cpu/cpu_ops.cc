@@ -113,39 +113,15 @@ void AttentionHeadsStored(const float* q, const KvRows& k, const KvRows& v, int6
     QuantizeActRows(k.type, q + offset, head_dim, head_dim, n_q, scratch.queries);
     MatMul(k.type, head_dim, k.data + g * k.head_stride, static_cast<size_t>(k.row_stride), 0,
            n_kv, scratch.queries, query_bytes, n_q, scratch.scores, n_kv);
-    // The softmax of AttendF32: the maximum, then exponentials summed in
-    // double; the weights are normalised before the values are summed.
+    // The softmax of AttendF32 at the active level, on the scaled scores.
     for (int i = 0; i < n_q; ++i) {
       float* s = scratch.scores + i * n_kv;
-      float max = -INFINITY;
-      for (int64_t t = 0; t < n_kv; ++t) {
-        s[t] *= scale;
-        max = std::fmax(max, s[t]);
-      }
-      double sum = 0.0;
-      for (int64_t t = 0; t < n_kv; ++t) {
-        s[t] = std::exp(s[t] - max);
-        sum += s[t];
-      }
-      const float inv = static_cast<float>(1.0 / sum);
-      for (int64_t t = 0; t < n_kv; ++t) s[t] *= inv;
+      ScaleF32(scale, s, n_kv);
+      SoftmaxF32(s, n_kv);
       std::fill_n(out + offset + static_cast<int64_t>(i) * head_dim, head_dim, 0.0f);
     }
-    const uint8_t* v_head = v.data + g * v.head_stride;
-    for (int64_t t0 = 0; t0 < n_kv; t0 += kKvValueChunk) {
-      const int64_t n_rows = std::min(kKvValueChunk, n_kv - t0);
-      for (int64_t j = 0; j < n_rows; ++j) {
-        DequantizeRow(v.type, v_head + (t0 + j) * v.row_stride, scratch.values + j * head_dim,
-                      head_dim);
-      }
-      for (int i = 0; i < n_q; ++i) {
-        const float* s = scratch.scores + i * n_kv + t0;
-        float* oi = out + offset + static_cast<int64_t>(i) * head_dim;
-        for (int64_t j = 0; j < n_rows; ++j) {
-          AxpyF32(s[j], scratch.values + j * head_dim, oi, head_dim);
-        }
-      }
-    }
+    AccumulateKvValues(v.type, v.data + g * v.head_stride, v.row_stride, n_kv, scratch.scores,
+                       n_kv, n_q, head_dim, out + offset);
     h = end;
   }
 }

@@ -63,22 +63,19 @@ struct KvRows {
   int64_t row_stride = 0;
 };
 
-// Values AttentionHeadsStored dequantizes at a time.
-inline constexpr int64_t kKvValueChunk = 64;
-
 // One calling thread's scratch for AttentionHeadsStored, for n_head /
 // n_head_kv query heads over up to max_kv positions.
 struct KvAttendScratch {
   float* scores = nullptr;   // group * max_kv floats
   uint8_t* queries = nullptr;  // group rows of ActRowBytes(k type, head_dim), 64-byte aligned
-  float* values = nullptr;   // kKvValueChunk * head_dim floats
 };
 
 // AttentionHeads over caches in any KV cache type, reading the stored rows
 // as they are: the scores are the matrix kernel's dot products of the
 // key rows with the query heads prepared as that type's activations
-// (QuantizeActRows, as for a weight of the type), and the values are
-// decoded kKvValueChunk rows at a time into `scratch.values` and summed.
+// (QuantizeActRows, as for a weight of the type), and each value row is
+// decoded once and added into every head of its group
+// (AccumulateKvValues).
 void AttentionHeadsStored(const float* q, const KvRows& k, const KvRows& v, int64_t n_kv,
                           int n_head, int n_head_kv, int head_dim, float scale, int h_begin,
                           int h_end, const KvAttendScratch& scratch, float* out);

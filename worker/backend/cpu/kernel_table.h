@@ -6,6 +6,9 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "backend/cpu/kv_limits.h"
+#include "gguf/tensor/tensor_type.h"
+
 namespace moetier::cpu {
 
 inline constexpr int kMaxActTile = 8;  // activation rows one kernel call handles
@@ -33,6 +36,15 @@ using AttendFn = void (*)(const float* q, int n_q, const float* k, const float* 
                           int64_t kv_stride, int64_t n_kv, int head_dim, float scale, float* scores,
                           float* out);
 
+// The value half of attention over a stored KV cache: for each of n_rows
+// rows of `type` (F32, F16, Q8_0 or Q4_0; row t at rows + t * row_stride,
+// head_dim <= kMaxKvHeadDim values, a multiple of 32 for the block types)
+// and each of n_q heads, out[i * head_dim + d] += weights[i * w_stride + t]
+// * value_t[d], rows in order. Each row is decoded once for all heads.
+using AccumulateValuesFn = void (*)(TensorType type, const uint8_t* rows, int64_t row_stride,
+                                    int64_t n_rows, const float* weights, int64_t w_stride,
+                                    int n_q, int head_dim, float* out);
+
 struct KernelTable {
   GemmTileFn gemm_f32;
   GemmTileFn gemm_f16;
@@ -49,6 +61,8 @@ struct KernelTable {
   void (*scale_f32)(float a, float* y, int64_t n);                 // y *= a
   float (*sum_f32)(const float* x, int64_t n);                     // with independent accumulators
   AttendFn attend_f32;
+  void (*softmax_f32)(float* x, int64_t n);  // in place, normalized
+  AccumulateValuesFn accumulate_kv_values;
 };
 
 extern const KernelTable kScalarKernels;

@@ -7,6 +7,7 @@
 
 #include "backend/cpu/block_layouts.h"
 #include "backend/cpu/kernel_table.h"
+#include "backend/cpu/kv_values_x86.h"
 
 namespace moetier::cpu {
 namespace {
@@ -486,6 +487,31 @@ inline __m256 ExpNonPositive(__m256 x) {
   return _mm256_mul_ps(p, _mm256_castsi256_ps(e));
 }
 
+void SoftmaxF32(float* s, int64_t n) {
+  float max = -__builtin_inff();
+  for (int64_t t = 0; t < n; ++t) max = s[t] > max ? s[t] : max;
+  const __m256 vmax = _mm256_set1_ps(max);
+  __m256 vsum = _mm256_setzero_ps();
+  int64_t t = 0;
+  for (; t + 8 <= n; t += 8) {
+    const __m256 e = ExpNonPositive(_mm256_sub_ps(_mm256_loadu_ps(s + t), vmax));
+    vsum = _mm256_add_ps(vsum, e);
+    _mm256_storeu_ps(s + t, e);
+  }
+  float sum = HsumPs(vsum);
+  if (t < n) {
+    float tail[8] = {};
+    for (int64_t j = t; j < n; ++j) tail[j - t] = s[j];
+    _mm256_storeu_ps(tail, ExpNonPositive(_mm256_sub_ps(_mm256_loadu_ps(tail), vmax)));
+    for (int64_t j = t; j < n; ++j) {
+      s[j] = tail[j - t];
+      sum += tail[j - t];
+    }
+  }
+  const float inv = 1.0f / sum;
+  for (t = 0; t < n; ++t) s[t] *= inv;
+}
+
 // Attention with head_dim = 8 * kVecs, in blocks of 16 KiB of keys or
 // values that every query head of the group passes over while they are in
 // L1 (see the AVX-512 version).
@@ -510,31 +536,7 @@ void AttendVecs(const float* q, int n_q, const float* k, const float* v, int64_t
     }
   }
   // Softmax of each head's scores, normalized in place.
-  for (int i = 0; i < n_q; ++i) {
-    float* s = scores + i * n_kv;
-    float max = -__builtin_inff();
-    for (int64_t t = 0; t < n_kv; ++t) max = s[t] > max ? s[t] : max;
-    const __m256 vmax = _mm256_set1_ps(max);
-    __m256 vsum = _mm256_setzero_ps();
-    int64_t t = 0;
-    for (; t + 8 <= n_kv; t += 8) {
-      const __m256 e = ExpNonPositive(_mm256_sub_ps(_mm256_loadu_ps(s + t), vmax));
-      vsum = _mm256_add_ps(vsum, e);
-      _mm256_storeu_ps(s + t, e);
-    }
-    float sum = HsumPs(vsum);
-    if (t < n_kv) {
-      float tail[8] = {};
-      for (int64_t j = t; j < n_kv; ++j) tail[j - t] = s[j];
-      _mm256_storeu_ps(tail, ExpNonPositive(_mm256_sub_ps(_mm256_loadu_ps(tail), vmax)));
-      for (int64_t j = t; j < n_kv; ++j) {
-        s[j] = tail[j - t];
-        sum += tail[j - t];
-      }
-    }
-    const float inv = 1.0f / sum;
-    for (t = 0; t < n_kv; ++t) s[t] *= inv;
-  }
+  for (int i = 0; i < n_q; ++i) SoftmaxF32(scores + i * n_kv, n_kv);
   // At most 8 output vectors per pass, so that the accumulators stay in the
   // 16 registers.
   constexpr int kChunk = kVecs < 8 ? kVecs : 8;
@@ -676,6 +678,8 @@ const KernelTable kAvx2Kernels = {
     .scale_f32 = ScaleF32,
     .sum_f32 = SumF32,
     .attend_f32 = AttendF32,
+    .softmax_f32 = SoftmaxF32,
+    .accumulate_kv_values = AccumulateKvValuesX86,
 };
 
 }  // namespace moetier::cpu

@@ -21,6 +21,7 @@
 
 #include "backend/cpu/block_layouts.h"
 #include "backend/cpu/kernel_table.h"
+#include "backend/cpu/kv_values_x86.h"
 
 namespace moetier::cpu {
 namespace {
@@ -520,6 +521,27 @@ inline __mmask16 TailMask(int64_t left) {
 // block while it is in L1, so the cache is read from memory once per group
 // rather than once per head. A head's q row, or its running output, stays in
 // registers while it passes over a block.
+void SoftmaxF32(float* s, int64_t n) {
+  __m512 vmax = _mm512_set1_ps(-__builtin_inff());
+  for (int64_t t = 0; t < n; t += 16) {
+    const __mmask16 mask = TailMask(n - t);
+    vmax = _mm512_mask_max_ps(vmax, mask, vmax, _mm512_maskz_loadu_ps(mask, s + t));
+  }
+  const __m512 max = _mm512_set1_ps(_mm512_reduce_max_ps(vmax));
+  __m512 vsum = _mm512_setzero_ps();
+  for (int64_t t = 0; t < n; t += 16) {
+    const __mmask16 mask = TailMask(n - t);
+    const __m512 e = ExpNonPositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(mask, s + t), max));
+    vsum = _mm512_mask_add_ps(vsum, mask, vsum, e);
+    _mm512_mask_storeu_ps(s + t, mask, e);
+  }
+  const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(vsum));
+  for (int64_t t = 0; t < n; t += 16) {
+    const __mmask16 mask = TailMask(n - t);
+    _mm512_mask_storeu_ps(s + t, mask, _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, s + t), inv));
+  }
+}
+
 template <int kVecs>
 void AttendVecs(const float* q, int n_q, const float* k, const float* v, int64_t kv_stride,
                 int64_t n_kv, float scale, float* scores, float* out) {
@@ -560,27 +582,7 @@ void AttendVecs(const float* q, int n_q, const float* k, const float* v, int64_t
     }
   }
   // Softmax of each head's scores, normalized in place.
-  for (int i = 0; i < n_q; ++i) {
-    float* s = scores + i * n_kv;
-    __m512 vmax = _mm512_set1_ps(-__builtin_inff());
-    for (int64_t t = 0; t < n_kv; t += 16) {
-      const __mmask16 mask = TailMask(n_kv - t);
-      vmax = _mm512_mask_max_ps(vmax, mask, vmax, _mm512_maskz_loadu_ps(mask, s + t));
-    }
-    const __m512 max = _mm512_set1_ps(_mm512_reduce_max_ps(vmax));
-    __m512 vsum = _mm512_setzero_ps();
-    for (int64_t t = 0; t < n_kv; t += 16) {
-      const __mmask16 mask = TailMask(n_kv - t);
-      const __m512 e = ExpNonPositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(mask, s + t), max));
-      vsum = _mm512_mask_add_ps(vsum, mask, vsum, e);
-      _mm512_mask_storeu_ps(s + t, mask, e);
-    }
-    const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(vsum));
-    for (int64_t t = 0; t < n_kv; t += 16) {
-      const __mmask16 mask = TailMask(n_kv - t);
-      _mm512_mask_storeu_ps(s + t, mask, _mm512_mul_ps(_mm512_maskz_loadu_ps(mask, s + t), inv));
-    }
-  }
+  for (int i = 0; i < n_q; ++i) SoftmaxF32(scores + i * n_kv, n_kv);
   for (int64_t t0 = 0; t0 < n_kv; t0 += kBlock) {
     const int64_t t1 = t0 + kBlock < n_kv ? t0 + kBlock : n_kv;
     for (int i = 0; i < n_q; ++i) {
@@ -715,6 +717,8 @@ const KernelTable kAvx512Kernels = {
     .scale_f32 = ScaleF32,
     .sum_f32 = SumF32,
     .attend_f32 = AttendF32,
+    .softmax_f32 = SoftmaxF32,
+    .accumulate_kv_values = AccumulateKvValuesX86,
 };
 
 }  // namespace moetier::cpu

@@ -7,6 +7,7 @@
 #include "backend/cpu/block_layouts.h"
 #include "backend/cpu/kernel_table.h"
 #include "gguf/tensor/half.h"
+#include "gguf/tensor/quant_codec.h"
 
 namespace moetier::cpu {
 namespace {
@@ -263,6 +264,23 @@ float SumF32(const float* x, int64_t n) {
   return (s[0] + s[1]) + (s[2] + s[3]);
 }
 
+// s[t] = exp(s[t] - max) / sum, the sum in double.
+void NormalizeExp(float* s, int64_t n, float max) {
+  double sum = 0.0;
+  for (int64_t t = 0; t < n; ++t) {
+    s[t] = std::exp(s[t] - max);
+    sum += s[t];
+  }
+  const float inv = static_cast<float>(1.0 / sum);
+  for (int64_t t = 0; t < n; ++t) s[t] *= inv;
+}
+
+void SoftmaxF32(float* s, int64_t n) {
+  float max = -INFINITY;
+  for (int64_t t = 0; t < n; ++t) max = s[t] > max ? s[t] : max;
+  NormalizeExp(s, n, max);
+}
+
 void AttendF32(const float* q, int n_q, const float* k, const float* v, int64_t kv_stride,
                int64_t n_kv, int head_dim, float scale, float* scores, float* out) {
   for (int i = 0; i < n_q; ++i) {
@@ -273,15 +291,23 @@ void AttendF32(const float* q, int n_q, const float* k, const float* v, int64_t 
       s[t] = scale * DotF32(qi, k + t * kv_stride, head_dim);
       max = s[t] > max ? s[t] : max;
     }
-    double sum = 0.0;
-    for (int64_t t = 0; t < n_kv; ++t) {
-      s[t] = std::exp(s[t] - max);
-      sum += s[t];
-    }
-    const float inv = static_cast<float>(1.0 / sum);
+    NormalizeExp(s, n_kv, max);
     float* oi = out + static_cast<int64_t>(i) * head_dim;
     for (int d = 0; d < head_dim; ++d) oi[d] = 0.0f;
-    for (int64_t t = 0; t < n_kv; ++t) AxpyF32(s[t] * inv, v + t * kv_stride, oi, head_dim);
+    for (int64_t t = 0; t < n_kv; ++t) AxpyF32(s[t], v + t * kv_stride, oi, head_dim);
+  }
+}
+
+void AccumulateKvValues(TensorType type, const uint8_t* rows, int64_t row_stride, int64_t n_rows,
+                        const float* weights, int64_t w_stride, int n_q, int head_dim,
+                        float* out) {
+  float decoded[kMaxKvHeadDim];
+  for (int64_t t = 0; t < n_rows; ++t) {
+    DequantizeRow(type, rows + t * row_stride, decoded, head_dim);
+    for (int i = 0; i < n_q; ++i) {
+      AxpyF32(weights[i * w_stride + t], decoded, out + static_cast<int64_t>(i) * head_dim,
+              head_dim);
+    }
   }
 }
 
@@ -303,6 +329,8 @@ const KernelTable kScalarKernels = {
     .scale_f32 = ScaleF32,
     .sum_f32 = SumF32,
     .attend_f32 = AttendF32,
+    .softmax_f32 = SoftmaxF32,
+    .accumulate_kv_values = AccumulateKvValues,
 };
 
 }  // namespace moetier::cpu

@@ -71,7 +71,6 @@ CpuAttentionBlock::CpuAttentionBlock(const ModelHparams& hp,
   scores_ = AlignedBytes(threads * group * static_cast<size_t>(max_ctx) * f);
   if (stored_kv_) {
     kv_queries_ = AlignedBytes(threads * group * cpu::ActRowBytes(kv_types.k, hp.head_dim));
-    kv_values_ = AlignedBytes(threads * static_cast<size_t>(cpu::kKvValueChunk) * hp.head_dim * f);
   }
   act_attn_ = AlignedBytes(b * MaxActRowBytes(static_cast<int64_t>(q_dim)));
 }
@@ -92,7 +91,7 @@ uint64_t CpuAttentionBlock::kv_bytes_per_token() const {
 uint64_t CpuAttentionBlock::allocated_bytes() const {
   uint64_t bytes = 0;
   for (const AlignedBytes* a : {&q_, &gate_, &q_and_gate_, &k_, &v_, &attn_out_, &rope_cos_,
-                                &rope_sin_, &scores_, &kv_queries_, &kv_values_, &act_attn_}) {
+                                &rope_sin_, &scores_, &kv_queries_, &act_attn_}) {
     bytes += a->size();
   }
   return bytes;
@@ -201,7 +200,6 @@ void CpuAttentionBlock::Forward(int layer, const CpuKvLayer& kv, int n, int pos0
   const int group = hp_.n_head / n_head_kv;
   const int64_t scores_per_thread = static_cast<int64_t>(group) * max_ctx_;
   const size_t queries_per_thread = kv_queries_.size() / runner_.pool().size();
-  const int64_t values_per_thread = cpu::kKvValueChunk * head_dim;
   auto attend = [&](int64_t task, int thread) {
     const int t = static_cast<int>(task / n_head_kv);
     const int g = static_cast<int>(task % n_head_kv);
@@ -214,8 +212,7 @@ void CpuAttentionBlock::Forward(int layer, const CpuKvLayer& kv, int n, int pos0
                           (g + 1) * group, scores, attn_out_.floats() + t * q_dim);
       return;
     }
-    const cpu::KvAttendScratch scratch{scores, kv_queries_.data() + thread * queries_per_thread,
-                                       kv_values_.floats() + thread * values_per_thread};
+    const cpu::KvAttendScratch scratch{scores, kv_queries_.data() + thread * queries_per_thread};
     cpu::AttentionHeadsStored(q_.floats() + t * q_dim, k_rows, v_rows, pos0 + t + 1, hp_.n_head,
                               n_head_kv, head_dim, scale, g * group, (g + 1) * group, scratch,
                               attn_out_.floats() + t * q_dim);

@@ -72,7 +72,6 @@ class CpuAttentionBlock {
   AlignedBytes rope_cos_, rope_sin_;  // [B][n_rot / 2]
   AlignedBytes scores_;               // [n_threads][n_head / n_head_kv][max_ctx]
   AlignedBytes kv_queries_;           // [n_threads][n_head / n_head_kv] query rows (stored KV)
-  AlignedBytes kv_values_;            // [n_threads][kKvValueChunk][head_dim] (stored KV)
   AlignedBytes act_attn_;             // prepared attn_out rows for the output projection
 };
 
