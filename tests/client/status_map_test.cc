@@ -250,10 +250,21 @@ TEST(RenderStatusMapTest, EachWorkerShowsWhatASequencesStateTakes) {
   plain->set_state("ready");
   plain->set_max_ctx(4096);
   plain->set_kv_bytes_per_token(98304);
+  // Qwen3-30B-A3B with a q8_0 cache: 48 layers x 4 KV heads x (K + V) x 136 bytes.
+  v1::WorkerStatus* quantized = status.add_workers();
+  quantized->set_index(3);
+  quantized->set_device("cpu");
+  quantized->set_state("ready");
+  quantized->set_max_ctx(4096);
+  quantized->set_kv_bytes_per_token(48 * 4 * 2 * 136);
+  quantized->set_kv_type_k("q8_0");
+  quantized->set_kv_type_v("q8_0");
   const std::string map = RenderStatusMap(status, MapStyle());
   EXPECT_THAT(map, HasSubstr("sequence state: KV 40.0 KiB per token x 262144 tokens = 10.0 GiB   "
                              "recurrent 62.8 MiB (+ 62.8 MiB checkpoint)"));
   EXPECT_THAT(map, HasSubstr("sequence state: KV 96.0 KiB per token x 4096 tokens = 384.0 MiB\n"));
+  EXPECT_THAT(map, HasSubstr("sequence state: KV 51.0 KiB per token x 4096 tokens = 204.0 MiB "
+                             "(keys q8_0, values q8_0)\n"));
   EXPECT_EQ(Count(map, "recurrent"), 1u) << "a model without recurrent layers shows none";
 }
 

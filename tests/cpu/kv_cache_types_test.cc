@@ -212,5 +212,31 @@ TEST(KvCacheTypesTest, QuantizedCacheGivesTheSameLogitsInAnyBatching) {
   EXPECT_EQ(step, want);
 }
 
+// Decode timing at depth: skipped positions cost their reads but compute
+// nothing, and a fresh sequence skipped the same way decodes the same
+// tokens again (the recurrent layers start empty, as a computed start does).
+TEST(KvCacheTypesTest, SkippedPositionsRepeatFromAFreshSequence) {
+  std::unique_ptr<Loaded> m = Load("qwen35moe-tiny-f32");
+  ASSERT_NE(m, nullptr);
+  absl::StatusOr<std::unique_ptr<CpuEngine>> engine =
+      EngineWith(m->model, {TensorType::kQ8_0, TensorType::kQ8_0});
+  ASSERT_TRUE(engine.ok()) << engine.status();
+  const size_t n_vocab = static_cast<size_t>((*engine)->n_vocab());
+  std::vector<std::vector<float>> runs;
+  for (int run = 0; run < 2; ++run) {
+    absl::StatusOr<std::unique_ptr<Sequence>> seq = (*engine)->NewSequence();
+    ASSERT_TRUE(seq.ok());
+    ASSERT_TRUE((*engine)->SkipPositionsForTiming(**seq, 200).ok());
+    EXPECT_EQ((*seq)->length(), 200);
+    std::vector<float> logits(3 * n_vocab);
+    ASSERT_TRUE(
+        (*engine)->Forward(**seq, std::span(m->ids).first(3), LogitRows::kAll, logits.data()).ok());
+    runs.push_back(logits);
+    EXPECT_EQ((*engine)->SkipPositionsForTiming(**seq, 60).code(), absl::StatusCode::kOutOfRange)
+        << "past the capacity of 256";
+  }
+  EXPECT_EQ(runs[0], runs[1]);
+}
+
 }  // namespace
 }  // namespace moetier

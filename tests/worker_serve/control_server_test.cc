@@ -496,6 +496,8 @@ TEST_F(ControlServerTest, ReadyAnnouncesTheSequenceStateSize) {
   EXPECT_GT(size.kv_bytes_per_token, 0u);
   EXPECT_EQ(ready.ready().kv_bytes_per_token(), size.kv_bytes_per_token);
   EXPECT_EQ(ready.ready().recurrent_state_bytes(), 0u) << "qwen3moe has no recurrent layer";
+  EXPECT_EQ(ready.ready().kv_type_k(), "f32");
+  EXPECT_EQ(ready.ready().kv_type_v(), "f32");
 }
 
 TEST_F(ControlServerTest, ANextTurnComputesOnlyItsNewTokens) {

@@ -241,6 +241,15 @@ absl::Status CpuEngine::SkipPositionsForTiming(Sequence& seq, int n) {
   if (n < 0) return absl::InvalidArgumentError("a negative number of positions to skip");
   if (absl::Status s = slots_.CheckAppend(seq, static_cast<size_t>(n)); !s.ok()) return s;
   have_logits_ = false;
+  if (seq.length() == 0) {
+    // As a computed start would: the recurrent layers begin empty, so that
+    // runs from a fresh sequence repeat themselves.
+    for (LayerState& l : state_[static_cast<size_t>(seq.slot())]) {
+      if (l.recurrent.conv.size() == 0) continue;  // an attention layer
+      std::memset(l.recurrent.conv.data(), 0, l.recurrent.conv.size());
+      std::memset(l.recurrent.delta.data(), 0, l.recurrent.delta.size());
+    }
+  }
   slots_.SetLength(seq, seq.length() + n);
   return absl::OkStatus();
 }

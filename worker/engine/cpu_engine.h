@@ -90,7 +90,8 @@ class CpuEngine final : public ForwardEngine {
 
   // Benchmarks only: the next n positions of `seq` count as computed
   // without computing them; their KV rows keep whatever the slot holds
-  // (zeros in a fresh engine) and recurrent state stays as it is. A decode
+  // (zeros in a fresh engine), and recurrent state is cleared when the
+  // sequence was empty and otherwise left as it is. A decode
   // step after it costs what one at that depth costs, without the prefill
   // (the logits mean nothing). OutOfRange past the capacity.
   absl::Status SkipPositionsForTiming(Sequence& seq, int n);
