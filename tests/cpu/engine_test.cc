@@ -18,7 +18,7 @@
 #include "gtest/gtest.h"
 #include "model/architectures.h"
 #include "reference/reference_engine.h"
-#include "vectors.h"
+#include "vectors_model.h"
 
 namespace moetier {
 namespace {
@@ -31,26 +31,9 @@ using testing::Agreement;
 using testing::ReadFloats;
 using testing::ReadIds;
 
-struct Loaded {
-  std::unique_ptr<GgufModel> gguf;
-  Model model;
-  std::vector<int32_t> ids;
-};
+using Loaded = testing::VectorsModel;
 
-std::unique_ptr<Loaded> Load(const std::string& name) {
-  auto out = std::make_unique<Loaded>();
-  absl::StatusOr<std::unique_ptr<GgufModel>> gguf = GgufModel::Open(VectorPath(name + ".gguf"));
-  EXPECT_TRUE(gguf.ok()) << gguf.status();
-  if (!gguf.ok()) return nullptr;
-  out->gguf = *std::move(gguf);
-  absl::StatusOr<Model> model = LoadModel(*out->gguf);
-  EXPECT_TRUE(model.ok()) << model.status();
-  if (!model.ok()) return nullptr;
-  out->model = *std::move(model);
-  out->ids = ReadIds(VectorPath(name + ".ids"));
-  EXPECT_FALSE(out->ids.empty());
-  return out;
-}
+std::unique_ptr<Loaded> Load(const std::string& name) { return testing::LoadVectorsModel(name); }
 
 std::unique_ptr<CpuEngine> Engine(const Loaded& m, int n_threads = 2, int max_batch = 256,
                                     int max_ctx = 64) {

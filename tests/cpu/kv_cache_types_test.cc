@@ -16,33 +16,16 @@
 #include "gtest/gtest.h"
 #include "model/architectures.h"
 #include "model/kv_cache_types.h"
-#include "vectors.h"
+#include "vectors_model.h"
 
 namespace moetier {
 namespace {
 
 using ::testing::HasSubstr;
 
-struct Loaded {
-  std::unique_ptr<GgufModel> gguf;
-  Model model;
-  std::vector<int32_t> ids;
-};
+using Loaded = testing::VectorsModel;
 
-std::unique_ptr<Loaded> Load(const std::string& name) {
-  const std::string base = std::string(MOETIER_TEST_DATA_DIR) + "/vectors/" + name;
-  auto out = std::make_unique<Loaded>();
-  absl::StatusOr<std::unique_ptr<GgufModel>> gguf = GgufModel::Open(base + ".gguf");
-  EXPECT_TRUE(gguf.ok()) << gguf.status();
-  if (!gguf.ok()) return nullptr;
-  out->gguf = *std::move(gguf);
-  absl::StatusOr<Model> model = LoadModel(*out->gguf);
-  EXPECT_TRUE(model.ok()) << model.status();
-  if (!model.ok()) return nullptr;
-  out->model = *std::move(model);
-  out->ids = testing::ReadIds(base + ".ids");
-  return out;
-}
+std::unique_ptr<Loaded> Load(const std::string& name) { return testing::LoadVectorsModel(name); }
 
 absl::StatusOr<std::unique_ptr<CpuEngine>> EngineWith(const Model& model, KvCacheTypes types,
                                                       int max_batch = 256) {
