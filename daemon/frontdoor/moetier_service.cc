@@ -191,14 +191,14 @@ grpc::Status MoetierService::RunGeneration(grpc::ServerContext* context,
       tokenizer, scheduler_, limits_, std::move(input), sink,
       [context] { return context->IsCancelled(); });
   if (!outcome.ok()) {
-    RecordGrpcRequest(outcome.status().code(), start);
+    RecordGrpcRequest(outcome.status(), start);
     return ToGrpc(outcome.status());
   }
   v1::GenerateResponse last;
   if (tokenizer != nullptr) last.set_text(outcome->tail_text);
   *last.mutable_final_stats() = outcome->stats;
   writer->Write(last);
-  RecordGrpcRequest(absl::StatusCode::kOk, start);
+  RecordGrpcRequest(absl::OkStatus(), start);
   if (metrics_ != nullptr) {
     metrics_->AddTokens(static_cast<uint64_t>(outcome->stats.prompt_tokens()),
                         static_cast<uint64_t>(outcome->stats.generated_tokens()));
@@ -206,11 +206,13 @@ grpc::Status MoetierService::RunGeneration(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-void MoetierService::RecordGrpcRequest(absl::StatusCode code,
+void MoetierService::RecordGrpcRequest(const absl::Status& status,
                                        std::chrono::steady_clock::time_point start) {
   if (metrics_ == nullptr) return;
   RequestOutcome outcome = RequestOutcome::kError;
-  switch (code) {
+  // A request no context holds is the caller's to fix, not an overload.
+  const bool never_fits = status.GetPayload(kContextTooLongPayload).has_value();
+  switch (never_fits ? absl::StatusCode::kInvalidArgument : status.code()) {
     case absl::StatusCode::kOk: outcome = RequestOutcome::kOk; break;
     case absl::StatusCode::kInvalidArgument:
     case absl::StatusCode::kFailedPrecondition:

@@ -83,7 +83,7 @@ class MoetierService final : public v1::Moetier::Service {
   grpc::Status CheckTokenIds(const google::protobuf::RepeatedField<int32_t>& ids,
                              const char* what) const;
 
-  void RecordGrpcRequest(absl::StatusCode code, std::chrono::steady_clock::time_point start);
+  void RecordGrpcRequest(const absl::Status& status, std::chrono::steady_clock::time_point start);
 
   // OK when the model has a usable tokenizer; else FAILED_PRECONDITION
   // saying why.

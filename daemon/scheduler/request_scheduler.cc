@@ -198,8 +198,9 @@ absl::Status RequestScheduler::CheckContext(const control_v1::WorkerRequest& req
     };
     absl::StrAppendFormat(&what,
                           "; its %d positions need %s of sequence state (%s of KV cache per "
-                          "token%s), and a sequence there holds %s: raise the worker's --ctx or "
-                          "store its KV cache in fewer bytes (--cache-type-k, --cache-type-v)",
+                          "token%s), and a sequence there holds %s: raise the worker's --ctx (up "
+                          "to the model's training context; --cache-type-k and --cache-type-v "
+                          "store the KV cache in fewer bytes, so a longer context fits in memory)",
                           positions, FormatBytes(state_at(positions)),
                           FormatBytes(largest->kv_bytes_per_token),
                           largest->recurrent_state_bytes > 0

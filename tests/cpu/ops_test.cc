@@ -245,7 +245,7 @@ TEST(CpuOpsTest, AttentionReadsStoredKvTypesDirectly) {
   uint32_t seed = 300;
   for (TensorType k_type : types) {
     for (TensorType v_type : types) {
-      for (int head_dim : {20, 32, 128}) {
+      for (int head_dim : {20, 32, 96, 128}) {
         // F32 and F16 rows take any head; the block types multiples of 32.
         if (head_dim % 32 != 0 && (GetTensorTypeInfo(k_type).block_elems > 1 ||
                                    GetTensorTypeInfo(v_type).block_elems > 1)) {

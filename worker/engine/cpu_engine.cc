@@ -244,10 +244,12 @@ absl::Status CpuEngine::SkipPositionsForTiming(Sequence& seq, int n) {
   if (seq.length() == 0) {
     // As a computed start would: the recurrent layers begin empty, so that
     // runs from a fresh sequence repeat themselves.
-    for (LayerState& l : state_[static_cast<size_t>(seq.slot())]) {
-      if (l.recurrent.conv.size() == 0) continue;  // an attention layer
-      std::memset(l.recurrent.conv.data(), 0, l.recurrent.conv.size());
-      std::memset(l.recurrent.delta.data(), 0, l.recurrent.delta.size());
+    std::vector<LayerState>& layers = state_[static_cast<size_t>(seq.slot())];
+    for (size_t l = 0; l < layers.size(); ++l) {
+      if (weights_.layers[l].mixer != MixerKind::kGatedDeltaNet) continue;
+      CpuRecurrentLayer& r = layers[l].recurrent;
+      if (r.conv.size() > 0) std::memset(r.conv.data(), 0, r.conv.size());
+      std::memset(r.delta.data(), 0, r.delta.size());
     }
   }
   slots_.SetLength(seq, seq.length() + n);

@@ -516,11 +516,6 @@ inline __mmask16 TailMask(int64_t left) {
   return left >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << left) - 1u);
 }
 
-// Attention with head_dim = 16 * kVecs. The positions are taken in blocks of
-// 16 KiB of keys (or values), and every query head of the group passes over a
-// block while it is in L1, so the cache is read from memory once per group
-// rather than once per head. A head's q row, or its running output, stays in
-// registers while it passes over a block.
 void SoftmaxF32(float* s, int64_t n) {
   __m512 vmax = _mm512_set1_ps(-__builtin_inff());
   for (int64_t t = 0; t < n; t += 16) {
@@ -542,6 +537,11 @@ void SoftmaxF32(float* s, int64_t n) {
   }
 }
 
+// Attention with head_dim = 16 * kVecs. The positions are taken in blocks of
+// 16 KiB of keys (or values), and every query head of the group passes over a
+// block while it is in L1, so the cache is read from memory once per group
+// rather than once per head. A head's q row, or its running output, stays in
+// registers while it passes over a block.
 template <int kVecs>
 void AttendVecs(const float* q, int n_q, const float* k, const float* v, int64_t kv_stride,
                 int64_t n_kv, float scale, float* scores, float* out) {
