@@ -162,12 +162,27 @@ void CpuEngine::Allocate() {
     }
   }
   last_logits_.assign(static_cast<size_t>(hp_.n_vocab), 0.0f);
+  const size_t max_parts =
+      static_cast<size_t>(std::min(config_.max_sequences, config_.max_batch));
+  parts_.reserve(max_parts);
+  spans_.reserve(max_parts);
+  kv_of_part_.reserve(max_parts);
+  recurrent_of_part_.reserve(max_parts);
+  batch_tokens_.reserve(static_cast<size_t>(config_.max_batch));
+  out_rows_.reserve(static_cast<size_t>(config_.max_batch));
+  out_steps_.reserve(max_parts);
+  step_done_.reserve(static_cast<size_t>(config_.max_sequences));
+  if (config_.max_sequences > 1) {
+    many_logits_.assign(static_cast<size_t>(std::min<int>(kManyLogitsRows, max_parts)) *
+                            static_cast<size_t>(hp_.n_vocab),
+                        0.0f);
+  }
 }
 
 uint64_t CpuEngine::allocated_bytes() const {
   uint64_t bytes = batch_->allocated_bytes() + attention_->allocated_bytes() +
                    deltanet_->allocated_bytes() + moe_->allocated_bytes() +
-                   last_logits_.size() * sizeof(float);
+                   (last_logits_.size() + many_logits_.size()) * sizeof(float);
   if (weight_copy_.has_value()) bytes += weight_copy_->size();
   for (const std::vector<LayerState>& seq : state_) {
     for (const LayerState& l : seq) {
@@ -182,9 +197,7 @@ uint64_t CpuEngine::allocated_bytes() const {
 
 absl::StatusOr<std::unique_ptr<Sequence>> CpuEngine::NewSequence() { return slots_.Acquire(); }
 
-absl::Status CpuEngine::Forward(Sequence& seq, std::span<const int32_t> tokens, LogitRows host_rows,
-                                float* host_logits) {
-  have_logits_ = false;
+absl::Status CpuEngine::CheckTokens(const Sequence& seq, std::span<const int32_t> tokens) const {
   if (tokens.empty()) return absl::InvalidArgumentError("no tokens to run");
   if (absl::Status s = slots_.CheckAppend(seq, tokens.size()); !s.ok()) return s;
   for (size_t i = 0; i < tokens.size(); ++i) {
@@ -193,14 +206,26 @@ absl::Status CpuEngine::Forward(Sequence& seq, std::span<const int32_t> tokens, 
           "token %d at index %d is outside the vocabulary 0..%d", tokens[i], i, hp_.n_vocab - 1));
     }
   }
+  return absl::OkStatus();
+}
+
+double CpuEngine::AccountedSeconds() const {
+  double accounted = 0.0;
+  for (double seconds : runner_.phase_seconds()) accounted += seconds;
+  return accounted;
+}
+
+absl::Status CpuEngine::Forward(Sequence& seq, std::span<const int32_t> tokens, LogitRows host_rows,
+                                float* host_logits) {
+  have_logits_ = false;
+  if (absl::Status s = CheckTokens(seq, tokens); !s.ok()) return s;
   if (host_rows != LogitRows::kNone && host_logits == nullptr) {
     return absl::InvalidArgumentError("no logits buffer");
   }
   std::vector<LayerState>& state = state_[static_cast<size_t>(seq.slot())];
   const int pos0 = seq.length();
   const double start = CpuMatRunner::Now();
-  double accounted = 0.0;
-  for (double seconds : runner_.phase_seconds()) accounted += seconds;
+  const double accounted = AccountedSeconds();
   const int n = static_cast<int>(tokens.size());
   const size_t n_vocab = static_cast<size_t>(hp_.n_vocab);
   for (int done = 0; done < n;) {
@@ -216,8 +241,13 @@ absl::Status CpuEngine::Forward(Sequence& seq, std::span<const int32_t> tokens, 
     } else if (last_batch) {
       out = last_logits_.data();
     }
-    if (absl::Status s =
-            ForwardBatch(state, tokens.data() + done, batch, pos0 + done, first_row, out);
+    out_rows_.clear();
+    if (out != nullptr) {
+      for (int r = first_row; r < batch; ++r) out_rows_.push_back(r);
+    }
+    const BatchPart part{&state, CpuRowSpan{.row0 = 0, .n = batch, .pos0 = pos0 + done}};
+    if (absl::Status s = ForwardBatch(std::span<const BatchPart>(&part, 1), tokens.data() + done,
+                                      batch, out_rows_, out);
         !s.ok()) {
       return s;
     }
@@ -231,9 +261,83 @@ absl::Status CpuEngine::Forward(Sequence& seq, std::span<const int32_t> tokens, 
     std::memcpy(host_logits, last_logits_.data(), n_vocab * sizeof(float));
   }
   have_logits_ = true;
-  double now_accounted = 0.0;
-  for (double seconds : runner_.phase_seconds()) now_accounted += seconds;
-  runner_.AddPhaseTime(CpuPhase::kOther, (CpuMatRunner::Now() - start) - (now_accounted - accounted));
+  runner_.AddPhaseTime(CpuPhase::kOther,
+                       (CpuMatRunner::Now() - start) - (AccountedSeconds() - accounted));
+  return absl::OkStatus();
+}
+
+absl::Status CpuEngine::ForwardMany(std::span<const SequenceStep> steps) {
+  have_logits_ = false;
+  if (absl::Status s = CheckDistinctSequences(steps); !s.ok()) return s;
+  for (const SequenceStep& step : steps) {
+    if (absl::Status s = CheckTokens(*step.seq, step.tokens); !s.ok()) return s;
+  }
+  if (steps.size() > 1 &&
+      (config_.routing_observer != nullptr || config_.routing_override != nullptr)) {
+    return absl::FailedPreconditionError(
+        "routing hooks (trace recording or replay) follow one sequence at a time; run the "
+        "sequences one by one");
+  }
+  const double start = CpuMatRunner::Now();
+  const double accounted = AccountedSeconds();
+  const size_t n_vocab = static_cast<size_t>(hp_.n_vocab);
+  // Distinct sequences of this engine: at most max_sequences steps.
+  step_done_.assign(steps.size(), 0);
+  size_t first_left = 0;  // the first step with tokens left
+  while (first_left < steps.size()) {
+    parts_.clear();
+    batch_tokens_.clear();
+    out_rows_.clear();
+    out_steps_.clear();
+    int rows = 0;
+    const int max_out_rows =
+        many_logits_.empty() ? 1 : static_cast<int>(many_logits_.size() / n_vocab);
+    for (size_t i = first_left; i < steps.size() && rows < config_.max_batch; ++i) {
+      const SequenceStep& step = steps[i];
+      const int left = static_cast<int>(step.tokens.size()) - step_done_[i];
+      if (left == 0) continue;
+      const bool wants_row = step.last_logits != nullptr;
+      // A pass ends before a step whose logits row would not fit.
+      if (wants_row && static_cast<int>(out_steps_.size()) == max_out_rows) break;
+      const int take = std::min(left, config_.max_batch - rows);
+      const int pos0 = step.seq->length();  // advanced after each pass
+      parts_.push_back({&state_[static_cast<size_t>(step.seq->slot())],
+                        CpuRowSpan{.row0 = rows, .n = take, .pos0 = pos0}});
+      batch_tokens_.insert(batch_tokens_.end(), step.tokens.begin() + step_done_[i],
+                           step.tokens.begin() + step_done_[i] + take);
+      rows += take;
+      if (take == left && wants_row) {
+        out_rows_.push_back(rows - 1);
+        out_steps_.push_back(i);
+      }
+    }
+    float* out = out_rows_.empty() ? nullptr
+                 : many_logits_.empty() ? steps[out_steps_[0]].last_logits
+                                        : many_logits_.data();
+    if (absl::Status s = ForwardBatch(parts_, batch_tokens_.data(), rows, out_rows_, out);
+        !s.ok()) {
+      return s;
+    }
+    size_t part = 0;
+    for (size_t i = first_left; part < parts_.size(); ++i) {
+      if (parts_[part].state != &state_[static_cast<size_t>(steps[i].seq->slot())]) continue;
+      step_done_[i] += parts_[part].span.n;
+      slots_.SetLength(*steps[i].seq, parts_[part].span.pos0 + parts_[part].span.n);
+      ++part;
+    }
+    if (!many_logits_.empty()) {
+      for (size_t r = 0; r < out_steps_.size(); ++r) {
+        std::memcpy(steps[out_steps_[r]].last_logits, many_logits_.data() + r * n_vocab,
+                    n_vocab * sizeof(float));
+      }
+    }
+    while (first_left < steps.size() &&
+           step_done_[first_left] == static_cast<int>(steps[first_left].tokens.size())) {
+      ++first_left;
+    }
+  }
+  runner_.AddPhaseTime(CpuPhase::kOther,
+                       (CpuMatRunner::Now() - start) - (AccountedSeconds() - accounted));
   return absl::OkStatus();
 }
 
@@ -256,37 +360,47 @@ absl::Status CpuEngine::SkipPositionsForTiming(Sequence& seq, int n) {
   return absl::OkStatus();
 }
 
-absl::Status CpuEngine::ForwardBatch(std::vector<LayerState>& state, const int32_t* tokens, int n,
-                                     int pos0, int first_row, float* logits) {
+absl::Status CpuEngine::ForwardBatch(std::span<const BatchPart> parts, const int32_t* tokens,
+                                     int n, std::span<const int> out_rows, float* logits) {
   const int64_t n_embd = hp_.n_embd;
   float* x = batch_->x();
   const WeightRef& embd = weights_.token_embd;
   for (int t = 0; t < n; ++t) {
     cpu::EmbeddingRow(embd.type, embd.row(tokens[t]), n_embd, x + t * n_embd);
   }
-  attention_->BeginBatch(n, pos0);
+  spans_.clear();
+  for (const BatchPart& part : parts) spans_.push_back(part.span);
+  attention_->BeginBatch(spans_);
   for (int l = 0; l < hp_.n_layer; ++l) {
     const LayerWeights& layer = weights_.layers[static_cast<size_t>(l)];
     switch (layer.mixer) {
       case MixerKind::kAttention:
       case MixerKind::kGatedAttention:
-        attention_->Forward(l, state[static_cast<size_t>(l)].kv, n, pos0);
+        kv_of_part_.clear();
+        for (const BatchPart& part : parts) kv_of_part_.push_back(&(*part.state)[l].kv);
+        attention_->Forward(l, spans_, kv_of_part_);
         break;
       case MixerKind::kGatedDeltaNet:
-        deltanet_->Forward(l, state[static_cast<size_t>(l)].recurrent, n, pos0);
+        recurrent_of_part_.clear();
+        for (const BatchPart& part : parts) {
+          recurrent_of_part_.push_back(&(*part.state)[l].recurrent);
+        }
+        deltanet_->Forward(l, spans_, recurrent_of_part_);
         break;
     }
     switch (layer.ffn) {
       case FfnKind::kMoe:
       case FfnKind::kMoeWithSharedExpert:
-        if (absl::Status s = moe_->Forward(l, n, pos0); !s.ok()) return s;
+        // Routing hooks see the first part's positions: with hooks a batch
+        // holds one sequence (ForwardMany refuses more).
+        if (absl::Status s = moe_->Forward(l, n, parts.front().span.pos0); !s.ok()) return s;
         break;
     }
   }
-  if (logits == nullptr) return absl::OkStatus();
-  // Final norm and output projection, for rows [first_row, n).
-  const int count = n - first_row;
-  batch_->NormRows(first_row, count, output_norm_.data(), hp_.rms_eps);
+  if (logits == nullptr || out_rows.empty()) return absl::OkStatus();
+  // Final norm and output projection, for the rows asked for.
+  const int count = static_cast<int>(out_rows.size());
+  batch_->NormRowList(out_rows, output_norm_.data(), hp_.rms_eps);
   const WeightRef& out = weights_.output;
   MatJob* jobs = runner_.jobs();
   jobs[0] = MakeMatJob(out, out.data, batch_->PrepareInput(count, out.type), count, logits);

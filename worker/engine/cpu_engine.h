@@ -80,6 +80,15 @@ class CpuEngine final : public ForwardEngine {
   absl::StatusOr<std::unique_ptr<Sequence>> NewSequence() override;
   absl::Status Forward(Sequence& seq, std::span<const int32_t> tokens, LogitRows host_rows,
                        float* host_logits) override;
+  // One engine pass per max_batch rows: the steps' tokens are packed in
+  // order, a step's tokens split across passes when they do not fit. Every
+  // row is computed as the solo Forward computes it, so each step's logits
+  // are bit-identical to its sequence run alone with the same splits (one
+  // difference: a Gated DeltaNet layer runs runs of 8 or more tokens by
+  // chunks, so a prompt split otherwise agrees within float rounding).
+  // Routing hooks see one sequence at a time: with them, more than one step
+  // is FailedPrecondition.
+  absl::Status ForwardMany(std::span<const SequenceStep> steps) override;
   absl::Status SaveCheckpoint(Sequence& seq) override;
   absl::Status RestoreCheckpoint(Sequence& seq) override;
   absl::StatusOr<int32_t> Sample(Sampler& sampler) override;
@@ -116,10 +125,21 @@ class CpuEngine final : public ForwardEngine {
     CpuKvLayer kv;
     CpuRecurrentLayer recurrent;
   };
-  // One batch of n tokens at positions pos0.. (n <= max_batch); the logits
-  // of rows [first_row, n) go to `logits` when it is set.
-  absl::Status ForwardBatch(std::vector<LayerState>& state, const int32_t* tokens, int n, int pos0,
-                            int first_row, float* logits);
+  // One sequence's rows in a batch.
+  struct BatchPart {
+    std::vector<LayerState>* state;
+    CpuRowSpan span;
+  };
+  // Forward's checks of one sequence's next tokens.
+  absl::Status CheckTokens(const Sequence& seq, std::span<const int32_t> tokens) const;
+  // One batch of n <= max_batch rows: `tokens` ([n]) and the parts that
+  // cover them in order; the logits of rows out_rows go, in that order, to
+  // `logits` when it is set.
+  absl::Status ForwardBatch(std::span<const BatchPart> parts, const int32_t* tokens, int n,
+                            std::span<const int> out_rows, float* logits);
+  // Seconds of phase time accounted so far, to charge the rest of a call
+  // to CpuPhase::kOther.
+  double AccountedSeconds() const;
 
   ModelHparams hp_;
   // The weights the engine reads: the model's, or their huge-page copy.
@@ -139,6 +159,17 @@ class CpuEngine final : public ForwardEngine {
   std::vector<std::vector<LayerState>> state_;
   std::vector<std::vector<CpuRecurrentLayer>> checkpoints_;
   std::vector<float> last_logits_;  // [n_vocab]: the row Sample draws from
+  // A batch's layout, reused by every call (capacity reserved at creation).
+  std::vector<BatchPart> parts_;
+  std::vector<CpuRowSpan> spans_;
+  std::vector<const CpuKvLayer*> kv_of_part_;
+  std::vector<CpuRecurrentLayer*> recurrent_of_part_;
+  std::vector<int32_t> batch_tokens_;
+  std::vector<int> out_rows_;
+  std::vector<size_t> out_steps_;   // ForwardMany: the step of each out row
+  std::vector<int> step_done_;      // ForwardMany: tokens of each step run so far
+  std::vector<float> many_logits_;  // [kManyLogitsRows][n_vocab]
+  static constexpr int kManyLogitsRows = 16;
   bool have_logits_ = false;
 };
 

@@ -31,6 +31,28 @@ enum class LogitRows {
   kAll,   // one row per input token, in input order
 };
 
+// One sequence's share of a ForwardMany step.
+struct SequenceStep {
+  Sequence* seq = nullptr;
+  std::span<const int32_t> tokens;  // non-empty; run at seq->length(), ...
+  // n_vocab() floats: the logits row of the step's last token; null: none.
+  float* last_logits = nullptr;
+};
+
+// OK when every step names a sequence and no sequence appears twice.
+inline absl::Status CheckDistinctSequences(std::span<const SequenceStep> steps) {
+  for (size_t i = 0; i < steps.size(); ++i) {
+    if (steps[i].seq == nullptr) return absl::InvalidArgumentError("a step without a sequence");
+    for (size_t j = 0; j < i; ++j) {
+      if (steps[j].seq == steps[i].seq) {
+        return absl::InvalidArgumentError(
+            "one sequence in two steps of a batch: give it all its tokens in one step");
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 class ForwardEngine {
  public:
   virtual ~ForwardEngine() = default;
@@ -51,6 +73,28 @@ class ForwardEngine {
   // last whole batch) and no logits are kept.
   virtual absl::Status Forward(Sequence& seq, std::span<const int32_t> tokens,
                                LogitRows host_rows, float* host_logits) = 0;
+
+  // Runs several sequences at once, each step as Forward would run it
+  // alone (the same logits, within the kernels' rounding: the CPU engine's
+  // are bit-identical), in as few engine passes as its batch allows, so
+  // that the weights of a layer, routed experts included, are read once for
+  // all of them. The sequences must be distinct. Every step is checked as
+  // Forward checks it before anything runs; on a later error each
+  // sequence's length says how far it is valid. Keeps no logits for Sample:
+  // each step's row goes to its last_logits. This default runs the steps one
+  // after another.
+  virtual absl::Status ForwardMany(std::span<const SequenceStep> steps) {
+    if (absl::Status s = CheckDistinctSequences(steps); !s.ok()) return s;
+    for (const SequenceStep& step : steps) {
+      if (absl::Status s = Forward(*step.seq, step.tokens,
+                                   step.last_logits != nullptr ? LogitRows::kLast : LogitRows::kNone,
+                                   step.last_logits);
+          !s.ok()) {
+        return s;
+      }
+    }
+    return absl::OkStatus();
+  }
 
   // Saves `seq`'s state at its current length as its checkpoint, replacing
   // any earlier one: the recurrent state of every recurrent layer (attention

@@ -73,6 +73,8 @@ CpuAttentionBlock::CpuAttentionBlock(const ModelHparams& hp,
     kv_queries_ = AlignedBytes(threads * group * cpu::ActRowBytes(kv_types.k, hp.head_dim));
   }
   act_attn_ = AlignedBytes(b * MaxActRowBytes(static_cast<int64_t>(q_dim)));
+  row_pos_.assign(b, 0);
+  row_span_.assign(b, 0);
 }
 
 CpuKvLayer CpuAttentionBlock::NewKvLayer(int capacity) const {
@@ -97,23 +99,31 @@ uint64_t CpuAttentionBlock::allocated_bytes() const {
   return bytes;
 }
 
-void CpuAttentionBlock::BeginBatch(int n, int pos0) {
+void CpuAttentionBlock::BeginBatch(std::span<const CpuRowSpan> spans) {
   const int half = hp_.n_rot / 2;
-  for (int t = 0; t < n; ++t) {
-    float* c = rope_cos_.floats() + t * half;
-    float* s = rope_sin_.floats() + t * half;
-    cpu::RopeAngles(pos0 + t, hp_.n_rot, hp_.rope_freq_base, c, s);
-    // Multi-section rope: these pairs rotate by position 0.
-    for (size_t i = 0; i < hp_.rope_pair_uses_position.size(); ++i) {
-      if (hp_.rope_pair_uses_position[i] == 0) {
-        c[i] = 1.0f;
-        s[i] = 0.0f;
+  rows_ = 0;
+  for (size_t i = 0; i < spans.size(); ++i) {
+    MOETIER_CPU_CHECK(spans[i].row0 == rows_, "batch spans out of order");
+    for (int j = 0; j < spans[i].n; ++j) {
+      const int t = rows_++;
+      row_pos_[static_cast<size_t>(t)] = spans[i].pos0 + j;
+      row_span_[static_cast<size_t>(t)] = static_cast<int>(i);
+      float* c = rope_cos_.floats() + t * half;
+      float* s = rope_sin_.floats() + t * half;
+      cpu::RopeAngles(spans[i].pos0 + j, hp_.n_rot, hp_.rope_freq_base, c, s);
+      // Multi-section rope: these pairs rotate by position 0.
+      for (size_t p = 0; p < hp_.rope_pair_uses_position.size(); ++p) {
+        if (hp_.rope_pair_uses_position[p] == 0) {
+          c[p] = 1.0f;
+          s[p] = 0.0f;
+        }
       }
     }
   }
 }
 
-void CpuAttentionBlock::Forward(int layer, const CpuKvLayer& kv, int n, int pos0) {
+void CpuAttentionBlock::Forward(int layer, std::span<const CpuRowSpan> spans,
+                                std::span<const CpuKvLayer* const> kv) {
   const AttentionWeights& w = layers_[static_cast<size_t>(layer)].attn;
   const bool gated = layers_[static_cast<size_t>(layer)].mixer == MixerKind::kGatedAttention;
   const Norms& norms = norms_[static_cast<size_t>(layer)];
@@ -121,7 +131,11 @@ void CpuAttentionBlock::Forward(int layer, const CpuKvLayer& kv, int n, int pos0
   const int head_dim = hp_.head_dim;
   const int64_t q_dim = static_cast<int64_t>(hp_.n_head) * head_dim;
   const int64_t kv_dim = static_cast<int64_t>(hp_.n_head_kv) * head_dim;
-  MOETIER_CPU_CHECK(pos0 + n <= max_ctx_, "attention past the context");
+  const int n = rows_;
+  MOETIER_CPU_CHECK(kv.size() == spans.size(), "a KV cache per span");
+  for (const CpuRowSpan& span : spans) {
+    MOETIER_CPU_CHECK(span.pos0 + span.n <= max_ctx_, "attention past the context");
+  }
   batch_.NormRows(0, n, norms.attn_norm.data(), hp_.rms_eps);
 
   // q, k and v read the same normed input: it is prepared once per format.
@@ -149,10 +163,16 @@ void CpuAttentionBlock::Forward(int layer, const CpuKvLayer& kv, int n, int pos0
   const int half = hp_.n_rot / 2;
   const int64_t k_row = static_cast<int64_t>(KvRowBytes(kv_types_.k, head_dim));
   const int64_t v_row = static_cast<int64_t>(KvRowBytes(kv_types_.v, head_dim));
-  const cpu::KvRows k_rows{kv_types_.k, kv.k.data(),
-                           static_cast<int64_t>(kv.k.size()) / hp_.n_head_kv, k_row};
-  const cpu::KvRows v_rows{kv_types_.v, kv.v.data(),
-                           static_cast<int64_t>(kv.v.size()) / hp_.n_head_kv, v_row};
+  auto key_rows = [&](int t) {
+    const CpuKvLayer& layer_kv = *kv[static_cast<size_t>(row_span_[static_cast<size_t>(t)])];
+    return cpu::KvRows{kv_types_.k, layer_kv.k.data(),
+                       static_cast<int64_t>(layer_kv.k.size()) / hp_.n_head_kv, k_row};
+  };
+  auto value_rows = [&](int t) {
+    const CpuKvLayer& layer_kv = *kv[static_cast<size_t>(row_span_[static_cast<size_t>(t)])];
+    return cpu::KvRows{kv_types_.v, layer_kv.v.data(),
+                       static_cast<int64_t>(layer_kv.v.size()) / hp_.n_head_kv, v_row};
+  };
   for (int t = 0; t < n; ++t) {
     float* qt = q_.floats() + t * q_dim;
     float* kt = k_.floats() + t * kv_dim;
@@ -182,12 +202,15 @@ void CpuAttentionBlock::Forward(int layer, const CpuKvLayer& kv, int n, int pos0
     }
     // Head-major cache: each KV head's rows are contiguous.
     const float* vt = v_.floats() + t * kv_dim;
+    const CpuKvLayer& layer_kv = *kv[static_cast<size_t>(row_span_[static_cast<size_t>(t)])];
+    const int64_t k_head_stride = static_cast<int64_t>(layer_kv.k.size()) / hp_.n_head_kv;
+    const int64_t v_head_stride = static_cast<int64_t>(layer_kv.v.size()) / hp_.n_head_kv;
+    const int64_t pos = row_pos_[static_cast<size_t>(t)];
     for (int g = 0; g < hp_.n_head_kv; ++g) {
-      const int64_t pos = pos0 + t;
       StoreKvRow(kv_types_.k, kt + g * head_dim, head_dim,
-                 kv.k.data() + g * k_rows.head_stride + pos * k_row);
+                 layer_kv.k.data() + g * k_head_stride + pos * k_row);
       StoreKvRow(kv_types_.v, vt + g * head_dim, head_dim,
-                 kv.v.data() + g * v_rows.head_stride + pos * v_row);
+                 layer_kv.v.data() + g * v_head_stride + pos * v_row);
     }
   }
 
@@ -203,23 +226,27 @@ void CpuAttentionBlock::Forward(int layer, const CpuKvLayer& kv, int n, int pos0
   auto attend = [&](int64_t task, int thread) {
     const int t = static_cast<int>(task / n_head_kv);
     const int g = static_cast<int>(task % n_head_kv);
+    const int context = row_pos_[static_cast<size_t>(t)] + 1;
+    const cpu::KvRows k_rows = key_rows(t);
+    const cpu::KvRows v_rows = value_rows(t);
     float* scores = scores_.floats() + thread * scores_per_thread;
     if (!stored_kv_) {
       cpu::AttentionHeads(q_.floats() + t * q_dim, reinterpret_cast<const float*>(k_rows.data),
                           reinterpret_cast<const float*>(v_rows.data),
                           k_rows.head_stride / static_cast<int64_t>(sizeof(float)), head_dim,
-                          pos0 + t + 1, hp_.n_head, n_head_kv, head_dim, scale, g * group,
+                          context, hp_.n_head, n_head_kv, head_dim, scale, g * group,
                           (g + 1) * group, scores, attn_out_.floats() + t * q_dim);
       return;
     }
     const cpu::KvAttendScratch scratch{scores, kv_queries_.data() + thread * queries_per_thread};
-    cpu::AttentionHeadsStored(q_.floats() + t * q_dim, k_rows, v_rows, pos0 + t + 1, hp_.n_head,
+    cpu::AttentionHeadsStored(q_.floats() + t * q_dim, k_rows, v_rows, context, hp_.n_head,
                               n_head_kv, head_dim, scale, g * group, (g + 1) * group, scratch,
                               attn_out_.floats() + t * q_dim);
   };
   // Cached values the batch reads, to decide whether splitting pays.
   const double attn_start = CpuMatRunner::Now();
-  const int64_t attn_elems = static_cast<int64_t>(n) * (pos0 + n) * kv_dim;
+  int64_t attn_elems = 0;
+  for (int t = 0; t < n; ++t) attn_elems += (row_pos_[static_cast<size_t>(t)] + 1) * kv_dim;
   if (attn_elems >= kMinParallelElems) {
     runner_.pool().ParallelFor(static_cast<int64_t>(n) * n_head_kv, attend);
   } else {

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "blocks/cpu/cpu_batch.h"
@@ -38,13 +39,14 @@ class CpuAttentionBlock {
   CpuKvLayer NewKvLayer(int capacity) const;
   uint64_t kv_bytes_per_token() const;  // every attention layer, K and V
 
-  // The rotary angles of the batch's positions pos0 .. pos0 + n - 1; once
-  // per batch, before its first Forward.
-  void BeginBatch(int n, int pos0);
-  // x += Attention(RMSNorm(x; attn_norm)) for the batch's n tokens at
-  // positions pos0..; their keys and values go into `kv` at those
-  // positions, and each attends to positions 0..its own.
-  void Forward(int layer, const CpuKvLayer& kv, int n, int pos0);
+  // The rotary angles of the batch's rows, which `spans` cover in order
+  // from row 0 (cpu_batch.h); once per batch, before its first Forward.
+  void BeginBatch(std::span<const CpuRowSpan> spans);
+  // x += Attention(RMSNorm(x; attn_norm)) for the batch's rows, span i
+  // against its sequence's KV cache kv[i]: its keys and values go there at
+  // its positions, and each of its tokens attends to positions 0..its own.
+  void Forward(int layer, std::span<const CpuRowSpan> spans,
+               std::span<const CpuKvLayer* const> kv);
 
   uint64_t allocated_bytes() const;
 
@@ -63,6 +65,9 @@ class CpuAttentionBlock {
   CpuMatRunner& runner_;
   std::vector<Norms> norms_;  // decoded to f32 once, per layer
 
+  // Per batch row, from BeginBatch: its position and its span.
+  std::vector<int> row_pos_, row_span_;
+  int rows_ = 0;
   AlignedBytes q_;                    // [B][n_head * head_dim]
   AlignedBytes gate_;                 // [B][n_head * head_dim] (gated layers)
   AlignedBytes q_and_gate_;           // [B][2 * n_head * head_dim] (gated layers)

@@ -24,6 +24,13 @@ void CpuBatch::NormRows(int first, int count, const float* w, float eps) {
   ForgetInputs();
 }
 
+void CpuBatch::NormRowList(std::span<const int> rows, const float* w, float eps) {
+  for (size_t i = 0; i < rows.size(); ++i) {
+    cpu::RmsNorm(x() + rows[i] * n_embd_, w, n_embd_, eps, xn() + i * n_embd_);
+  }
+  ForgetInputs();
+}
+
 const uint8_t* CpuBatch::PrepareInput(int n, TensorType type) {
   // One buffer per format: the format alone decides the bytes.
   Prepared& p = prepared_[static_cast<size_t>(cpu::ActFormatFor(type))];

@@ -10,11 +10,23 @@
 
 #include <array>
 #include <cstdint>
+#include <span>
 
 #include "blocks/cpu/mat_runner.h"
 #include "gguf/tensor/tensor_type.h"
 
 namespace moetier {
+
+// The rows [row0, row0 + n) of a batch: one sequence's tokens at positions
+// pos0, pos0 + 1, ... A batch holds one span per sequence it runs; blocks
+// that keep per-sequence state (attention's KV cache, DeltaNet's recurrent
+// state) run each span against its own sequence's state, and everything
+// else runs over all rows at once.
+struct CpuRowSpan {
+  int row0 = 0;
+  int n = 0;
+  int pos0 = 0;
+};
 
 class CpuBatch {
  public:
@@ -34,6 +46,8 @@ class CpuBatch {
   // xn row i = RMSNorm(x row first + i; w) for i < count; prepared inputs
   // are forgotten.
   void NormRows(int first, int count, const float* w, float eps);
+  // xn row i = RMSNorm(x row rows[i]; w); prepared inputs are forgotten.
+  void NormRowList(std::span<const int> rows, const float* w, float eps);
   // The first n rows of xn prepared for `type` weights, prepared at most
   // once per format between norms.
   const uint8_t* PrepareInput(int n, TensorType type);

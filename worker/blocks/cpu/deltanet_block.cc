@@ -91,11 +91,13 @@ uint64_t CpuDeltaNetBlock::allocated_bytes() const {
   return bytes;
 }
 
-void CpuDeltaNetBlock::Convolve(const Decoded& d, CpuRecurrentLayer& state, int n) {
+void CpuDeltaNetBlock::Convolve(const Decoded& d, CpuRecurrentLayer& state,
+                                const CpuRowSpan& span) {
   const int K = dn_.conv_kernel;
   const int64_t conv_dim = dn_.conv_dim();
-  const float* m = m_.floats();
-  float* u = u_.floats();
+  const int n = span.n;
+  const float* m = m_.floats() + span.row0 * conv_dim;
+  float* u = u_.floats() + span.row0 * conv_dim;
   float* hist = state.conv.floats();  // [K - 1][conv_dim]
   auto channels = [&](int64_t c0, int64_t c1) {
     for (int64_t c = c0; c < c1; ++c) {
@@ -122,22 +124,25 @@ void CpuDeltaNetBlock::Convolve(const Decoded& d, CpuRecurrentLayer& state, int 
   }
 }
 
-void CpuDeltaNetBlock::Recur(CpuRecurrentLayer& state, int n, int j0, int j1, int thread) {
+void CpuDeltaNetBlock::Recur(CpuRecurrentLayer& state, const CpuRowSpan& span, int j0, int j1,
+                             int thread) {
   const int64_t conv_dim = dn_.conv_dim();
   const int64_t key_dim = dn_.key_dim();
   const int64_t value_dim = dn_.value_dim();
+  const int n = span.n;
+  const float* u = u_.floats() + span.row0 * conv_dim;
   for (int j = j0; j < j1; ++j) {
     const int kh = dn_.k_head_of(j);
     cpu::GatedDeltaHead head;
-    head.q = u_.floats() + kh * dn_.d_k;
-    head.k = u_.floats() + key_dim + kh * dn_.d_k;
+    head.q = u + kh * dn_.d_k;
+    head.k = u + key_dim + kh * dn_.d_k;
     head.qk_stride = conv_dim;
-    head.v = u_.floats() + 2 * key_dim + static_cast<int64_t>(j) * dn_.d_v;
+    head.v = u + 2 * key_dim + static_cast<int64_t>(j) * dn_.d_v;
     head.v_stride = conv_dim;
-    head.log_decay = alpha_.floats() + j;
-    head.beta = beta_.floats() + j;
+    head.log_decay = alpha_.floats() + span.row0 * dn_.n_v_heads + j;
+    head.beta = beta_.floats() + span.row0 * dn_.n_v_heads + j;
     head.gate_stride = dn_.n_v_heads;
-    head.out = o_.floats() + static_cast<int64_t>(j) * dn_.d_v;
+    head.out = o_.floats() + span.row0 * value_dim + static_cast<int64_t>(j) * dn_.d_v;
     head.out_stride = value_dim;
     head.state = state.delta.floats() + static_cast<int64_t>(j) * dn_.d_k * dn_.d_v;
     head.d_k = dn_.d_k;
@@ -150,7 +155,8 @@ void CpuDeltaNetBlock::Recur(CpuRecurrentLayer& state, int n, int j0, int j1, in
   }
 }
 
-void CpuDeltaNetBlock::Forward(int layer, CpuRecurrentLayer& state, int n, int pos0) {
+void CpuDeltaNetBlock::Forward(int layer, std::span<const CpuRowSpan> spans,
+                               std::span<CpuRecurrentLayer* const> state) {
   const LayerWeights& lw = layers_[static_cast<size_t>(layer)];
   const DeltaNetWeights& w = lw.deltanet;
   const Decoded& d = decoded_[static_cast<size_t>(layer)];
@@ -159,9 +165,12 @@ void CpuDeltaNetBlock::Forward(int layer, CpuRecurrentLayer& state, int n, int p
   const int64_t key_dim = dn_.key_dim();
   const int64_t value_dim = dn_.value_dim();
   const int h_v = dn_.n_v_heads;
-  if (pos0 == 0) {
-    std::memset(state.conv.data(), 0, state.conv.size());
-    std::memset(state.delta.data(), 0, state.delta.size());
+  MOETIER_CPU_CHECK(state.size() == spans.size() && !spans.empty(), "a state per span");
+  const int n = spans.back().row0 + spans.back().n;
+  for (size_t i = 0; i < spans.size(); ++i) {
+    if (spans[i].pos0 != 0) continue;
+    std::memset(state[i]->conv.data(), 0, state[i]->conv.size());
+    std::memset(state[i]->delta.data(), 0, state[i]->delta.size());
   }
   batch_.NormRows(0, n, d.attn_norm.data(), hp_.rms_eps);
 
@@ -175,7 +184,7 @@ void CpuDeltaNetBlock::Forward(int layer, CpuRecurrentLayer& state, int n, int p
   runner_.Run(jobs, 4, CpuPhase::kDeltaNetProjections);
 
   const double start = CpuMatRunner::Now();
-  Convolve(d, state, n);
+  for (size_t i = 0; i < spans.size(); ++i) Convolve(d, *state[i], spans[i]);
   // q and k L2-normed per key head (q also scaled), the gates per value head.
   const float q_scale = 1.0f / std::sqrt(static_cast<float>(dn_.d_k));
   for (int t = 0; t < n; ++t) {
@@ -191,12 +200,16 @@ void CpuDeltaNetBlock::Forward(int layer, CpuRecurrentLayer& state, int n, int p
       alpha = d.a[j] * Softplus(alpha + d.dt_bias[j]);  // g, the log of the decay
     }
   }
-  if (static_cast<int64_t>(n) * h_v * dn_.d_k * dn_.d_v >= kMinParallelElems && h_v > 1) {
-    runner_.pool().ParallelFor(h_v, [&](int64_t j, int thread) {
-      Recur(state, n, static_cast<int>(j), static_cast<int>(j) + 1, thread);
+  // One task per span and value head.
+  const int64_t tasks = static_cast<int64_t>(spans.size()) * h_v;
+  if (static_cast<int64_t>(n) * h_v * dn_.d_k * dn_.d_v >= kMinParallelElems && tasks > 1) {
+    runner_.pool().ParallelFor(tasks, [&](int64_t task, int thread) {
+      const size_t i = static_cast<size_t>(task / h_v);
+      const int j = static_cast<int>(task % h_v);
+      Recur(*state[i], spans[i], j, j + 1, thread);
     });
   } else {
-    Recur(state, n, 0, h_v, 0);
+    for (size_t i = 0; i < spans.size(); ++i) Recur(*state[i], spans[i], 0, h_v, 0);
   }
   // Gated RMSNorm of each head's output with silu(z).
   for (int t = 0; t < n; ++t) {

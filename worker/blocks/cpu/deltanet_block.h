@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "blocks/cpu/cpu_batch.h"
@@ -39,10 +40,12 @@ class CpuDeltaNetBlock {
   CpuRecurrentLayer NewStateLayer() const;
   uint64_t state_bytes_per_layer() const;
 
-  // x += DeltaNet(RMSNorm(x; attn_norm)) for the batch's n tokens, which
-  // follow what `state` has seen (nothing when pos0 is 0: the state is
-  // cleared first); `state` then holds what follows them.
-  void Forward(int layer, CpuRecurrentLayer& state, int n, int pos0);
+  // x += DeltaNet(RMSNorm(x; attn_norm)) for the batch's rows, span i
+  // (cpu_batch.h; the spans cover the rows in order from row 0) following
+  // what its sequence's state[i] has seen (nothing when its pos0 is 0: the
+  // state is cleared first); state[i] then holds what follows them.
+  void Forward(int layer, std::span<const CpuRowSpan> spans,
+               std::span<CpuRecurrentLayer* const> state);
 
   uint64_t allocated_bytes() const;
 
@@ -50,11 +53,11 @@ class CpuDeltaNetBlock {
   struct Decoded {  // a layer's small tensors in fp32
     std::vector<float> attn_norm, conv, dt_bias, a, norm;
   };
-  // u = silu(conv(m)) for the batch, and the conv state advanced.
-  void Convolve(const Decoded& d, CpuRecurrentLayer& state, int n);
-  // The delta rule for value heads [j0, j1) over the batch's n tokens, on
-  // pool thread `thread` (whose chunk scratch it uses).
-  void Recur(CpuRecurrentLayer& state, int n, int j0, int j1, int thread);
+  // u = silu(conv(m)) for the span's rows, and its conv state advanced.
+  void Convolve(const Decoded& d, CpuRecurrentLayer& state, const CpuRowSpan& span);
+  // The delta rule for value heads [j0, j1) over the span's rows, on pool
+  // thread `thread` (whose chunk scratch it uses).
+  void Recur(CpuRecurrentLayer& state, const CpuRowSpan& span, int j0, int j1, int thread);
 
   // Batches of at least this many tokens run the chunked delta rule, whose
   // per-chunk matrices beat two passes over the state per token.

@@ -1,0 +1,318 @@
+// Continuous batching on the CPU engine (ForwardMany): a serving run in
+// which sequences join, prefill in chunks next to others' decode steps and
+// leave, gives every sequence bit for bit the logits it gets alone, for
+// every architecture of the test vectors, 1 to 8 sequences at once, passes
+// split by a small max_batch, and an expert cache in front of the experts.
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_format.h"
+#include "cache/slot_cached_expert_source.h"
+#include "engine/cpu_engine.h"
+#include "engine/mapped_expert_source.h"
+#include "gtest/gtest.h"
+#include "vectors_model.h"
+
+namespace moetier {
+namespace {
+
+// One request of the simulated run: its prompt, then the tokens it is fed
+// one by one (standing in for sampled ones), and the step it arrives at.
+struct Plan {
+  std::vector<int32_t> prompt;
+  std::vector<int32_t> decode;
+  int arrives = 0;
+};
+
+// What a sequence went through: the length of each call's tokens, and the
+// logits row of each call's last token.
+struct Transcript {
+  std::vector<int> chunks;
+  std::vector<std::vector<float>> rows;
+};
+
+// `count` plans over the vector's ids: prompts of 2 to 17 tokens starting
+// at different places, 1 to 9 decode tokens, arriving one step apart.
+std::vector<Plan> Plans(const std::vector<int32_t>& ids, int count) {
+  std::vector<Plan> plans;
+  const int n = static_cast<int>(ids.size());
+  for (int i = 0; i < count; ++i) {
+    Plan p;
+    const int prompt = 2 + (i * 7) % 16;
+    const int decode = 1 + (i * 5) % 9;
+    for (int j = 0; j < prompt; ++j) p.prompt.push_back(ids[(i * 3 + j) % n]);
+    for (int j = 0; j < decode; ++j) p.decode.push_back(ids[(i * 11 + 2 * j + 1) % n]);
+    p.arrives = i;
+    plans.push_back(std::move(p));
+  }
+  return plans;
+}
+
+// Serves `plans` on `engine` with up to max_sequences() at once: each step
+// gives every running sequence its next prompt chunk (up to `chunk` tokens)
+// or its next decode token in one ForwardMany; a sequence whose tokens are
+// all run leaves (its slot freed at once), and a waiting plan joins when a
+// slot is free and its step has come.
+std::vector<Transcript> ServeBatched(ForwardEngine& engine, const std::vector<Plan>& plans,
+                                     int chunk) {
+  struct Running {
+    size_t plan;
+    std::unique_ptr<Sequence> seq;
+    size_t fed = 0;  // of prompt then decode
+  };
+  std::vector<Transcript> out(plans.size());
+  std::vector<Running> running;
+  size_t next_plan = 0;
+  const size_t n_vocab = static_cast<size_t>(engine.n_vocab());
+  std::vector<std::vector<float>> rows(static_cast<size_t>(engine.max_sequences()),
+                                       std::vector<float>(n_vocab));
+  for (int step = 0; next_plan < plans.size() || !running.empty(); ++step) {
+    while (next_plan < plans.size() && plans[next_plan].arrives <= step &&
+           static_cast<int>(running.size()) < engine.max_sequences()) {
+      absl::StatusOr<std::unique_ptr<Sequence>> seq = engine.NewSequence();
+      EXPECT_TRUE(seq.ok()) << seq.status();
+      if (!seq.ok()) return out;
+      running.push_back({next_plan++, *std::move(seq)});
+    }
+    if (running.empty()) continue;
+    std::vector<std::vector<int32_t>> tokens(running.size());
+    std::vector<SequenceStep> steps;
+    for (size_t i = 0; i < running.size(); ++i) {
+      const Plan& p = plans[running[i].plan];
+      const size_t fed = running[i].fed;
+      if (fed < p.prompt.size()) {
+        const size_t take = std::min(p.prompt.size() - fed, static_cast<size_t>(chunk));
+        tokens[i].assign(p.prompt.begin() + fed, p.prompt.begin() + fed + take);
+      } else {
+        tokens[i].push_back(p.decode[fed - p.prompt.size()]);
+      }
+      steps.push_back({running[i].seq.get(), tokens[i], rows[i].data()});
+    }
+    const absl::Status s = engine.ForwardMany(steps);
+    EXPECT_TRUE(s.ok()) << s;
+    if (!s.ok()) return out;
+    for (size_t i = 0; i < running.size(); ++i) {
+      Transcript& t = out[running[i].plan];
+      t.chunks.push_back(static_cast<int>(tokens[i].size()));
+      t.rows.push_back(rows[i]);
+      running[i].fed += tokens[i].size();
+    }
+    std::erase_if(running, [&](const Running& r) {
+      const Plan& p = plans[r.plan];
+      return r.fed == p.prompt.size() + p.decode.size();
+    });
+  }
+  return out;
+}
+
+// `plan` alone on a fresh sequence of `engine`, cut into the same calls.
+Transcript ServeAlone(ForwardEngine& engine, const Plan& plan, const std::vector<int>& chunks) {
+  Transcript out;
+  std::vector<int32_t> all = plan.prompt;
+  all.insert(all.end(), plan.decode.begin(), plan.decode.end());
+  absl::StatusOr<std::unique_ptr<Sequence>> seq = engine.NewSequence();
+  EXPECT_TRUE(seq.ok()) << seq.status();
+  if (!seq.ok()) return out;
+  std::vector<float> row(static_cast<size_t>(engine.n_vocab()));
+  size_t at = 0;
+  for (const int chunk : chunks) {
+    const absl::Status s = engine.Forward(**seq, std::span(all).subspan(at, chunk),
+                                          LogitRows::kLast, row.data());
+    EXPECT_TRUE(s.ok()) << s;
+    if (!s.ok()) return out;
+    out.chunks.push_back(chunk);
+    out.rows.push_back(row);
+    at += static_cast<size_t>(chunk);
+  }
+  return out;
+}
+
+bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+std::unique_ptr<CpuEngine> Engine(const Model& model, int max_sequences, int max_batch,
+                                  ExpertWeightSource* source = nullptr) {
+  CpuEngineConfig config;
+  config.max_ctx = 64;
+  config.n_threads = 2;
+  config.max_sequences = max_sequences;
+  config.max_batch = max_batch;
+  config.expert_source = source;
+  absl::StatusOr<std::unique_ptr<CpuEngine>> engine = CpuEngine::Create(model, config);
+  EXPECT_TRUE(engine.ok()) << engine.status();
+  return engine.ok() ? *std::move(engine) : nullptr;
+}
+
+// Every plan's batched transcript equals its solo one, bit for bit.
+void ExpectBatchedEqualsAlone(const Model& model, const std::vector<Plan>& plans,
+                              const std::vector<Transcript>& batched) {
+  std::unique_ptr<CpuEngine> alone = Engine(model, 1, 256);
+  ASSERT_NE(alone, nullptr);
+  ASSERT_EQ(batched.size(), plans.size());
+  for (size_t i = 0; i < plans.size(); ++i) {
+    SCOPED_TRACE(absl::StrFormat("plan %d (%d prompt + %d decode tokens)", i,
+                                 plans[i].prompt.size(), plans[i].decode.size()));
+    const Transcript solo = ServeAlone(*alone, plans[i], batched[i].chunks);
+    ASSERT_EQ(solo.rows.size(), batched[i].rows.size());
+    for (size_t r = 0; r < solo.rows.size(); ++r) {
+      EXPECT_TRUE(SameBits(solo.rows[r], batched[i].rows[r])) << "call " << r;
+    }
+  }
+}
+
+class BatchedForwardTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(BatchedForwardTest, EverySequenceOfABatchGetsItsSoloLogits) {
+  std::unique_ptr<testing::VectorsModel> m = testing::LoadVectorsModel(GetParam());
+  ASSERT_NE(m, nullptr);
+  for (const int width : {1, 2, 3, 5, 8}) {
+    SCOPED_TRACE(absl::StrFormat("%d sequences at once", width));
+    const std::vector<Plan> plans = Plans(m->ids, width + 3);
+    std::unique_ptr<CpuEngine> engine = Engine(m->model, width, 256);
+    ASSERT_NE(engine, nullptr);
+    ExpectBatchedEqualsAlone(m->model, plans, ServeBatched(*engine, plans, /*chunk=*/5));
+  }
+}
+
+// Passes of 4 rows split prompt chunks and cut batches between sequences;
+// every run is under the 8 tokens from which a DeltaNet layer runs by
+// chunks, so each sequence's arithmetic is still the solo one.
+TEST_P(BatchedForwardTest, PassesSplitByASmallBatchChangeNothing) {
+  std::unique_ptr<testing::VectorsModel> m = testing::LoadVectorsModel(GetParam());
+  ASSERT_NE(m, nullptr);
+  const std::vector<Plan> plans = Plans(m->ids, 9);
+  std::unique_ptr<CpuEngine> engine = Engine(m->model, 6, /*max_batch=*/4);
+  ASSERT_NE(engine, nullptr);
+  ExpectBatchedEqualsAlone(m->model, plans, ServeBatched(*engine, plans, /*chunk=*/7));
+}
+
+INSTANTIATE_TEST_SUITE_P(Vectors, BatchedForwardTest,
+                         ::testing::Values("tiny-q8_0", "mixtral-tiny-f32", "olmoe-tiny-f32",
+                                           "qwen35moe-tiny-f32", "qwen35moe-small-q4_k_m"),
+                         [](const ::testing::TestParamInfo<std::string>& param) {
+                           std::string name = param.param;
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
+                         });
+
+// Behind a slot cache smaller than a layer's experts, with prefetch: the
+// union of the batch's experts is acquired per layer, and still nothing
+// changes.
+TEST(BatchedForwardCacheTest, AnExpertCacheInFrontChangesNothing) {
+  std::unique_ptr<testing::VectorsModel> m = testing::LoadVectorsModel("small-q4_k_m");
+  ASSERT_NE(m, nullptr);
+  const RoutedExpertShapes shapes = RoutedExpertShapesOf(m->model);
+  for (const MissPolicy miss : {MissPolicy::kCopy, MissPolicy::kHost}) {
+    SCOPED_TRACE(MissPolicyName(miss));
+    MappedExpertSource mapped(m->model.weights);
+    HostSlotCacheOptions options;
+    options.pool_bytes = MinDynamicPoolBytes(SlotCacheOptionsFor(shapes, {}));
+    options.miss_policy = miss;
+    absl::StatusOr<std::unique_ptr<SlotCachedExpertSource>> cache =
+        SlotCachedExpertSource::Create(mapped, shapes, options);
+    ASSERT_TRUE(cache.ok()) << cache.status();
+    const std::vector<Plan> plans = Plans(m->ids, 7);
+    std::unique_ptr<CpuEngine> engine = Engine(m->model, 4, 256, cache->get());
+    ASSERT_NE(engine, nullptr);
+    ExpectBatchedEqualsAlone(m->model, plans, ServeBatched(*engine, plans, /*chunk=*/4));
+    EXPECT_GT((*cache)->cache().stats().misses, 0u);
+  }
+}
+
+// Counts the expert source's Acquire calls and the experts they name.
+class CountingSource final : public ExpertWeightSource {
+ public:
+  explicit CountingSource(ExpertWeightSource& inner) : inner_(inner) {}
+  absl::Status Acquire(int layer, std::span<const int32_t> experts,
+                       std::span<ExpertMatrices> out) override {
+    ++acquires;
+    experts_named += experts.size();
+    return inner_.Acquire(layer, experts, out);
+  }
+  void Release(int layer) override { inner_.Release(layer); }
+  int max_experts_held() const override { return inner_.max_experts_held(); }
+  int acquires = 0;
+  size_t experts_named = 0;
+
+ private:
+  ExpertWeightSource& inner_;
+};
+
+// The point of batching: a decode step of several sequences asks for each
+// layer's experts once, the union of what their tokens route to.
+TEST(BatchedForwardCacheTest, ADecodeStepFetchesEachLayersExpertsOnce) {
+  std::unique_ptr<testing::VectorsModel> m = testing::LoadVectorsModel("small-q4_k_m");
+  ASSERT_NE(m, nullptr);
+  MappedExpertSource mapped(m->model.weights);
+  CountingSource counting(mapped);
+  constexpr int kSequences = 6;
+  std::unique_ptr<CpuEngine> engine = Engine(m->model, kSequences, 256, &counting);
+  ASSERT_NE(engine, nullptr);
+  std::vector<std::unique_ptr<Sequence>> seqs;
+  std::vector<std::vector<int32_t>> tokens;
+  for (int i = 0; i < kSequences; ++i) {
+    absl::StatusOr<std::unique_ptr<Sequence>> seq = engine->NewSequence();
+    ASSERT_TRUE(seq.ok()) << seq.status();
+    seqs.push_back(*std::move(seq));
+    tokens.push_back({m->ids[static_cast<size_t>(i)]});
+  }
+  std::vector<SequenceStep> steps;
+  for (int i = 0; i < kSequences; ++i) steps.push_back({seqs[i].get(), tokens[i], nullptr});
+  ASSERT_TRUE(engine->ForwardMany(steps).ok());
+  const int n_layer = m->model.hparams.n_layer;
+  const int top_k = m->model.hparams.n_expert_used;
+  EXPECT_EQ(counting.acquires, n_layer);
+  // Distinct experts per layer: at most the tokens' choices, and (with six
+  // tokens over few experts) fewer, since shared choices are fetched once.
+  EXPECT_LE(counting.experts_named, static_cast<size_t>(n_layer * kSequences * top_k));
+  EXPECT_LT(counting.experts_named, static_cast<size_t>(n_layer * kSequences * top_k));
+
+  // The same tokens one sequence after another: an Acquire per sequence.
+  counting.acquires = 0;
+  for (int i = 0; i < kSequences; ++i) {
+    ASSERT_TRUE(engine->Forward(*seqs[i], tokens[i], LogitRows::kNone, nullptr).ok());
+  }
+  EXPECT_EQ(counting.acquires, n_layer * kSequences);
+}
+
+TEST(BatchedForwardErrorsTest, BadStepsAreRefusedBeforeAnythingRuns) {
+  std::unique_ptr<testing::VectorsModel> m = testing::LoadVectorsModel("tiny-q8_0");
+  ASSERT_NE(m, nullptr);
+  std::unique_ptr<CpuEngine> engine = Engine(m->model, 2, 256);
+  ASSERT_NE(engine, nullptr);
+  absl::StatusOr<std::unique_ptr<Sequence>> a = engine->NewSequence();
+  absl::StatusOr<std::unique_ptr<Sequence>> b = engine->NewSequence();
+  ASSERT_TRUE(a.ok() && b.ok());
+  std::vector<float> row(static_cast<size_t>(engine->n_vocab()));
+  const std::vector<int32_t> good = {1, 2, 3};
+  const std::vector<int32_t> bad = {4, engine->n_vocab()};
+  const std::vector<int32_t> none;
+
+  std::vector<SequenceStep> twice = {{a->get(), good, row.data()}, {a->get(), good, nullptr}};
+  EXPECT_EQ(engine->ForwardMany(twice).code(), absl::StatusCode::kInvalidArgument);
+  std::vector<SequenceStep> outside = {{a->get(), good, row.data()}, {b->get(), bad, nullptr}};
+  const absl::Status s = engine->ForwardMany(outside);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(s.message()).find("outside the vocabulary"), std::string::npos) << s;
+  std::vector<SequenceStep> empty = {{a->get(), none, nullptr}};
+  EXPECT_EQ(engine->ForwardMany(empty).code(), absl::StatusCode::kInvalidArgument);
+  std::vector<int32_t> too_long(65, 1);
+  std::vector<SequenceStep> past = {{b->get(), too_long, nullptr}};
+  EXPECT_EQ(engine->ForwardMany(past).code(), absl::StatusCode::kOutOfRange);
+  EXPECT_EQ((*a)->length(), 0);
+  EXPECT_EQ((*b)->length(), 0);
+  // Nothing kept for Sample after a ForwardMany.
+  std::vector<SequenceStep> fine = {{a->get(), good, row.data()}, {b->get(), good, nullptr}};
+  ASSERT_TRUE(engine->ForwardMany(fine).ok());
+  EXPECT_EQ((*a)->length(), 3);
+  EXPECT_EQ((*b)->length(), 3);
+  EXPECT_EQ(engine->LastLogitsRow().status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+}  // namespace
+}  // namespace moetier
