@@ -1,0 +1,105 @@
+// moetier-bench-batch, run as a user would run it: a JSON row per batch
+// width whose expert bytes per token fall as sequences share a layer's
+// experts, the join's figures, and bad flags refused.
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+namespace {
+
+using ::testing::HasSubstr;
+
+struct CommandResult {
+  int exit_code = -1;
+  std::string output;  // stdout, then stderr
+};
+
+CommandResult RunBench(const std::string& args) {
+  const std::string command = std::string(MOETIER_BINARY_DIR) +
+                              "/tools/bench_batch/moetier-bench-batch " + args + " 2>&1";
+  CommandResult result;
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return result;
+  std::array<char, 4096> buffer;
+  size_t n;
+  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) result.output.append(buffer.data(), n);
+  const int status = pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
+}
+
+const std::string kModel = std::string(MOETIER_TEST_DATA_DIR) + "/vectors/small-q4_k_m.gguf";
+
+TEST(BenchBatchTest, WiderBatchesReadFewerExpertBytesPerToken) {
+  const CommandResult r =
+      RunBench("--model " + kModel +
+               " --sequences 1,4,8 --context 32 --decode-steps 4 --runs 3 --join-running 3 "
+               "--join-prompt-tokens 40 --chunk 16 --join-runs 2 --threads 2 --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::vector<nlohmann::json> widths;
+  nlohmann::json join;
+  std::istringstream lines(r.output);
+  for (std::string line; std::getline(lines, line);) {
+    const nlohmann::json row = nlohmann::json::parse(line);
+    if (row.contains("width")) {
+      widths.push_back(row);
+    } else {
+      join = row;
+    }
+  }
+  ASSERT_EQ(widths.size(), 3u) << r.output;
+  EXPECT_EQ(widths[0]["width"], 1);
+  EXPECT_EQ(widths[0]["speedup_vs_first_width"], 1.0);
+  // One sequence reads top_k experts per layer and token: 4 layers x 4.
+  const double solo = widths[0]["expert_bytes_per_token"].get<double>();
+  EXPECT_GT(solo, 0);
+  EXPECT_EQ(widths[0]["expert_bytes_vs_first_width"], 1.0);
+  // Eight tokens over 32 experts per layer share some of them.
+  EXPECT_LT(widths[2]["expert_bytes_per_token"].get<double>(),
+            widths[1]["expert_bytes_per_token"].get<double>());
+  EXPECT_LT(widths[1]["expert_bytes_per_token"].get<double>(), solo);
+  for (const nlohmann::json& w : widths) EXPECT_GT(w["tokens_per_s"].get<double>(), 0);
+  ASSERT_TRUE(join.contains("ttft_p50_s")) << r.output;
+  EXPECT_EQ(join["join_running"], 3);
+  EXPECT_GT(join["ttft_p50_s"].get<double>(), 0);
+  EXPECT_GE(join["ttft_p99_s"].get<double>(), join["ttft_p50_s"].get<double>());
+  EXPECT_GT(join["alone_prefill_s"].get<double>(), 0);
+  EXPECT_GT(join["step_during_join_s"].get<double>(), 0);
+}
+
+TEST(BenchBatchTest, TheTableNamesWidthsAndTheJoin) {
+  const CommandResult r = RunBench("--model " + kModel +
+                                   " --sequences 1,2 --context 8 --decode-steps 2 --runs 3 "
+                                   "--join-running 1 --join-prompt-tokens 8 --join-runs 1 "
+                                   "--threads 2");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("width  tok/s (median)"));
+  EXPECT_THAT(r.output, HasSubstr("join: a 8-token prompt"));
+  EXPECT_THAT(r.output, HasSubstr("TTFT p50"));
+}
+
+TEST(BenchBatchTest, BadFlagsAndImpossibleRunsAreRefused) {
+  const CommandResult help = RunBench("--help");
+  EXPECT_EQ(help.exit_code, 0);
+  EXPECT_THAT(help.output, HasSubstr("--join-prompt-tokens N"));
+  EXPECT_EQ(RunBench("").exit_code, 2);
+  const CommandResult width = RunBench("--model " + kModel + " --sequences 1,0");
+  EXPECT_EQ(width.exit_code, 2);
+  EXPECT_THAT(width.output, HasSubstr("not a width"));
+  EXPECT_EQ(RunBench("--model " + kModel + " --runs 2").exit_code, 2);
+  EXPECT_EQ(RunBench("--model " + kModel + " --cache-type-k q5_1").exit_code, 2);
+  const CommandResult too_long = RunBench("--model " + kModel + " --context 100000");
+  EXPECT_EQ(too_long.exit_code, 2);
+  EXPECT_THAT(too_long.output, HasSubstr("training context"));
+  EXPECT_EQ(RunBench("--model /nonexistent.gguf").exit_code, 1);
+}
+
+}  // namespace

@@ -1,0 +1,436 @@
+// moetier-bench-batch: what decoding several sequences in one forward pass
+// (ForwardEngine::ForwardMany) buys on the CPU engine: aggregate decode
+// speed and routed-expert bytes per token at each batch width against one
+// sequence, and the time to first token of a request that joins running
+// ones, its prompt prefilled in chunks between their decode steps.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "engine/cpu_engine.h"
+#include "engine/mapped_expert_source.h"
+#include "gguf/gguf_reader.h"
+#include "model/architectures.h"
+#include "model/kv_cache_types.h"
+#include "nlohmann/json.hpp"
+
+namespace moetier {
+namespace {
+
+constexpr char kUsage[] = R"(moetier-bench-batch: batched decode across sequences on the CPU engine
+
+usage: moetier-bench-batch --model FILE [options]
+
+Decode: for each width W of --sequences, W sequences that each hold --context
+tokens decode --decode-steps tokens apiece, all W in one forward call per
+step. Prints the median aggregate tokens/s of --runs runs and its ratio to
+width 1, and the routed-expert bytes read per token against width 1 (a
+step reads each expert its tokens route to once, however many of them do).
+
+Join: --join-running sequences decode while a new request with a
+--join-prompt-token prompt arrives; its prompt runs --chunk tokens per step
+next to their decode tokens. Prints the time to its first token (p50, p99
+over --join-runs arrivals) against the same prompt prefilled alone, and the
+running sequences' step time during the join against their step alone.
+
+Tokens are seeded random ids; routing is the model's own router (synthetic
+models route close to uniformly, which shares the fewest experts).
+
+  --model FILE           GGUF model (first shard of a split set)
+  --sequences LIST       batch widths, comma-separated (default 1,2,4,8)
+  --context N            tokens each sequence holds before timing (default 256)
+  --skip-context         count the context as computed without computing it
+                         (CpuEngine::SkipPositionsForTiming; timing only)
+  --decode-steps N       decode steps per run (default 16)
+  --runs N               timed runs per width, at least 3 (default 5)
+  --join-running N       sequences decoding while one joins; 0 skips the join
+                         measurement (default 7)
+  --join-prompt-tokens N the joining request's prompt (default 512)
+  --chunk N              prompt tokens of the joining request per step (default 64)
+  --join-runs N          arrivals timed (default 9)
+  --threads N            threads (default: all cores)
+  --cache-type-k T       how the KV cache stores keys: f32 (default), f16, q8_0, q4_0
+  --cache-type-v T       the same for values
+  --seed N               token seed (default 1)
+  --json                 one JSON object per width and one for the join on stdout
+)";
+
+struct Options {
+  std::string model;
+  std::vector<int> widths = {1, 2, 4, 8};
+  int context = 256;
+  bool skip_context = false;
+  int decode_steps = 16;
+  int runs = 5;
+  int join_running = 7;
+  int join_prompt = 512;
+  int chunk = 64;
+  int join_runs = 9;
+  int threads = 0;
+  KvCacheTypes kv_types;
+  uint32_t seed = 1;
+  bool json = false;
+};
+
+absl::StatusOr<Options> ParseOptions(int argc, char** argv) {
+  Options o;
+  o.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    }
+    if (arg == "--json" || arg == "--skip-context") {
+      (arg == "--json" ? o.json : o.skip_context) = true;
+      continue;
+    }
+    if (i + 1 >= argc) return absl::InvalidArgumentError(absl::StrCat(arg, " needs a value"));
+    const std::string value = argv[++i];
+    auto int_value = [&](int& dst, int lo, int hi) -> absl::Status {
+      if (!absl::SimpleAtoi(value, &dst) || dst < lo || dst > hi) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("%s expects an integer in %d..%d, got '%s'", arg, lo, hi, value));
+      }
+      return absl::OkStatus();
+    };
+    absl::Status s;
+    if (arg == "--model") {
+      o.model = value;
+    } else if (arg == "--sequences") {
+      o.widths.clear();
+      for (const std::string& part : std::vector<std::string>(absl::StrSplit(value, ','))) {
+        int w = 0;
+        if (!absl::SimpleAtoi(part, &w) || w < 1 || w > 256) {
+          return absl::InvalidArgumentError(
+              absl::StrFormat("--sequences: '%s' is not a width in 1..256", part));
+        }
+        o.widths.push_back(w);
+      }
+    } else if (arg == "--context") {
+      s = int_value(o.context, 0, 1 << 20);
+    } else if (arg == "--decode-steps") {
+      s = int_value(o.decode_steps, 1, 4096);
+    } else if (arg == "--runs") {
+      s = int_value(o.runs, 3, 1000);
+    } else if (arg == "--join-running") {
+      s = int_value(o.join_running, 0, 255);
+    } else if (arg == "--join-prompt-tokens") {
+      s = int_value(o.join_prompt, 1, 1 << 20);
+    } else if (arg == "--chunk") {
+      s = int_value(o.chunk, 1, 8192);
+    } else if (arg == "--join-runs") {
+      s = int_value(o.join_runs, 1, 1000);
+    } else if (arg == "--threads") {
+      s = int_value(o.threads, 1, 1024);
+    } else if (arg == "--seed") {
+      int seed = 0;
+      s = int_value(seed, 0, 1 << 30);
+      o.seed = static_cast<uint32_t>(seed);
+    } else if (arg == "--cache-type-k" || arg == "--cache-type-v") {
+      absl::StatusOr<TensorType> t = ParseKvCacheType(value);
+      if (!t.ok()) return absl::InvalidArgumentError(absl::StrCat(arg, ": ", t.status().message()));
+      (arg == "--cache-type-k" ? o.kv_types.k : o.kv_types.v) = *t;
+    } else {
+      return absl::InvalidArgumentError(absl::StrFormat("unknown flag %s (see --help)", arg));
+    }
+    if (!s.ok()) return s;
+  }
+  if (o.model.empty()) return absl::InvalidArgumentError("--model FILE is required (see --help)");
+  return o;
+}
+
+double Seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// The value at fraction q of the sorted values (nearest rank).
+double Quantile(std::vector<double> v, double q) {
+  std::sort(v.begin(), v.end());
+  const size_t i = static_cast<size_t>(std::min<double>(v.size() - 1, q * v.size()));
+  return v[i];
+}
+
+// The experts straight from the mapping, counting the bytes of every one
+// the engine acquires: what a fetch from a store or a copy into a cache
+// would move.
+class CountingSource final : public ExpertWeightSource {
+ public:
+  explicit CountingSource(const Model& model)
+      : mapped_(model.weights), shapes_(RoutedExpertShapesOf(model)) {}
+  absl::Status Acquire(int layer, std::span<const int32_t> experts,
+                       std::span<ExpertMatrices> out) override {
+    bytes_ += experts.size() * shapes_.layers[static_cast<size_t>(layer)].expert_bytes();
+    return mapped_.Acquire(layer, experts, out);
+  }
+  void Release(int layer) override { mapped_.Release(layer); }
+  int max_experts_held() const override { return mapped_.max_experts_held(); }
+  uint64_t bytes() const { return bytes_; }
+
+ private:
+  MappedExpertSource mapped_;
+  RoutedExpertShapes shapes_;
+  uint64_t bytes_ = 0;
+};
+
+class Bench {
+ public:
+  Bench(const Options& o, const Model& model, CpuEngine& engine, CountingSource& source)
+      : o_(o), model_(model), engine_(engine), source_(source), rng_(o.seed),
+        row_(static_cast<size_t>(engine.n_vocab())) {}
+
+  std::vector<int32_t> RandomTokens(int n) {
+    std::uniform_int_distribution<int32_t> id(0, model_.hparams.n_vocab - 1);
+    std::vector<int32_t> out(static_cast<size_t>(n));
+    for (int32_t& t : out) t = id(rng_);
+    return out;
+  }
+
+  // `count` new sequences holding --context tokens each.
+  absl::StatusOr<std::vector<std::unique_ptr<Sequence>>> Start(int count) {
+    std::vector<std::unique_ptr<Sequence>> seqs;
+    for (int i = 0; i < count; ++i) {
+      absl::StatusOr<std::unique_ptr<Sequence>> seq = engine_.NewSequence();
+      if (!seq.ok()) return seq.status();
+      seqs.push_back(*std::move(seq));
+    }
+    if (o_.context == 0) return seqs;
+    if (o_.skip_context) {
+      for (auto& seq : seqs) {
+        if (absl::Status s = engine_.SkipPositionsForTiming(*seq, o_.context); !s.ok()) return s;
+      }
+      return seqs;
+    }
+    std::vector<std::vector<int32_t>> prompts;
+    std::vector<SequenceStep> steps;
+    for (size_t i = 0; i < seqs.size(); ++i) prompts.push_back(RandomTokens(o_.context));
+    for (size_t i = 0; i < seqs.size(); ++i) steps.push_back({seqs[i].get(), prompts[i], nullptr});
+    if (absl::Status s = engine_.ForwardMany(steps); !s.ok()) return s;
+    return seqs;
+  }
+
+  // One decode step of every sequence, plus `extra` when it has tokens.
+  absl::Status Step(std::vector<std::unique_ptr<Sequence>>& seqs, SequenceStep* extra) {
+    tokens_ = RandomTokens(static_cast<int>(seqs.size()));
+    steps_.clear();
+    for (size_t i = 0; i < seqs.size(); ++i) {
+      steps_.push_back({seqs[i].get(), std::span<const int32_t>(&tokens_[i], 1), nullptr});
+    }
+    if (extra != nullptr) steps_.push_back(*extra);
+    return engine_.ForwardMany(steps_);
+  }
+
+  struct Width {
+    int width = 0;
+    double tokens_per_s = 0;
+    double expert_bytes_per_token = 0;
+  };
+
+  absl::StatusOr<Width> MeasureWidth(int width) {
+    absl::StatusOr<std::vector<std::unique_ptr<Sequence>>> seqs = Start(width);
+    if (!seqs.ok()) return seqs.status();
+    if (absl::Status s = Step(*seqs, nullptr); !s.ok()) return s;  // warm-up
+    std::vector<double> rates;
+    const uint64_t bytes0 = source_.bytes();
+    for (int r = 0; r < o_.runs; ++r) {
+      const double t0 = Seconds();
+      for (int i = 0; i < o_.decode_steps; ++i) {
+        if (absl::Status s = Step(*seqs, nullptr); !s.ok()) return s;
+      }
+      rates.push_back(static_cast<double>(width) * o_.decode_steps / (Seconds() - t0));
+    }
+    const double tokens = static_cast<double>(width) * o_.decode_steps * o_.runs;
+    return Width{width, Quantile(rates, 0.5), (source_.bytes() - bytes0) / tokens};
+  }
+
+  struct Join {
+    double ttft_p50 = 0, ttft_p99 = 0;
+    double alone_prefill_s = 0;
+    double step_alone_s = 0, step_during_join_s = 0;
+  };
+
+  absl::StatusOr<Join> MeasureJoin() {
+    absl::StatusOr<std::vector<std::unique_ptr<Sequence>>> running = Start(o_.join_running);
+    if (!running.ok()) return running.status();
+    if (absl::Status s = Step(*running, nullptr); !s.ok()) return s;  // warm-up
+    Join j;
+    std::vector<double> alone_steps;
+    for (int i = 0; i < o_.decode_steps; ++i) {
+      const double t0 = Seconds();
+      if (absl::Status s = Step(*running, nullptr); !s.ok()) return s;
+      alone_steps.push_back(Seconds() - t0);
+    }
+    j.step_alone_s = Quantile(alone_steps, 0.5);
+    std::vector<double> ttfts, alone_prefills, join_steps;
+    for (int r = 0; r < o_.join_runs; ++r) {
+      const std::vector<int32_t> prompt = RandomTokens(o_.join_prompt);
+      {
+        // The same prompt with nothing else running: the floor of its TTFT.
+        absl::StatusOr<std::unique_ptr<Sequence>> seq = engine_.NewSequence();
+        if (!seq.ok()) return seq.status();
+        const double t0 = Seconds();
+        if (absl::Status s = engine_.Forward(**seq, prompt, LogitRows::kLast, row_.data());
+            !s.ok()) {
+          return s;
+        }
+        alone_prefills.push_back(Seconds() - t0);
+      }
+      absl::StatusOr<std::unique_ptr<Sequence>> joining = engine_.NewSequence();
+      if (!joining.ok()) return joining.status();
+      const double arrived = Seconds();
+      for (int done = 0; done < o_.join_prompt;) {
+        const int take = std::min(o_.chunk, o_.join_prompt - done);
+        const bool last = done + take == o_.join_prompt;
+        SequenceStep extra{joining->get(), std::span(prompt).subspan(done, take),
+                           last ? row_.data() : nullptr};
+        const double t0 = Seconds();
+        if (absl::Status s = Step(*running, &extra); !s.ok()) return s;
+        join_steps.push_back(Seconds() - t0);
+        done += take;
+      }
+      ttfts.push_back(Seconds() - arrived);
+    }
+    j.ttft_p50 = Quantile(ttfts, 0.5);
+    j.ttft_p99 = Quantile(ttfts, 0.99);
+    j.alone_prefill_s = Quantile(alone_prefills, 0.5);
+    j.step_during_join_s = Quantile(join_steps, 0.5);
+    return j;
+  }
+
+ private:
+  const Options& o_;
+  const Model& model_;
+  CpuEngine& engine_;
+  CountingSource& source_;
+  std::mt19937 rng_;
+  std::vector<float> row_;
+  std::vector<int32_t> tokens_;
+  std::vector<SequenceStep> steps_;
+};
+
+int Run(const Options& o) {
+  absl::StatusOr<std::unique_ptr<GgufModel>> gguf = GgufModel::Open(o.model);
+  if (!gguf.ok()) {
+    std::fprintf(stderr, "moetier-bench-batch: %s\n", std::string(gguf.status().message()).c_str());
+    return 1;
+  }
+  absl::StatusOr<Model> model = LoadModel(**gguf);
+  if (!model.ok()) {
+    std::fprintf(stderr, "moetier-bench-batch: %s: %s\n", o.model.c_str(),
+                 std::string(model.status().message()).c_str());
+    return 1;
+  }
+  const int widest = std::max(*std::max_element(o.widths.begin(), o.widths.end()),
+                              o.join_running + 1);
+  // Room for the context, every timed step and the joins' decode steps.
+  const int64_t steps_per_join = (o.join_prompt + o.chunk - 1) / o.chunk;
+  const int64_t positions =
+      static_cast<int64_t>(o.context) + 1 + static_cast<int64_t>(o.decode_steps) * (o.runs + 1) +
+      std::max<int64_t>(o.join_prompt, steps_per_join * o.join_runs);
+  if (positions > model->hparams.n_ctx_train) {
+    std::fprintf(stderr,
+                 "moetier-bench-batch: the run needs %lld positions per sequence, more than the "
+                 "model's training context %d; lower --context, --decode-steps or --runs\n",
+                 static_cast<long long>(positions), model->hparams.n_ctx_train);
+    return 2;
+  }
+  CountingSource source(*model);
+  CpuEngineConfig config;
+  config.max_ctx = static_cast<int>(positions);
+  config.max_sequences = widest;
+  config.n_threads = o.threads;
+  config.kv_types = o.kv_types;
+  config.expert_source = &source;
+  absl::StatusOr<std::unique_ptr<CpuEngine>> engine = CpuEngine::Create(*model, config);
+  if (!engine.ok()) {
+    std::fprintf(stderr, "moetier-bench-batch: %s\n", std::string(engine.status().message()).c_str());
+    return 1;
+  }
+  Bench bench(o, *model, **engine, source);
+  if (!o.json) {
+    std::printf("%s: %s, %d threads, context %d%s, KV %s/%s, %d decode steps x %d runs\n",
+                o.model.c_str(), model->hparams.architecture.c_str(), o.threads, o.context,
+                o.skip_context ? " (skipped)" : "", KvCacheTypeName(o.kv_types.k).c_str(),
+                KvCacheTypeName(o.kv_types.v).c_str(), o.decode_steps, o.runs);
+    std::printf("  width  tok/s (median)  vs 1 seq  expert MiB/token  vs 1 seq\n");
+  }
+  double base_rate = 0, base_bytes = 0;
+  for (const int width : o.widths) {
+    absl::StatusOr<Bench::Width> w = bench.MeasureWidth(width);
+    if (!w.ok()) {
+      std::fprintf(stderr, "moetier-bench-batch: width %d: %s\n", width,
+                   std::string(w.status().message()).c_str());
+      return 1;
+    }
+    if (base_rate == 0) {
+      base_rate = w->tokens_per_s;
+      base_bytes = w->expert_bytes_per_token;
+    }
+    const double speedup = w->tokens_per_s / base_rate;
+    const double bytes_ratio = base_bytes > 0 ? w->expert_bytes_per_token / base_bytes : 0;
+    if (o.json) {
+      nlohmann::json row = {{"model", o.model},
+                            {"width", width},
+                            {"tokens_per_s", w->tokens_per_s},
+                            {"speedup_vs_first_width", speedup},
+                            {"expert_bytes_per_token", w->expert_bytes_per_token},
+                            {"expert_bytes_vs_first_width", bytes_ratio}};
+      std::printf("%s\n", row.dump().c_str());
+    } else {
+      std::printf("  %5d  %14.2f  %7.2fx  %16.2f  %7.2fx\n", width, w->tokens_per_s, speedup,
+                  w->expert_bytes_per_token / (1 << 20), bytes_ratio);
+    }
+    std::fflush(stdout);
+  }
+  if (o.join_running == 0) return 0;
+  absl::StatusOr<Bench::Join> j = bench.MeasureJoin();
+  if (!j.ok()) {
+    std::fprintf(stderr, "moetier-bench-batch: join: %s\n", std::string(j.status().message()).c_str());
+    return 1;
+  }
+  if (o.json) {
+    nlohmann::json row = {{"model", o.model},
+                          {"join_running", o.join_running},
+                          {"join_prompt_tokens", o.join_prompt},
+                          {"chunk", o.chunk},
+                          {"ttft_p50_s", j->ttft_p50},
+                          {"ttft_p99_s", j->ttft_p99},
+                          {"alone_prefill_s", j->alone_prefill_s},
+                          {"step_alone_s", j->step_alone_s},
+                          {"step_during_join_s", j->step_during_join_s}};
+    std::printf("%s\n", row.dump().c_str());
+  } else {
+    std::printf(
+        "  join: a %d-token prompt, %d per step, next to %d decoding sequences (%d arrivals)\n"
+        "    TTFT p50 %.3f s, p99 %.3f s = %.2fx / %.2fx the prompt alone (%.3f s)\n"
+        "    their step %.1f ms during the join against %.1f ms alone (%.2fx)\n",
+        o.join_prompt, o.chunk, o.join_running, o.join_runs, j->ttft_p50, j->ttft_p99,
+        j->ttft_p50 / j->alone_prefill_s, j->ttft_p99 / j->alone_prefill_s, j->alone_prefill_s,
+        j->step_during_join_s * 1e3, j->step_alone_s * 1e3, j->step_during_join_s / j->step_alone_s);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace moetier
+
+int main(int argc, char** argv) {
+  absl::StatusOr<moetier::Options> o = moetier::ParseOptions(argc, argv);
+  if (!o.ok()) {
+    std::fprintf(stderr, "moetier-bench-batch: %s\n", std::string(o.status().message()).c_str());
+    return 2;
+  }
+  return moetier::Run(*o);
+}
