@@ -847,6 +847,15 @@ std::span<const uint8_t> GgufModel::TensorData(const GgufTensorInfo& tensor) con
   return shards_[tensor.shard]->bytes().subspan(tensor.file_offset, tensor.size_bytes);
 }
 
+uint64_t GgufModel::TouchTensorPages() const {
+  uint64_t sum = 0;
+  for (const GgufTensorInfo& t : tensors_) {
+    const std::span<const uint8_t> data = TensorData(t);
+    for (size_t i = 0; i < data.size(); i += 4096) sum += data[i];
+  }
+  return sum;
+}
+
 const std::string& GgufModel::ShardPath(const GgufTensorInfo& tensor) const {
   MOETIER_CHECK(tensor.shard < shards_.size());
   return shards_[tensor.shard]->path();

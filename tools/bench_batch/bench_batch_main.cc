@@ -346,6 +346,9 @@ int Run(const Options& o) {
                  static_cast<long long>(positions), model->hparams.n_ctx_train);
     return 2;
   }
+  // Timed steps must not fault in the mapping's pages (each step reads
+  // experts no step before it read).
+  (*gguf)->TouchTensorPages();
   CountingSource source(*model);
   CpuEngineConfig config;
   config.max_ctx = static_cast<int>(positions);

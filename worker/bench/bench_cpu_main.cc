@@ -225,17 +225,6 @@ void PrintPhases(const char* what, const CpuPhaseSeconds& seconds, const std::st
   std::printf("%s time by block: %s%s\n", what, line.c_str(), label.c_str());
 }
 
-// Reads one byte per page of every tensor so that the timed runs measure
-// compute and memory, not page faults of the file mapping.
-uint64_t Prefault(const GgufModel& gguf) {
-  uint64_t sum = 0;
-  for (const GgufTensorInfo& t : gguf.tensors()) {
-    const std::span<const uint8_t> data = gguf.TensorData(t);
-    for (size_t i = 0; i < data.size(); i += 4096) sum += data[i];
-  }
-  return sum;
-}
-
 // Multi-threaded streaming read of a buffer much larger than the caches, in
 // GB/s (1e9 bytes): each thread reads its own contiguous part with the
 // active SIMD level's loads.
@@ -511,7 +500,7 @@ int Run(const Options& o) {
                 e.allocated_bytes() / 1073741824.0, t_created - t_create);
   } else {
     const double t_fault = Seconds();
-    const uint64_t touched = Prefault(**gguf);
+    const uint64_t touched = (*gguf)->TouchTensorPages();
     std::printf("prefaulted the model mapping in %.1f s (checksum %llu)\n", Seconds() - t_fault,
                 static_cast<unsigned long long>(touched));
   }

@@ -62,6 +62,9 @@ ControlServer::ControlServer(int control_fd, ForwardEngine& engine,
       engine_(engine),
       options_(options),
       n_vocab_(engine.n_vocab()),
+      batch_(engine, options.ubatch_size > 0      ? options.ubatch_size
+                     : engine.max_sequences() > 1 ? kBatchedPrefillChunk
+                                                  : engine.max_ctx()),
       score_buffer_(static_cast<size_t>(options.score_batch_tokens) * n_vocab_ +
                     control::kLogitsChunkFloats),
       send_buffer_(control::kMaxControlMessageBytes) {
@@ -159,6 +162,7 @@ absl::Status ControlServer::Intake(WorkerRequest request) {
     cancel_running_ = true;
     return absl::OkStatus();
   }
+  if (batch_.Cancel(target)) return absl::OkStatus();
   for (auto it = queue_.begin(); it != queue_.end(); ++it) {
     if (it->id() == target && it->kind_case() != WorkerRequest::kCancel) {
       queue_.erase(it);
@@ -200,6 +204,39 @@ absl::Status ControlServer::PollChannel() {
   return absl::OkStatus();
 }
 
+// Tokens go out as they come; a finished Generate gets its Done, and its
+// sequence is kept for a follow-up unless the engine failed.
+class ControlServer::BatchReplies final : public GenerationEvents {
+ public:
+  explicit BatchReplies(ControlServer& server) : server_(server) {}
+  absl::Status OnToken(uint64_t id, int32_t token, bool is_stop, double latency_ms,
+                       const TokenLogprobs* logprobs) override {
+    return server_.SendToken(id, token, is_stop, latency_ms, logprobs);
+  }
+  absl::Status OnFinished(uint64_t id, const GenerationResult& result,
+                          std::unique_ptr<Sequence> seq, std::vector<int32_t> tokens) override {
+    const bool failed = !result.engine_error.ok();
+    const int n_prompt = static_cast<int>(tokens.size()) - result.generated;
+    // After an engine error the state is not trusted for a follow-up.
+    if (!failed) server_.retained_.Keep(std::move(seq), std::move(tokens));
+    if (server_.closed_) return absl::OkStatus();
+    DoneReply done = Done(failed ? StopReason::kError : result.stop);
+    done.set_prompt_tokens(n_prompt);
+    done.set_cached_prompt_tokens(result.prompt_reused);
+    done.set_generated_tokens(result.generated);
+    done.set_prefill_seconds(result.prefill_s);
+    done.set_decode_seconds(result.decode_s);
+    if (failed) {
+      done.set_error_code(static_cast<int32_t>(result.engine_error.code()));
+      done.set_error_message(std::string(result.engine_error.message()));
+    }
+    return server_.SendDone(id, done);
+  }
+
+ private:
+  ControlServer& server_;
+};
+
 absl::Status ControlServer::Run() {
   WorkerReply ready;
   ready.set_id(0);
@@ -216,7 +253,7 @@ absl::Status ControlServer::Run() {
   if (absl::Status s = Send(ready); !s.ok()) return s;
 
   while (!closed_) {
-    if (queue_.empty()) {
+    if (queue_.empty() && batch_.empty()) {
       absl::Status received = control::ReceiveControlMessage(fd_, &incoming_, -1);
       if (absl::IsUnavailable(received)) return absl::OkStatus();
       if (absl::IsDataLoss(received)) {
@@ -231,9 +268,24 @@ absl::Status ControlServer::Run() {
       incoming_.Clear();
       continue;
     }
+    if (absl::Status s = Admit(); !s.ok()) return s;
+    if (closed_ || batch_.empty()) continue;
+    BatchReplies replies(*this);
+    if (absl::Status s = batch_.Step(replies); !s.ok()) return s;
+    if (absl::Status s = PollChannel(); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ControlServer::Admit() {
+  while (!queue_.empty() && !closed_) {
+    const bool generate = queue_.front().kind_case() == WorkerRequest::kGenerate;
+    if (generate && batch_.size() >= static_cast<size_t>(engine_.max_sequences())) break;
+    if (!generate && !batch_.empty()) break;
     WorkerRequest request = std::move(queue_.front());
     queue_.pop_front();
-    if (absl::Status s = Serve(request); !s.ok()) return s;
+    absl::Status s = generate ? StartGenerate(request.id(), request.generate()) : Serve(request);
+    if (!s.ok()) return s;
   }
   return absl::OkStatus();
 }
@@ -248,9 +300,6 @@ absl::Status ControlServer::Serve(const WorkerRequest& request) {
   switch (request.kind_case()) {
     case WorkerRequest::kScore:
       status = Score(request.id(), request.score());
-      break;
-    case WorkerRequest::kGenerate:
-      status = Generate(request.id(), request.generate());
       break;
     case WorkerRequest::kResizeExpertCache:
       status = ResizeExpertCache(request.id(), request.resize_expert_cache());
@@ -320,7 +369,7 @@ absl::Status ControlServer::Score(uint64_t id, const control_v1::ScoreRequest& r
   return SendDone(id, done);
 }
 
-absl::Status ControlServer::Generate(uint64_t id, const control_v1::GenerateRequest& request) {
+absl::Status ControlServer::StartGenerate(uint64_t id, const control_v1::GenerateRequest& request) {
   const int n_prompt = request.prompt_token_ids_size();
   if (n_prompt == 0) {
     return SendError(id, absl::InvalidArgumentError("generate: the prompt is empty"));
@@ -344,65 +393,25 @@ absl::Status ControlServer::Generate(uint64_t id, const control_v1::GenerateRequ
                              "generate: top_logprobs %d is outside [0, %d]",
                              request.top_logprobs(), kMaxTopLogprobs)));
   }
-  // The values are the daemon's, checked at its front door: used as sent.
-  Sampler sampler(n_vocab_, *params);
-  stop_ids_.assign(request.stop_token_ids().begin(), request.stop_token_ids().end());
-  std::sort(stop_ids_.begin(), stop_ids_.end());
   const std::span<const int32_t> prompt(request.prompt_token_ids().data(),
                                         static_cast<size_t>(n_prompt));
   int reused = 0;
   absl::StatusOr<std::unique_ptr<Sequence>> seq = retained_.TakeFor(engine_, prompt, &reused);
   if (!seq.ok()) return SendError(id, seq.status());
 
-  // Tokens go out as they come; between tokens the channel is polled, where
-  // a Cancel (or the daemon closing it) stops the loop.
-  class ReplySink final : public TokenSink {
-   public:
-    ReplySink(ControlServer& server, uint64_t id, std::vector<int32_t>& tokens)
-        : server_(server), id_(id), tokens_(tokens) {}
-    absl::Status OnToken(int32_t token, bool is_stop, double latency_ms,
-                         const TokenLogprobs* logprobs) override {
-      tokens_.push_back(token);
-      return server_.SendToken(id_, token, is_stop, latency_ms, logprobs);
-    }
-    absl::StatusOr<bool> ShouldStop() override {
-      if (absl::Status s = server_.PollChannel(); !s.ok()) return s;
-      return server_.closed_ || server_.cancel_running_;
-    }
-
-   private:
-    ControlServer& server_;
-    const uint64_t id_;
-    std::vector<int32_t>& tokens_;
-  };
-  // The sequence's tokens: the prompt, then each sampled one.
-  std::vector<int32_t> tokens(prompt.begin(), prompt.end());
-  ReplySink sink(*this, id, tokens);
-  const GenerationRequest generation{.prompt = prompt,
-                                     .max_new_tokens = request.max_new_tokens(),
-                                     .stop_ids = stop_ids_,
-                                     .ubatch_size = options_.ubatch_size,
-                                     .checkpoint_position = CheckpointPosition(request),
-                                     .top_logprobs = request.has_top_logprobs()
-                                                         ? request.top_logprobs()
-                                                         : -1};
-  absl::StatusOr<GenerationResult> result = RunGeneration(engine_, **seq, sampler, generation, sink);
-  const bool failed = !result.ok() || !result->engine_error.ok();
-  // After an engine error the state is not trusted for a follow-up.
-  if (!failed) retained_.Keep(*std::move(seq), std::move(tokens));
-  if (!result.ok()) return result.status();
-  if (closed_) return absl::OkStatus();
-  DoneReply done = Done(failed ? StopReason::kError : result->stop);
-  done.set_prompt_tokens(n_prompt);
-  done.set_cached_prompt_tokens(result->prompt_reused);
-  done.set_generated_tokens(result->generated);
-  done.set_prefill_seconds(result->prefill_s);
-  done.set_decode_seconds(result->decode_s);
-  if (failed) {
-    done.set_error_code(static_cast<int32_t>(result->engine_error.code()));
-    done.set_error_message(std::string(result->engine_error.message()));
-  }
-  return SendDone(id, done);
+  // The values are the daemon's, checked at its front door: used as sent.
+  BatchedGeneration generation{
+      .id = id,
+      .prompt = std::vector<int32_t>(prompt.begin(), prompt.end()),
+      .max_new_tokens = request.max_new_tokens(),
+      .stop_ids = std::vector<int32_t>(request.stop_token_ids().begin(),
+                                       request.stop_token_ids().end()),
+      .checkpoint_position = CheckpointPosition(request),
+      .top_logprobs = request.has_top_logprobs() ? request.top_logprobs() : -1,
+      .sampling = *params};
+  std::sort(generation.stop_ids.begin(), generation.stop_ids.end());
+  batch_.Add(std::move(generation), *std::move(seq));
+  return absl::OkStatus();
 }
 
 int ControlServer::CheckpointPosition(const control_v1::GenerateRequest& request) const {
@@ -422,8 +431,8 @@ absl::Status ControlServer::ResizeExpertCache(uint64_t id,
                              "this worker was started without an expert cache; give it "
                              "--expert-cache-mib through worker_extra_args"));
   }
-  // Requests run one at a time and each releases its experts before its
-  // Done, so the engine holds none here.
+  // This runs only while no Generate does, and every engine call releases
+  // its experts before it returns, so the engine holds none here.
   absl::StatusOr<uint64_t> bytes = options_.expert_cache->ResizeExpertCache(request.pool_bytes());
   if (!bytes.ok()) return SendError(id, bytes.status());
   if (options_.expert_cache_resized) options_.expert_cache_resized();

@@ -18,9 +18,16 @@
 //               holds no expert then), Done(STOP_COMPLETE) with the pool in
 //               effect, or Done(STOP_ERROR) saying why not
 //
-// While a request runs, the channel is polled without blocking between
-// tokens (and between Score batches): a Cancel takes effect there, other
-// requests are queued.
+// Generate requests run together, up to the engine's max_sequences() at
+// once (continuous batching, generation/generation_batch.h): one engine
+// pass per step for all of them, a queued Generate joining at the next step
+// and a finished one leaving in its last. A Score or ResizeExpertCache
+// waits at the head of the queue until the running Generates are done (so
+// does every request behind it: the queue stays in arrival order), then
+// runs alone.
+//
+// Between steps (and between Score batches) the channel is polled without
+// blocking: a Cancel takes effect there, other requests are queued.
 //
 // The daemon checked every request's values where it entered the system
 // (token ids against n_vocab, the length against max_ctx, the sampling
@@ -50,6 +57,7 @@
 #include "absl/status/statusor.h"
 #include "cache/expert_cache_control.h"
 #include "engine/forward_engine.h"
+#include "generation/generation_batch.h"
 #include "generation/retained_sequence.h"
 #include "moetier/worker/v1/control.pb.h"
 #include "request/stop_reason.h"
@@ -69,7 +77,10 @@ struct ControlServerOptions {
   // score_batch_tokens x n_vocab floats; results do not depend on it).
   int score_batch_tokens = 32;
   // Generate: at most this many prompt positions per engine call; 0: the
-  // whole prompt at once (results agree within rounding either way).
+  // whole prompt at once when the engine holds one sequence, and
+  // kBatchedPrefillChunk positions per step when it holds more (so that a
+  // long prompt does not stall the others' decoding). Results agree within
+  // rounding either way.
   int ubatch_size = 0;
   // Where notes about malformed datagrams go, and resizes; null: nowhere.
   std::FILE* log = nullptr;
@@ -80,6 +91,10 @@ struct ControlServerOptions {
   // (daemon mode: shows the new cache on the status page at once).
   std::function<void()> expert_cache_resized;
 };
+
+// Prompt positions a Generate runs per step next to others, unless
+// ubatch_size says otherwise.
+inline constexpr int kBatchedPrefillChunk = 256;
 
 class ControlServer {
  public:
@@ -108,7 +123,12 @@ class ControlServer {
   absl::Status PollChannel();
   absl::Status Serve(const control_v1::WorkerRequest& request);
   absl::Status Score(uint64_t id, const control_v1::ScoreRequest& request);
-  absl::Status Generate(uint64_t id, const control_v1::GenerateRequest& request);
+  // Checks a Generate and adds it to the batch (or answers it at once: a
+  // malformed request, no sequence to be had).
+  absl::Status StartGenerate(uint64_t id, const control_v1::GenerateRequest& request);
+  // Takes queued requests in order while they can start: Generates while
+  // the batch has room, anything else only when no Generate is running.
+  absl::Status Admit();
   // Where the running Generate saves its sequence's checkpoint.
   int CheckpointPosition(const control_v1::GenerateRequest& request) const;
   absl::Status ResizeExpertCache(uint64_t id, const control_v1::ResizeExpertCacheRequest& request);
@@ -133,9 +153,10 @@ class ControlServer {
   bool cancel_running_ = false;
   std::atomic<uint64_t> requests_finished_{0};
   RetainedSequence retained_;  // the last Generate's sequence, for a follow-up
+  GenerationBatch batch_;      // the Generates being computed
+  class BatchReplies;          // GenerationEvents: replies on this channel
 
   std::vector<float> score_buffer_;       // [score_batch_tokens * n_vocab + kLogitsChunkFloats]
-  std::vector<int32_t> stop_ids_;         // the running Generate's stop tokens, sorted
   std::vector<uint8_t> send_buffer_;      // [kMaxControlMessageBytes]
   control_v1::WorkerReply token_reply_;   // reused for every TokenReply
   control_v1::WorkerReply logits_reply_;  // reused for every LogitsChunk
