@@ -101,6 +101,7 @@ void RequestScheduler::OnReply(Connection& c, control_v1::WorkerReply reply) {
     c.info.recurrent_state_bytes = reply.ready().recurrent_state_bytes();
     c.info.kv_type_k = reply.ready().kv_type_k();
     c.info.kv_type_v = reply.ready().kv_type_v();
+    c.info.max_sequences = static_cast<uint32_t>(std::max(1, reply.ready().max_sequences()));
     announced_[c.info.device] = {c.info.max_ctx, c.info.kv_bytes_per_token,
                                  c.info.recurrent_state_bytes};
     LogInfo("worker %d (%s, pid %d) is ready: %s backend, %d threads, context %d tokens",
@@ -111,7 +112,11 @@ void RequestScheduler::OnReply(Connection& c, control_v1::WorkerReply reply) {
     Dispatch();
     return;
   }
-  if (c.current == nullptr || reply.id() != c.current->id()) {
+  const auto job = std::find_if(c.running.begin(), c.running.end(),
+                                [&](const std::shared_ptr<RequestJob>& j) {
+                                  return j->id() == reply.id();
+                                });
+  if (job == c.running.end()) {
     // A reply to a request this scheduler no longer tracks: the worker is
     // out of step with us, and nothing it says can be trusted.
     LogWarning("worker %d (%s) replied to request %d, which is not running there; ignored",
@@ -127,10 +132,10 @@ void RequestScheduler::OnReply(Connection& c, control_v1::WorkerReply reply) {
       c.info.last_decode_tokens_per_s = (d.generated_tokens() - 1) / d.decode_seconds();
     }
   }
-  c.current->Deliver(std::move(reply));
+  (*job)->Deliver(std::move(reply));
   if (done) {
-    c.current.reset();
-    c.info.busy = false;
+    c.running.erase(job);
+    c.info.running = static_cast<uint32_t>(c.running.size());
     ++c.info.requests_served;
     ++completed_;
     --active_;
@@ -143,16 +148,16 @@ void RequestScheduler::OnClosed(Connection& c, const absl::Status& why) {
   c.info.ready = false;
   close(c.fd);
   c.fd = -1;
-  if (c.current != nullptr) {
-    c.current->Fail(absl::UnavailableError(absl::StrFormat(
+  for (const std::shared_ptr<RequestJob>& job : c.running) {
+    job->Fail(absl::UnavailableError(absl::StrFormat(
         "the worker on %s (pid %d) ended while serving this request (%s); it is being "
         "restarted, retry the request",
         c.info.device, c.info.pid, why.message())));
-    c.current.reset();
-    c.info.busy = false;
     ++failed_;
     --active_;
   }
+  c.running.clear();
+  c.info.running = 0;
   if (!stopping_.load()) {
     LogWarning("worker %d (%s, pid %d): control channel closed: %s", c.info.index, c.info.device,
                c.info.pid, why.message());
@@ -160,14 +165,16 @@ void RequestScheduler::OnClosed(Connection& c, const absl::Status& why) {
   Dispatch();
 }
 
-RequestScheduler::Connection* RequestScheduler::IdleWorkerFor(const Queued& q) {
+RequestScheduler::Connection* RequestScheduler::WorkerWithRoomFor(const Queued& q) {
+  Connection* best = nullptr;
   for (std::unique_ptr<Connection>& c : connections_) {
-    if (c->info.ready && !c->info.busy && !c->closed &&
-        (q.device.empty() || q.device == c->info.device) && q.positions <= c->info.max_ctx) {
-      return c.get();
+    if (c->info.ready && c->running.size() < c->info.max_sequences && !c->closed &&
+        (q.device.empty() || q.device == c->info.device) && q.positions <= c->info.max_ctx &&
+        (best == nullptr || c->running.size() < best->running.size())) {
+      best = c.get();
     }
   }
-  return nullptr;
+  return best;
 }
 
 absl::Status RequestScheduler::CheckContext(const control_v1::WorkerRequest& request,
@@ -227,28 +234,28 @@ void RequestScheduler::RefuseWhatCannotFit() {
 }
 
 void RequestScheduler::Dispatch() {
-  // Each pass hands out the first queued job an idle worker may take (or
+  // Each pass hands out the first queued job a worker with room may take (or
   // marks a worker whose channel failed); a pass that changes nothing ends.
   bool changed = true;
   while (changed && !queue_.empty() && active_ < limits_.max_active_sequences) {
     changed = false;
     for (auto it = queue_.begin(); it != queue_.end(); ++it) {
-      Connection* idle = IdleWorkerFor(*it);
-      if (idle == nullptr) continue;
-      const absl::Status sent = control::SendControlMessage(idle->fd, it->job->request());
+      Connection* chosen = WorkerWithRoomFor(*it);
+      if (chosen == nullptr) continue;
+      const absl::Status sent = control::SendControlMessage(chosen->fd, it->job->request());
       if (!sent.ok()) {
         // The channel is going away; its reader will notice. The job keeps
         // its place in the queue for the next worker.
-        idle->info.ready = false;
+        chosen->info.ready = false;
         changed = true;
         break;
       }
       Queued next = std::move(*it);
       queue_.erase(it);
       const double waited_ms = (store::MonotonicNowNs() - next.submitted_ns) / 1e6;
-      next.job->MarkDispatched(idle->info.device, waited_ms);
-      idle->current = std::move(next.job);
-      idle->info.busy = true;
+      next.job->MarkDispatched(chosen->info.device, waited_ms);
+      chosen->running.push_back(std::move(next.job));
+      chosen->info.running = static_cast<uint32_t>(chosen->running.size());
       ++active_;
       changed = true;
       break;
@@ -296,7 +303,7 @@ void RequestScheduler::Cancel(const std::shared_ptr<RequestJob>& job) {
     }
   }
   for (std::unique_ptr<Connection>& c : connections_) {
-    if (c->current == job && !c->closed) {
+    if (!c->closed && std::find(c->running.begin(), c->running.end(), job) != c->running.end()) {
       control_v1::WorkerRequest cancel;
       cancel.set_id(next_id_++);
       cancel.mutable_cancel()->set_target_id(job->id());

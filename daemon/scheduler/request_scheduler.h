@@ -1,6 +1,8 @@
 // Hands client requests to workers: a bounded queue in front of the workers'
-// control channels. Each worker computes one request at a time (it owns one
-// KV cache); requests wait in arrival order for a ready, idle worker. A
+// control channels. Each worker computes up to the max_sequences its
+// ReadyReply announced at once (its --parallel: that many KV caches, decoded
+// together); requests wait in arrival order for a ready worker with room,
+// the least loaded first. A
 // request for one worker in particular (SubmitTo: a resize of its expert
 // cache) waits in the same queue for that worker; it holds back no request
 // that another idle worker can take.
@@ -56,7 +58,8 @@ struct SchedulerWorkerInfo {
   std::string device;
   pid_t pid = 0;
   bool ready = false;  // sent its ReadyReply
-  bool busy = false;
+  uint32_t running = 0;        // requests sent and not yet Done
+  uint32_t max_sequences = 1;  // from the ReadyReply: requests it takes at once
   int32_t n_vocab = 0;
   int32_t max_ctx = 0;
   uint64_t kv_bytes_per_token = 0;     // from the ReadyReply
@@ -128,7 +131,7 @@ class RequestScheduler {
     SchedulerWorkerInfo info;
     int fd = -1;
     bool closed = false;  // the channel ended; the reader thread is done
-    std::shared_ptr<RequestJob> current;
+    std::vector<std::shared_ptr<RequestJob>> running;  // sent, not yet Done
     std::thread reader;
   };
   struct Queued {
@@ -142,9 +145,10 @@ class RequestScheduler {
   void OnReply(Connection& connection, control_v1::WorkerReply reply);  // mutex_ held
   void OnClosed(Connection& connection, const absl::Status& why);       // mutex_ held
   void Dispatch();                                                       // mutex_ held
-  // A ready, idle worker that may take `q` and whose context holds it; null
-  // if none. mutex_ held.
-  Connection* IdleWorkerFor(const Queued& q);
+  // The ready worker with the fewest running requests that has room for
+  // one more, may take `q` and whose context holds it; null if none.
+  // mutex_ held.
+  Connection* WorkerWithRoomFor(const Queued& q);
   // OK when `positions` fit the largest context announced by a worker on
   // `device` (empty: any), or when none has announced one yet; else the
   // refusal, with the numbers. mutex_ held.

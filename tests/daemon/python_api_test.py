@@ -100,10 +100,13 @@ def main():
             stdout=log, stderr=subprocess.STDOUT, env=env)
         try:
             deadline = time.time() + 60
-            while "admitted" not in open(log.name).read():
+            while "is ready" not in open(log.name).read():
                 check(daemon.poll() is None and time.time() < deadline,
-                      "moetierd did not admit a worker:\n" + open(log.name).read())
+                      "moetierd got no ready worker:\n" + open(log.name).read())
                 time.sleep(0.1)
+            # Health turns SERVING at the daemon's next main-loop tick (200 ms)
+            # after a worker is ready.
+            time.sleep(0.5)
             run = subprocess.run(
                 [sys.executable, os.path.join(repo, "docs/api/generate.py"), "--descriptors",
                  descriptors, "--socket", api, "--max-new-tokens", "8", "Hello"],

@@ -20,7 +20,7 @@ class FakeWorker {
  public:
   FakeWorker(RequestScheduler& scheduler, uint32_t index, int max_ctx = 128,
              const std::string& device = "cpu", uint64_t kv_bytes_per_token = 0,
-             uint64_t recurrent_state_bytes = 0) {
+             uint64_t recurrent_state_bytes = 0, int max_sequences = 0) {
     int fds[2];
     EXPECT_EQ(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, fds), 0);
     fd_ = fds[1];
@@ -31,6 +31,7 @@ class FakeWorker {
     ready.mutable_ready()->set_backend("cpu");
     ready.mutable_ready()->set_kv_bytes_per_token(kv_bytes_per_token);
     ready.mutable_ready()->set_recurrent_state_bytes(recurrent_state_bytes);
+    ready.mutable_ready()->set_max_sequences(max_sequences);
     Send(ready);
   }
   ~FakeWorker() { Close(); }
@@ -153,6 +154,70 @@ TEST(RequestSchedulerTest, OneRequestPerWorkerTheRestWaitInOrder) {
   const control_v1::WorkerRequest b = worker.Receive();
   EXPECT_EQ(b.id(), (*second)->id());
   EXPECT_EQ(b.generate().prompt_token_ids(0), 2);
+}
+
+// A worker that announces --parallel 3 gets three requests at once, the
+// replies reach their own jobs, and a lost worker fails all three.
+TEST(RequestSchedulerTest, AWorkerGetsAsManyRequestsAsItComputesTogether) {
+  RequestScheduler scheduler({8, 8});
+  auto worker = std::make_unique<FakeWorker>(scheduler, 0, 128, "cpu", 0, 0, 3);
+  ASSERT_TRUE(scheduler.WaitForReadyWorker(kWaitMs));
+  std::vector<std::shared_ptr<RequestJob>> jobs;
+  for (int i = 0; i < 4; ++i) jobs.push_back(*scheduler.Submit(GenerateRequest({i})));
+  std::vector<control_v1::WorkerRequest> got;
+  for (int i = 0; i < 3; ++i) got.push_back(worker->Receive());
+  EXPECT_TRUE(worker->NothingPending()) << "more than the worker's 3 sequences were sent";
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(got[i].id(), jobs[i]->id());
+  const SchedulerSnapshot s = scheduler.Snapshot();
+  EXPECT_EQ(s.active, 3u);
+  ASSERT_EQ(s.workers.size(), 1u);
+  EXPECT_EQ(s.workers[0].running, 3u);
+  EXPECT_EQ(s.workers[0].max_sequences, 3u);
+  // Interleaved replies, each to its own job; a Done makes room for the fourth.
+  worker->SendToken(got[1].id(), 11);
+  worker->SendToken(got[0].id(), 10);
+  worker->SendDone(got[1].id(), control_v1::STOP_MAX_TOKENS);
+  const std::vector<control_v1::WorkerReply> second = Drain(*jobs[1]);
+  ASSERT_EQ(second.size(), 2u);
+  EXPECT_EQ(second[0].token().token_id(), 11);
+  const control_v1::WorkerRequest fourth = worker->Receive();
+  EXPECT_EQ(fourth.id(), jobs[3]->id());
+  absl::StatusOr<std::optional<control_v1::WorkerReply>> first = jobs[0]->Next(kWaitMs);
+  ASSERT_TRUE(first.ok() && first->has_value());
+  EXPECT_EQ((*first)->token().token_id(), 10);
+  // The worker goes: every request it was computing fails.
+  worker.reset();
+  for (const size_t i : {size_t{0}, size_t{2}, size_t{3}}) {
+    absl::Status failure;
+    Drain(*jobs[i], &failure);
+    EXPECT_EQ(failure.code(), absl::StatusCode::kUnavailable) << i;
+  }
+  EXPECT_EQ(scheduler.Snapshot().failed, 3u);
+  EXPECT_EQ(scheduler.Snapshot().active, 0u);
+}
+
+// With two workers of several sequences, a request goes to the less loaded.
+TEST(RequestSchedulerTest, RequestsSpreadOverWorkersWithRoom) {
+  RequestScheduler scheduler({8, 8});
+  FakeWorker a(scheduler, 0, 128, "cpu", 0, 0, 4);
+  FakeWorker b(scheduler, 1, 128, "cuda:0", 0, 0, 4);
+  auto both_ready = [&] {
+    int ready = 0;
+    for (const SchedulerWorkerInfo& w : scheduler.Snapshot().workers) ready += w.ready;
+    return ready == 2;
+  };
+  for (int i = 0; i < 500 && !both_ready(); ++i) usleep(10000);
+  ASSERT_TRUE(both_ready());
+  std::vector<std::shared_ptr<RequestJob>> jobs;
+  for (int i = 0; i < 4; ++i) jobs.push_back(*scheduler.Submit(GenerateRequest({i})));
+  const control_v1::WorkerRequest a0 = a.Receive();
+  const control_v1::WorkerRequest b0 = b.Receive();
+  const control_v1::WorkerRequest a1 = a.Receive();
+  const control_v1::WorkerRequest b1 = b.Receive();
+  EXPECT_EQ(a0.id(), jobs[0]->id());
+  EXPECT_EQ(b0.id(), jobs[1]->id());
+  EXPECT_EQ(a1.id(), jobs[2]->id());
+  EXPECT_EQ(b1.id(), jobs[3]->id());
 }
 
 TEST(RequestSchedulerTest, AFullQueueRefusesWithResourceExhausted) {

@@ -67,6 +67,7 @@ absl::StatusOr<CudaWorkerEngine> CreateCudaWorkerEngine(const Model& model,
   CudaEngineConfig config;
   config.device = options.device;
   config.max_ctx = options.max_ctx;
+  config.max_sequences = options.max_sequences;
   config.kv_types = options.kv_types;
   config.routing_observer = options.routing_observer;
   config.routing_override = options.routing_override;

@@ -25,6 +25,7 @@ namespace moetier {
 struct CudaWorkerEngineOptions {
   int device = 0;  // CUDA ordinal
   int max_ctx = 4096;
+  int max_sequences = 1;  // sequences alive at once (--parallel)
   KvCacheTypes kv_types;  // as CudaEngineConfig's
   // The routed experts' host copies. Null: every expert is uploaded from
   // the model's mapping at creation (the model must fit the device).

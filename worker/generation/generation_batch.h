@@ -29,6 +29,10 @@
 
 namespace moetier {
 
+// Prompt positions a member runs per step next to others when the caller
+// sets no other chunk (the worker's --ubatch-size).
+inline constexpr int kBatchedPrefillChunk = 256;
+
 struct BatchedGeneration {
   uint64_t id = 0;
   std::vector<int32_t> prompt;    // non-empty

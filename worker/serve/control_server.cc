@@ -250,6 +250,7 @@ absl::Status ControlServer::Run() {
   r->set_recurrent_state_bytes(options_.state_size.recurrent_bytes);
   r->set_kv_type_k(KvCacheTypeName(options_.kv_types.k));
   r->set_kv_type_v(KvCacheTypeName(options_.kv_types.v));
+  r->set_max_sequences(engine_.max_sequences());
   if (absl::Status s = Send(ready); !s.ok()) return s;
 
   while (!closed_) {

@@ -92,10 +92,6 @@ struct ControlServerOptions {
   std::function<void()> expert_cache_resized;
 };
 
-// Prompt positions a Generate runs per step next to others, unless
-// ubatch_size says otherwise.
-inline constexpr int kBatchedPrefillChunk = 256;
-
 class ControlServer {
  public:
   // `control_fd` (not owned) is a connected SOCK_SEQPACKET socket; `engine`

@@ -97,6 +97,7 @@ absl::StatusOr<CudaWorkerEngine> MakeCudaWorkerEngine(const WorkerOptions& optio
         absl::StrFormat("device '%s' is not cuda:N", options.device));
   }
   cuda.max_ctx = max_ctx;
+  cuda.max_sequences = options.parallel;
   cuda.kv_types = options.kv_types;
   cuda.policy = options.cache_policy;
   cuda.miss_policy = options.miss_policy;
@@ -182,6 +183,7 @@ absl::StatusOr<WorkerEngine> MakeWorkerEngine(const WorkerOptions& options, cons
       out.cache_control = out.host_cache.get();
       EngineOptions engine_options;
       engine_options.max_ctx = max_ctx;
+      engine_options.max_sequences = options.parallel;
       engine_options.n_threads = out.threads;
       engine_options.kv_types = options.kv_types;
       engine_options.weight_pages = options.weight_pages;

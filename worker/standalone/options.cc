@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "generation/generation_batch.h"
 #include "store/store_layout.h"
 #include "store/worker_channel.h"
 
@@ -19,6 +20,7 @@ namespace {
 
 constexpr int kMaxThreads = 1024;
 constexpr int kMaxCtx = 1 << 24;
+constexpr int kMaxParallel = 256;
 constexpr size_t kMaxTokens = size_t{1} << 24;
 
 absl::Status FlagError(std::string_view flag, std::string_view what) {
@@ -83,6 +85,7 @@ constexpr std::string_view kDaemonFlags[] = {store::kWorkerFlagDaemonMode,
                                              "--threads",
                                              "--ctx",
                                              "--ubatch-size",
+                                             "--parallel",
                                              "--cache-type-k",
                                              "--cache-type-v",
                                              "--activations",
@@ -321,6 +324,10 @@ std::vector<Flag> MakeFlags(WorkerOptions& o) {
        [&o](std::string_view f, std::string_view v) {
          return Assign(ParseInt(f, v, 1, kMaxCtx), o.ubatch_size);
        }},
+      {"--parallel", true,
+       [&o](std::string_view f, std::string_view v) {
+         return Assign(ParseInt(f, v, 1, kMaxParallel), o.parallel);
+       }},
       {"--cache-type-k", true,
        [&o](std::string_view f, std::string_view v) {
          return AssignKvCacheType(f, v, o.kv_types.k);
@@ -463,7 +470,7 @@ absl::Status CheckDaemon(const WorkerOptions& o, const std::vector<std::string_v
         std::end(kDaemonFlags)) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "flag %s goes only with --standalone; daemon mode takes --model, --control-socket, "
-          "--worker-index, --device, --threads, --ctx, --ubatch-size, --cache-type-k, "
+          "--worker-index, --device, --threads, --ctx, --ubatch-size, --parallel, --cache-type-k, "
           "--cache-type-v, --activations, --huge-pages, "
           "the routing trace flags and the expert cache flags",
           flag));
@@ -476,6 +483,12 @@ absl::Status CheckDaemon(const WorkerOptions& o, const std::vector<std::string_v
   if (o.device.empty()) return absl::InvalidArgumentError("--daemon needs --device=cpu|cuda:N");
   if (o.model_path.empty()) return absl::InvalidArgumentError("--daemon needs --model=PATH");
   if (absl::Status s = CheckTraceFlagsAgree(o); !s.ok()) return s;
+  if (o.parallel > 1 && (!o.routing_trace_out.empty() || !o.routing_from_trace.empty())) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--parallel %d with a routing trace flag: a trace follows one sequence at a time; "
+        "record or replay it with --parallel 1",
+        o.parallel));
+  }
   return absl::OkStatus();
 }
 
@@ -564,8 +577,8 @@ runs one engine directly on a GGUF file, for scoring, tokenizing and generating.
 
 Usage:
   moetier-worker --daemon --control-socket=PATH --worker-index=N --device=DEV --model=FILE
-                 [--threads N] [--ctx N] [--ubatch-size N] [--cache-type-k T]
-                 [--cache-type-v T] [--activations A]
+                 [--threads N] [--ctx N] [--ubatch-size N] [--parallel N]
+                 [--cache-type-k T] [--cache-type-v T] [--activations A]
                  [--huge-pages MODE] [routing trace flags] [expert cache flags]
   moetier-worker --check-model FILE
   moetier-worker --standalone --model FILE --tokens 1,2,3 --logits-out OUT
@@ -583,6 +596,14 @@ Daemon mode (started by moetierd; the extra flags come from worker_extra_args):
   --model FILE         the GGUF file moetierd serves (hyperparameters and
                        dense weights are read from it; the experts come from
                        the store, which must hold the same model)
+  --parallel N         Generate requests computed together, one engine pass
+                       per token for all of them (default 1, at most %d).
+                       Each holds its own --ctx of KV cache and recurrent
+                       state, allocated at start; a request joins at the next
+                       token, its prompt run %d positions per step (or
+                       --ubatch-size) between the others' tokens. moetierd
+                       sends this worker up to N requests at once. Not with
+                       the routing trace flags
   --threads, --ctx, --ubatch-size, --cache-type-k, --cache-type-v,
   --activations and --huge-pages as below
   (huge pages hold the dense weights only; the experts stay in the store)
@@ -726,7 +747,7 @@ Flags take their value as the next argument or after '='.
 Exit status: 0 success, 1 runtime error (file, model, engine, daemon), 2 usage
 error or, with --check-model, a file this build cannot serve.
 )",
-      store::kMaxWorkers - 1, kDefaultCtx);
+      store::kMaxWorkers - 1, kMaxParallel, kBatchedPrefillChunk, kDefaultCtx);
 }
 
 }  // namespace moetier

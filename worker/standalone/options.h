@@ -65,6 +65,9 @@ struct WorkerOptions {
   WeightPages weight_pages = WeightPages::kAuto;  // --huge-pages
   int ctx = 0;        // 0: min(kDefaultCtx, the model's training context)
   int ubatch_size = 0;  // --ubatch-size: positions per forward call; 0: no limit
+  // --parallel: sequences computed together in daemon mode (each holds its
+  // own --ctx of KV cache and recurrent state).
+  int parallel = 1;
   KvCacheTypes kv_types;  // --cache-type-k, --cache-type-v
   // --activations: q8 (false, the default) or q8x2 (true) for the CPU kernels.
   bool residual_activations = false;
