@@ -239,11 +239,12 @@ TEST_F(FrontDoorTest, CancellingMidStreamFreesTheSequence) {
   EXPECT_TRUE(Generate(daemon_->stub(), Greedy("after", 4)).status.ok());
 }
 
-TEST_F(FrontDoorTest, SixteenConcurrentClientsEachGetTheirSoloOutput) {
+// Sixteen clients at once on `daemon` get what each gets alone.
+void ExpectSixteenConcurrentClientsGetTheirSoloOutput(RunningDaemon& daemon) {
   constexpr int kClients = 16;
   std::vector<Generation> solo(kClients);
   for (int i = 0; i < kClients; ++i) {
-    solo[i] = Generate(daemon_->stub(), Greedy("client " + std::to_string(i), 12));
+    solo[i] = Generate(daemon.stub(), Greedy("client " + std::to_string(i), 12));
     ASSERT_TRUE(solo[i].status.ok()) << solo[i].status.error_message();
   }
   std::vector<Generation> together(kClients);
@@ -252,7 +253,7 @@ TEST_F(FrontDoorTest, SixteenConcurrentClientsEachGetTheirSoloOutput) {
     threads.emplace_back([&, i] {
       // Each client its own channel, as separate processes would have.
       std::shared_ptr<grpc::Channel> channel = grpc::CreateChannel(
-          "unix:" + daemon_->socket_path(), grpc::InsecureChannelCredentials());
+          "unix:" + daemon.socket_path(), grpc::InsecureChannelCredentials());
       std::unique_ptr<v1::Moetier::Stub> stub = v1::Moetier::NewStub(channel);
       together[i] = Generate(*stub, Greedy("client " + std::to_string(i), 12));
     });
@@ -263,6 +264,21 @@ TEST_F(FrontDoorTest, SixteenConcurrentClientsEachGetTheirSoloOutput) {
     EXPECT_EQ(together[i].token_ids, solo[i].token_ids) << "client " << i;
     EXPECT_EQ(together[i].text, solo[i].text) << "client " << i;
   }
+}
+
+TEST_F(FrontDoorTest, SixteenConcurrentClientsEachGetTheirSoloOutput) {
+  ExpectSixteenConcurrentClientsGetTheirSoloOutput(*daemon_);
+}
+
+// The same with a worker that decodes four sequences together (--parallel 4).
+TEST(FrontDoorOwnDaemonTest, SixteenClientsOnABatchingWorkerGetTheirSoloOutput) {
+  std::string error;
+  DaemonSetup setup;
+  setup.model_path = kTinyModel;
+  setup.worker_flags = {"--parallel=4"};
+  std::unique_ptr<RunningDaemon> daemon = RunningDaemon::Start(setup, &error);
+  ASSERT_NE(daemon, nullptr) << error;
+  ExpectSixteenConcurrentClientsGetTheirSoloOutput(*daemon);
 }
 
 TEST_F(FrontDoorTest, LimitsAnswerInvalidArgumentNamingTheLimit) {
