@@ -168,7 +168,8 @@ std::string ExpertCacheLine(const v1::WorkerStatus& w) {
 
 // What one sequence's state takes on a worker: its KV rows per token of
 // context, the whole context's worth, and any recurrent state (live and
-// checkpoint copy, whatever the length).
+// checkpoint copy, whatever the length); and, for a worker that decodes
+// several sequences together, how many it holds and runs.
 std::string SequenceStateLine(const v1::WorkerStatus& w) {
   std::string line = absl::StrFormat(
       "   sequence state: KV %s per token x %d tokens = %s", FormatBytes(w.kv_bytes_per_token()),
@@ -180,6 +181,10 @@ std::string SequenceStateLine(const v1::WorkerStatus& w) {
     absl::StrAppendFormat(&line, "   recurrent %s (+ %s checkpoint)",
                           FormatBytes(w.recurrent_state_bytes()),
                           FormatBytes(w.recurrent_state_bytes()));
+  }
+  if (w.max_sequences() > 1) {
+    absl::StrAppendFormat(&line, "   x %d sequences decoded together, %d running",
+                          w.max_sequences(), w.running_requests());
   }
   return line;
 }

@@ -140,6 +140,8 @@ v1::Status StatusReporter::Build() {
       ws->set_recurrent_state_bytes(sched->recurrent_state_bytes);
       ws->set_kv_type_k(sched->kv_type_k);
       ws->set_kv_type_v(sched->kv_type_v);
+      ws->set_running_requests(sched->running);
+      ws->set_max_sequences(sched->max_sequences);
     }
   }
 

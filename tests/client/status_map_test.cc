@@ -259,12 +259,15 @@ TEST(RenderStatusMapTest, EachWorkerShowsWhatASequencesStateTakes) {
   quantized->set_kv_bytes_per_token(48 * 4 * 2 * 136);
   quantized->set_kv_type_k("q8_0");
   quantized->set_kv_type_v("q8_0");
+  quantized->set_max_sequences(4);
+  quantized->set_running_requests(3);
   const std::string map = RenderStatusMap(status, MapStyle());
   EXPECT_THAT(map, HasSubstr("sequence state: KV 40.0 KiB per token x 262144 tokens = 10.0 GiB   "
                              "recurrent 62.8 MiB (+ 62.8 MiB checkpoint)"));
   EXPECT_THAT(map, HasSubstr("sequence state: KV 96.0 KiB per token x 4096 tokens = 384.0 MiB\n"));
   EXPECT_THAT(map, HasSubstr("sequence state: KV 51.0 KiB per token x 4096 tokens = 204.0 MiB "
-                             "(keys q8_0, values q8_0)\n"));
+                             "(keys q8_0, values q8_0)   x 4 sequences decoded together, 3 "
+                             "running\n"));
   EXPECT_EQ(Count(map, "recurrent"), 1u) << "a model without recurrent layers shows none";
 }
 
