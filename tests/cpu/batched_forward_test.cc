@@ -22,10 +22,14 @@ namespace {
 
 // One request of the simulated run: its prompt, then the tokens it is fed
 // one by one (standing in for sampled ones), and the step it arrives at.
+// With a `start`, its sequence begins by loading that state's first
+// `loaded` positions (a prefix hit) and computes the rest.
 struct Plan {
   std::vector<int32_t> prompt;
   std::vector<int32_t> decode;
   int arrives = 0;
+  const SequenceState* start = nullptr;
+  int loaded = 0;
 };
 
 // What a sequence went through: the length of each call's tokens, and the
@@ -76,7 +80,13 @@ std::vector<Transcript> ServeBatched(ForwardEngine& engine, const std::vector<Pl
       absl::StatusOr<std::unique_ptr<Sequence>> seq = engine.NewSequence();
       EXPECT_TRUE(seq.ok()) << seq.status();
       if (!seq.ok()) return out;
-      running.push_back({next_plan++, *std::move(seq)});
+      const Plan& p = plans[next_plan];
+      if (p.start != nullptr) {
+        const absl::Status loaded = engine.LoadState(**seq, *p.start, p.loaded);
+        EXPECT_TRUE(loaded.ok()) << loaded;
+        if (!loaded.ok()) return out;
+      }
+      running.push_back({next_plan++, *std::move(seq), static_cast<size_t>(p.loaded)});
     }
     if (running.empty()) continue;
     std::vector<std::vector<int32_t>> tokens(running.size());
@@ -109,7 +119,8 @@ std::vector<Transcript> ServeBatched(ForwardEngine& engine, const std::vector<Pl
   return out;
 }
 
-// `plan` alone on a fresh sequence of `engine`, cut into the same calls.
+// `plan` alone on a fresh sequence of `engine`, cut into the same calls
+// (a first call of the prefix a plan loads, then the batched run's).
 Transcript ServeAlone(ForwardEngine& engine, const Plan& plan, const std::vector<int>& chunks) {
   Transcript out;
   std::vector<int32_t> all = plan.prompt;
@@ -157,10 +168,13 @@ void ExpectBatchedEqualsAlone(const Model& model, const std::vector<Plan>& plans
   for (size_t i = 0; i < plans.size(); ++i) {
     SCOPED_TRACE(absl::StrFormat("plan %d (%d prompt + %d decode tokens)", i,
                                  plans[i].prompt.size(), plans[i].decode.size()));
-    const Transcript solo = ServeAlone(*alone, plans[i], batched[i].chunks);
-    ASSERT_EQ(solo.rows.size(), batched[i].rows.size());
-    for (size_t r = 0; r < solo.rows.size(); ++r) {
-      EXPECT_TRUE(SameBits(solo.rows[r], batched[i].rows[r])) << "call " << r;
+    std::vector<int> chunks = batched[i].chunks;
+    const size_t skipped = plans[i].loaded > 0 ? 1 : 0;
+    if (skipped > 0) chunks.insert(chunks.begin(), plans[i].loaded);
+    const Transcript solo = ServeAlone(*alone, plans[i], chunks);
+    ASSERT_EQ(solo.rows.size(), batched[i].rows.size() + skipped);
+    for (size_t r = 0; r < batched[i].rows.size(); ++r) {
+      EXPECT_TRUE(SameBits(solo.rows[r + skipped], batched[i].rows[r])) << "call " << r;
     }
   }
 }
@@ -189,6 +203,44 @@ TEST_P(BatchedForwardTest, PassesSplitByASmallBatchChangeNothing) {
   std::unique_ptr<CpuEngine> engine = Engine(m->model, 6, /*max_batch=*/4);
   ASSERT_NE(engine, nullptr);
   ExpectBatchedEqualsAlone(m->model, plans, ServeBatched(*engine, plans, /*chunk=*/7));
+}
+
+// Prefix hits: plans whose prompts begin with a shared start load its state,
+// copied from a sequence that computed it, and run the rest batched; they
+// get their solo logits bit for bit. Attention-only models also load a
+// shorter part of the state (a prompt that forks inside the start); a
+// recurrent model's state serves its own length only.
+TEST_P(BatchedForwardTest, PrefixHitsGetTheirSoloLogits) {
+  std::unique_ptr<testing::VectorsModel> m = testing::LoadVectorsModel(GetParam());
+  ASSERT_NE(m, nullptr);
+  const bool recurrent = SequenceStateSizeOf(m->model).recurrent_bytes > 0;
+  constexpr int kShared = 12;
+  const std::vector<int32_t> shared(m->ids.begin(), m->ids.begin() + kShared);
+  for (const int width : {1, 3, 8}) {
+    SCOPED_TRACE(absl::StrFormat("%d sequences at once", width));
+    std::unique_ptr<CpuEngine> engine = Engine(m->model, width, 256);
+    ASSERT_NE(engine, nullptr);
+    std::unique_ptr<SequenceState> start;
+    {
+      absl::StatusOr<std::unique_ptr<Sequence>> seq = engine->NewSequence();
+      ASSERT_TRUE(seq.ok()) << seq.status();
+      ASSERT_TRUE(engine->Forward(**seq, shared, LogitRows::kNone, nullptr).ok());
+      absl::StatusOr<std::unique_ptr<SequenceState>> copied = engine->CopyState(**seq);
+      ASSERT_TRUE(copied.ok()) << copied.status();
+      start = *std::move(copied);
+    }
+    std::vector<Plan> plans = Plans(m->ids, width + 3);
+    for (size_t i = 0; i < plans.size(); ++i) {
+      Plan& p = plans[i];
+      if (i % 3 == 2) continue;  // a miss among the hits
+      p.loaded = recurrent || i % 3 == 0 ? kShared : 5 + static_cast<int>(i) % 6;
+      std::vector<int32_t> prompt(shared.begin(), shared.begin() + p.loaded);
+      prompt.insert(prompt.end(), p.prompt.begin(), p.prompt.end());
+      p.prompt = std::move(prompt);
+      p.start = start.get();
+    }
+    ExpectBatchedEqualsAlone(m->model, plans, ServeBatched(*engine, plans, /*chunk=*/5));
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Vectors, BatchedForwardTest,

@@ -91,6 +91,8 @@ class CpuEngine final : public ForwardEngine {
   absl::Status ForwardMany(std::span<const SequenceStep> steps) override;
   absl::Status SaveCheckpoint(Sequence& seq) override;
   absl::Status RestoreCheckpoint(Sequence& seq) override;
+  absl::StatusOr<std::unique_ptr<SequenceState>> CopyState(const Sequence& seq) override;
+  absl::Status LoadState(Sequence& seq, const SequenceState& state, int length) override;
   absl::StatusOr<int32_t> Sample(Sampler& sampler) override;
   absl::StatusOr<std::span<const float>> LastLogitsRow() override;
   int n_vocab() const override { return hp_.n_vocab; }

@@ -53,6 +53,17 @@ inline absl::Status CheckDistinctSequences(std::span<const SequenceStep> steps) 
   return absl::OkStatus();
 }
 
+// A copy of one sequence's state, held apart from the engine's slots so
+// that another sequence can start from it (generation/prefix_pool.h keeps
+// them): the KV rows of every attention layer below length() and the
+// recurrent state at length(). Only the engine that made it can load it.
+class SequenceState {
+ public:
+  virtual ~SequenceState() = default;
+  virtual int length() const = 0;
+  virtual uint64_t bytes() const = 0;  // memory it holds
+};
+
 class ForwardEngine {
  public:
   virtual ~ForwardEngine() = default;
@@ -105,6 +116,21 @@ class ForwardEngine {
   // and the recurrent state is the saved one. The checkpoint stays.
   // FailedPrecondition when the sequence has none.
   virtual absl::Status RestoreCheckpoint(Sequence& seq) = 0;
+
+  // A copy of `seq`'s state at its current length (>= 1), in host memory.
+  // Unimplemented where the backend cannot copy state out.
+  virtual absl::StatusOr<std::unique_ptr<SequenceState>> CopyState(const Sequence& seq) {
+    (void)seq;
+    return absl::UnimplementedError("this engine cannot copy a sequence's state");
+  }
+  // Makes `seq` hold `state`'s first `length` positions (1 <= length <=
+  // state.length()): its length becomes `length` and it has no checkpoint.
+  // Recurrent layers hold their state only at state.length(), so with them
+  // a shorter length is InvalidArgument (as is another engine's state).
+  virtual absl::Status LoadState(Sequence& seq, const SequenceState& state, int length) {
+    (void)seq, (void)state, (void)length;
+    return absl::UnimplementedError("this engine cannot load a sequence's state");
+  }
 
   // The next token, drawn by `sampler` (its settings, generator and penalty
   // window) from the last logits row of the most recent successful Forward,
