@@ -51,4 +51,10 @@ absl::Status CacheStatusEngine::Forward(Sequence& seq, std::span<const int32_t> 
   return status;
 }
 
+absl::Status CacheStatusEngine::ForwardMany(std::span<const SequenceStep> steps) {
+  absl::Status status = engine_.ForwardMany(steps);
+  PublishExpertCacheStatus(cache_, page_);
+  return status;
+}
+
 }  // namespace moetier

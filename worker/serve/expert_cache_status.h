@@ -31,9 +31,16 @@ class CacheStatusEngine final : public ForwardEngine {
   }
   absl::Status Forward(Sequence& seq, std::span<const int32_t> tokens, LogitRows host_rows,
                        float* host_logits) override;
+  absl::Status ForwardMany(std::span<const SequenceStep> steps) override;
   absl::Status SaveCheckpoint(Sequence& seq) override { return engine_.SaveCheckpoint(seq); }
   absl::Status RestoreCheckpoint(Sequence& seq) override {
     return engine_.RestoreCheckpoint(seq);
+  }
+  absl::StatusOr<std::unique_ptr<SequenceState>> CopyState(const Sequence& seq) override {
+    return engine_.CopyState(seq);
+  }
+  absl::Status LoadState(Sequence& seq, const SequenceState& state, int length) override {
+    return engine_.LoadState(seq, state, length);
   }
   absl::StatusOr<int32_t> Sample(Sampler& sampler) override { return engine_.Sample(sampler); }
   absl::StatusOr<std::span<const float>> LastLogitsRow() override {
