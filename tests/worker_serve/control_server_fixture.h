@@ -86,6 +86,12 @@ class GatedEngine final : public ForwardEngine {
   bool in_forward() const { return in_forward_.load() > 0; }
   absl::Status SaveCheckpoint(Sequence& seq) override { return inner_.SaveCheckpoint(seq); }
   absl::Status RestoreCheckpoint(Sequence& seq) override { return inner_.RestoreCheckpoint(seq); }
+  absl::StatusOr<std::unique_ptr<SequenceState>> CopyState(const Sequence& seq) override {
+    return inner_.CopyState(seq);
+  }
+  absl::Status LoadState(Sequence& seq, const SequenceState& state, int length) override {
+    return inner_.LoadState(seq, state, length);
+  }
   absl::StatusOr<int32_t> Sample(Sampler& sampler) override { return inner_.Sample(sampler); }
   absl::StatusOr<std::span<const float>> LastLogitsRow() override {
     return inner_.LastLogitsRow();

@@ -209,6 +209,13 @@ TEST(DaemonModeFailureTest, BadFlagsAndDevicesExitWithOneLine) {
       {{"--standalone", "--worker-index=0", "--model", model, "--tokenize", "x"},
        2,
        "--worker-index goes only with --daemon"},
+      {{"--standalone", "--prefix-cache-mib=64", "--model", model, "--tokenize", "x"},
+       2,
+       "--prefix-cache-mib goes only with --daemon"},
+      {{"--daemon", socket, "--worker-index=0", "--device=cpu", "--model=" + model,
+        "--prefix-cache-mib=-1"},
+       2,
+       "--prefix-cache-mib"},
       {{"--daemon", "--standalone", socket, "--worker-index=0", "--device=cpu", "--model=" + model},
        2,
        "exclude each other"},
@@ -233,7 +240,8 @@ TEST(DaemonModeFailureTest, HelpDocumentsDaemonMode) {
   EXPECT_EQ(WaitExit(pid, kTimeoutMs), 0);
   const std::string text = ReadFile(out);
   for (const char* flag : {"--daemon", "--control-socket", "--worker-index", "--device", "cuda:N",
-                           "--standalone", "--threads", "--ctx", "--huge-pages"}) {
+                           "--standalone", "--threads", "--ctx", "--huge-pages", "--parallel",
+                           "--prefix-cache-mib"}) {
     EXPECT_THAT(text, HasSubstr(flag));
   }
 }

@@ -53,6 +53,7 @@ void GenerationBatch::Add(BatchedGeneration request, std::unique_ptr<Sequence> s
                 seq->length() < static_cast<int>(request.prompt.size()));
   MOETIER_CHECK(request.checkpoint_position >= 0 &&
                 request.checkpoint_position <= static_cast<int>(request.prompt.size()));
+  MOETIER_CHECK(std::is_sorted(request.store_positions.begin(), request.store_positions.end()));
   auto m = std::make_unique<Member>(std::move(request), std::move(seq), engine_.n_vocab());
   m->result.prompt_reused = m->seq->length();
   members_.push_back(std::move(m));
@@ -137,7 +138,13 @@ absl::Status GenerationBatch::Step(GenerationEvents& events) {
     std::span<const int32_t> tokens;
     if (!m->prefilled()) {
       const int checkpoint = m->request.checkpoint_position;
-      const int end = checkpoint > length ? checkpoint : m->n_prompt();
+      int end = checkpoint > length ? checkpoint : m->n_prompt();
+      for (const int position : m->request.store_positions) {
+        if (position > length) {
+          end = std::min(end, position);
+          break;
+        }
+      }
       const int take = std::min(prefill_chunk_, end - length);
       tokens = std::span<const int32_t>(m->request.prompt).subspan(static_cast<size_t>(length),
                                                                     static_cast<size_t>(take));
@@ -170,6 +177,12 @@ absl::Status GenerationBatch::Step(GenerationEvents& events) {
         if (absl::Status e = Finish(i, StopReason::kError, events); !e.ok()) return e;
         continue;
       }
+    }
+    const std::vector<int>& stores = m.request.store_positions;
+    if (m.result.generated == 0 && std::binary_search(stores.begin(), stores.end(), length)) {
+      events.OnPrefixComputed(m.request.id, *m.seq,
+                              std::span<const int32_t>(m.request.prompt).first(
+                                  static_cast<size_t>(length)));
     }
     if (!m.wants_row) {
       ++i;

@@ -1,8 +1,8 @@
 // Continuous batching: the Generate requests a worker computes at once, as
 // one ForwardEngine::ForwardMany per step. Each step gives every member its
 // next tokens: a member still in its prompt its next chunk (at most
-// prefill_chunk positions, stopping at its checkpoint position), a decoding
-// member the token it sampled last. A member joins at the next step after
+// prefill_chunk positions, stopping at its checkpoint and store
+// positions), a decoding member the token it sampled last. A member joins at the next step after
 // Add and leaves in the step it finishes (stop token, token limit, full
 // context, cancel), so nobody waits for anybody's whole request: a new
 // prompt's time to first token is bounded by its chunks, and the running
@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -40,6 +41,9 @@ struct BatchedGeneration {
   std::vector<int32_t> stop_ids;  // sorted ascending
   // As GenerationRequest: where the checkpoint is saved, 0: none.
   int checkpoint_position = 0;
+  // Prompt positions, ascending, where the prefill stops and the events'
+  // OnPrefixComputed sees the state (generation/prefix_pool.h).
+  std::vector<int> store_positions;
   int top_logprobs = -1;  // as GenerationRequest
   SamplingParams sampling;
 };
@@ -55,6 +59,11 @@ class GenerationEvents {
   // sequence and the tokens its positions hold (the prompt and every
   // sampled token, the last possibly never fed back), for a caller that
   // keeps it (generation/retained_sequence.h). An error ends the Step.
+  // The member `id` has computed `prefix`, the start of its prompt, at one
+  // of its store_positions: `seq` holds it, to be copied now.
+  virtual void OnPrefixComputed(uint64_t id, const Sequence& seq, std::span<const int32_t> prefix) {
+    (void)id, (void)seq, (void)prefix;
+  }
   virtual absl::Status OnFinished(uint64_t id, const GenerationResult& result,
                                   std::unique_ptr<Sequence> seq, std::vector<int32_t> tokens) = 0;
 };

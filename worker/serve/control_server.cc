@@ -62,6 +62,7 @@ ControlServer::ControlServer(int control_fd, ForwardEngine& engine,
       engine_(engine),
       options_(options),
       n_vocab_(engine.n_vocab()),
+      prefix_pool_(options.prefix_cache_bytes, options.state_size.recurrent_bytes > 0),
       batch_(engine, options.ubatch_size > 0      ? options.ubatch_size
                      : engine.max_sequences() > 1 ? kBatchedPrefillChunk
                                                   : engine.max_ctx()),
@@ -212,6 +213,11 @@ class ControlServer::BatchReplies final : public GenerationEvents {
   absl::Status OnToken(uint64_t id, int32_t token, bool is_stop, double latency_ms,
                        const TokenLogprobs* logprobs) override {
     return server_.SendToken(id, token, is_stop, latency_ms, logprobs);
+  }
+  void OnPrefixComputed(uint64_t id, const Sequence& seq,
+                        std::span<const int32_t> prefix) override {
+    (void)id;
+    server_.StorePrefix(seq, prefix);
   }
   absl::Status OnFinished(uint64_t id, const GenerationResult& result,
                           std::unique_ptr<Sequence> seq, std::vector<int32_t> tokens) override {
@@ -399,6 +405,15 @@ absl::Status ControlServer::StartGenerate(uint64_t id, const control_v1::Generat
   int reused = 0;
   absl::StatusOr<std::unique_ptr<Sequence>> seq = retained_.TakeFor(engine_, prompt, &reused);
   if (!seq.ok()) return SendError(id, seq.status());
+  if (prefix_pool_.UsableLength(prompt) > reused) {
+    absl::StatusOr<int> loaded = prefix_pool_.LoadInto(engine_, **seq, prompt);
+    if (loaded.ok()) {
+      reused = *loaded;
+    } else {
+      LogPrefixPoolError("loading a kept prompt start", loaded.status());
+    }
+  }
+  const int checkpoint_position = CheckpointPosition(request);
 
   // The values are the daemon's, checked at its front door: used as sent.
   BatchedGeneration generation{
@@ -407,12 +422,29 @@ absl::Status ControlServer::StartGenerate(uint64_t id, const control_v1::Generat
       .max_new_tokens = request.max_new_tokens(),
       .stop_ids = std::vector<int32_t>(request.stop_token_ids().begin(),
                                        request.stop_token_ids().end()),
-      .checkpoint_position = CheckpointPosition(request),
+      .checkpoint_position = checkpoint_position,
+      .store_positions = prefix_pool_.PlanStores(prompt, reused, checkpoint_position),
       .top_logprobs = request.has_top_logprobs() ? request.top_logprobs() : -1,
       .sampling = *params};
   std::sort(generation.stop_ids.begin(), generation.stop_ids.end());
   batch_.Add(std::move(generation), *std::move(seq));
   return absl::OkStatus();
+}
+
+void ControlServer::StorePrefix(const Sequence& seq, std::span<const int32_t> prefix) {
+  absl::Status s = prefix_pool_.Store(engine_, seq, prefix);
+  if (s.ok()) return;
+  LogPrefixPoolError("keeping a prompt start", s);
+  // An engine that cannot copy state never will.
+  if (absl::IsUnimplemented(s)) prefix_pool_.Disable();
+}
+
+void ControlServer::LogPrefixPoolError(const char* doing, const absl::Status& status) {
+  if (options_.log == nullptr) return;
+  std::fprintf(options_.log, "moetier-worker: %s for shared prompts failed (%s)%s\n", doing,
+               std::string(status.message()).c_str(),
+               absl::IsUnimplemented(status) ? "; the prefix cache is off" : "");
+  std::fflush(options_.log);
 }
 
 int ControlServer::CheckpointPosition(const control_v1::GenerateRequest& request) const {

@@ -6,7 +6,8 @@
 //   Score    -> LogitsChunk replies (the row-major logits of every position,
 //               kLogitsChunkFloats floats per chunk), then Done(STOP_COMPLETE)
 //   Generate -> prefill (continuing the last Generate's sequence where the
-//               prompt starts with its tokens: generation/retained_sequence.h),
+//               prompt starts with its tokens: generation/retained_sequence.h,
+//               or from a kept state of a shared start: generation/prefix_pool.h),
 //               then one TokenReply per sampled token until a stop token
 //               (sent, flagged), max_new_tokens, a full context or a Cancel,
 //               then Done with counts (cached_prompt_tokens: not computed)
@@ -50,6 +51,7 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -58,6 +60,7 @@
 #include "cache/expert_cache_control.h"
 #include "engine/forward_engine.h"
 #include "generation/generation_batch.h"
+#include "generation/prefix_pool.h"
 #include "generation/retained_sequence.h"
 #include "moetier/worker/v1/control.pb.h"
 #include "request/stop_reason.h"
@@ -82,6 +85,9 @@ struct ControlServerOptions {
   // long prompt does not stall the others' decoding). Results agree within
   // rounding either way.
   int ubatch_size = 0;
+  // The most bytes the states of shared prompt starts take
+  // (generation/prefix_pool.h); 0 keeps none.
+  uint64_t prefix_cache_bytes = 0;
   // Where notes about malformed datagrams go, and resizes; null: nowhere.
   std::FILE* log = nullptr;
   // What ResizeExpertCache resizes (not owned; outlives the server); null
@@ -125,6 +131,9 @@ class ControlServer {
   // Takes queued requests in order while they can start: Generates while
   // the batch has room, anything else only when no Generate is running.
   absl::Status Admit();
+  // Copies a member's state at one of its store positions into the pool.
+  void StorePrefix(const Sequence& seq, std::span<const int32_t> prefix);
+  void LogPrefixPoolError(const char* doing, const absl::Status& status);
   // Where the running Generate saves its sequence's checkpoint.
   int CheckpointPosition(const control_v1::GenerateRequest& request) const;
   absl::Status ResizeExpertCache(uint64_t id, const control_v1::ResizeExpertCacheRequest& request);
@@ -149,6 +158,7 @@ class ControlServer {
   bool cancel_running_ = false;
   std::atomic<uint64_t> requests_finished_{0};
   RetainedSequence retained_;  // the last Generate's sequence, for a follow-up
+  PrefixPool prefix_pool_;     // states of prompt starts, for any later prompt
   GenerationBatch batch_;      // the Generates being computed
   class BatchReplies;          // GenerationEvents: replies on this channel
 

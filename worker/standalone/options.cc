@@ -21,6 +21,7 @@ namespace {
 constexpr int kMaxThreads = 1024;
 constexpr int kMaxCtx = 1 << 24;
 constexpr int kMaxParallel = 256;
+constexpr int kMaxPrefixCacheMib = 1 << 20;
 constexpr size_t kMaxTokens = size_t{1} << 24;
 
 absl::Status FlagError(std::string_view flag, std::string_view what) {
@@ -86,6 +87,7 @@ constexpr std::string_view kDaemonFlags[] = {store::kWorkerFlagDaemonMode,
                                              "--ctx",
                                              "--ubatch-size",
                                              "--parallel",
+                                             "--prefix-cache-mib",
                                              "--cache-type-k",
                                              "--cache-type-v",
                                              "--activations",
@@ -124,7 +126,8 @@ absl::StatusOr<ExpertCacheSize> ParseCacheSize(std::string_view flag, std::strin
 
 // The flags only daemon mode accepts.
 constexpr std::string_view kDaemonOnlyFlags[] = {
-    store::kWorkerFlagDaemonMode, store::kWorkerFlagControlSocket, store::kWorkerFlagWorkerIndex};
+    store::kWorkerFlagDaemonMode, store::kWorkerFlagControlSocket, store::kWorkerFlagWorkerIndex,
+    "--prefix-cache-mib"};
 
 struct Flag {
   std::string_view name;  // as typed, with its dashes
@@ -328,6 +331,10 @@ std::vector<Flag> MakeFlags(WorkerOptions& o) {
        [&o](std::string_view f, std::string_view v) {
          return Assign(ParseInt(f, v, 1, kMaxParallel), o.parallel);
        }},
+      {"--prefix-cache-mib", true,
+       [&o](std::string_view f, std::string_view v) {
+         return Assign(ParseInt(f, v, 0, kMaxPrefixCacheMib), o.prefix_cache_mib);
+       }},
       {"--cache-type-k", true,
        [&o](std::string_view f, std::string_view v) {
          return AssignKvCacheType(f, v, o.kv_types.k);
@@ -470,7 +477,8 @@ absl::Status CheckDaemon(const WorkerOptions& o, const std::vector<std::string_v
         std::end(kDaemonFlags)) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "flag %s goes only with --standalone; daemon mode takes --model, --control-socket, "
-          "--worker-index, --device, --threads, --ctx, --ubatch-size, --parallel, --cache-type-k, "
+          "--worker-index, --device, --threads, --ctx, --ubatch-size, --parallel, "
+          "--prefix-cache-mib, --cache-type-k, "
           "--cache-type-v, --activations, --huge-pages, "
           "the routing trace flags and the expert cache flags",
           flag));
@@ -578,6 +586,7 @@ runs one engine directly on a GGUF file, for scoring, tokenizing and generating.
 Usage:
   moetier-worker --daemon --control-socket=PATH --worker-index=N --device=DEV --model=FILE
                  [--threads N] [--ctx N] [--ubatch-size N] [--parallel N]
+                 [--prefix-cache-mib N]
                  [--cache-type-k T] [--cache-type-v T] [--activations A]
                  [--huge-pages MODE] [routing trace flags] [expert cache flags]
   moetier-worker --check-model FILE
@@ -604,6 +613,15 @@ Daemon mode (started by moetierd; the extra flags come from worker_extra_args):
                        --ubatch-size) between the others' tokens. moetierd
                        sends this worker up to N requests at once. Not with
                        the routing trace flags
+  --prefix-cache-mib N keep up to N MiB (default %d; 0: none) of copied
+                       sequence states, so that a prompt starting with the
+                       same tokens as an earlier one (a system prompt, tool
+                       definitions, another conversation's history) computes
+                       only the rest, even while others run; the least
+                       recently used go first. A model with recurrent layers
+                       keeps a state where prompts fork and at each prompt's
+                       checkpoint; attention-only models keep whole prompts.
+                       The Done's cached_prompt_tokens counts what was reused
   --threads, --ctx, --ubatch-size, --cache-type-k, --cache-type-v,
   --activations and --huge-pages as below
   (huge pages hold the dense weights only; the experts stay in the store)
@@ -747,7 +765,8 @@ Flags take their value as the next argument or after '='.
 Exit status: 0 success, 1 runtime error (file, model, engine, daemon), 2 usage
 error or, with --check-model, a file this build cannot serve.
 )",
-      store::kMaxWorkers - 1, kMaxParallel, kBatchedPrefillChunk, kDefaultCtx);
+      store::kMaxWorkers - 1, kMaxParallel, kBatchedPrefillChunk, kDefaultPrefixCacheMib,
+      kDefaultCtx);
 }
 
 }  // namespace moetier

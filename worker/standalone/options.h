@@ -39,6 +39,9 @@ struct ExpertCacheSize {
   double value = 0;
 };
 
+// The default --prefix-cache-mib.
+inline constexpr int kDefaultPrefixCacheMib = 1024;
+
 struct WorkerOptions {
   bool help = false;
   bool standalone = false;
@@ -68,6 +71,8 @@ struct WorkerOptions {
   // --parallel: sequences computed together in daemon mode (each holds its
   // own --ctx of KV cache and recurrent state).
   int parallel = 1;
+  // --prefix-cache-mib: the budget of generation/prefix_pool.h (daemon mode).
+  int prefix_cache_mib = kDefaultPrefixCacheMib;
   KvCacheTypes kv_types;  // --cache-type-k, --cache-type-v
   // --activations: q8 (false, the default) or q8x2 (true) for the CPU kernels.
   bool residual_activations = false;
