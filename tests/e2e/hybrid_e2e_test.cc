@@ -3,10 +3,13 @@
 // daemon, its store and a CPU worker: every expert cache size, miss policy
 // and prefetch setting gives the same greedy tokens and Score logits as no
 // cache; a chat's next turn computes only its new tokens (the stats say
-// how many were cached); the status names what a sequence's state takes;
+// how many were cached), and conversations sharing a system prompt reuse
+// its state from the prefix cache; the status names what a sequence's state takes;
 // and a restarted worker finds the store as it was.
 #include <signal.h>
 #include <unistd.h>
+
+#include <algorithm>
 
 #include <memory>
 #include <string>
@@ -145,52 +148,76 @@ class HybridDaemonTest : public ::testing::Test {
   std::unique_ptr<RunningDaemon> daemon_;
 };
 
-TEST_F(HybridDaemonTest, ANextTurnComputesOnlyItsNewTokens) {
+// A first turn, its next turn (computed from the kept sequence: all but
+// the reply's last token, sampled and never fed back, and the new message),
+// an unrelated prompt that takes the worker's only sequence, then the
+// second turn again. That one comes from the prefix cache's copy of the
+// second turn's prompt when the worker has one, or is computed from
+// scratch; the tokens are the same either way.
+void ExpectNextTurnsReuse(RunningDaemon& daemon, bool prefix_cache) {
   const std::vector<int32_t> prompt = {11, 22, 33, 44, 55, 66, 77, 88, 99};
-  const Generation first = Generate(daemon_->stub(), Greedy(prompt, 8));
-  ASSERT_TRUE(first.status.ok()) << first.status.error_message() << daemon_->Log();
+  const Generation first = Generate(daemon.stub(), Greedy(prompt, 8));
+  ASSERT_TRUE(first.status.ok()) << first.status.error_message() << daemon.Log();
   ASSERT_EQ(first.token_ids.size(), 8u);
   EXPECT_EQ(first.stats.cached_prompt_tokens(), 0);
   std::vector<int32_t> next = prompt;
   next.insert(next.end(), first.token_ids.begin(), first.token_ids.end());
   for (int32_t t : {101, 102, 103, 104}) next.push_back(t);
-  const Generation second = Generate(daemon_->stub(), Greedy(next, 8));
+  const Generation second = Generate(daemon.stub(), Greedy(next, 8));
   ASSERT_TRUE(second.status.ok()) << second.status.error_message();
   EXPECT_EQ(second.stats.prompt_tokens(), static_cast<int>(next.size()));
-  // All but the reply's last token (sampled, never fed back) and the new message.
   EXPECT_EQ(second.stats.cached_prompt_tokens(), static_cast<int>(prompt.size()) + 8 - 1);
 
-  // An unrelated prompt takes the worker's only sequence; the same second
-  // turn computed from scratch gives the same tokens.
-  ASSERT_TRUE(Generate(daemon_->stub(), Greedy({7, 8, 9}, 2)).status.ok());
-  const Generation fresh = Generate(daemon_->stub(), Greedy(next, 8));
-  ASSERT_TRUE(fresh.status.ok());
-  EXPECT_EQ(fresh.stats.cached_prompt_tokens(), 0);
-  EXPECT_EQ(fresh.token_ids, second.token_ids);
+  ASSERT_TRUE(Generate(daemon.stub(), Greedy({7, 8, 9}, 2)).status.ok());
+  const Generation again = Generate(daemon.stub(), Greedy(next, 8));
+  ASSERT_TRUE(again.status.ok());
+  // The kept state is the second turn's checkpoint: all but its last token.
+  EXPECT_EQ(again.stats.cached_prompt_tokens(),
+            prefix_cache ? static_cast<int>(next.size()) - 1 : 0);
+  EXPECT_EQ(again.token_ids, second.token_ids);
+}
+
+TEST_F(HybridDaemonTest, ANextTurnComputesOnlyItsNewTokens) {
+  ExpectNextTurnsReuse(*daemon_, /*prefix_cache=*/true);
+}
+
+TEST(HybridE2eTest, WithoutAPrefixCacheATurnComesBackFromScratch) {
+  const std::string model = VectorPath("qwen35moe-tiny-f32.gguf");
+  std::unique_ptr<RunningDaemon> daemon = StartDaemon(model, {"--prefix-cache-mib=0"});
+  ASSERT_NE(daemon, nullptr);
+  ExpectNextTurnsReuse(*daemon, /*prefix_cache=*/false);
+}
+
+// The token ids of `request`'s messages in the model's chat template, with
+// or without the generation prompt.
+std::vector<int32_t> RenderedIds(const std::string& model, const v1::ChatRequest& request,
+                                 bool add_generation_prompt) {
+  absl::StatusOr<std::unique_ptr<GgufModel>> gguf = GgufModel::Open(model);
+  EXPECT_TRUE(gguf.ok()) << gguf.status();
+  if (!gguf.ok()) return {};
+  absl::StatusOr<Tokenizer> tokenizer = Tokenizer::FromGgufMetadata((*gguf)->metadata());
+  EXPECT_TRUE(tokenizer.ok()) << tokenizer.status();
+  if (!tokenizer.ok()) return {};
+  absl::StatusOr<ChatTemplate> chat_template = ChatTemplate::ForTokenizer(*tokenizer);
+  EXPECT_TRUE(chat_template.ok()) << chat_template.status();
+  if (!chat_template.ok()) return {};
+  std::vector<ChatMessage> messages;
+  for (const v1::ChatMessage& m : request.messages()) messages.push_back({m.role(), m.content()});
+  ChatRenderOptions options;
+  options.add_generation_prompt = add_generation_prompt;
+  absl::StatusOr<std::string> text = chat_template->Render(messages, options);
+  EXPECT_TRUE(text.ok()) << text.status();
+  if (!text.ok()) return {};
+  absl::StatusOr<std::vector<int32_t>> ids = tokenizer->Encode(*text, true, true);
+  EXPECT_TRUE(ids.ok()) << ids.status();
+  return ids.ok() ? *std::move(ids) : std::vector<int32_t>{};
 }
 
 // How many tokens `messages` take in the model's chat template without the
 // generation prompt: where the next turn departs from this one.
 int HistoryTokens(const std::string& model, const v1::ChatRequest& request) {
-  absl::StatusOr<std::unique_ptr<GgufModel>> gguf = GgufModel::Open(model);
-  EXPECT_TRUE(gguf.ok()) << gguf.status();
-  if (!gguf.ok()) return -1;
-  absl::StatusOr<Tokenizer> tokenizer = Tokenizer::FromGgufMetadata((*gguf)->metadata());
-  EXPECT_TRUE(tokenizer.ok()) << tokenizer.status();
-  if (!tokenizer.ok()) return -1;
-  absl::StatusOr<ChatTemplate> chat_template = ChatTemplate::ForTokenizer(*tokenizer);
-  EXPECT_TRUE(chat_template.ok()) << chat_template.status();
-  if (!chat_template.ok()) return -1;
-  std::vector<ChatMessage> messages;
-  for (const v1::ChatMessage& m : request.messages()) messages.push_back({m.role(), m.content()});
-  ChatRenderOptions options;
-  options.add_generation_prompt = false;
-  absl::StatusOr<std::string> text = chat_template->Render(messages, options);
-  EXPECT_TRUE(text.ok()) << text.status();
-  if (!text.ok()) return -1;
-  absl::StatusOr<std::vector<int32_t>> ids = tokenizer->Encode(*text, true, true);
-  EXPECT_TRUE(ids.ok()) << ids.status();
-  return ids.ok() ? static_cast<int>(ids->size()) : -1;
+  const std::vector<int32_t> ids = RenderedIds(model, request, false);
+  return ids.empty() ? -1 : static_cast<int>(ids.size());
 }
 
 TEST_F(HybridDaemonTest, AChatsSecondTurnReusesTheFirstTurnsPrompt) {
@@ -225,6 +252,44 @@ TEST_F(HybridDaemonTest, AChatsSecondTurnReusesTheFirstTurnsPrompt) {
   ASSERT_TRUE(regenerated.status.ok());
   EXPECT_EQ(regenerated.stats.cached_prompt_tokens(), HistoryTokens(model_, turn2));
   EXPECT_EQ(regenerated.text, second.text);
+}
+
+// Conversations that begin with the same system prompt: the second one
+// computes everything (there was no state where the two fork) and keeps
+// the state at the fork, and every later one starts from there.
+TEST_F(HybridDaemonTest, ConversationsSharingASystemPromptReuseIt) {
+  const std::string system =
+      "You are a careful assistant for a shipping company. Answer in one short sentence, "
+      "name the port you mean, and never invent a schedule you were not given.";
+  auto request_for = [&](const std::string& question) {
+    v1::ChatRequest request;
+    v1::ChatMessage* s = request.add_messages();
+    s->set_role("system");
+    s->set_content(system);
+    v1::ChatMessage* u = request.add_messages();
+    u->set_role("user");
+    u->set_content(question);
+    request.set_max_new_tokens(4);
+    request.mutable_sampling()->set_temperature(0.0f);
+    return request;
+  };
+  const v1::ChatRequest ra = request_for("Where does the ferry leave?");
+  const v1::ChatRequest rb = request_for("How heavy can a parcel be?");
+  const v1::ChatRequest rc = request_for("Is Tuesday a holiday?");
+  const Generation a = Chat(daemon_->stub(), ra);
+  const Generation b = Chat(daemon_->stub(), rb);
+  const Generation c = Chat(daemon_->stub(), rc);
+  ASSERT_TRUE(a.status.ok() && b.status.ok() && c.status.ok()) << daemon_->Log();
+  EXPECT_EQ(a.stats.cached_prompt_tokens(), 0);
+  EXPECT_EQ(b.stats.cached_prompt_tokens(), 0);
+  const std::vector<int32_t> ids_a = RenderedIds(model_, ra, true);
+  const std::vector<int32_t> ids_b = RenderedIds(model_, rb, true);
+  const int fork = static_cast<int>(
+      std::mismatch(ids_a.begin(), ids_a.end(), ids_b.begin(), ids_b.end()).first -
+      ids_a.begin());
+  EXPECT_GT(fork, 30) << "the system prompt is shared";
+  EXPECT_EQ(c.stats.cached_prompt_tokens(), fork);
+  EXPECT_LT(c.stats.cached_prompt_tokens(), c.stats.prompt_tokens()) << "the question is new";
 }
 
 TEST_F(HybridDaemonTest, StatusShowsWhatASequencesStateTakes) {
