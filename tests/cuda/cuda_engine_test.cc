@@ -563,6 +563,61 @@ TEST_F(CudaEngineTest, RestoringACheckpointRewindsTheSequence) {
   }
 }
 
+// A state copied to the host at 9 positions and loaded into another slot
+// (after that slot ran other tokens) continues bit for bit as the original
+// sequence; an attention-only model also loads a shorter start, a hybrid
+// one refuses to.
+TEST_F(CudaEngineTest, ALoadedStateContinuesAsTheOriginal) {
+  for (const char* name : {"tiny-q8_0", "small-q4_k_m", "qwen35moe-tiny-f32"}) {
+    SCOPED_TRACE(name);
+    std::unique_ptr<Loaded> m = Load(name);
+    ASSERT_NE(m, nullptr);
+    CudaEngineConfig config = GemvConfig(4, 16);
+    config.max_sequences = 3;
+    std::unique_ptr<CudaEngine> engine = Engine(*m, config);
+    ASSERT_NE(engine, nullptr);
+    const size_t n_vocab = engine->n_vocab();
+    const std::span<const int32_t> ids(m->ids);
+    std::unique_ptr<Sequence> original = NewSequence(*engine);
+    std::unique_ptr<Sequence> other = NewSequence(*engine);
+    ASSERT_NE(original, nullptr);
+    ASSERT_NE(other, nullptr);
+    ASSERT_TRUE(engine->Forward(*original, ids.first(9), LogitRows::kNone, nullptr).ok());
+    absl::StatusOr<std::unique_ptr<SequenceState>> state = engine->CopyState(*original);
+    ASSERT_TRUE(state.ok()) << state.status();
+    EXPECT_EQ((*state)->length(), 9);
+    EXPECT_EQ((*state)->bytes(), SequenceStateSizeOf(m->model).BytesAt(9));
+    std::vector<int32_t> reversed(m->ids.rbegin(), m->ids.rend());
+    ASSERT_TRUE(
+        engine->Forward(*other, std::span(reversed).first(13), LogitRows::kNone, nullptr).ok());
+    ASSERT_TRUE(engine->LoadState(*other, **state, 9).ok());
+    EXPECT_EQ(other->length(), 9);
+    std::vector<float> want(15 * n_vocab), got(15 * n_vocab);
+    ASSERT_TRUE(engine->Forward(*original, ids.subspan(9), LogitRows::kAll, want.data()).ok());
+    ASSERT_TRUE(engine->Forward(*other, ids.subspan(9), LogitRows::kAll, got.data()).ok());
+    EXPECT_EQ(got, want);
+
+    std::unique_ptr<Sequence> shorter = NewSequence(*engine);
+    ASSERT_NE(shorter, nullptr);
+    const absl::Status s = engine->LoadState(*shorter, **state, 5);
+    if (SequenceStateSizeOf(m->model).recurrent_bytes > 0) {
+      EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+      continue;
+    }
+    ASSERT_TRUE(s.ok()) << s;
+    original.reset();
+    std::unique_ptr<Sequence> alone = NewSequence(*engine);
+    ASSERT_NE(alone, nullptr);
+    ASSERT_TRUE(engine->Forward(*alone, ids.first(5), LogitRows::kNone, nullptr).ok());
+    std::vector<float> fork_alone(6 * n_vocab), fork_loaded(6 * n_vocab);
+    ASSERT_TRUE(
+        engine->Forward(*alone, ids.subspan(15, 6), LogitRows::kAll, fork_alone.data()).ok());
+    ASSERT_TRUE(
+        engine->Forward(*shorter, ids.subspan(15, 6), LogitRows::kAll, fork_loaded.data()).ok());
+    EXPECT_EQ(fork_loaded, fork_alone);
+  }
+}
+
 // Each sequence slot has its own KV caches and recurrent state.
 TEST_F(CudaEngineTest, HybridSequencesKeepTheirOwnState) {
   std::unique_ptr<Loaded> m = Load("qwen35moe-tiny-f32");

@@ -121,6 +121,9 @@ class CudaEngine final : public ForwardEngine, public ExpertCacheControl {
                        float* host_logits) override;
   absl::Status SaveCheckpoint(Sequence& seq) override;
   absl::Status RestoreCheckpoint(Sequence& seq) override;
+  // Host copies (engine/cuda_engine_state.cc), waited for before returning.
+  absl::StatusOr<std::unique_ptr<SequenceState>> CopyState(const Sequence& seq) override;
+  absl::Status LoadState(Sequence& seq, const SequenceState& state, int length) override;
   absl::StatusOr<int32_t> Sample(Sampler& sampler) override;
   absl::StatusOr<std::span<const float>> LastLogitsRow() override;
   int n_vocab() const override { return hp_.n_vocab; }
