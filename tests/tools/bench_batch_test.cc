@@ -1,6 +1,7 @@
 // moetier-bench-batch, run as a user would run it: a JSON row per batch
 // width whose expert bytes per token fall as sequences share a layer's
-// experts, the join's figures, and bad flags refused.
+// experts, the join's figures (a start loaded from a kept state shortening
+// the time to first token), and bad flags refused.
 #include <sys/wait.h>
 
 #include <array>
@@ -42,7 +43,8 @@ TEST(BenchBatchTest, WiderBatchesReadFewerExpertBytesPerToken) {
   const CommandResult r =
       RunBench("--model " + kModel +
                " --sequences 1,4,8 --context 32 --decode-steps 4 --runs 3 --join-running 3 "
-               "--join-prompt-tokens 40 --chunk 16 --join-runs 2 --threads 2 --json");
+               "--join-prompt-tokens 40 --chunk 16 --join-runs 2 --shared-prefix-tokens 32 "
+               "--threads 2 --json");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   std::vector<nlohmann::json> widths;
   nlohmann::json join;
@@ -73,17 +75,25 @@ TEST(BenchBatchTest, WiderBatchesReadFewerExpertBytesPerToken) {
   EXPECT_GE(join["ttft_p99_s"].get<double>(), join["ttft_p50_s"].get<double>());
   EXPECT_GT(join["alone_prefill_s"].get<double>(), 0);
   EXPECT_GT(join["step_during_join_s"].get<double>(), 0);
+  // The same arrivals with 32 of their 40 tokens loaded: one step of 8
+  // tokens instead of three of 16, 16 and 8.
+  EXPECT_EQ(join["shared_prefix_tokens"], 32);
+  EXPECT_GT(join["hit_ttft_p50_s"].get<double>(), 0);
+  EXPECT_LT(join["hit_ttft_p50_s"].get<double>(), join["ttft_p50_s"].get<double>());
+  EXPECT_GT(join["state_copy_s"].get<double>(), 0);
+  EXPECT_GT(join["state_load_s"].get<double>(), 0);
 }
 
 TEST(BenchBatchTest, TheTableNamesWidthsAndTheJoin) {
   const CommandResult r = RunBench("--model " + kModel +
                                    " --sequences 1,2 --context 8 --decode-steps 2 --runs 3 "
                                    "--join-running 1 --join-prompt-tokens 8 --join-runs 1 "
-                                   "--threads 2");
+                                   "--shared-prefix-tokens 4 --threads 2");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("width  tok/s (median)"));
   EXPECT_THAT(r.output, HasSubstr("join: a 8-token prompt"));
   EXPECT_THAT(r.output, HasSubstr("TTFT p50"));
+  EXPECT_THAT(r.output, HasSubstr("its first 4 tokens loaded from a kept state"));
 }
 
 TEST(BenchBatchTest, BadFlagsAndImpossibleRunsAreRefused) {
@@ -99,6 +109,10 @@ TEST(BenchBatchTest, BadFlagsAndImpossibleRunsAreRefused) {
   const CommandResult too_long = RunBench("--model " + kModel + " --context 100000");
   EXPECT_EQ(too_long.exit_code, 2);
   EXPECT_THAT(too_long.output, HasSubstr("training context"));
+  const CommandResult whole_prefix = RunBench("--model " + kModel +
+                                             " --join-prompt-tokens 8 --shared-prefix-tokens 8");
+  EXPECT_EQ(whole_prefix.exit_code, 2);
+  EXPECT_THAT(whole_prefix.output, HasSubstr("leaves nothing"));
   EXPECT_EQ(RunBench("--model /nonexistent.gguf").exit_code, 1);
 }
 

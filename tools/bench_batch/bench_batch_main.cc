@@ -2,7 +2,8 @@
 // (ForwardEngine::ForwardMany) buys on the CPU engine: aggregate decode
 // speed and routed-expert bytes per token at each batch width against one
 // sequence, and the time to first token of a request that joins running
-// ones, its prompt prefilled in chunks between their decode steps.
+// ones, its prompt prefilled in chunks between their decode steps, with
+// and without its start loaded from a kept state (the prefix cache).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -44,6 +45,10 @@ Join: --join-running sequences decode while a new request with a
 next to their decode tokens. Prints the time to its first token (p50, p99
 over --join-runs arrivals) against the same prompt prefilled alone, and the
 running sequences' step time during the join against their step alone.
+With --shared-prefix-tokens N, each arrival comes again with its first N
+tokens loaded from a state copied after computing them (what the worker's
+prefix cache does for prompts that share a start), and the time to first
+token is compared with the cold join's; the copy and load times are shown.
 
 Tokens are seeded random ids; routing is the model's own router (synthetic
 models route close to uniformly, which shares the fewest experts).
@@ -60,6 +65,9 @@ models route close to uniformly, which shares the fewest experts).
   --join-prompt-tokens N the joining request's prompt (default 512)
   --chunk N              prompt tokens of the joining request per step (default 64)
   --join-runs N          arrivals timed (default 9)
+  --shared-prefix-tokens N
+                         the joining prompt's start loaded from a kept state,
+                         less than --join-prompt-tokens; 0 skips (default 0)
   --threads N            threads (default: all cores)
   --cache-type-k T       how the KV cache stores keys: f32 (default), f16, q8_0, q4_0
   --cache-type-v T       the same for values
@@ -78,6 +86,7 @@ struct Options {
   int join_prompt = 512;
   int chunk = 64;
   int join_runs = 9;
+  int shared_prefix = 0;
   int threads = 0;
   KvCacheTypes kv_types;
   uint32_t seed = 1;
@@ -133,6 +142,8 @@ absl::StatusOr<Options> ParseOptions(int argc, char** argv) {
       s = int_value(o.chunk, 1, 8192);
     } else if (arg == "--join-runs") {
       s = int_value(o.join_runs, 1, 1000);
+    } else if (arg == "--shared-prefix-tokens") {
+      s = int_value(o.shared_prefix, 0, 1 << 20);
     } else if (arg == "--threads") {
       s = int_value(o.threads, 1, 1024);
     } else if (arg == "--seed") {
@@ -149,6 +160,11 @@ absl::StatusOr<Options> ParseOptions(int argc, char** argv) {
     if (!s.ok()) return s;
   }
   if (o.model.empty()) return absl::InvalidArgumentError("--model FILE is required (see --help)");
+  if (o.shared_prefix >= o.join_prompt) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--shared-prefix-tokens %d leaves nothing of the %d-token joining prompt to compute",
+        o.shared_prefix, o.join_prompt));
+  }
   return o;
 }
 
@@ -259,7 +275,29 @@ class Bench {
     double ttft_p50 = 0, ttft_p99 = 0;
     double alone_prefill_s = 0;
     double step_alone_s = 0, step_during_join_s = 0;
+    // With --shared-prefix-tokens: the same arrivals from a loaded start.
+    double hit_ttft_p50 = 0, hit_ttft_p99 = 0;
+    double copy_s = 0, load_s = 0;
   };
+
+  // Runs prompt[from..) next to the running sequences, --chunk tokens per
+  // step, the last chunk's logits kept; the step times go to `steps`.
+  absl::Status JoinFrom(std::vector<std::unique_ptr<Sequence>>& running, Sequence& joining,
+                        const std::vector<int32_t>& prompt, int from,
+                        std::vector<double>* steps) {
+    const int n = static_cast<int>(prompt.size());
+    for (int done = from; done < n;) {
+      const int take = std::min(o_.chunk, n - done);
+      const bool last = done + take == n;
+      SequenceStep extra{&joining, std::span(prompt).subspan(done, take),
+                         last ? row_.data() : nullptr};
+      const double t0 = Seconds();
+      if (absl::Status s = Step(running, &extra); !s.ok()) return s;
+      if (steps != nullptr) steps->push_back(Seconds() - t0);
+      done += take;
+    }
+    return absl::OkStatus();
+  }
 
   absl::StatusOr<Join> MeasureJoin() {
     absl::StatusOr<std::vector<std::unique_ptr<Sequence>>> running = Start(o_.join_running);
@@ -273,7 +311,7 @@ class Bench {
       alone_steps.push_back(Seconds() - t0);
     }
     j.step_alone_s = Quantile(alone_steps, 0.5);
-    std::vector<double> ttfts, alone_prefills, join_steps;
+    std::vector<double> ttfts, alone_prefills, join_steps, hit_ttfts, copies, loads;
     for (int r = 0; r < o_.join_runs; ++r) {
       const std::vector<int32_t> prompt = RandomTokens(o_.join_prompt);
       {
@@ -287,25 +325,55 @@ class Bench {
         }
         alone_prefills.push_back(Seconds() - t0);
       }
+      {
+        absl::StatusOr<std::unique_ptr<Sequence>> joining = engine_.NewSequence();
+        if (!joining.ok()) return joining.status();
+        const double arrived = Seconds();
+        if (absl::Status s = JoinFrom(*running, **joining, prompt, 0, &join_steps); !s.ok()) {
+          return s;
+        }
+        ttfts.push_back(Seconds() - arrived);
+      }
+      if (o_.shared_prefix == 0) continue;
+      std::unique_ptr<SequenceState> kept;
+      {
+        // The start computed once and copied out, as the prefix cache does.
+        absl::StatusOr<std::unique_ptr<Sequence>> seq = engine_.NewSequence();
+        if (!seq.ok()) return seq.status();
+        const std::span<const int32_t> start =
+            std::span(prompt).first(static_cast<size_t>(o_.shared_prefix));
+        if (absl::Status s = engine_.Forward(**seq, start, LogitRows::kNone, nullptr); !s.ok()) {
+          return s;
+        }
+        const double t0 = Seconds();
+        absl::StatusOr<std::unique_ptr<SequenceState>> copied = engine_.CopyState(**seq);
+        if (!copied.ok()) return copied.status();
+        copies.push_back(Seconds() - t0);
+        kept = *std::move(copied);
+      }
       absl::StatusOr<std::unique_ptr<Sequence>> joining = engine_.NewSequence();
       if (!joining.ok()) return joining.status();
       const double arrived = Seconds();
-      for (int done = 0; done < o_.join_prompt;) {
-        const int take = std::min(o_.chunk, o_.join_prompt - done);
-        const bool last = done + take == o_.join_prompt;
-        SequenceStep extra{joining->get(), std::span(prompt).subspan(done, take),
-                           last ? row_.data() : nullptr};
-        const double t0 = Seconds();
-        if (absl::Status s = Step(*running, &extra); !s.ok()) return s;
-        join_steps.push_back(Seconds() - t0);
-        done += take;
+      if (absl::Status s = engine_.LoadState(**joining, *kept, o_.shared_prefix); !s.ok()) {
+        return s;
       }
-      ttfts.push_back(Seconds() - arrived);
+      loads.push_back(Seconds() - arrived);
+      if (absl::Status s = JoinFrom(*running, **joining, prompt, o_.shared_prefix, nullptr);
+          !s.ok()) {
+        return s;
+      }
+      hit_ttfts.push_back(Seconds() - arrived);
     }
     j.ttft_p50 = Quantile(ttfts, 0.5);
     j.ttft_p99 = Quantile(ttfts, 0.99);
     j.alone_prefill_s = Quantile(alone_prefills, 0.5);
     j.step_during_join_s = Quantile(join_steps, 0.5);
+    if (!hit_ttfts.empty()) {
+      j.hit_ttft_p50 = Quantile(hit_ttfts, 0.5);
+      j.hit_ttft_p99 = Quantile(hit_ttfts, 0.99);
+      j.copy_s = Quantile(copies, 0.5);
+      j.load_s = Quantile(loads, 0.5);
+    }
     return j;
   }
 
@@ -335,7 +403,8 @@ int Run(const Options& o) {
   const int widest = std::max(*std::max_element(o.widths.begin(), o.widths.end()),
                               o.join_running + 1);
   // Room for the context, every timed step and the joins' decode steps.
-  const int64_t steps_per_join = (o.join_prompt + o.chunk - 1) / o.chunk;
+  const int64_t steps_per_join = (o.join_prompt + o.chunk - 1) / o.chunk +
+                                 (o.join_prompt - o.shared_prefix + o.chunk - 1) / o.chunk;
   const int64_t positions =
       static_cast<int64_t>(o.context) + 1 + static_cast<int64_t>(o.decode_steps) * (o.runs + 1) +
       std::max<int64_t>(o.join_prompt, steps_per_join * o.join_runs);
@@ -413,6 +482,13 @@ int Run(const Options& o) {
                           {"alone_prefill_s", j->alone_prefill_s},
                           {"step_alone_s", j->step_alone_s},
                           {"step_during_join_s", j->step_during_join_s}};
+    if (o.shared_prefix > 0) {
+      row["shared_prefix_tokens"] = o.shared_prefix;
+      row["hit_ttft_p50_s"] = j->hit_ttft_p50;
+      row["hit_ttft_p99_s"] = j->hit_ttft_p99;
+      row["state_copy_s"] = j->copy_s;
+      row["state_load_s"] = j->load_s;
+    }
     std::printf("%s\n", row.dump().c_str());
   } else {
     std::printf(
@@ -422,6 +498,13 @@ int Run(const Options& o) {
         o.join_prompt, o.chunk, o.join_running, o.join_runs, j->ttft_p50, j->ttft_p99,
         j->ttft_p50 / j->alone_prefill_s, j->ttft_p99 / j->alone_prefill_s, j->alone_prefill_s,
         j->step_during_join_s * 1e3, j->step_alone_s * 1e3, j->step_during_join_s / j->step_alone_s);
+    if (o.shared_prefix > 0) {
+      std::printf(
+          "    its first %d tokens loaded from a kept state: TTFT p50 %.3f s, p99 %.3f s = "
+          "%.2fx / %.2fx the cold join's (copy %.1f ms, load %.1f ms)\n",
+          o.shared_prefix, j->hit_ttft_p50, j->hit_ttft_p99, j->hit_ttft_p50 / j->ttft_p50,
+          j->hit_ttft_p99 / j->ttft_p99, j->copy_s * 1e3, j->load_s * 1e3);
+    }
   }
   return 0;
 }
