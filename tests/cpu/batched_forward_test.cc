@@ -366,5 +366,76 @@ TEST(BatchedForwardErrorsTest, BadStepsAreRefusedBeforeAnythingRuns) {
   EXPECT_EQ(engine->LastLogitsRow().status().code(), absl::StatusCode::kFailedPrecondition);
 }
 
+// Routes every token to the experts counting down from the last one, so
+// that the choice differs from the router's; says whether it routes rows
+// alone.
+class FixedRouting final : public RoutingOverride {
+ public:
+  explicit FixedRouting(bool rows_alone) : rows_alone_(rows_alone) {}
+  absl::Status Override(const RoutingBatch& batch, std::span<int32_t> experts) override {
+    for (size_t i = 0; i < experts.size(); ++i) {
+      experts[i] = batch.n_expert - 1 - static_cast<int32_t>(i % batch.top_k);
+    }
+    return absl::OkStatus();
+  }
+  bool routes_rows_alone() const override { return rows_alone_; }
+
+ private:
+  bool rows_alone_;
+};
+
+// An override that follows positions sees one sequence at a time; one that
+// routes rows alone may see several, and each sequence gets the logits it
+// gets alone under the same override.
+TEST(BatchedForwardErrorsTest, RoutingOverridesTakeSeveralSequencesOnlyWhenTheyRouteRowsAlone) {
+  std::unique_ptr<testing::VectorsModel> m = testing::LoadVectorsModel("small-q4_k_m");
+  ASSERT_NE(m, nullptr);
+  for (const bool rows_alone : {false, true}) {
+    SCOPED_TRACE(rows_alone ? "rows alone" : "following positions");
+    FixedRouting routing(rows_alone);
+    CpuEngineConfig config;
+    config.max_ctx = 64;
+    config.n_threads = 2;
+    config.max_sequences = 3;
+    config.routing_override = &routing;
+    absl::StatusOr<std::unique_ptr<CpuEngine>> engine = CpuEngine::Create(m->model, config);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    std::vector<std::unique_ptr<Sequence>> seqs;
+    for (int i = 0; i < 3; ++i) seqs.push_back(*(*engine)->NewSequence());
+    const size_t n_vocab = static_cast<size_t>((*engine)->n_vocab());
+    std::vector<std::vector<float>> rows(3, std::vector<float>(n_vocab));
+    std::vector<SequenceStep> steps;
+    for (size_t i = 0; i < 3; ++i) {
+      steps.push_back({seqs[i].get(), std::span(m->ids).subspan(4 * i, 5), rows[i].data()});
+    }
+    const absl::Status s = (*engine)->ForwardMany(steps);
+    if (!rows_alone) {
+      EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+      continue;
+    }
+    ASSERT_TRUE(s.ok()) << s;
+    for (size_t i = 0; i < 3; ++i) {
+      seqs[i].reset();
+      absl::StatusOr<std::unique_ptr<Sequence>> alone = (*engine)->NewSequence();
+      ASSERT_TRUE(alone.ok()) << alone.status();
+      std::vector<float> row(n_vocab);
+      ASSERT_TRUE((*engine)
+                      ->Forward(**alone, std::span(m->ids).subspan(4 * i, 5), LogitRows::kLast,
+                                row.data())
+                      .ok());
+      EXPECT_TRUE(SameBits(row, rows[i])) << "sequence " << i;
+    }
+    // The override took effect: the router's own choice gives other logits.
+    std::unique_ptr<CpuEngine> routed = Engine(m->model, 1, 256);
+    ASSERT_NE(routed, nullptr);
+    absl::StatusOr<std::unique_ptr<Sequence>> seq = routed->NewSequence();
+    ASSERT_TRUE(seq.ok());
+    std::vector<float> row(n_vocab);
+    ASSERT_TRUE(
+        routed->Forward(**seq, std::span(m->ids).first(5), LogitRows::kLast, row.data()).ok());
+    EXPECT_FALSE(SameBits(row, rows[0]));
+  }
+}
+
 }  // namespace
 }  // namespace moetier

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 
 #include <array>
+#include <cstdlib>
 #include <cstdio>
 #include <sstream>
 #include <string>
@@ -64,7 +65,7 @@ TEST(BenchBatchTest, WiderBatchesReadFewerExpertBytesPerToken) {
   const double solo = widths[0]["expert_bytes_per_token"].get<double>();
   EXPECT_GT(solo, 0);
   EXPECT_EQ(widths[0]["expert_bytes_vs_first_width"], 1.0);
-  // Eight tokens over 32 experts per layer share some of them.
+  // Eight tokens over 8 experts per layer share some of them.
   EXPECT_LT(widths[2]["expert_bytes_per_token"].get<double>(),
             widths[1]["expert_bytes_per_token"].get<double>());
   EXPECT_LT(widths[1]["expert_bytes_per_token"].get<double>(), solo);
@@ -94,6 +95,54 @@ TEST(BenchBatchTest, TheTableNamesWidthsAndTheJoin) {
   EXPECT_THAT(r.output, HasSubstr("join: a 8-token prompt"));
   EXPECT_THAT(r.output, HasSubstr("TTFT p50"));
   EXPECT_THAT(r.output, HasSubstr("its first 4 tokens loaded from a kept state"));
+}
+
+// Replayed routing, each row its own stream: when every stream is the same
+// trace, the rows of a decode step choose the same experts, so a step of W
+// sequences reads each of them once, 1/W of the bytes per token of one
+// sequence; independent streams (one seed each) share less.
+TEST(BenchBatchTest, RowsReplayTheirOwnTraces) {
+  const std::string tracegen =
+      std::string(MOETIER_BINARY_DIR) + "/tools/tracegen/moetier-tracegen";
+  const std::string dir = ::testing::TempDir();
+  std::vector<std::string> paths;
+  for (int seed = 1; seed <= 4; ++seed) {
+    paths.push_back(dir + "/bench_batch_" + std::to_string(seed) + ".trace");
+    const std::string command = tracegen + " --layers 4 --experts 8 --top-k 2 --tokens 300 " +
+                                "--seed " + std::to_string(seed) + " --out " + paths.back();
+    ASSERT_EQ(std::system(command.c_str()), 0) << command;
+  }
+  auto run = [&](const std::string& traces) {
+    const CommandResult r = RunBench("--model " + kModel +
+                                     " --sequences 1,4 --context 8 --decode-steps 4 --runs 3 "
+                                     "--join-running 0 --threads 2 --json --routing-from-trace " +
+                                     traces);
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    std::vector<nlohmann::json> rows;
+    std::istringstream lines(r.output);
+    for (std::string line; std::getline(lines, line);) rows.push_back(nlohmann::json::parse(line));
+    return rows;
+  };
+  const std::string same = paths[0] + "," + paths[0] + "," + paths[0] + "," + paths[0];
+  const std::vector<nlohmann::json> shared = run(same);
+  ASSERT_EQ(shared.size(), 2u);
+  EXPECT_EQ(shared[0]["routing"], "trace");
+  EXPECT_DOUBLE_EQ(shared[1]["expert_bytes_vs_first_width"].get<double>(), 0.25);
+  const std::vector<nlohmann::json> own =
+      run(paths[0] + "," + paths[1] + "," + paths[2] + "," + paths[3]);
+  ASSERT_EQ(own.size(), 2u);
+  EXPECT_GT(own[1]["expert_bytes_vs_first_width"].get<double>(), 0.25);
+  EXPECT_LT(own[1]["expert_bytes_vs_first_width"].get<double>(), 1.0);
+
+  // A trace of another shape is refused, naming both shapes.
+  const std::string wrong = dir + "/bench_batch_wrong.trace";
+  ASSERT_EQ(std::system((tracegen + " --layers 3 --experts 8 --top-k 2 --tokens 10 --out " +
+                         wrong)
+                            .c_str()),
+            0);
+  const CommandResult refused = RunBench("--model " + kModel + " --routing-from-trace " + wrong);
+  EXPECT_EQ(refused.exit_code, 2);
+  EXPECT_THAT(refused.output, HasSubstr("3 layers x 8 experts, top-2; the model is 4 x 8, top-2"));
 }
 
 TEST(BenchBatchTest, BadFlagsAndImpossibleRunsAreRefused) {

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -19,13 +20,16 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "cache/routing_trace.h"
 #include "engine/cpu_engine.h"
 #include "engine/mapped_expert_source.h"
 #include "gguf/gguf_reader.h"
 #include "model/architectures.h"
 #include "model/kv_cache_types.h"
 #include "nlohmann/json.hpp"
+#include "row_trace_replay.h"
 
 namespace moetier {
 namespace {
@@ -51,7 +55,10 @@ prefix cache does for prompts that share a start), and the time to first
 token is compared with the cold join's; the copy and load times are shown.
 
 Tokens are seeded random ids; routing is the model's own router (synthetic
-models route close to uniformly, which shares the fewest experts).
+models route close to uniformly, which shares the fewest experts), or, with
+--routing-from-trace, replayed per batch row from routing traces: each
+sequence follows a stream of its own (tools/bench_batch/row_trace_replay.h),
+as concurrent requests of a real workload would.
 
   --model FILE           GGUF model (first shard of a split set)
   --sequences LIST       batch widths, comma-separated (default 1,2,4,8)
@@ -68,6 +75,11 @@ models route close to uniformly, which shares the fewest experts).
   --shared-prefix-tokens N
                          the joining prompt's start loaded from a kept state,
                          less than --join-prompt-tokens; 0 skips (default 0)
+  --routing-from-trace LIST
+                         comma-separated routing traces of the model's shape
+                         (moetier-tracegen; one --seed per sequence gives
+                         independent requests); row r of a pass follows
+                         trace r mod their count
   --threads N            threads (default: all cores)
   --cache-type-k T       how the KV cache stores keys: f32 (default), f16, q8_0, q4_0
   --cache-type-v T       the same for values
@@ -87,6 +99,7 @@ struct Options {
   int chunk = 64;
   int join_runs = 9;
   int shared_prefix = 0;
+  std::vector<std::string> routing_traces;
   int threads = 0;
   KvCacheTypes kv_types;
   uint32_t seed = 1;
@@ -142,6 +155,11 @@ absl::StatusOr<Options> ParseOptions(int argc, char** argv) {
       s = int_value(o.chunk, 1, 8192);
     } else if (arg == "--join-runs") {
       s = int_value(o.join_runs, 1, 1000);
+    } else if (arg == "--routing-from-trace") {
+      o.routing_traces = absl::StrSplit(value, ',', absl::SkipEmpty());
+      if (o.routing_traces.empty()) {
+        return absl::InvalidArgumentError("--routing-from-trace: no trace file named");
+      }
     } else if (arg == "--shared-prefix-tokens") {
       s = int_value(o.shared_prefix, 0, 1 << 20);
     } else if (arg == "--threads") {
@@ -418,8 +436,29 @@ int Run(const Options& o) {
   // Timed steps must not fault in the mapping's pages (each step reads
   // experts no step before it read).
   (*gguf)->TouchTensorPages();
+  std::optional<RowTraceReplay> replay;
+  if (!o.routing_traces.empty()) {
+    std::vector<RoutingTrace> traces;
+    for (const std::string& path : o.routing_traces) {
+      absl::StatusOr<RoutingTrace> trace =
+          ReadRoutingTrace(path, static_cast<uint32_t>(model->hparams.n_expert));
+      if (!trace.ok()) {
+        std::fprintf(stderr, "moetier-bench-batch: %s\n",
+                     std::string(trace.status().message()).c_str());
+        return 2;
+      }
+      traces.push_back(*std::move(trace));
+    }
+    absl::StatusOr<RowTraceReplay> made = RowTraceReplay::Create(std::move(traces), model->hparams);
+    if (!made.ok()) {
+      std::fprintf(stderr, "moetier-bench-batch: %s\n", std::string(made.status().message()).c_str());
+      return 2;
+    }
+    replay.emplace(*std::move(made));
+  }
   CountingSource source(*model);
   CpuEngineConfig config;
+  config.routing_override = replay.has_value() ? &*replay : nullptr;
   config.max_ctx = static_cast<int>(positions);
   config.max_sequences = widest;
   config.n_threads = o.threads;
@@ -436,6 +475,10 @@ int Run(const Options& o) {
                 o.model.c_str(), model->hparams.architecture.c_str(), o.threads, o.context,
                 o.skip_context ? " (skipped)" : "", KvCacheTypeName(o.kv_types.k).c_str(),
                 KvCacheTypeName(o.kv_types.v).c_str(), o.decode_steps, o.runs);
+    if (replay.has_value()) {
+      std::printf("  routing replayed per row from %zu trace(s): %s\n", o.routing_traces.size(),
+                  absl::StrJoin(o.routing_traces, ", ").c_str());
+    }
     std::printf("  width  tok/s (median)  vs 1 seq  expert MiB/token  vs 1 seq\n");
   }
   double base_rate = 0, base_bytes = 0;
@@ -454,6 +497,7 @@ int Run(const Options& o) {
     const double bytes_ratio = base_bytes > 0 ? w->expert_bytes_per_token / base_bytes : 0;
     if (o.json) {
       nlohmann::json row = {{"model", o.model},
+                            {"routing", replay.has_value() ? "trace" : "router"},
                             {"width", width},
                             {"tokens_per_s", w->tokens_per_s},
                             {"speedup_vs_first_width", speedup},

@@ -273,7 +273,8 @@ absl::Status CpuEngine::ForwardMany(std::span<const SequenceStep> steps) {
     if (absl::Status s = CheckTokens(*step.seq, step.tokens); !s.ok()) return s;
   }
   if (steps.size() > 1 &&
-      (config_.routing_observer != nullptr || config_.routing_override != nullptr)) {
+      (config_.routing_observer != nullptr ||
+       (config_.routing_override != nullptr && !config_.routing_override->routes_rows_alone()))) {
     return absl::FailedPreconditionError(
         "routing hooks (trace recording or replay) follow one sequence at a time; run the "
         "sequences one by one");
@@ -391,8 +392,9 @@ absl::Status CpuEngine::ForwardBatch(std::span<const BatchPart> parts, const int
     switch (layer.ffn) {
       case FfnKind::kMoe:
       case FfnKind::kMoeWithSharedExpert:
-        // Routing hooks see the first part's positions: with hooks a batch
-        // holds one sequence (ForwardMany refuses more).
+        // Routing hooks see the first part's positions: with hooks that
+        // follow positions a batch holds one sequence (ForwardMany refuses
+        // more).
         if (absl::Status s = moe_->Forward(l, n, parts.front().span.pos0); !s.ok()) return s;
         break;
     }

@@ -87,7 +87,8 @@ class CpuEngine final : public ForwardEngine {
   // difference: a Gated DeltaNet layer runs runs of 8 or more tokens by
   // chunks, so a prompt split otherwise agrees within float rounding).
   // Routing hooks see one sequence at a time: with them, more than one step
-  // is FailedPrecondition.
+  // is FailedPrecondition, unless the only hook is an override that routes
+  // rows alone (RoutingOverride::routes_rows_alone).
   absl::Status ForwardMany(std::span<const SequenceStep> steps) override;
   absl::Status SaveCheckpoint(Sequence& seq) override;
   absl::Status RestoreCheckpoint(Sequence& seq) override;

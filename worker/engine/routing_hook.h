@@ -80,6 +80,14 @@ class RoutingOverride {
     (void)experts;
     return false;
   }
+
+  // True when the choice for a batch's row does not depend on its position
+  // (a benchmark that gives each row a replayed stream of its own): an
+  // engine may then call the override with the rows of several sequences
+  // at once (ForwardMany), whose pos0 means nothing. False (the trace
+  // replay of engine/routing_trace_hooks.h, which follows one sequence's
+  // positions): ForwardMany refuses more than one sequence.
+  virtual bool routes_rows_alone() const { return false; }
 };
 
 // OK when every id an override wrote (`experts`, [n_tokens][top_k]) names
