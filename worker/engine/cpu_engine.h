@@ -105,7 +105,9 @@ class CpuEngine final : public ForwardEngine {
   // (zeros in a fresh engine), and recurrent state is cleared when the
   // sequence was empty and otherwise left as it is. A decode
   // step after it costs what one at that depth costs, without the prefill
-  // (the logits mean nothing). OutOfRange past the capacity.
+  // (the logits are those of a context whose skipped positions hold zero
+  // keys and values, as after ReferenceEngine::SkipPositions: a long-context
+  // test reaches depth this way). OutOfRange past the capacity.
   absl::Status SkipPositionsForTiming(Sequence& seq, int n);
 
   const CpuEngineConfig& config() const { return config_; }

@@ -111,6 +111,14 @@ absl::Status ReferenceEngine::Forward(Sequence& seq, std::span<const int32_t> to
   return absl::OkStatus();
 }
 
+absl::Status ReferenceEngine::SkipPositions(Sequence& seq, int n) {
+  if (n < 0) return absl::InvalidArgumentError("a negative number of positions to skip");
+  if (absl::Status s = slots_.CheckAppend(seq, static_cast<size_t>(n)); !s.ok()) return s;
+  have_logits_ = false;
+  slots_.SetLength(seq, seq.length() + n);
+  return absl::OkStatus();
+}
+
 absl::Status ReferenceEngine::SaveCheckpoint(Sequence& seq) {
   if (absl::Status s = slots_.CheckAppend(seq, 0); !s.ok()) return s;
   for (Layer& l : layers_) {

@@ -41,6 +41,13 @@ class ReferenceEngine final : public ForwardEngine {
   int max_sequences() const override { return 1; }
   const ModelHparams& hparams() const { return hp_; }
 
+  // Tests only, as CpuEngine::SkipPositionsForTiming: the next n positions
+  // count as computed without computing them. Their KV rows keep what the
+  // cache holds (zeros in a fresh engine) and recurrent state stays as it
+  // is, so a long context costs nothing to reach and both engines see the
+  // same one. OutOfRange past the capacity.
+  absl::Status SkipPositions(Sequence& seq, int n);
+
  private:
   struct Layer {
     std::vector<float> attn_norm, ffn_norm;
