@@ -189,6 +189,15 @@ std::string SequenceStateLine(const v1::WorkerStatus& w) {
   return line;
 }
 
+// A worker's prefix cache: the states it keeps of prompt starts, what they
+// take of its budget, and the prompt tokens its requests did not compute.
+std::string PrefixCacheLine(const v1::WorkerStatus& w) {
+  return absl::StrFormat("   prefix cache: %d states, %s of %s   %s prompt tokens reused",
+                         w.prefix_cache_states(), FormatBytes(w.prefix_cache_bytes()),
+                         FormatBytes(w.prefix_cache_budget_bytes()),
+                         FormatCount(w.prompt_tokens_reused()));
+}
+
 }  // namespace
 
 int HeatLevel(float heat) {
@@ -339,6 +348,7 @@ std::string RenderStatusMap(const v1::Status& status, const MapStyle& style) {
     line(i == 0 ? "workers" : "", WorkerLine(w));
     if (HasExpertCache(w)) line("", ExpertCacheLine(w));
     if (w.max_ctx() > 0) line("", SequenceStateLine(w));
+    if (w.prefix_cache_budget_bytes() > 0) line("", PrefixCacheLine(w));
   }
   return out;
 }

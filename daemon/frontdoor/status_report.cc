@@ -132,6 +132,9 @@ v1::Status StatusReporter::Build() {
     ws->set_prefetch_used(w.prefetch_used);
     ws->set_prefetch_wasted(w.prefetch_wasted);
     ws->set_copy_bytes_per_s(w.copy_bytes_per_s);
+    ws->set_prefix_cache_states(static_cast<uint32_t>(w.prefix_cache_states));
+    ws->set_prefix_cache_bytes(w.prefix_cache_bytes);
+    ws->set_prompt_tokens_reused(w.prompt_tokens_reused);
     if (sched != nullptr) ws->set_requests_served(sched->requests_served);
     if (sched != nullptr) ws->set_tokens_per_s(sched->last_decode_tokens_per_s);
     if (sched != nullptr && sched->ready) {
@@ -142,6 +145,7 @@ v1::Status StatusReporter::Build() {
       ws->set_kv_type_v(sched->kv_type_v);
       ws->set_running_requests(sched->running);
       ws->set_max_sequences(sched->max_sequences);
+      ws->set_prefix_cache_budget_bytes(sched->prefix_cache_budget_bytes);
     }
   }
 

@@ -102,6 +102,7 @@ void RequestScheduler::OnReply(Connection& c, control_v1::WorkerReply reply) {
     c.info.kv_type_k = reply.ready().kv_type_k();
     c.info.kv_type_v = reply.ready().kv_type_v();
     c.info.max_sequences = static_cast<uint32_t>(std::max(1, reply.ready().max_sequences()));
+    c.info.prefix_cache_budget_bytes = reply.ready().prefix_cache_budget_bytes();
     announced_[c.info.device] = {c.info.max_ctx, c.info.kv_bytes_per_token,
                                  c.info.recurrent_state_bytes};
     LogInfo("worker %d (%s, pid %d) is ready: %s backend, %d threads, context %d tokens",

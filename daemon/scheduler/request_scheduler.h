@@ -60,6 +60,7 @@ struct SchedulerWorkerInfo {
   bool ready = false;  // sent its ReadyReply
   uint32_t running = 0;        // requests sent and not yet Done
   uint32_t max_sequences = 1;  // from the ReadyReply: requests it takes at once
+  uint64_t prefix_cache_budget_bytes = 0;  // from the ReadyReply
   int32_t n_vocab = 0;
   int32_t max_ctx = 0;
   uint64_t kv_bytes_per_token = 0;     // from the ReadyReply

@@ -116,6 +116,9 @@ DaemonStats DaemonStatsCollector::Collect(const ExpertStore& store,
       w.vram_bytes_copied = page.vram_bytes_copied;
       w.copy_busy_ns = page.copy_busy_ns;
       w.copy_bytes_per_s = CopyBytesPerS(w.vram_bytes_copied, w.copy_busy_ns);
+      w.prefix_cache_states = page.prefix_cache_states;
+      w.prefix_cache_bytes = page.prefix_cache_bytes;
+      w.prompt_tokens_reused = page.prompt_tokens_reused;
       CountVram(page, store.manifest(), &w.vram);
       s.ram.hits += w.ram.hits;
       s.ram.misses += w.ram.misses;

@@ -49,6 +49,10 @@ struct WorkerStats {
   uint64_t vram_bytes_copied = 0;    // host -> device expert bytes
   uint64_t copy_busy_ns = 0;         // time with an expert copy in flight
   double copy_bytes_per_s = 0;       // CopyBytesPerS(vram_bytes_copied, copy_busy_ns)
+  // The prefix cache, as the worker reports it.
+  uint64_t prefix_cache_states = 0;
+  uint64_t prefix_cache_bytes = 0;
+  uint64_t prompt_tokens_reused = 0;
 };
 
 // The effective host -> device copy rate: bytes over the time a copy was in

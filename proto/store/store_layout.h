@@ -281,7 +281,7 @@ struct alignas(64) WorkerStatusPage {
   uint64_t vram_hits;                 // the worker's own VRAM cache
   uint64_t vram_misses;
   uint64_t vram_bytes_copied;
-  uint64_t reserved2;
+  uint64_t prefix_cache_states;  // sequence states the prefix cache holds
   // Cache line 2: written by the daemon.
   alignas(64) uint64_t requests_served;
   uint64_t completions_dropped;  // completion ring was full
@@ -296,7 +296,8 @@ struct alignas(64) WorkerStatusPage {
   uint64_t prefetch_used;    // of those, routed before being evicted
   uint64_t prefetch_wasted;  // of those, evicted unused
   uint64_t copy_busy_ns;     // time with an expert copy in flight (copy GB/s)
-  uint64_t reserved4[2];
+  uint64_t prefix_cache_bytes;    // what those states take (worker/generation/prefix_pool.h)
+  uint64_t prompt_tokens_reused;  // prompt positions not computed, over every Generate
   // Written by the worker: bit (layer * kMaxExpertsPerLayer + expert) set
   // while that expert is resident in the worker's device memory.
   alignas(64) uint64_t vram_residency[kResidencyWords];

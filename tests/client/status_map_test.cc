@@ -261,6 +261,10 @@ TEST(RenderStatusMapTest, EachWorkerShowsWhatASequencesStateTakes) {
   quantized->set_kv_type_v("q8_0");
   quantized->set_max_sequences(4);
   quantized->set_running_requests(3);
+  quantized->set_prefix_cache_budget_bytes(1024ull << 20);
+  quantized->set_prefix_cache_states(3);
+  quantized->set_prefix_cache_bytes(96ull << 20);
+  quantized->set_prompt_tokens_reused(4096);
   const std::string map = RenderStatusMap(status, MapStyle());
   EXPECT_THAT(map, HasSubstr("sequence state: KV 40.0 KiB per token x 262144 tokens = 10.0 GiB   "
                              "recurrent 62.8 MiB (+ 62.8 MiB checkpoint)"));
@@ -269,6 +273,9 @@ TEST(RenderStatusMapTest, EachWorkerShowsWhatASequencesStateTakes) {
                              "(keys q8_0, values q8_0)   x 4 sequences decoded together, 3 "
                              "running\n"));
   EXPECT_EQ(Count(map, "recurrent"), 1u) << "a model without recurrent layers shows none";
+  EXPECT_THAT(map, HasSubstr("prefix cache: 3 states, 96.0 MiB of 1.0 GiB   4.1k prompt tokens "
+                             "reused"));
+  EXPECT_EQ(Count(map, "prefix cache"), 1u) << "only the worker with a budget shows one";
 }
 
 }  // namespace

@@ -175,6 +175,23 @@ void ExpectNextTurnsReuse(RunningDaemon& daemon, bool prefix_cache) {
   EXPECT_EQ(again.stats.cached_prompt_tokens(),
             prefix_cache ? static_cast<int>(next.size()) - 1 : 0);
   EXPECT_EQ(again.token_ids, second.token_ids);
+
+  // The worker's status adds up what its requests reused, and shows its
+  // prefix cache only when it has one.
+  const v1::Status status = daemon.GetStatus();
+  ASSERT_EQ(status.workers_size(), 1);
+  const v1::WorkerStatus& worker = status.workers(0);
+  EXPECT_EQ(worker.prompt_tokens_reused(),
+            static_cast<uint64_t>(second.stats.cached_prompt_tokens() +
+                                  again.stats.cached_prompt_tokens()));
+  EXPECT_EQ(worker.prefix_cache_budget_bytes() > 0, prefix_cache);
+  if (prefix_cache) {
+    EXPECT_GE(worker.prefix_cache_states(), 1u);
+    EXPECT_GT(worker.prefix_cache_bytes(), 0u);
+    EXPECT_LE(worker.prefix_cache_bytes(), worker.prefix_cache_budget_bytes());
+  } else {
+    EXPECT_EQ(worker.prefix_cache_states(), 0u);
+  }
 }
 
 TEST_F(HybridDaemonTest, ANextTurnComputesOnlyItsNewTokens) {

@@ -6,6 +6,7 @@
 // recurrent layers keeps the state where the second request forks from the
 // first, and the requests after it reuse that.
 #include <map>
+#include <mutex>
 #include <vector>
 
 #include "control_server_fixture.h"
@@ -20,7 +21,17 @@ constexpr int kShared = 24;
 class PrefixCacheControlServerTest : public ControlServerTest {
  protected:
   int MaxSequences() const override { return 4; }
-  void Prepare(ControlServerOptions& options) override { options.prefix_cache_bytes = 64 << 20; }
+  void Prepare(ControlServerOptions& options) override {
+    options.prefix_cache_bytes = 64 << 20;
+    options.prefix_cache_changed = [this](const PrefixCacheReport& report) {
+      std::lock_guard<std::mutex> lock(report_mutex_);
+      last_report_ = report;
+    };
+  }
+  PrefixCacheReport LastReport() {
+    std::lock_guard<std::mutex> lock(report_mutex_);
+    return last_report_;
+  }
   virtual bool Recurrent() const { return false; }
 
   // The shared start, then `n` tokens of their own for request `i`.
@@ -83,7 +94,17 @@ class PrefixCacheControlServerTest : public ControlServerTest {
       EXPECT_EQ(g.tokens, DirectGeneration(model(), prompts[i], 5, {}));
     }
     EXPECT_GE(gated_->widest(), 3) << "the hits ran together";
+    // What the status page shows: every reused prompt token, and the
+    // states kept (the 64 MiB budget holds all of these).
+    const PrefixCacheReport report = LastReport();
+    EXPECT_EQ(report.prompt_tokens_reused,
+              static_cast<uint64_t>((Recurrent() ? 3 : 4) * kShared));
+    EXPECT_GE(report.states, 1u);
+    EXPECT_GT(report.bytes, 0u);
   }
+
+  std::mutex report_mutex_;
+  PrefixCacheReport last_report_;
 };
 
 TEST_F(PrefixCacheControlServerTest, SharedStartsAreReusedAndTheTokensAreTheSoloOnes) {

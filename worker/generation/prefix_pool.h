@@ -32,6 +32,13 @@
 
 namespace moetier {
 
+// What a worker reports of its prefix cache (and of prompt reuse as a whole).
+struct PrefixCacheReport {
+  uint64_t states = 0;
+  uint64_t bytes = 0;
+  uint64_t prompt_tokens_reused = 0;  // prompt positions not computed, every source
+};
+
 // A shared start shorter than this is not worth a stored state.
 inline constexpr int kMinSharedPrefixTokens = 16;
 

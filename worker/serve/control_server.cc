@@ -257,6 +257,7 @@ absl::Status ControlServer::Run() {
   r->set_kv_type_k(KvCacheTypeName(options_.kv_types.k));
   r->set_kv_type_v(KvCacheTypeName(options_.kv_types.v));
   r->set_max_sequences(engine_.max_sequences());
+  r->set_prefix_cache_budget_bytes(prefix_pool_.budget_bytes());
   if (absl::Status s = Send(ready); !s.ok()) return s;
 
   while (!closed_) {
@@ -414,6 +415,7 @@ absl::Status ControlServer::StartGenerate(uint64_t id, const control_v1::Generat
     }
   }
   const int checkpoint_position = CheckpointPosition(request);
+  prompt_tokens_reused_ += static_cast<uint64_t>(reused);
 
   // The values are the daemon's, checked at its front door: used as sent.
   BatchedGeneration generation{
@@ -428,11 +430,20 @@ absl::Status ControlServer::StartGenerate(uint64_t id, const control_v1::Generat
       .sampling = *params};
   std::sort(generation.stop_ids.begin(), generation.stop_ids.end());
   batch_.Add(std::move(generation), *std::move(seq));
+  ReportPrefixCache();
   return absl::OkStatus();
+}
+
+void ControlServer::ReportPrefixCache() const {
+  if (!options_.prefix_cache_changed) return;
+  options_.prefix_cache_changed(PrefixCacheReport{.states = prefix_pool_.states(),
+                                                  .bytes = prefix_pool_.bytes(),
+                                                  .prompt_tokens_reused = prompt_tokens_reused_});
 }
 
 void ControlServer::StorePrefix(const Sequence& seq, std::span<const int32_t> prefix) {
   absl::Status s = prefix_pool_.Store(engine_, seq, prefix);
+  ReportPrefixCache();
   if (s.ok()) return;
   LogPrefixPoolError("keeping a prompt start", s);
   // An engine that cannot copy state never will.

@@ -88,6 +88,11 @@ struct ControlServerOptions {
   // The most bytes the states of shared prompt starts take
   // (generation/prefix_pool.h); 0 keeps none.
   uint64_t prefix_cache_bytes = 0;
+  // Called after each Generate starts and each state the prefix cache
+  // keeps: the states and bytes it holds, and the prompt tokens not
+  // computed so far (from the cache or a kept sequence); daemon mode puts
+  // them on the status page.
+  std::function<void(const PrefixCacheReport&)> prefix_cache_changed;
   // Where notes about malformed datagrams go, and resizes; null: nowhere.
   std::FILE* log = nullptr;
   // What ResizeExpertCache resizes (not owned; outlives the server); null
@@ -134,6 +139,7 @@ class ControlServer {
   // Copies a member's state at one of its store positions into the pool.
   void StorePrefix(const Sequence& seq, std::span<const int32_t> prefix);
   void LogPrefixPoolError(const char* doing, const absl::Status& status);
+  void ReportPrefixCache() const;
   // Where the running Generate saves its sequence's checkpoint.
   int CheckpointPosition(const control_v1::GenerateRequest& request) const;
   absl::Status ResizeExpertCache(uint64_t id, const control_v1::ResizeExpertCacheRequest& request);
@@ -159,6 +165,7 @@ class ControlServer {
   std::atomic<uint64_t> requests_finished_{0};
   RetainedSequence retained_;  // the last Generate's sequence, for a follow-up
   PrefixPool prefix_pool_;     // states of prompt starts, for any later prompt
+  uint64_t prompt_tokens_reused_ = 0;
   GenerationBatch batch_;      // the Generates being computed
   class BatchReplies;          // GenerationEvents: replies on this channel
 

@@ -166,6 +166,10 @@ absl::Status RunDaemonMode(const WorkerOptions& options, std::FILE* err,
   server_options.model_fingerprint = fingerprint;
   server_options.ubatch_size = options.ubatch_size;
   server_options.prefix_cache_bytes = static_cast<uint64_t>(options.prefix_cache_mib) << 20;
+  store::WorkerStatusPage& status_page = (*client)->status_page();
+  server_options.prefix_cache_changed = [&status_page](const PrefixCacheReport& report) {
+    PublishPrefixCacheStatus(report, status_page);
+  };
   server_options.state_size = SequenceStateSizeOf(*model, options.kv_types);
   server_options.kv_types = options.kv_types;
   if (options.ubatch_size > 0) {

@@ -12,6 +12,12 @@ void Store(uint64_t& field, uint64_t value) {
 
 }  // namespace
 
+void PublishPrefixCacheStatus(const PrefixCacheReport& report, store::WorkerStatusPage& page) {
+  Store(page.prefix_cache_states, report.states);
+  Store(page.prefix_cache_bytes, report.bytes);
+  Store(page.prompt_tokens_reused, report.prompt_tokens_reused);
+}
+
 void PublishExpertCacheStatus(const ExpertCacheReport& report, store::WorkerStatusPage& page) {
   const ExpertSlotCache& cache = report.cache();
   const ExpertSlotCacheStats& s = cache.stats();

@@ -1,6 +1,7 @@
 // Shows the worker's expert cache on its status page (store_layout.h,
 // WorkerStatusPage): hits, misses, prefetch and copy counters and the
-// residency bitmap, which moetierd reads for `moetier status`.
+// residency bitmap, which moetierd reads for `moetier status`; and its
+// prefix cache's figures.
 #pragma once
 
 #include <cstdint>
@@ -10,6 +11,7 @@
 #include "absl/status/status.h"
 #include "cache/expert_slot_cache.h"
 #include "engine/forward_engine.h"
+#include "generation/prefix_pool.h"
 #include "store/store_layout.h"
 
 namespace moetier {
@@ -17,6 +19,8 @@ namespace moetier {
 // Writes the cache's state into `page` (relaxed stores: the daemon reads a
 // snapshot, and each field on its own is consistent).
 void PublishExpertCacheStatus(const ExpertCacheReport& cache, store::WorkerStatusPage& page);
+// The same for the prefix cache's figures.
+void PublishPrefixCacheStatus(const PrefixCacheReport& report, store::WorkerStatusPage& page);
 
 // An engine that publishes the cache's state after every Forward, so the
 // page follows the cache token by token.
