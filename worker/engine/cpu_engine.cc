@@ -197,18 +197,6 @@ uint64_t CpuEngine::allocated_bytes() const {
 
 absl::StatusOr<std::unique_ptr<Sequence>> CpuEngine::NewSequence() { return slots_.Acquire(); }
 
-absl::Status CpuEngine::CheckTokens(const Sequence& seq, std::span<const int32_t> tokens) const {
-  if (tokens.empty()) return absl::InvalidArgumentError("no tokens to run");
-  if (absl::Status s = slots_.CheckAppend(seq, tokens.size()); !s.ok()) return s;
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    if (tokens[i] < 0 || tokens[i] >= hp_.n_vocab) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "token %d at index %d is outside the vocabulary 0..%d", tokens[i], i, hp_.n_vocab - 1));
-    }
-  }
-  return absl::OkStatus();
-}
-
 double CpuEngine::AccountedSeconds() const {
   double accounted = 0.0;
   for (double seconds : runner_.phase_seconds()) accounted += seconds;
@@ -218,7 +206,7 @@ double CpuEngine::AccountedSeconds() const {
 absl::Status CpuEngine::Forward(Sequence& seq, std::span<const int32_t> tokens, LogitRows host_rows,
                                 float* host_logits) {
   have_logits_ = false;
-  if (absl::Status s = CheckTokens(seq, tokens); !s.ok()) return s;
+  if (absl::Status s = slots_.CheckTokens(seq, tokens, hp_.n_vocab); !s.ok()) return s;
   if (host_rows != LogitRows::kNone && host_logits == nullptr) {
     return absl::InvalidArgumentError("no logits buffer");
   }
@@ -270,7 +258,7 @@ absl::Status CpuEngine::ForwardMany(std::span<const SequenceStep> steps) {
   have_logits_ = false;
   if (absl::Status s = CheckDistinctSequences(steps); !s.ok()) return s;
   for (const SequenceStep& step : steps) {
-    if (absl::Status s = CheckTokens(*step.seq, step.tokens); !s.ok()) return s;
+    if (absl::Status s = slots_.CheckTokens(*step.seq, step.tokens, hp_.n_vocab); !s.ok()) return s;
   }
   if (steps.size() > 1 &&
       (config_.routing_observer != nullptr ||

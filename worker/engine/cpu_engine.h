@@ -135,8 +135,6 @@ class CpuEngine final : public ForwardEngine {
     std::vector<LayerState>* state;
     CpuRowSpan span;
   };
-  // Forward's checks of one sequence's next tokens.
-  absl::Status CheckTokens(const Sequence& seq, std::span<const int32_t> tokens) const;
   // One batch of n <= max_batch rows: `tokens` ([n]) and the parts that
   // cover them in order; the logits of rows out_rows go, in that order, to
   // `logits` when it is set.

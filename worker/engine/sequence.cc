@@ -51,4 +51,17 @@ absl::Status SequenceSlots::CheckAppend(const Sequence& seq, size_t n_new) const
   return absl::OkStatus();
 }
 
+absl::Status SequenceSlots::CheckTokens(const Sequence& seq, std::span<const int32_t> tokens,
+                                        int n_vocab) const {
+  if (tokens.empty()) return absl::InvalidArgumentError("no tokens to run");
+  if (absl::Status s = CheckAppend(seq, tokens.size()); !s.ok()) return s;
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    if (tokens[i] < 0 || tokens[i] >= n_vocab) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "token %d at index %d is outside the vocabulary 0..%d", tokens[i], i, n_vocab - 1));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace moetier

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -58,6 +59,11 @@ class SequenceSlots {
   // otherwise InvalidArgument (another engine's sequence) or OutOfRange
   // (naming the length, the new tokens and the capacity).
   absl::Status CheckAppend(const Sequence& seq, size_t n_new) const;
+  // Forward's checks of its tokens: at least one, every id in [0,
+  // n_vocab), and they fit (CheckAppend); InvalidArgument naming the first
+  // id outside the vocabulary and its index.
+  absl::Status CheckTokens(const Sequence& seq, std::span<const int32_t> tokens,
+                           int n_vocab) const;
   void SetLength(Sequence& seq, int length) const { seq.length_ = length; }
   void SetCheckpoint(Sequence& seq, int length) const { seq.checkpoint_length_ = length; }
 

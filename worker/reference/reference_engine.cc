@@ -84,15 +84,7 @@ ReferenceEngine::ReferenceEngine(const Model& model, int max_ctx)
 absl::Status ReferenceEngine::Forward(Sequence& seq, std::span<const int32_t> tokens,
                                       LogitRows host_rows, float* host_logits) {
   have_logits_ = false;
-  if (tokens.empty()) return absl::InvalidArgumentError("no tokens to run");
-  if (absl::Status s = slots_.CheckAppend(seq, tokens.size()); !s.ok()) return s;
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    if (tokens[i] < 0 || tokens[i] >= hp_.n_vocab) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("token id %d at input index %d is outside the vocabulary 0..%d",
-                          tokens[i], i, hp_.n_vocab - 1));
-    }
-  }
+  if (absl::Status s = slots_.CheckTokens(seq, tokens, hp_.n_vocab); !s.ok()) return s;
   if (host_rows != LogitRows::kNone && host_logits == nullptr) {
     return absl::InvalidArgumentError("no logits buffer");
   }
