@@ -18,11 +18,11 @@ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
       -DCMAKE_CUDA_ARCHITECTURES="$arch" >/dev/null
 ninja -C "$build" cuda_device_test cuda_kernels_test cuda_deltanet_kernels_test \
       cuda_delta_rule_chunk_test cuda_engine_test cuda_cache_engine_test cuda_routing_hooks_test \
-      moetier-bench-cuda
+      cuda_batched_forward_test moetier-bench-cuda
 
 status=0
 for t in cuda_device_test cuda_kernels_test cuda_deltanet_kernels_test cuda_delta_rule_chunk_test \
-         cuda_engine_test cuda_cache_engine_test cuda_routing_hooks_test; do
+         cuda_engine_test cuda_cache_engine_test cuda_routing_hooks_test cuda_batched_forward_test; do
   log="$build/$t.log"
   if "$build/tests/cuda/$t" --gtest_color=no >"$log" 2>&1; then result=ok; else result=FAILED; status=1; fi
   passed=$(grep -c '^\[       OK \]' "$log" || true)
@@ -61,6 +61,14 @@ hook_skips="$(grep -E '^\[  SKIPPED \] CudaRoutingHooksTest\.' "$build/cuda_rout
 if [[ -n "$hook_skips" ]]; then
   echo "routing hook tests skipped on a machine with a GPU:" >&2
   echo "$hook_skips" | head -20 >&2
+  status=1
+fi
+# Nor do the batching tests.
+batch_skips="$(grep -E '^\[  SKIPPED \] ([A-Za-z]+/)?CudaBatched[A-Za-z]*Test\.' \
+               "$build/cuda_batched_forward_test.log" | sort -u || true)"
+if [[ -n "$batch_skips" ]]; then
+  echo "batching tests skipped on a machine with a GPU:" >&2
+  echo "$batch_skips" | head -20 >&2
   status=1
 fi
 [[ $status == 0 ]] && echo "CUDA checks: all passed on sm_$arch" || echo "CUDA checks: FAILED" >&2

@@ -484,19 +484,11 @@ absl::StatusOr<uint64_t> CudaEngine::ResizeExpertCache(uint64_t pool_bytes) {
 absl::Status CudaEngine::Forward(Sequence& seq, std::span<const int32_t> tokens,
                                  LogitRows host_rows, float* host_logits) {
   last_row_ = nullptr;
-  if (tokens.empty()) return absl::InvalidArgumentError("no tokens to run");
-  if (absl::Status s = slots_.CheckAppend(seq, tokens.size()); !s.ok()) return s;
-  for (size_t i = 0; i < tokens.size(); ++i) {
-    if (tokens[i] < 0 || tokens[i] >= hp_.n_vocab) {
-      return absl::InvalidArgumentError(absl::StrFormat(
-          "token %d at index %d is outside the vocabulary 0..%d", tokens[i], i, hp_.n_vocab - 1));
-    }
-  }
+  if (absl::Status s = slots_.CheckTokens(seq, tokens, hp_.n_vocab); !s.ok()) return s;
   if (host_rows != LogitRows::kNone && host_logits == nullptr) {
     return absl::InvalidArgumentError("no logits buffer");
   }
   MOETIER_RETURN_IF_ERROR(ctx_->MakeCurrent());
-  std::vector<LayerState>& state = state_[static_cast<size_t>(seq.slot())];
   const int pos0 = seq.length();
   const int n = static_cast<int>(tokens.size());
   for (int done = 0; done < n;) {
@@ -504,32 +496,92 @@ absl::Status CudaEngine::Forward(Sequence& seq, std::span<const int32_t> tokens,
     const bool last_batch = done + batch == n;
     // Every row to the host for kAll; otherwise only the final batch's last
     // row is computed, and stays on the device unless kLast asks for it.
-    int first_row = -1;
-    float* out = nullptr;
+    out_rows_.clear();
+    out_dst_.clear();
     if (host_rows == LogitRows::kAll) {
-      first_row = 0;
-      out = host_logits + static_cast<int64_t>(done) * hp_.n_vocab;
+      for (int r = 0; r < batch; ++r) {
+        out_rows_.push_back(r);
+        out_dst_.push_back(host_logits + static_cast<int64_t>(done + r) * hp_.n_vocab);
+      }
     } else if (last_batch) {
-      first_row = batch - 1;
-      out = host_rows == LogitRows::kLast ? host_logits : nullptr;
+      out_rows_.push_back(batch - 1);
+      out_dst_.push_back(host_rows == LogitRows::kLast ? host_logits : nullptr);
     }
-    absl::Status s =
-        ForwardBatch(state, tokens.data() + done, batch, pos0 + done, first_row, out);
+    parts_.assign(1, BatchPart{seq.slot(), CudaRowSpan{.row0 = 0, .n = batch, .pos0 = pos0 + done}});
+    absl::Status s = ForwardBatch(parts_, tokens.data() + done, batch, out_rows_, out_dst_);
     // The last hold of the batch ends with it, also on failure.
     const absl::Status released = moe_->FinishBatch();
     if (s.ok()) s = released;
     MOETIER_RETURN_IF_ERROR(s);
     done += batch;
     slots_.SetLength(seq, pos0 + done);
-    if (last_batch) {
-      last_row_ = logits_ + static_cast<int64_t>(batch - 1 - std::max(first_row, 0)) * hp_.n_vocab;
+    if (last_batch) last_row_ = logits_ + static_cast<int64_t>(out_rows_.size() - 1) * hp_.n_vocab;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaEngine::ForwardMany(std::span<const SequenceStep> steps) {
+  last_row_ = nullptr;
+  if (absl::Status s = CheckDistinctSequences(steps); !s.ok()) return s;
+  for (const SequenceStep& step : steps) {
+    if (absl::Status s = slots_.CheckTokens(*step.seq, step.tokens, hp_.n_vocab); !s.ok()) return s;
+  }
+  if (steps.size() > 1 &&
+      (config_.routing_observer != nullptr ||
+       (config_.routing_override != nullptr && !config_.routing_override->routes_rows_alone()))) {
+    return absl::FailedPreconditionError(
+        "routing hooks (trace recording or replay) follow one sequence at a time; run the "
+        "sequences one by one");
+  }
+  MOETIER_RETURN_IF_ERROR(ctx_->MakeCurrent());
+  // Passes of up to max_batch rows, the steps' tokens in order: a step
+  // that does not fit whole runs its first tokens in this pass and the
+  // rest in the next.
+  step_done_.assign(steps.size(), 0);
+  size_t first_left = 0;  // the first step with tokens left
+  while (first_left < steps.size()) {
+    parts_.clear();
+    batch_tokens_.clear();
+    out_rows_.clear();
+    out_dst_.clear();
+    part_steps_.clear();
+    int rows = 0;
+    for (size_t i = first_left; i < steps.size() && rows < config_.max_batch; ++i) {
+      const SequenceStep& step = steps[i];
+      const int left = static_cast<int>(step.tokens.size()) - step_done_[i];
+      if (left == 0) continue;
+      const int take = std::min(left, config_.max_batch - rows);
+      parts_.push_back(BatchPart{step.seq->slot(),
+                                 CudaRowSpan{.row0 = rows, .n = take, .pos0 = step.seq->length()}});
+      part_steps_.push_back(i);
+      batch_tokens_.insert(batch_tokens_.end(), step.tokens.begin() + step_done_[i],
+                           step.tokens.begin() + step_done_[i] + take);
+      rows += take;
+      if (take == left && step.last_logits != nullptr) {
+        out_rows_.push_back(rows - 1);
+        out_dst_.push_back(step.last_logits);
+      }
+    }
+    absl::Status s = ForwardBatch(parts_, batch_tokens_.data(), rows, out_rows_, out_dst_);
+    const absl::Status released = moe_->FinishBatch();
+    if (s.ok()) s = released;
+    MOETIER_RETURN_IF_ERROR(s);
+    for (size_t p = 0; p < parts_.size(); ++p) {
+      const size_t i = part_steps_[p];
+      step_done_[i] += parts_[p].span.n;
+      slots_.SetLength(*steps[i].seq, parts_[p].span.pos0 + parts_[p].span.n);
+    }
+    while (first_left < steps.size() &&
+           step_done_[first_left] == static_cast<int>(steps[first_left].tokens.size())) {
+      ++first_left;
     }
   }
   return absl::OkStatus();
 }
 
-absl::Status CudaEngine::ForwardBatch(std::vector<LayerState>& state, const int32_t* tokens,
-                                      int n, int pos0, int first_row, float* host_logits) {
+absl::Status CudaEngine::ForwardBatch(std::span<const BatchPart> parts, const int32_t* tokens,
+                                      int n, std::span<const int> out_rows,
+                                      std::span<float* const> host_rows) {
   const cuda::CudaStream stream = ctx_->stream();
   const int64_t n_embd = hp_.n_embd;
   const uint64_t embd_row_bytes =
@@ -540,37 +592,62 @@ absl::Status CudaEngine::ForwardBatch(std::vector<LayerState>& state, const int3
         token_embd_.type, embd + static_cast<uint64_t>(tokens[t]) * embd_row_bytes, n_embd,
         batch_.x + t * n_embd, stream));
   }
+  spans_.clear();
+  for (const BatchPart& part : parts) spans_.push_back(part.span);
   for (int l = 0; l < hp_.n_layer; ++l) {
-    const LayerState& layer = state[static_cast<size_t>(l)];
     switch (mixers_[static_cast<size_t>(l)]) {
       case MixerKind::kAttention:
       case MixerKind::kGatedAttention:
-        MOETIER_RETURN_IF_ERROR(attention_->Forward(l, layer.kv, n, pos0));
+        kv_of_part_.clear();
+        for (const BatchPart& part : parts) {
+          kv_of_part_.push_back(&state_[static_cast<size_t>(part.slot)][static_cast<size_t>(l)].kv);
+        }
+        MOETIER_RETURN_IF_ERROR(attention_->Forward(l, spans_, kv_of_part_));
         break;
       case MixerKind::kGatedDeltaNet:
-        MOETIER_RETURN_IF_ERROR(deltanet_->Forward(l, layer.recurrent, n, pos0));
+        recurrent_of_part_.clear();
+        for (const BatchPart& part : parts) {
+          recurrent_of_part_.push_back(
+              &state_[static_cast<size_t>(part.slot)][static_cast<size_t>(l)].recurrent);
+        }
+        MOETIER_RETURN_IF_ERROR(deltanet_->Forward(l, spans_, recurrent_of_part_));
         break;
     }
     // Every layer's FFN is the MoE block (with or without a shared expert).
-    MOETIER_RETURN_IF_ERROR(moe_->Forward(l, n, pos0));
+    // Routing hooks see the first part's positions: with hooks that follow
+    // positions a batch holds one sequence (ForwardMany refuses more).
+    MOETIER_RETURN_IF_ERROR(moe_->Forward(l, n, parts.front().span.pos0));
   }
-  if (first_row >= 0) {
-    // Final norm and output projection for rows [first_row, n).
-    const int count = n - first_row;
-    MOETIER_RETURN_IF_ERROR(cuda::RmsNorm(batch_.x + first_row * n_embd, output_norm_, count,
-                                          static_cast<int>(n_embd), hp_.rms_eps, batch_.xn,
-                                          stream));
+  if (!out_rows.empty()) {
+    // Final norm and output projection for the rows asked for, gathered
+    // into rows 0.. of xn and logits_; runs of consecutive rows go at once.
+    const int count = static_cast<int>(out_rows.size());
+    for (int r = 0; r < count;) {
+      int run = 1;
+      while (r + run < count && out_rows[r + run] == out_rows[r] + run) ++run;
+      MOETIER_RETURN_IF_ERROR(cuda::RmsNorm(batch_.x + out_rows[r] * n_embd, output_norm_, run,
+                                            static_cast<int>(n_embd), hp_.rms_eps,
+                                            batch_.xn + r * n_embd, stream));
+      r += run;
+    }
     MOETIER_RETURN_IF_ERROR(ctx_->MatMul(output_, batch_.xn, count, logits_));
-    if (host_logits != nullptr) {
-      const uint64_t bytes = static_cast<uint64_t>(count) * hp_.n_vocab * sizeof(float);
+    const int64_t n_vocab = hp_.n_vocab;
+    for (int r = 0; r < count;) {
+      if (host_rows[r] == nullptr) {
+        ++r;
+        continue;
+      }
+      int run = 1;
+      while (r + run < count && host_rows[r + run] == host_rows[r] + run * n_vocab) ++run;
       MOETIER_RETURN_IF_ERROR(CudaCall(
-          cudaMemcpyAsync(host_logits, logits_, bytes, cudaMemcpyDeviceToHost,
-                          static_cast<cudaStream_t>(stream)),
+          cudaMemcpyAsync(host_rows[r], logits_ + r * n_vocab, run * n_vocab * sizeof(float),
+                          cudaMemcpyDeviceToHost, static_cast<cudaStream_t>(stream)),
           "copying logits to the host"));
+      r += run;
     }
   }
   // Also when no logits are wanted: the batch's cache entries are complete
-  // (and any fault reported) before the sequence counts them.
+  // (and any fault reported) before the sequences count them.
   return ctx_->Sync("the forward pass");
 }
 

@@ -119,6 +119,14 @@ class CudaEngine final : public ForwardEngine, public ExpertCacheControl {
   absl::StatusOr<std::unique_ptr<Sequence>> NewSequence() override { return slots_.Acquire(); }
   absl::Status Forward(Sequence& seq, std::span<const int32_t> tokens, LogitRows host_rows,
                        float* host_logits) override;
+  // The sequences' tokens in shared passes of up to max_batch rows: every
+  // projection and the MoE block run over all rows at once (each layer's
+  // routed experts fetched once for the pass), attention and DeltaNet per
+  // sequence. Each row's arithmetic is its solo one when every product of
+  // a pass goes through the GEMV (rows <= gemv_max_rows, or gemv_max_rows
+  // >= max_batch), so the logits are bit for bit those of Forward; passes
+  // with more rows use the fp16 GEMM, within its rounding.
+  absl::Status ForwardMany(std::span<const SequenceStep> steps) override;
   absl::Status SaveCheckpoint(Sequence& seq) override;
   absl::Status RestoreCheckpoint(Sequence& seq) override;
   // Host copies (engine/cuda_engine_state.cc), waited for before returning.
@@ -162,8 +170,17 @@ class CudaEngine final : public ForwardEngine, public ExpertCacheControl {
   // `moe_weights`, one per layer.
   absl::Status UploadWeights(const Model& model, std::vector<CudaMoeWeights>& moe_weights);
   absl::Status AllocateBuffers();
-  absl::Status ForwardBatch(std::vector<LayerState>& state, const int32_t* tokens, int n, int pos0,
-                            int first_row, float* host_logits);
+  // One sequence slot's rows of a pass.
+  struct BatchPart {
+    int slot = 0;
+    CudaRowSpan span;
+  };
+  // One pass of n rows, which `parts` cover from row 0 in order; then the
+  // logits of `out_rows` (ascending) into logits_'s first rows, each also
+  // copied to its host_rows entry where that is not null. Waits for the
+  // device before returning.
+  absl::Status ForwardBatch(std::span<const BatchPart> parts, const int32_t* tokens, int n,
+                            std::span<const int> out_rows, std::span<float* const> host_rows);
   // Copies slot's recurrent layers to their checkpoint (save) or back.
   absl::Status CopyRecurrentState(int slot, bool save);
 
@@ -188,6 +205,19 @@ class CudaEngine final : public ForwardEngine, public ExpertCacheControl {
   int32_t* sampled_ = nullptr;     // [1], device
   int32_t* host_sampled_ = nullptr;  // [1], pinned
   std::vector<float> host_row_;    // [n_vocab]: for samplers that need the whole row
+  // A pass's plan, kept between calls so that passes allocate nothing once
+  // they have grown: its parts, their spans, state and steps, its tokens,
+  // the rows whose logits it keeps and where they go; and ForwardMany's
+  // tokens run per step.
+  std::vector<BatchPart> parts_;
+  std::vector<CudaRowSpan> spans_;
+  std::vector<const CudaKvLayer*> kv_of_part_;
+  std::vector<const CudaRecurrentLayer*> recurrent_of_part_;
+  std::vector<size_t> part_steps_;
+  std::vector<int32_t> batch_tokens_;
+  std::vector<int> out_rows_;
+  std::vector<float*> out_dst_;
+  std::vector<int> step_done_;
 };
 
 // The engine as a ForwardEngine, for the worker.

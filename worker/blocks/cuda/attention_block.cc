@@ -76,13 +76,15 @@ void CudaAttentionBlock::SetWeights(int layer, const CudaAttentionWeights& weigh
   layers_[static_cast<size_t>(layer)] = weights;
 }
 
-absl::Status CudaAttentionBlock::Forward(int layer, const CudaKvLayer& kv, int n, int pos0) {
+absl::Status CudaAttentionBlock::Forward(int layer, std::span<const CudaRowSpan> spans,
+                                         std::span<const CudaKvLayer* const> kv) {
   const CudaAttentionWeights& l = layers_[static_cast<size_t>(layer)];
   const cuda::CudaStream stream = ctx_.stream();
   const int n_embd = hp_.n_embd;
   const int head_dim = hp_.head_dim;
   const int q_dim = hp_.n_head * head_dim;
   const int kv_dim = hp_.n_head_kv * head_dim;
+  const int n = spans.back().row0 + spans.back().n;
   MOETIER_RETURN_IF_ERROR(
       cuda::RmsNorm(batch_.x, l.attn_norm, n, n_embd, hp_.rms_eps, batch_.xn, stream));
   if (l.gated) {
@@ -111,24 +113,35 @@ absl::Status CudaAttentionBlock::Forward(int layer, const CudaKvLayer& kv, int n
       MOETIER_RETURN_IF_ERROR(cuda::RmsNorm(k_, l.k_norm, n, kv_dim, hp_.rms_eps, k_, stream));
       break;
   }
-  const int32_t* positions = positions_ + pos0;
   auto rope = hp_.rope_style == RopeStyle::kNeox ? &cuda::RopeNeox : &cuda::RopeAdjacentPairs;
-  MOETIER_RETURN_IF_ERROR(rope(q_, positions, n, hp_.n_head, head_dim, hp_.n_rot,
-                               hp_.rope_freq_base, pair_uses_position_, stream));
-  MOETIER_RETURN_IF_ERROR(rope(k_, positions, n, hp_.n_head_kv, head_dim, hp_.n_rot,
-                               hp_.rope_freq_base, pair_uses_position_, stream));
-  // Head-major cache: KV head g's row for position p at g * capacity *
-  // head_dim + p * head_dim.
-  MOETIER_RETURN_IF_ERROR(cuda::StoreKv(k_, n, hp_.n_head_kv, head_dim, kv.k, kv_type_,
-                                        kv.head_stride, head_dim, pos0, stream));
-  MOETIER_RETURN_IF_ERROR(cuda::StoreKv(v_, n, hp_.n_head_kv, head_dim, kv.v, kv_type_,
-                                        kv.head_stride, head_dim, pos0, stream));
   const float scale = hp_.attention_scale > 0.0f
                           ? hp_.attention_scale
                           : 1.0f / std::sqrt(static_cast<float>(head_dim));
-  MOETIER_RETURN_IF_ERROR(cuda::Attention(q_, kv.k, kv.v, kv_type_, kv.head_stride,
-                                          head_dim, n, pos0, hp_.n_head, hp_.n_head_kv, head_dim,
-                                          scale, attn_out_, stream));
+  // Per sequence: rope at its positions, its keys and values into its
+  // cache, and attention over that cache.
+  for (size_t i = 0; i < spans.size(); ++i) {
+    const CudaRowSpan& span = spans[i];
+    const CudaKvLayer& cache = *kv[i];
+    const int64_t row0 = span.row0;
+    float* q = q_ + row0 * q_dim;
+    float* k = k_ + row0 * kv_dim;
+    float* v = v_ + row0 * kv_dim;
+    const int32_t* positions = positions_ + span.pos0;
+    MOETIER_RETURN_IF_ERROR(rope(q, positions, span.n, hp_.n_head, head_dim, hp_.n_rot,
+                                 hp_.rope_freq_base, pair_uses_position_, stream));
+    MOETIER_RETURN_IF_ERROR(rope(k, positions, span.n, hp_.n_head_kv, head_dim, hp_.n_rot,
+                                 hp_.rope_freq_base, pair_uses_position_, stream));
+    // Head-major cache: KV head g's row for position p at g * capacity *
+    // head_dim + p * head_dim.
+    MOETIER_RETURN_IF_ERROR(cuda::StoreKv(k, span.n, hp_.n_head_kv, head_dim, cache.k, kv_type_,
+                                          cache.head_stride, head_dim, span.pos0, stream));
+    MOETIER_RETURN_IF_ERROR(cuda::StoreKv(v, span.n, hp_.n_head_kv, head_dim, cache.v, kv_type_,
+                                          cache.head_stride, head_dim, span.pos0, stream));
+    MOETIER_RETURN_IF_ERROR(cuda::Attention(q, cache.k, cache.v, kv_type_, cache.head_stride,
+                                            head_dim, span.n, span.pos0, hp_.n_head,
+                                            hp_.n_head_kv, head_dim, scale,
+                                            attn_out_ + row0 * q_dim, stream));
+  }
   if (l.gated) {
     MOETIER_RETURN_IF_ERROR(
         cuda::MulSigmoid(attn_out_, gate_, static_cast<int64_t>(n) * q_dim, stream));

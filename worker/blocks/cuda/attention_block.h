@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -16,6 +17,17 @@
 #include "model/model.h"
 
 namespace moetier {
+
+// A batch's rows of one sequence: rows row0 .. row0 + n - 1 are its tokens
+// at positions pos0 .. pos0 + n - 1. A batch may hold several sequences'
+// rows (ForwardMany); the blocks that keep per-sequence state (attention's
+// KV cache, DeltaNet's recurrent state) run each span against its own
+// sequence's state, and everything else runs over all rows at once.
+struct CudaRowSpan {
+  int row0 = 0;
+  int n = 0;
+  int pos0 = 0;
+};
 
 // The batch's residual stream and sublayer buffers on the device, shared by
 // the blocks ([max_batch][n_embd] floats each).
@@ -63,9 +75,11 @@ class CudaAttentionBlock {
   uint64_t kv_bytes_per_token_per_layer() const;
   void SetWeights(int layer, const CudaAttentionWeights& weights);
 
-  // x += Attention(RMSNorm(x; attn_norm)) for the batch's n tokens at
-  // positions pos0..; their keys and values go into `kv`.
-  absl::Status Forward(int layer, const CudaKvLayer& kv, int n, int pos0);
+  // x += Attention(RMSNorm(x; attn_norm)) for the batch's rows, which
+  // `spans` cover from row 0 in order: span i's keys and values go into
+  // kv[i], and its tokens attend to that sequence only.
+  absl::Status Forward(int layer, std::span<const CudaRowSpan> spans,
+                       std::span<const CudaKvLayer* const> kv);
 
  private:
   const ModelHparams& hp_;

@@ -87,8 +87,8 @@ absl::Status CudaDeltaNetBlock::CopyState(const CudaRecurrentLayer& src,
                   "copying a delta rule state");
 }
 
-absl::Status CudaDeltaNetBlock::Forward(int layer, const CudaRecurrentLayer& state, int n,
-                                        int pos0) {
+absl::Status CudaDeltaNetBlock::Forward(int layer, std::span<const CudaRowSpan> spans,
+                                        std::span<const CudaRecurrentLayer* const> state) {
   const CudaDeltaNetWeights& l = layers_[static_cast<size_t>(layer)];
   const cuda::CudaStream stream = ctx_.stream();
   const int n_embd = hp_.n_embd;
@@ -96,13 +96,15 @@ absl::Status CudaDeltaNetBlock::Forward(int layer, const CudaRecurrentLayer& sta
   const int key_dim = dn_.key_dim();
   const int value_dim = dn_.value_dim();
   const int h_v = dn_.n_v_heads;
-  if (pos0 == 0) {
+  const int n = spans.back().row0 + spans.back().n;
+  for (size_t i = 0; i < spans.size(); ++i) {
+    if (spans[i].pos0 != 0) continue;
     auto* s = static_cast<cudaStream_t>(stream);
     MOETIER_RETURN_IF_ERROR(CudaCall(
-        cudaMemsetAsync(state.conv, 0, conv_state_floats() * sizeof(float), s),
+        cudaMemsetAsync(state[i]->conv, 0, conv_state_floats() * sizeof(float), s),
         "clearing a conv state"));
     MOETIER_RETURN_IF_ERROR(CudaCall(
-        cudaMemsetAsync(state.delta, 0, delta_state_floats() * sizeof(float), s),
+        cudaMemsetAsync(state[i]->delta, 0, delta_state_floats() * sizeof(float), s),
         "clearing a delta rule state"));
   }
   MOETIER_RETURN_IF_ERROR(
@@ -112,8 +114,13 @@ absl::Status CudaDeltaNetBlock::Forward(int layer, const CudaRecurrentLayer& sta
   MOETIER_RETURN_IF_ERROR(ctx_.MatMul(l.beta, batch_.xn, n, beta_));
   MOETIER_RETURN_IF_ERROR(ctx_.MatMul(l.alpha, batch_.xn, n, g_));
 
-  MOETIER_RETURN_IF_ERROR(
-      cuda::CausalConv1dSilu(m_, l.conv, state.conv, n, conv_dim, dn_.conv_kernel, u_, stream));
+  // The conv runs along each sequence's own inputs and state.
+  for (size_t i = 0; i < spans.size(); ++i) {
+    const int64_t row0 = spans[i].row0;
+    MOETIER_RETURN_IF_ERROR(cuda::CausalConv1dSilu(m_ + row0 * conv_dim, l.conv, state[i]->conv,
+                                                   spans[i].n, conv_dim, dn_.conv_kernel,
+                                                   u_ + row0 * conv_dim, stream));
+  }
   // q and k L2-normed per key head (q also scaled), the gates per value head.
   const float q_scale = 1.0f / std::sqrt(static_cast<float>(dn_.d_k));
   MOETIER_RETURN_IF_ERROR(cuda::L2NormHeads(u_, n, dn_.n_k_heads, dn_.d_k, conv_dim, hp_.rms_eps,
@@ -126,27 +133,30 @@ absl::Status CudaDeltaNetBlock::Forward(int layer, const CudaRecurrentLayer& sta
   cuda::DeltaRuleArgs args{};
   args.qk_stride = conv_dim;
   args.v_stride = conv_dim;
-  args.state = state.delta;
   args.out_stride = value_dim;
   args.n_k_heads = dn_.n_k_heads;
   args.n_v_heads = h_v;
   args.d_k = dn_.d_k;
   args.d_v = dn_.d_v;
   args.v_heads_tiled = dn_.v_heads_tiled;
-  const bool chunked = n >= chunk_min_tokens_;
-  const int piece = chunked ? kMaxChunkedTokens : n;
-  for (int t0 = 0; t0 < n; t0 += piece) {
-    const int64_t row = t0;
-    args.q = u_ + row * conv_dim;
-    args.k = u_ + row * conv_dim + key_dim;
-    args.v = u_ + row * conv_dim + 2 * key_dim;
-    args.beta = beta_ + row * h_v;
-    args.g = g_ + row * h_v;
-    args.out = o_ + row * value_dim;
-    args.n_tokens = std::min(piece, n - t0);
-    MOETIER_RETURN_IF_ERROR(chunked ? cuda::GatedDeltaRuleChunked(args, scratch_, scratch_floats_,
-                                                                  stream)
-                                    : cuda::GatedDeltaRule(args, stream));
+  for (size_t i = 0; i < spans.size(); ++i) {
+    const CudaRowSpan& span = spans[i];
+    args.state = state[i]->delta;
+    const bool chunked = span.n >= chunk_min_tokens_;
+    const int piece = chunked ? kMaxChunkedTokens : span.n;
+    for (int t0 = 0; t0 < span.n; t0 += piece) {
+      const int64_t row = span.row0 + t0;
+      args.q = u_ + row * conv_dim;
+      args.k = u_ + row * conv_dim + key_dim;
+      args.v = u_ + row * conv_dim + 2 * key_dim;
+      args.beta = beta_ + row * h_v;
+      args.g = g_ + row * h_v;
+      args.out = o_ + row * value_dim;
+      args.n_tokens = std::min(piece, span.n - t0);
+      MOETIER_RETURN_IF_ERROR(chunked ? cuda::GatedDeltaRuleChunked(args, scratch_,
+                                                                    scratch_floats_, stream)
+                                      : cuda::GatedDeltaRule(args, stream));
+    }
   }
   // Gated RMSNorm of each head's output with silu(z), in place.
   MOETIER_RETURN_IF_ERROR(cuda::RmsNormGated(o_, l.norm, z_, static_cast<int64_t>(n) * h_v,

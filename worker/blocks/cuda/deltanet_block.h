@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -65,10 +66,14 @@ class CudaDeltaNetBlock {
   // dst = src, enqueued on the compute stream (checkpoints).
   absl::Status CopyState(const CudaRecurrentLayer& src, const CudaRecurrentLayer& dst);
 
-  // x += DeltaNet(RMSNorm(x; attn_norm)) for the batch's n tokens, which
-  // follow what `state` has seen (nothing when pos0 is 0: the state is
-  // cleared first); `state` then holds what follows them.
-  absl::Status Forward(int layer, const CudaRecurrentLayer& state, int n, int pos0);
+  // x += DeltaNet(RMSNorm(x; attn_norm)) for the batch's rows, which
+  // `spans` cover from row 0 in order (attention_block.h): span i's tokens
+  // follow what state[i] has seen (nothing when its pos0 is 0: the state
+  // is cleared first), and state[i] then holds what follows them. Each
+  // span runs by chunks or token by token on its own length, as it would
+  // alone.
+  absl::Status Forward(int layer, std::span<const CudaRowSpan> spans,
+                       std::span<const CudaRecurrentLayer* const> state);
 
  private:
   const ModelHparams& hp_;
