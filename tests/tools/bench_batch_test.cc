@@ -92,6 +92,8 @@ TEST(BenchBatchTest, TheTableNamesWidthsAndTheJoin) {
                                    "--shared-prefix-tokens 4 --threads 2");
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("width  tok/s (median)"));
+  EXPECT_THAT(r.output, HasSubstr("bytes bound  of bound"));
+  EXPECT_THAT(r.output, HasSubstr("width 2 time by phase:"));
   EXPECT_THAT(r.output, HasSubstr("join: a 8-token prompt"));
   EXPECT_THAT(r.output, HasSubstr("TTFT p50"));
   EXPECT_THAT(r.output, HasSubstr("its first 4 tokens loaded from a kept state"));
@@ -128,11 +130,28 @@ TEST(BenchBatchTest, RowsReplayTheirOwnTraces) {
   ASSERT_EQ(shared.size(), 2u);
   EXPECT_EQ(shared[0]["routing"], "trace");
   EXPECT_DOUBLE_EQ(shared[1]["expert_bytes_vs_first_width"].get<double>(), 0.25);
+  // Four rows reading what one reads: a memory-bound engine gets 4x.
+  EXPECT_DOUBLE_EQ(shared[0]["memory_bound_speedup"].get<double>(), 1.0);
+  EXPECT_NEAR(shared[1]["memory_bound_speedup"].get<double>(), 4.0, 1e-9);
   const std::vector<nlohmann::json> own =
       run(paths[0] + "," + paths[1] + "," + paths[2] + "," + paths[3]);
   ASSERT_EQ(own.size(), 2u);
   EXPECT_GT(own[1]["expert_bytes_vs_first_width"].get<double>(), 0.25);
   EXPECT_LT(own[1]["expert_bytes_vs_first_width"].get<double>(), 1.0);
+  // Fewer shared experts: the bound lies between 1x and 4x, and is the
+  // bytes' own arithmetic (dense weights once per step, experts per token).
+  const double dense = own[1]["dense_bytes_per_step"].get<double>();
+  const double solo = own[0]["expert_bytes_per_token"].get<double>();
+  const double four = own[1]["expert_bytes_per_token"].get<double>();
+  EXPECT_GT(dense, 0);
+  EXPECT_NEAR(own[1]["memory_bound_speedup"].get<double>(),
+              4 * (dense + solo) / (dense + 4 * four), 1e-9);
+  EXPECT_GT(own[1]["memory_bound_speedup"].get<double>(), 1.0);
+  EXPECT_LT(own[1]["memory_bound_speedup"].get<double>(), 4.0);
+  EXPECT_NEAR(own[1]["speedup_of_memory_bound"].get<double>(),
+              own[1]["speedup_vs_first_width"].get<double>() /
+                  own[1]["memory_bound_speedup"].get<double>(),
+              1e-9);
 
   // A trace of another shape is refused, naming both shapes.
   const std::string wrong = dir + "/bench_batch_wrong.trace";

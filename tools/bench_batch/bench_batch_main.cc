@@ -23,6 +23,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "cache/routing_trace.h"
+#include "cpu_phase_report.h"
 #include "engine/cpu_engine.h"
 #include "engine/mapped_expert_source.h"
 #include "gguf/gguf_reader.h"
@@ -40,9 +41,14 @@ usage: moetier-bench-batch --model FILE [options]
 
 Decode: for each width W of --sequences, W sequences that each hold --context
 tokens decode --decode-steps tokens apiece, all W in one forward call per
-step. Prints the median aggregate tokens/s of --runs runs and its ratio to
-width 1, and the routed-expert bytes read per token against width 1 (a
-step reads each expert its tokens route to once, however many of them do).
+step, each step keeping every sequence's logits row (as a server samples
+from). Prints the median aggregate tokens/s of --runs runs and its ratio to
+the first width, the routed-expert bytes read per token against the first
+width (a step reads each expert its tokens route to once, however many of
+them do), and the memory bound: the speedup an engine limited by reading
+weights would reach (the dense weights, shared expert and output matrix
+included, read once per step), and how much of it was reached. Then where
+each width's time went, by the engine's phases.
 
 Join: --join-running sequences decode while a new request with a
 --join-prompt-token prompt arrives; its prompt runs --chunk tokens per step
@@ -223,7 +229,8 @@ class Bench {
  public:
   Bench(const Options& o, const Model& model, CpuEngine& engine, CountingSource& source)
       : o_(o), model_(model), engine_(engine), source_(source), rng_(o.seed),
-        row_(static_cast<size_t>(engine.n_vocab())) {}
+        row_(static_cast<size_t>(engine.n_vocab())),
+        step_rows_(static_cast<size_t>(engine.max_sequences()) * engine.n_vocab()) {}
 
   std::vector<int32_t> RandomTokens(int n) {
     std::uniform_int_distribution<int32_t> id(0, model_.hparams.n_vocab - 1);
@@ -260,7 +267,9 @@ class Bench {
     tokens_ = RandomTokens(static_cast<int>(seqs.size()));
     steps_.clear();
     for (size_t i = 0; i < seqs.size(); ++i) {
-      steps_.push_back({seqs[i].get(), std::span<const int32_t>(&tokens_[i], 1), nullptr});
+      // Each sequence's logits row, as a server needs it to sample.
+      steps_.push_back({seqs[i].get(), std::span<const int32_t>(&tokens_[i], 1),
+                        step_rows_.data() + i * static_cast<size_t>(engine_.n_vocab())});
     }
     if (extra != nullptr) steps_.push_back(*extra);
     return engine_.ForwardMany(steps_);
@@ -270,6 +279,7 @@ class Bench {
     int width = 0;
     double tokens_per_s = 0;
     double expert_bytes_per_token = 0;
+    CpuPhaseSeconds phases{};  // the timed steps' time by engine phase
   };
 
   absl::StatusOr<Width> MeasureWidth(int width) {
@@ -278,6 +288,7 @@ class Bench {
     if (absl::Status s = Step(*seqs, nullptr); !s.ok()) return s;  // warm-up
     std::vector<double> rates;
     const uint64_t bytes0 = source_.bytes();
+    engine_.ResetPhaseTimes();
     for (int r = 0; r < o_.runs; ++r) {
       const double t0 = Seconds();
       for (int i = 0; i < o_.decode_steps; ++i) {
@@ -286,7 +297,11 @@ class Bench {
       rates.push_back(static_cast<double>(width) * o_.decode_steps / (Seconds() - t0));
     }
     const double tokens = static_cast<double>(width) * o_.decode_steps * o_.runs;
-    return Width{width, Quantile(rates, 0.5), (source_.bytes() - bytes0) / tokens};
+    Width w{width, Quantile(rates, 0.5), (source_.bytes() - bytes0) / tokens};
+    for (int p = 0; p < static_cast<int>(CpuPhase::kCount); ++p) {
+      w.phases[static_cast<size_t>(p)] = engine_.phase_seconds(static_cast<CpuPhase>(p));
+    }
+    return w;
   }
 
   struct Join {
@@ -402,6 +417,7 @@ class Bench {
   CountingSource& source_;
   std::mt19937 rng_;
   std::vector<float> row_;
+  std::vector<float> step_rows_;  // [max_sequences][n_vocab]: a step's logits rows
   std::vector<int32_t> tokens_;
   std::vector<SequenceStep> steps_;
 };
@@ -479,9 +495,11 @@ int Run(const Options& o) {
       std::printf("  routing replayed per row from %zu trace(s): %s\n", o.routing_traces.size(),
                   absl::StrJoin(o.routing_traces, ", ").c_str());
     }
-    std::printf("  width  tok/s (median)  vs 1 seq  expert MiB/token  vs 1 seq\n");
+    std::printf("  width  tok/s (median)  vs 1 seq  expert MiB/token  vs 1 seq  "
+                "bytes bound  of bound\n");
   }
-  double base_rate = 0, base_bytes = 0;
+  double base_rate = 0, base_bytes = 0, base_tokens_per_byte = 0;
+  const double dense_bytes = static_cast<double>(DenseWeightBytesPerStep(*model));
   for (const int width : o.widths) {
     absl::StatusOr<Bench::Width> w = bench.MeasureWidth(width);
     if (!w.ok()) {
@@ -495,6 +513,13 @@ int Run(const Options& o) {
     }
     const double speedup = w->tokens_per_s / base_rate;
     const double bytes_ratio = base_bytes > 0 ? w->expert_bytes_per_token / base_bytes : 0;
+    // What a memory-bound engine would gain: tokens per weight byte read
+    // (a step reads the dense weights once and each routed expert once)
+    // against the first width's.
+    const double tokens_per_byte =
+        width / (dense_bytes + static_cast<double>(width) * w->expert_bytes_per_token);
+    if (base_tokens_per_byte == 0) base_tokens_per_byte = tokens_per_byte;
+    const double bound = tokens_per_byte / base_tokens_per_byte;
     if (o.json) {
       nlohmann::json row = {{"model", o.model},
                             {"routing", replay.has_value() ? "trace" : "router"},
@@ -502,11 +527,22 @@ int Run(const Options& o) {
                             {"tokens_per_s", w->tokens_per_s},
                             {"speedup_vs_first_width", speedup},
                             {"expert_bytes_per_token", w->expert_bytes_per_token},
-                            {"expert_bytes_vs_first_width", bytes_ratio}};
+                            {"expert_bytes_vs_first_width", bytes_ratio},
+                            {"dense_bytes_per_step", dense_bytes},
+                            {"memory_bound_speedup", bound},
+                            {"speedup_of_memory_bound", speedup / bound}};
+      double total = 0;
+      for (double seconds : w->phases) total += seconds;
+      for (int p = 0; p < static_cast<int>(CpuPhase::kCount) && total > 0; ++p) {
+        row["time_share_by_phase"][std::string(CpuPhaseName(static_cast<CpuPhase>(p)))] =
+            w->phases[static_cast<size_t>(p)] / total;
+      }
       std::printf("%s\n", row.dump().c_str());
     } else {
-      std::printf("  %5d  %14.2f  %7.2fx  %16.2f  %7.2fx\n", width, w->tokens_per_s, speedup,
-                  w->expert_bytes_per_token / (1 << 20), bytes_ratio);
+      std::printf("  %5d  %14.2f  %7.2fx  %16.2f  %7.2fx  %10.2fx  %7.0f%%\n", width,
+                  w->tokens_per_s, speedup, w->expert_bytes_per_token / (1 << 20), bytes_ratio,
+                  bound, 100 * speedup / bound);
+      PrintPhases(absl::StrFormat("         width %d", width).c_str(), w->phases, "");
     }
     std::fflush(stdout);
   }

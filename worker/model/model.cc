@@ -76,23 +76,24 @@ std::vector<WeightRef*> WeightRefs(ModelWeights& w, bool include_experts) {
   return RefsOf<ModelWeights, WeightRef>(w, include_experts);
 }
 
-uint64_t DecodeWeightBytesPerToken(const Model& model) {
+uint64_t DenseWeightBytesPerStep(const Model& model) {
   const ModelWeights& w = model.weights;
-  auto matrix_bytes = [](const WeightRef& r) {
-    return r.row_bytes * static_cast<uint64_t>(r.ne[1]) * static_cast<uint64_t>(r.ne[2]);
-  };
-  auto expert_bytes = [](const WeightRef& r) {
-    return r.row_bytes * static_cast<uint64_t>(r.ne[1]);
-  };
   uint64_t bytes = w.token_embd.row_bytes;
   for (const WeightRef* ref : WeightRefs(w, /*include_experts=*/false)) {
-    if (ref != &w.token_embd) bytes += matrix_bytes(*ref);
+    if (ref != &w.token_embd) {
+      bytes += ref->row_bytes * static_cast<uint64_t>(ref->ne[1]) * static_cast<uint64_t>(ref->ne[2]);
+    }
   }
-  for (const LayerWeights& l : w.layers) {
-    
+  return bytes;
+}
+
+uint64_t DecodeWeightBytesPerToken(const Model& model) {
+  uint64_t bytes = DenseWeightBytesPerStep(model);
+  for (const LayerWeights& l : model.weights.layers) {
     bytes += static_cast<uint64_t>(model.hparams.n_expert_used) *
-             (expert_bytes(l.moe.gate_exps) + expert_bytes(l.moe.up_exps) +
-              expert_bytes(l.moe.down_exps));
+             (l.moe.gate_exps.row_bytes * static_cast<uint64_t>(l.moe.gate_exps.ne[1]) +
+              l.moe.up_exps.row_bytes * static_cast<uint64_t>(l.moe.up_exps.ne[1]) +
+              l.moe.down_exps.row_bytes * static_cast<uint64_t>(l.moe.down_exps.ne[1]));
   }
   return bytes;
 }
