@@ -494,5 +494,66 @@ TEST(CpuKernelsTest, VectorHelpers) {
   }
 }
 
+// The value half of stored-KV attention: every level against a
+// double-precision sum over the decoded rows, and the x86 levels against
+// each other bit for bit (each output value is the same chain of fused
+// multiply-adds in row order, however the heads are grouped). Head counts
+// past 8 and row counts past a 16-row tile take the kernels' outer loops;
+// a head size that is not a multiple of 32 takes AVX-512's fallback.
+TEST(CpuKernelsTest, AccumulateKvValues) {
+  std::mt19937 rng(12);
+  std::normal_distribution<float> gauss(0.0f, 1.0f);
+  for (TensorType type : {TensorType::kF32, TensorType::kF16, TensorType::kQ8_0,
+                          TensorType::kQ4_0}) {
+    for (int head_dim : {32, 48, 128, 256}) {
+      const bool blocks = type == TensorType::kQ8_0 || type == TensorType::kQ4_0;
+      if (blocks && head_dim % 32 != 0) continue;
+      for (int n_q : {1, 3, 8, 11}) {
+        const int64_t n_rows = 37;
+        const size_t row_bytes = static_cast<size_t>(TensorRowBytes(type, head_dim));
+        std::vector<uint8_t> rows(n_rows * row_bytes);
+        std::vector<float> values(head_dim);
+        std::vector<float> decoded(n_rows * head_dim);
+        for (int64_t t = 0; t < n_rows; ++t) {
+          for (float& x : values) x = gauss(rng);
+          QuantizeRow(type, values.data(), rows.data() + t * row_bytes, head_dim);
+          DequantizeRow(type, rows.data() + t * row_bytes, decoded.data() + t * head_dim,
+                        head_dim);
+        }
+        const int64_t w_stride = n_rows + 3;
+        std::vector<float> weights(n_q * w_stride);
+        for (float& w : weights) w = std::abs(gauss(rng)) / n_rows;
+        std::vector<float> start(n_q * head_dim);
+        for (float& x : start) x = gauss(rng);
+
+        std::vector<std::vector<float>> by_level;
+        for (SimdLevel level : SupportedLevels()) {
+          LevelGuard guard(level);
+          std::vector<float> out = start;
+          AccumulateKvValues(type, rows.data(), static_cast<int64_t>(row_bytes), n_rows,
+                             weights.data(), w_stride, n_q, head_dim, out.data());
+          for (int i = 0; i < n_q; ++i) {
+            for (int d = 0; d < head_dim; ++d) {
+              double want = start[i * head_dim + d];
+              for (int64_t t = 0; t < n_rows; ++t) {
+                want += static_cast<double>(weights[i * w_stride + t]) * decoded[t * head_dim + d];
+              }
+              ASSERT_NEAR(out[i * head_dim + d], want, 1e-5)
+                  << TensorTypeName(type) << " head_dim " << head_dim << " heads " << n_q
+                  << " level " << SimdLevelName(level) << " head " << i << " value " << d;
+            }
+          }
+          if (level != SimdLevel::kScalar) by_level.push_back(std::move(out));
+        }
+        for (size_t l = 1; l < by_level.size(); ++l) {
+          EXPECT_EQ(0, std::memcmp(by_level[0].data(), by_level[l].data(),
+                                   by_level[0].size() * sizeof(float)))
+              << TensorTypeName(type) << " head_dim " << head_dim << " heads " << n_q;
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace moetier::cpu

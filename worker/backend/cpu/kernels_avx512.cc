@@ -697,6 +697,68 @@ void QuantizeQ8K(const float* x, int64_t k, uint8_t* dst) {
   }
 }
 
+// The value half of stored-KV attention with the heads' outputs in
+// registers: each value row's 32-value slice is loaded once and added into
+// up to 8 heads (16 accumulators), where AccumulateKvValuesX86 reloads it for
+// every head. The same fused multiply-adds in the same row order, so the
+// results are those of AccumulateKvValuesX86 bit for bit.
+template <int NQ>
+void AddValueRowsToHeads(const float* const* row_values, int nr, const float* weights,
+                         int64_t w_stride, int head_dim, float* out) {
+  for (int j = 0; j < head_dim; j += 32) {
+    __m512 acc[NQ][2];
+    MOETIER_UNROLL
+    for (int i = 0; i < NQ; ++i) {
+      acc[i][0] = _mm512_loadu_ps(out + static_cast<int64_t>(i) * head_dim + j);
+      acc[i][1] = _mm512_loadu_ps(out + static_cast<int64_t>(i) * head_dim + j + 16);
+    }
+    for (int r = 0; r < nr; ++r) {
+      const __m512 v0 = _mm512_loadu_ps(row_values[r] + j);
+      const __m512 v1 = _mm512_loadu_ps(row_values[r] + j + 16);
+      MOETIER_UNROLL
+      for (int i = 0; i < NQ; ++i) {
+        const __m512 p = _mm512_set1_ps(weights[i * w_stride + r]);
+        acc[i][0] = _mm512_fmadd_ps(p, v0, acc[i][0]);
+        acc[i][1] = _mm512_fmadd_ps(p, v1, acc[i][1]);
+      }
+    }
+    MOETIER_UNROLL
+    for (int i = 0; i < NQ; ++i) {
+      _mm512_storeu_ps(out + static_cast<int64_t>(i) * head_dim + j, acc[i][0]);
+      _mm512_storeu_ps(out + static_cast<int64_t>(i) * head_dim + j + 16, acc[i][1]);
+    }
+  }
+}
+
+void AccumulateKvValues(TensorType type, const uint8_t* rows, int64_t row_stride, int64_t n_rows,
+                        const float* weights, int64_t w_stride, int n_q, int head_dim,
+                        float* out) {
+  if (head_dim % 32 != 0) {
+    return AccumulateKvValuesX86(type, rows, row_stride, n_rows, weights, w_stride, n_q, head_dim,
+                                 out);
+  }
+  using AddFn = void (*)(const float* const*, int, const float*, int64_t, int, float*);
+  static constexpr AddFn kByHeads[8] = {AddValueRowsToHeads<1>, AddValueRowsToHeads<2>,
+                                        AddValueRowsToHeads<3>, AddValueRowsToHeads<4>,
+                                        AddValueRowsToHeads<5>, AddValueRowsToHeads<6>,
+                                        AddValueRowsToHeads<7>, AddValueRowsToHeads<8>};
+  constexpr int kValueRows = 16;
+  alignas(64) float decoded[kValueRows * kMaxKvHeadDim];
+  const float* row_values[kValueRows];
+  for (int64_t t0 = 0; t0 < n_rows; t0 += kValueRows) {
+    const int nr = static_cast<int>(n_rows - t0 < kValueRows ? n_rows - t0 : kValueRows);
+    for (int r = 0; r < nr; ++r) {
+      row_values[r] = DecodeValueRow(type, rows + (t0 + r) * row_stride, head_dim,
+                                     decoded + r * head_dim);
+    }
+    for (int i0 = 0; i0 < n_q; i0 += 8) {
+      const int heads = n_q - i0 < 8 ? n_q - i0 : 8;
+      kByHeads[heads - 1](row_values, nr, weights + i0 * w_stride + t0, w_stride, head_dim,
+                          out + static_cast<int64_t>(i0) * head_dim);
+    }
+  }
+}
+
 #undef MOETIER_UNROLL
 
 }  // namespace
@@ -718,7 +780,7 @@ const KernelTable kAvx512Kernels = {
     .sum_f32 = SumF32,
     .attend_f32 = AttendF32,
     .softmax_f32 = SoftmaxF32,
-    .accumulate_kv_values = AccumulateKvValuesX86,
+    .accumulate_kv_values = AccumulateKvValues,
 };
 
 }  // namespace moetier::cpu

@@ -58,6 +58,25 @@ inline void DecodeQ4_0ValueRow(const uint8_t* row, int n, float* out) {
   }
 }
 
+// A stored value row as floats: F32 rows in place, the others decoded into
+// `scratch` (head_dim floats).
+inline const float* DecodeValueRow(TensorType type, const uint8_t* row, int head_dim,
+                                   float* scratch) {
+  switch (type) {
+    case TensorType::kF32:
+      return reinterpret_cast<const float*>(row);
+    case TensorType::kF16:
+      DecodeF16ValueRow(row, head_dim, scratch);
+      return scratch;
+    case TensorType::kQ8_0:
+      DecodeQ8_0ValueRow(row, head_dim, scratch);
+      return scratch;
+    default:
+      DecodeQ4_0ValueRow(row, head_dim, scratch);
+      return scratch;
+  }
+}
+
 // Rows are decoded kValueRows at a time; each head's output then stays in
 // registers, 64 values at a time, while the block's rows are added in.
 inline void AccumulateKvValuesX86(TensorType type, const uint8_t* rows, int64_t row_stride,
@@ -69,23 +88,8 @@ inline void AccumulateKvValuesX86(TensorType type, const uint8_t* rows, int64_t 
   for (int64_t t0 = 0; t0 < n_rows; t0 += kValueRows) {
     const int nr = static_cast<int>(n_rows - t0 < kValueRows ? n_rows - t0 : kValueRows);
     for (int r = 0; r < nr; ++r) {
-      const uint8_t* row = rows + (t0 + r) * row_stride;
-      float* dst = decoded + r * head_dim;
-      row_values[r] = dst;
-      switch (type) {
-        case TensorType::kF32:
-          row_values[r] = reinterpret_cast<const float*>(row);
-          break;
-        case TensorType::kF16:
-          DecodeF16ValueRow(row, head_dim, dst);
-          break;
-        case TensorType::kQ8_0:
-          DecodeQ8_0ValueRow(row, head_dim, dst);
-          break;
-        default:
-          DecodeQ4_0ValueRow(row, head_dim, dst);
-          break;
-      }
+      row_values[r] =
+          DecodeValueRow(type, rows + (t0 + r) * row_stride, head_dim, decoded + r * head_dim);
     }
     for (int i = 0; i < n_q; ++i) {
       const float* w = weights + i * w_stride + t0;
