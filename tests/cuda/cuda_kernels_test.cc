@@ -1,6 +1,6 @@
 // CUDA kernels against the host: the tensor codecs (bit-exact dequantization),
 // dequantize-then-dot in double for the matrix products, and the CPU ops
-// (backend/cpu/cpu_ops.h) for the row operations and attention, host loops
+// (backend/cpu/cpu_ops.h) for the row operations, host loops
 // for the engine's glue kernels. Tolerances
 // are per op, as in tests/cpu. Every case that touches the device skips where
 // no GPU is usable; argument checks run everywhere.
@@ -420,71 +420,6 @@ TEST_F(CudaKernelsTest, RouterTopKMatchesCpu) {
   }
 }
 
-// Decode (one token) and prefill (several causal tokens after a prefix), both
-// cache layouts, fp32 and fp16 caches, against cpu::AttentionHeads on the
-// same (rounded) cache values.
-TEST_F(CudaKernelsTest, AttentionMatchesCpu) {
-  const int n_head = 8, n_head_kv = 2;
-  uint32_t seed = 40;
-  for (TensorType kv_type : {TensorType::kF32, TensorType::kF16}) {
-    for (bool head_major : {false, true}) {
-      for (int head_dim : {64, 128, 256}) {
-        struct Tokens {
-          int n_tokens;
-          int64_t n_past;
-        };
-        for (Tokens tk : {Tokens{1, 0}, Tokens{1, 63}, Tokens{1, 64}, Tokens{1, 299},
-                          Tokens{6, 0}, Tokens{5, 70}}) {
-          SCOPED_TRACE(Name(kv_type) + (head_major ? " head-major" : " position-major") +
-                       " head_dim " + std::to_string(head_dim) + " tokens " +
-                       std::to_string(tk.n_tokens) + " past " + std::to_string(tk.n_past));
-          const int64_t n_kv_total = tk.n_past + tk.n_tokens;
-          const int64_t max_ctx = n_kv_total + 3;
-          const int64_t kv_stride = head_major ? head_dim : n_head_kv * head_dim + 5;
-          const int64_t head_stride = head_major ? max_ctx * head_dim : head_dim;
-          const size_t cache_elems =
-              static_cast<size_t>(head_major ? n_head_kv * head_stride : max_ctx * kv_stride);
-          std::vector<float> k = Gaussian(cache_elems, seed++);
-          std::vector<float> v = Gaussian(cache_elems, seed++);
-          const std::vector<float> q =
-              Gaussian(static_cast<size_t>(tk.n_tokens * n_head * head_dim), seed++, 0.5f);
-          std::vector<uint16_t> k16(cache_elems), v16(cache_elems);
-          if (kv_type == TensorType::kF16) {
-            for (size_t i = 0; i < cache_elems; ++i) {
-              k16[i] = FloatToHalf(k[i]);
-              v16[i] = FloatToHalf(v[i]);
-              k[i] = HalfToFloat(k16[i]);
-              v[i] = HalfToFloat(v16[i]);
-            }
-          }
-          const bool f16 = kv_type == TensorType::kF16;
-          DeviceBuffer k_dev = f16 ? DeviceBuffer(k16) : DeviceBuffer(k);
-          DeviceBuffer v_dev = f16 ? DeviceBuffer(v16) : DeviceBuffer(v);
-          DeviceBuffer q_dev(q), out_dev(q.size() * sizeof(float));
-          const float scale = 1.0f / std::sqrt(static_cast<float>(head_dim));
-          const absl::Status status =
-              Attention(q_dev.as<float>(), k_dev.get(), v_dev.get(), kv_type, head_stride,
-                        kv_stride, tk.n_tokens, tk.n_past, n_head, n_head_kv, head_dim, scale,
-                        out_dev.as<float>(), nullptr);
-          ASSERT_TRUE(status.ok()) << status;
-          const std::vector<float> got = out_dev.Download<float>(q.size());
-          std::vector<float> want(q.size());
-          std::vector<float> scores(static_cast<size_t>(n_head * n_kv_total));
-          for (int t = 0; t < tk.n_tokens; ++t) {
-            const size_t offset = static_cast<size_t>(t * n_head * head_dim);
-            cpu::AttentionHeads(q.data() + offset, k.data(), v.data(), head_stride, kv_stride,
-                                tk.n_past + t + 1, n_head, n_head_kv, head_dim, scale, 0, n_head,
-                                scores.data(), want.data() + offset);
-          }
-          for (size_t i = 0; i < want.size(); ++i) {
-            ASSERT_NEAR(got[i], want[i], 2e-5 * (1.0 + std::fabs(want[i]))) << "element " << i;
-          }
-        }
-      }
-    }
-  }
-}
-
 // ---------------------------------------------------------------------------
 
 TEST_F(CudaKernelsTest, ArgmaxRowsPrefersTheLowerIdOnTies) {
@@ -577,47 +512,6 @@ TEST_F(CudaKernelsTest, GatherRowsCopiesTheIndexedRows) {
   }
 }
 
-TEST_F(CudaKernelsTest, StoreKvWritesBothLayoutsAndTypes) {
-  const int n_tokens = 5, n_head_kv = 3, head_dim = 40, max_ctx = 16, pos0 = 9;
-  const std::vector<float> src = Gaussian(static_cast<size_t>(n_tokens * n_head_kv * head_dim), 83);
-  struct Layout {
-    const char* name;
-    int64_t head_stride, kv_stride;
-  };
-  const Layout layouts[] = {{"head-major", int64_t{max_ctx} * head_dim, head_dim},
-                            {"position-major", head_dim, int64_t{n_head_kv} * head_dim}};
-  const size_t cache_elems = static_cast<size_t>(max_ctx * n_head_kv * head_dim);
-  for (const Layout& layout : layouts) {
-    for (TensorType kv_type : {TensorType::kF32, TensorType::kF16}) {
-      SCOPED_TRACE(std::string(layout.name) + " " + Name(kv_type));
-      const size_t elem = kv_type == TensorType::kF32 ? 4 : 2;
-      DeviceBuffer src_dev(src), cache_dev(cache_elems * elem);
-      ASSERT_EQ(cudaMemset(cache_dev.get(), 0, cache_elems * elem), cudaSuccess);
-      ASSERT_TRUE(StoreKv(src_dev.as<float>(), n_tokens, n_head_kv, head_dim, cache_dev.get(),
-                          kv_type, layout.head_stride, layout.kv_stride, pos0, nullptr)
-                      .ok());
-      std::vector<float> want(cache_elems, 0.0f);
-      for (int t = 0; t < n_tokens; ++t) {
-        for (int g = 0; g < n_head_kv; ++g) {
-          for (int d = 0; d < head_dim; ++d) {
-            const float v = src[static_cast<size_t>((t * n_head_kv + g) * head_dim + d)];
-            want[static_cast<size_t>(g * layout.head_stride + (pos0 + t) * layout.kv_stride + d)] =
-                kv_type == TensorType::kF32 ? v : RoundToHalf(v);
-          }
-        }
-      }
-      std::vector<float> got(cache_elems);
-      if (kv_type == TensorType::kF32) {
-        got = cache_dev.Download<float>(cache_elems);
-      } else {
-        const std::vector<uint16_t> bits = cache_dev.Download<uint16_t>(cache_elems);
-        for (size_t i = 0; i < cache_elems; ++i) got[i] = HalfToFloat(bits[i]);
-      }
-      for (size_t i = 0; i < cache_elems; ++i) ASSERT_EQ(got[i], want[i]) << "element " << i;
-    }
-  }
-}
-
 TEST_F(CudaKernelsTest, MoeCombineSumsInRouterOrder) {
   const int n_tokens = 6, k = 4, n = 700;
   const int n_rows = n_tokens * k;
@@ -679,18 +573,8 @@ TEST(CudaKernelsArgsTest, RejectsBadArgumentsBeforeLaunching) {
             absl::StatusCode::kInvalidArgument);  // k > n_expert
   EXPECT_EQ(RouterTopK(f, 1, 2000, 8, true, f, reinterpret_cast<int32_t*>(f), f, nullptr).code(),
             absl::StatusCode::kInvalidArgument);  // too many experts
-  EXPECT_EQ(Attention(f, f, f, TensorType::kF32, 0, 64, 1, 0, 6, 4, 64, 1.0f, f, nullptr).code(),
-            absl::StatusCode::kInvalidArgument);  // 6 heads over 4 KV heads
-  EXPECT_EQ(Attention(f, f, f, TensorType::kF32, 0, 512, 1, 0, 4, 4, 512, 1.0f, f, nullptr).code(),
-            absl::StatusCode::kInvalidArgument);  // head_dim > 256
-  EXPECT_EQ(Attention(f, f, f, TensorType::kQ8_0, 0, 64, 1, 0, 4, 4, 64, 1.0f, f, nullptr).code(),
-            absl::StatusCode::kInvalidArgument);  // KV type
   EXPECT_EQ(SampleTemperature(f, 10, 1.0f, 1.0f, reinterpret_cast<int32_t*>(f), nullptr).code(),
             absl::StatusCode::kInvalidArgument);  // uniform outside [0, 1)
-  EXPECT_EQ(StoreKv(f, 1, 1, 64, f, TensorType::kQ8_0, 64, 64, 0, nullptr).code(),
-            absl::StatusCode::kInvalidArgument);  // KV type
-  EXPECT_EQ(StoreKv(f, 1, 1, 64, f, TensorType::kF32, 64, 64, -1, nullptr).code(),
-            absl::StatusCode::kInvalidArgument);  // negative position
   EXPECT_EQ(GatherRows(f, nullptr, 1, 64, f, nullptr).code(),
             absl::StatusCode::kInvalidArgument);  // no row indices
   EXPECT_EQ(MoeCombine(f, reinterpret_cast<int32_t*>(f), f, 1, 0, 64, f, nullptr).code(),

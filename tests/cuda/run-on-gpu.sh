@@ -16,13 +16,13 @@ arch="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr 
 
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
       -DCMAKE_CUDA_ARCHITECTURES="$arch" >/dev/null
-ninja -C "$build" cuda_device_test cuda_kernels_test cuda_deltanet_kernels_test \
-      cuda_delta_rule_chunk_test cuda_engine_test cuda_cache_engine_test cuda_routing_hooks_test \
-      cuda_batched_forward_test moetier-bench-cuda
+tests=(cuda_device_test cuda_kernels_test cuda_kv_cache_test cuda_deltanet_kernels_test
+       cuda_delta_rule_chunk_test cuda_engine_test cuda_kv_types_engine_test cuda_cache_engine_test
+       cuda_routing_hooks_test cuda_batched_forward_test)
+ninja -C "$build" "${tests[@]}" moetier-bench-cuda
 
 status=0
-for t in cuda_device_test cuda_kernels_test cuda_deltanet_kernels_test cuda_delta_rule_chunk_test \
-         cuda_engine_test cuda_cache_engine_test cuda_routing_hooks_test cuda_batched_forward_test; do
+for t in "${tests[@]}"; do
   log="$build/$t.log"
   if "$build/tests/cuda/$t" --gtest_color=no >"$log" 2>&1; then result=ok; else result=FAILED; status=1; fi
   passed=$(grep -c '^\[       OK \]' "$log" || true)
@@ -34,6 +34,8 @@ for t in cuda_device_test cuda_kernels_test cuda_deltanet_kernels_test cuda_delt
 done
 # On a GPU the only expected skip is the GPU-less case of cuda_device_test.
 if grep -q '^\[  SKIPPED \] CudaKernelsTest\.' "$build/cuda_kernels_test.log" ||
+   grep -q '^\[  SKIPPED \] CudaKvCacheTest\.' "$build/cuda_kv_cache_test.log" ||
+   grep -q '^\[  SKIPPED \] Vectors/CudaKvTypesTest\.' "$build/cuda_kv_types_engine_test.log" ||
    grep -q '^\[  SKIPPED \] CudaDeltaNetKernelsTest\.' "$build/cuda_deltanet_kernels_test.log"; then
   echo "kernel tests skipped on a machine with a GPU: the device was not usable" >&2
   status=1

@@ -161,12 +161,6 @@ absl::StatusOr<std::unique_ptr<CudaEngine>> CudaEngine::Create(const Model& mode
       !s.ok()) {
     return s;
   }
-  if (config.kv_types.k != config.kv_types.v) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "--cache-type-k %s and --cache-type-v %s: the cuda backend stores keys and values in "
-        "one type",
-        KvCacheTypeName(config.kv_types.k), KvCacheTypeName(config.kv_types.v)));
-  }
   if (config.device_experts != nullptr && config.expert_source != nullptr) {
     return absl::InvalidArgumentError(
         "give the engine either device_experts or an expert_source (with its VRAM cache), not "
@@ -246,7 +240,7 @@ CudaEngine::~CudaEngine() {
 
 absl::Status CudaEngine::Init(const Model& model) {
   MOETIER_RETURN_IF_ERROR(ctx_->Init(config_.max_batch));
-  attention_ = std::make_unique<CudaAttentionBlock>(hp_, config_.kv_types.k, *ctx_, batch_);
+  attention_ = std::make_unique<CudaAttentionBlock>(hp_, config_.kv_types, *ctx_, batch_);
   deltanet_ = std::make_unique<CudaDeltaNetBlock>(hp_, *ctx_, batch_,
                                                   config_.deltanet_chunk_min_tokens);
   for (const LayerWeights& l : model.weights.layers) mixers_.push_back(l.mixer);

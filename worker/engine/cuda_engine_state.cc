@@ -48,19 +48,15 @@ class CudaSequenceState final : public SequenceState {
 };
 
 // The shape of one KV head's rows in a 2D copy: `width` bytes of the
-// copied positions, `state_pitch` bytes between heads in the state, and
-// the slot's pitch from its head stride (in values).
+// copied positions and `state_pitch` bytes between heads in the state (the
+// slot's pitch is its head stride).
 struct KvRows {
-  size_t value_bytes, width, state_pitch;
-  size_t SlotPitch(const CudaKvLayer& kv) const {
-    return static_cast<size_t>(kv.head_stride) * value_bytes;
-  }
+  size_t width, state_pitch;
 };
 
 KvRows KvRowsOf(TensorType type, int head_dim, int copied, int state_length) {
   const size_t row = KvRowBytes(type, head_dim);
-  return {row / static_cast<size_t>(head_dim), static_cast<size_t>(copied) * row,
-          static_cast<size_t>(state_length) * row};
+  return {static_cast<size_t>(copied) * row, static_cast<size_t>(state_length) * row};
 }
 
 }  // namespace
@@ -83,12 +79,14 @@ absl::StatusOr<std::unique_ptr<SequenceState>> CudaEngine::CopyState(const Seque
       to.k.resize(heads * k.state_pitch);
       to.v.resize(heads * v.state_pitch);
       MOETIER_RETURN_IF_ERROR(CudaCall(
-          cudaMemcpy2DAsync(to.k.data(), k.state_pitch, from.kv.k, k.SlotPitch(from.kv), k.width,
-                            heads, cudaMemcpyDeviceToHost, stream),
+          cudaMemcpy2DAsync(to.k.data(), k.state_pitch, from.kv.k,
+                            static_cast<size_t>(from.kv.k_head_stride), k.width, heads,
+                            cudaMemcpyDeviceToHost, stream),
           "copying keys to the host"));
       MOETIER_RETURN_IF_ERROR(CudaCall(
-          cudaMemcpy2DAsync(to.v.data(), v.state_pitch, from.kv.v, v.SlotPitch(from.kv), v.width,
-                            heads, cudaMemcpyDeviceToHost, stream),
+          cudaMemcpy2DAsync(to.v.data(), v.state_pitch, from.kv.v,
+                            static_cast<size_t>(from.kv.v_head_stride), v.width, heads,
+                            cudaMemcpyDeviceToHost, stream),
           "copying values to the host"));
     } else {
       to.conv.resize(deltanet_->conv_state_floats());
@@ -137,12 +135,12 @@ absl::Status CudaEngine::LoadState(Sequence& seq, const SequenceState& state, in
     const LayerState& to = slot[l];
     if (IsAttention(mixers_[l])) {
       MOETIER_RETURN_IF_ERROR(CudaCall(
-          cudaMemcpy2DAsync(to.kv.k, k.SlotPitch(to.kv), from.k.data(), k.state_pitch, k.width,
-                            heads, cudaMemcpyHostToDevice, stream),
+          cudaMemcpy2DAsync(to.kv.k, static_cast<size_t>(to.kv.k_head_stride), from.k.data(),
+                            k.state_pitch, k.width, heads, cudaMemcpyHostToDevice, stream),
           "copying keys to the device"));
       MOETIER_RETURN_IF_ERROR(CudaCall(
-          cudaMemcpy2DAsync(to.kv.v, v.SlotPitch(to.kv), from.v.data(), v.state_pitch, v.width,
-                            heads, cudaMemcpyHostToDevice, stream),
+          cudaMemcpy2DAsync(to.kv.v, static_cast<size_t>(to.kv.v_head_stride), from.v.data(),
+                            v.state_pitch, v.width, heads, cudaMemcpyHostToDevice, stream),
           "copying values to the device"));
     } else {
       if (!from.conv.empty()) {

@@ -677,8 +677,8 @@ Engine:
                        prefills faster
   --cache-type-k T     how the KV cache stores keys: f32 (default, exact),
                        f16, q8_0 or q4_0 (llama.cpp's block formats: about
-                       1/4 and 1/8 of f32's bytes). The cpu backend has
-                       them all, cuda f32 and f16, the reference f32;
+                       1/4 and 1/8 of f32's bytes). The cpu and cuda
+                       backends have them all, the reference f32;
                        q8_0 and q4_0 need a head size that is a multiple of
                        32. Attention reads the stored rows directly
   --cache-type-v T     the same for values

@@ -124,18 +124,31 @@ absl::Status SiluMul(const float* gate, const float* up, int64_t n, float* out, 
 absl::Status RouterTopK(const float* logits, int n_tokens, int n_expert, int k, bool renormalize,
                         float* probs, int32_t* ids, float* weights, CudaStream stream);
 
+// One KV cache as attention reads it: KV head g's row for position t starts
+// at byte g * head_stride + t * row_stride of `data` and holds head_dim
+// values of `type` (CudaKvCacheTypeSupported), in the ggml encoding.
+struct KvCacheView {
+  const void* data = nullptr;
+  TensorType type = TensorType::kF32;
+  int64_t head_stride = 0;  // bytes
+  int64_t row_stride = 0;   // bytes
+};
+
+// F32, F16, Q8_0 and Q4_0 (the block types need head_dim a multiple of 32).
+bool CudaKvCacheTypeSupported(TensorType type);
+
 // Causal GQA attention of n_tokens query tokens that follow n_past cached
 // ones: query token i (at position n_past + i) attends to cache positions
 // [0, n_past + i], which must already hold its own K and V. q and out are
 // [n_tokens][n_head][head_dim]; query head h reads KV head
-// h / (n_head / n_head_kv). In each cache, KV head g's row for position t
-// starts at element g * kv_head_stride + t * kv_stride (as in
-// cpu::AttentionHeads). kv_type is kF32 or kF16. Decode is n_tokens = 1.
-// head_dim <= 256. The softmax runs in fp32 in one pass (running max).
-absl::Status Attention(const float* q, const void* k_cache, const void* v_cache,
-                       TensorType kv_type, int64_t kv_head_stride, int64_t kv_stride,
-                       int n_tokens, int64_t n_past, int n_head, int n_head_kv, int head_dim,
-                       float scale, float* out, CudaStream stream);
+// h / (n_head / n_head_kv). Keys and values may be of different types and
+// are read as stored (a block value is its fp16 scale times its level, as
+// the CPU codec decodes it); strides are multiples of 4 bytes for F32, 2
+// for the others. Decode is n_tokens = 1. head_dim <= 256. The softmax runs
+// in fp32 in one pass (running max).
+absl::Status Attention(const float* q, const KvCacheView& k, const KvCacheView& v, int n_tokens,
+                       int64_t n_past, int n_head, int n_head_kv, int head_dim, float scale,
+                       float* out, CudaStream stream);
 
 // --- Gated attention and the shared expert (fp32) -----------------------
 
@@ -208,11 +221,12 @@ absl::Status GatherRows(const float* src, const int32_t* rows, int64_t n_rows, i
 
 // Writes the keys (or values) of n_tokens tokens, src laid out
 // [n_tokens][n_head_kv][head_dim] fp32, into a cache with Attention's
-// layout: token t's head g goes to element
-// g * kv_head_stride + (pos0 + t) * kv_stride. kv_type is kF32 or kF16
-// (rounded to nearest even).
+// layout: token t's head g goes to the row at byte
+// g * head_stride + (pos0 + t) * row_stride. F16 rounds to nearest even;
+// Q8_0 and Q4_0 blocks get exactly the bytes of the CPU codec's
+// QuantizeRow (ggml's reference rules).
 absl::Status StoreKv(const float* src, int n_tokens, int n_head_kv, int head_dim, void* cache,
-                     TensorType kv_type, int64_t kv_head_stride, int64_t kv_stride, int64_t pos0,
+                     TensorType kv_type, int64_t head_stride, int64_t row_stride, int64_t pos0,
                      CudaStream stream);
 
 // The MoE weighted sum into the residual: for each token t < n_tokens,

@@ -1,5 +1,5 @@
-// Row operations, attention and sampling on fp32 activations. One block per
-// row (or per head and token); reductions go through shared memory.
+// Row operations, routing, sampling and the MoE combine on fp32 activations.
+// One block per row (or per token); reductions go through shared memory.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -113,75 +113,6 @@ __global__ void RouterTopKKernel(const float* logits, int n_expert, int k, bool 
   }
 }
 
-template <typename KV>
-__device__ __forceinline__ float LoadKv(const KV* p);
-template <>
-__device__ __forceinline__ float LoadKv<float>(const float* p) { return *p; }
-template <>
-__device__ __forceinline__ float LoadKv<__half>(const __half* p) { return __half2float(*p); }
-
-constexpr int kAttnThreads = 256;  // also the largest head_dim
-constexpr int kAttnTile = 64;      // cache positions scored per pass
-
-// One block per (query head, query token). Positions are taken in tiles of
-// kAttnTile: each warp scores positions of the tile (q . k reduced across
-// the warp), then every thread updates its output dimension with a running
-// max and sum (the one-pass softmax), so no n_kv-sized scratch is needed.
-template <typename KV>
-__global__ void AttentionKernel(const float* q, const KV* k_cache, const KV* v_cache,
-                                int64_t kv_head_stride, int64_t kv_stride, int64_t n_past,
-                                int n_head, int group, int head_dim, float scale, float* out) {
-  __shared__ float q_s[kAttnThreads];
-  __shared__ float p_s[kAttnTile];
-  const int h = blockIdx.x;
-  const int t = blockIdx.y;
-  const int g = h / group;
-  const int lane = threadIdx.x % 32;
-  const int warp = threadIdx.x / 32;
-  const int n_warps = blockDim.x / 32;
-  const int64_t n_kv = n_past + t + 1;
-  const float* qh = q + (static_cast<int64_t>(t) * n_head + h) * head_dim;
-  const KV* kh = k_cache + g * kv_head_stride;
-  const KV* vh = v_cache + g * kv_head_stride;
-  const int d = threadIdx.x;
-  if (d < head_dim) q_s[d] = qh[d];
-  __syncthreads();
-
-  float running_max = -INFINITY;
-  float running_sum = 0.0f;
-  float acc = 0.0f;
-  for (int64_t t0 = 0; t0 < n_kv; t0 += kAttnTile) {
-    const int count = static_cast<int>(n_kv - t0 < kAttnTile ? n_kv - t0 : kAttnTile);
-    for (int j = warp; j < count; j += n_warps) {
-      const KV* kr = kh + (t0 + j) * kv_stride;
-      float dot = 0.0f;
-      for (int i = lane; i < head_dim; i += 32) dot += q_s[i] * LoadKv(kr + i);
-      dot = internal::WarpSum(dot);
-      if (lane == 0) p_s[j] = dot * scale;
-    }
-    __syncthreads();
-    float tile_max = -INFINITY;
-    for (int j = 0; j < count; ++j) tile_max = fmaxf(tile_max, p_s[j]);
-    const float new_max = fmaxf(running_max, tile_max);
-    // exp(-inf) = 0 covers the first tile.
-    const float correction = expf(running_max - new_max);
-    __syncthreads();  // every thread has read p_s before it is overwritten
-    if (threadIdx.x < count) p_s[threadIdx.x] = expf(p_s[threadIdx.x] - new_max);
-    __syncthreads();
-    float tile_sum = 0.0f;
-    float tile_acc = 0.0f;
-    for (int j = 0; j < count; ++j) {
-      tile_sum += p_s[j];
-      if (d < head_dim) tile_acc += p_s[j] * LoadKv(vh + (t0 + j) * kv_stride + d);
-    }
-    running_sum = running_sum * correction + tile_sum;
-    acc = acc * correction + tile_acc;
-    running_max = new_max;
-    __syncthreads();  // p_s is rewritten by the next tile
-  }
-  if (d < head_dim) out[(static_cast<int64_t>(t) * n_head + h) * head_dim + d] = acc / running_sum;
-}
-
 __global__ void ArgmaxKernel(const float* logits, int n_vocab, int32_t* ids) {
   __shared__ ArgMax scratch[32];
   const float* row = logits + static_cast<int64_t>(blockIdx.x) * n_vocab;
@@ -249,24 +180,6 @@ __global__ void GatherRowsKernel(const float* src, const int32_t* rows, int n, f
   const float* s = src + static_cast<int64_t>(rows[r]) * n;
   float* d = dst + r * n;
   for (int i = threadIdx.x; i < n; i += blockDim.x) d[i] = s[i];
-}
-
-template <typename KV>
-__device__ __forceinline__ KV StoreKvValue(float v);
-template <>
-__device__ __forceinline__ float StoreKvValue<float>(float v) { return v; }
-template <>
-__device__ __forceinline__ __half StoreKvValue<__half>(float v) { return __float2half_rn(v); }
-
-// One block per (KV head, token).
-template <typename KV>
-__global__ void StoreKvKernel(const float* src, int n_head_kv, int head_dim, KV* cache,
-                              int64_t kv_head_stride, int64_t kv_stride, int64_t pos0) {
-  const int g = blockIdx.x;
-  const int t = blockIdx.y;
-  const float* s = src + (static_cast<int64_t>(t) * n_head_kv + g) * head_dim;
-  KV* d = cache + g * kv_head_stride + (pos0 + t) * kv_stride;
-  for (int i = threadIdx.x; i < head_dim; i += blockDim.x) d[i] = StoreKvValue<KV>(s[i]);
 }
 
 // first row r = src row r's first n values, second row r = its last n.
@@ -384,37 +297,6 @@ absl::Status RouterTopK(const float* logits, int n_tokens, int n_expert, int k, 
   return LaunchStatus("RouterTopK");
 }
 
-absl::Status Attention(const float* q, const void* k_cache, const void* v_cache,
-                       TensorType kv_type, int64_t kv_head_stride, int64_t kv_stride,
-                       int n_tokens, int64_t n_past, int n_head, int n_head_kv, int head_dim,
-                       float scale, float* out, CudaStream stream) {
-  MOETIER_CUDA_REQUIRE(q != nullptr && k_cache != nullptr && v_cache != nullptr && out != nullptr,
-                       "null pointer");
-  MOETIER_CUDA_REQUIRE(kv_type == TensorType::kF32 || kv_type == TensorType::kF16,
-                       "kv_type must be F32 or F16");
-  MOETIER_CUDA_REQUIRE(n_head_kv > 0 && n_head % n_head_kv == 0,
-                       absl::StrCat("n_head ", n_head, " is not a multiple of n_head_kv ",
-                                    n_head_kv));
-  MOETIER_CUDA_REQUIRE(head_dim > 0 && head_dim <= kAttnThreads,
-                       absl::StrCat("head_dim ", head_dim, " is outside 1..", kAttnThreads));
-  MOETIER_CUDA_REQUIRE(n_tokens >= 0 && n_tokens <= 65535 && n_past >= 0, "bad token counts");
-  MOETIER_CUDA_REQUIRE(kv_head_stride >= 0 && kv_stride >= 0, "negative stride");
-  if (n_tokens == 0) return absl::OkStatus();
-  const dim3 grid(static_cast<unsigned>(n_head), static_cast<unsigned>(n_tokens));
-  const int group = n_head / n_head_kv;
-  const cudaStream_t s = AsStream(stream);
-  if (kv_type == TensorType::kF32) {
-    AttentionKernel<float><<<grid, kAttnThreads, 0, s>>>(
-        q, static_cast<const float*>(k_cache), static_cast<const float*>(v_cache),
-        kv_head_stride, kv_stride, n_past, n_head, group, head_dim, scale, out);
-  } else {
-    AttentionKernel<__half><<<grid, kAttnThreads, 0, s>>>(
-        q, static_cast<const __half*>(k_cache), static_cast<const __half*>(v_cache),
-        kv_head_stride, kv_stride, n_past, n_head, group, head_dim, scale, out);
-  }
-  return LaunchStatus("Attention");
-}
-
 absl::Status AddInPlace(float* x, const float* y, int64_t n, CudaStream stream) {
   MOETIER_CUDA_REQUIRE(x != nullptr && y != nullptr, "null pointer");
   MOETIER_CUDA_REQUIRE(n >= 0, "negative size");
@@ -435,30 +317,6 @@ absl::Status GatherRows(const float* src, const int32_t* rows, int64_t n_rows, i
   return LaunchStatus("GatherRows");
 }
 
-absl::Status StoreKv(const float* src, int n_tokens, int n_head_kv, int head_dim, void* cache,
-                     TensorType kv_type, int64_t kv_head_stride, int64_t kv_stride, int64_t pos0,
-                     CudaStream stream) {
-  MOETIER_CUDA_REQUIRE(src != nullptr && cache != nullptr, "null pointer");
-  MOETIER_CUDA_REQUIRE(kv_type == TensorType::kF32 || kv_type == TensorType::kF16,
-                       "kv_type must be F32 or F16");
-  MOETIER_CUDA_REQUIRE(n_tokens >= 0 && n_tokens <= 65535 && n_head_kv > 0 && head_dim > 0,
-                       "bad shape");
-  MOETIER_CUDA_REQUIRE(kv_head_stride >= 0 && kv_stride >= 0 && pos0 >= 0,
-                       "negative stride or position");
-  if (n_tokens == 0) return absl::OkStatus();
-  const dim3 grid(static_cast<unsigned>(n_head_kv), static_cast<unsigned>(n_tokens));
-  const cudaStream_t s = AsStream(stream);
-  if (kv_type == TensorType::kF32) {
-    StoreKvKernel<float><<<grid, 128, 0, s>>>(src, n_head_kv, head_dim,
-                                              static_cast<float*>(cache), kv_head_stride,
-                                              kv_stride, pos0);
-  } else {
-    StoreKvKernel<__half><<<grid, 128, 0, s>>>(src, n_head_kv, head_dim,
-                                               static_cast<__half*>(cache), kv_head_stride,
-                                               kv_stride, pos0);
-  }
-  return LaunchStatus("StoreKv");
-}
 
 namespace {
 

@@ -11,10 +11,10 @@
 
 namespace moetier {
 
-CudaAttentionBlock::CudaAttentionBlock(const ModelHparams& hp, TensorType kv_type,
+CudaAttentionBlock::CudaAttentionBlock(const ModelHparams& hp, KvCacheTypes kv_types,
                                        CudaContext& ctx, const CudaBatch& batch)
     : hp_(hp),
-      kv_type_(kv_type),
+      kv_types_(kv_types),
       ctx_(ctx),
       batch_(batch),
       layers_(static_cast<size_t>(hp.n_layer)) {}
@@ -52,23 +52,27 @@ absl::Status CudaAttentionBlock::Allocate(int max_batch, int max_ctx) {
 }
 
 uint64_t CudaAttentionBlock::kv_bytes_per_token_per_layer() const {
-  return 2 * static_cast<uint64_t>(hp_.n_head_kv) * KvRowBytes(kv_type_, hp_.head_dim);
+  return static_cast<uint64_t>(hp_.n_head_kv) *
+         (KvRowBytes(kv_types_.k, hp_.head_dim) + KvRowBytes(kv_types_.v, hp_.head_dim));
 }
 
 absl::StatusOr<CudaKvLayer> CudaAttentionBlock::NewKvLayer(int capacity, int layer) {
-  const uint64_t bytes =
-      static_cast<uint64_t>(capacity) * hp_.n_head_kv * KvRowBytes(kv_type_, hp_.head_dim);
   CudaKvLayer kv;
+  kv.k_head_stride = static_cast<int64_t>(capacity) *
+                     static_cast<int64_t>(KvRowBytes(kv_types_.k, hp_.head_dim));
+  kv.v_head_stride = static_cast<int64_t>(capacity) *
+                     static_cast<int64_t>(KvRowBytes(kv_types_.v, hp_.head_dim));
+  const uint64_t k_bytes = static_cast<uint64_t>(kv.k_head_stride) * hp_.n_head_kv;
+  const uint64_t v_bytes = static_cast<uint64_t>(kv.v_head_stride) * hp_.n_head_kv;
   const std::string what =
       absl::StrFormat("the KV cache of layer %d (%d tokens)", layer, capacity);
-  MOETIER_RETURN_IF_ERROR(ctx_.AllocBuffer(kv.k, bytes, what));
-  MOETIER_RETURN_IF_ERROR(ctx_.AllocBuffer(kv.v, bytes, what));
+  MOETIER_RETURN_IF_ERROR(ctx_.AllocBuffer(kv.k, k_bytes, what));
+  MOETIER_RETURN_IF_ERROR(ctx_.AllocBuffer(kv.v, v_bytes, what));
   // Never read before written, but zeros keep a stray read finite.
   MOETIER_RETURN_IF_ERROR(
-      CudaCall(cudaMemset(kv.k, 0, bytes), "cudaMemset of the KV cache"));
+      CudaCall(cudaMemset(kv.k, 0, k_bytes), "cudaMemset of the KV cache"));
   MOETIER_RETURN_IF_ERROR(
-      CudaCall(cudaMemset(kv.v, 0, bytes), "cudaMemset of the KV cache"));
-  kv.head_stride = static_cast<int64_t>(capacity) * hp_.head_dim;
+      CudaCall(cudaMemset(kv.v, 0, v_bytes), "cudaMemset of the KV cache"));
   return kv;
 }
 
@@ -131,14 +135,18 @@ absl::Status CudaAttentionBlock::Forward(int layer, std::span<const CudaRowSpan>
                                  hp_.rope_freq_base, pair_uses_position_, stream));
     MOETIER_RETURN_IF_ERROR(rope(k, positions, span.n, hp_.n_head_kv, head_dim, hp_.n_rot,
                                  hp_.rope_freq_base, pair_uses_position_, stream));
-    // Head-major cache: KV head g's row for position p at g * capacity *
-    // head_dim + p * head_dim.
-    MOETIER_RETURN_IF_ERROR(cuda::StoreKv(k, span.n, hp_.n_head_kv, head_dim, cache.k, kv_type_,
-                                          cache.head_stride, head_dim, span.pos0, stream));
-    MOETIER_RETURN_IF_ERROR(cuda::StoreKv(v, span.n, hp_.n_head_kv, head_dim, cache.v, kv_type_,
-                                          cache.head_stride, head_dim, span.pos0, stream));
-    MOETIER_RETURN_IF_ERROR(cuda::Attention(q, cache.k, cache.v, kv_type_, cache.head_stride,
-                                            head_dim, span.n, span.pos0, hp_.n_head,
+    // Head-major cache: KV head g's rows, one per position, are contiguous.
+    const cuda::KvCacheView keys{cache.k, kv_types_.k, cache.k_head_stride,
+                                 static_cast<int64_t>(KvRowBytes(kv_types_.k, head_dim))};
+    const cuda::KvCacheView values{cache.v, kv_types_.v, cache.v_head_stride,
+                                   static_cast<int64_t>(KvRowBytes(kv_types_.v, head_dim))};
+    MOETIER_RETURN_IF_ERROR(cuda::StoreKv(k, span.n, hp_.n_head_kv, head_dim, cache.k,
+                                          keys.type, keys.head_stride, keys.row_stride,
+                                          span.pos0, stream));
+    MOETIER_RETURN_IF_ERROR(cuda::StoreKv(v, span.n, hp_.n_head_kv, head_dim, cache.v,
+                                          values.type, values.head_stride, values.row_stride,
+                                          span.pos0, stream));
+    MOETIER_RETURN_IF_ERROR(cuda::Attention(q, keys, values, span.n, span.pos0, hp_.n_head,
                                             hp_.n_head_kv, head_dim, scale,
                                             attn_out_ + row0 * q_dim, stream));
   }

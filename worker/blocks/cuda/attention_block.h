@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "blocks/cuda/cuda_context.h"
+#include "model/kv_cache_types.h"
 #include "model/model.h"
 
 namespace moetier {
@@ -48,23 +49,25 @@ struct CudaAttentionWeights {
   bool gated = false;  // MixerKind::kGatedAttention
 };
 
-// One layer of one sequence's KV cache: [n_head_kv][capacity][head_dim]
-// values of the block's KV type.
+// One layer of one sequence's KV cache: [n_head_kv][capacity] rows of
+// head_dim values each, keys and values in the block's cache types.
 struct CudaKvLayer {
   uint8_t* k = nullptr;
   uint8_t* v = nullptr;
-  int64_t head_stride = 0;  // capacity * head_dim (values)
+  int64_t k_head_stride = 0;  // bytes: capacity * the key row's bytes
+  int64_t v_head_stride = 0;  // bytes: capacity * the value row's bytes
 };
 
-// The KV cache types the CUDA attention stores and reads; keys and values
-// in the same one.
-inline constexpr TensorType kCudaKvCacheTypes[] = {TensorType::kF32, TensorType::kF16};
+// The KV cache types the CUDA attention stores and reads (keys and values
+// each in any of them; cuda::CudaKvCacheTypeSupported).
+inline constexpr TensorType kCudaKvCacheTypes[] = {TensorType::kF32, TensorType::kF16,
+                                                   TensorType::kQ8_0, TensorType::kQ4_0};
 
 class CudaAttentionBlock {
  public:
-  // `hp`, `ctx` and `batch` must outlive the block. `kv_type` is one of
-  // kCudaKvCacheTypes.
-  CudaAttentionBlock(const ModelHparams& hp, TensorType kv_type, CudaContext& ctx,
+  // `hp`, `ctx` and `batch` must outlive the block. The key and value
+  // types are among kCudaKvCacheTypes.
+  CudaAttentionBlock(const ModelHparams& hp, KvCacheTypes kv_types, CudaContext& ctx,
                      const CudaBatch& batch);
 
   // Its activations for batches of up to max_batch tokens and the rope
@@ -83,7 +86,7 @@ class CudaAttentionBlock {
 
  private:
   const ModelHparams& hp_;
-  const TensorType kv_type_;
+  const KvCacheTypes kv_types_;
   CudaContext& ctx_;
   const CudaBatch& batch_;
   std::vector<CudaAttentionWeights> layers_;
