@@ -4,8 +4,9 @@
 // whole projection), rope (NEOX or NORM pairs over the first n_rot dims,
 // some pairs held at position 0 for multi-section rope), the sequence's KV
 // cache (keys and values each f32, f16, q8_0 or q4_0, head-major like the
-// CPU engine's), attention, the sigmoid output gate of a gated layer (q and gate interleaved per head in W_q's
-// rows) and the output projection added into the residual stream.
+// CPU engine's), attention, the sigmoid output gate of a gated layer (q
+// and gate interleaved per head in W_q's rows) and the output projection
+// added into the residual stream.
 #pragma once
 
 #include <cstdint>
