@@ -29,9 +29,10 @@ void QuantizeQ8_0(const float* src, void* dst, int64_t n_blocks) {
     BlockQ8_0 block;
     block.d = FloatToHalf(d);
     // Rounds half away from zero, as ggml's reference does for this type.
+    // A scale so small that 1/d overflows makes 0 * inf a NaN: level 0.
     for (int e = 0; e < kQK8_0; ++e) {
-      const float q = std::clamp(std::round(src[e] * id), -127.0f, 127.0f);
-      block.qs[e] = static_cast<int8_t>(q);
+      const float r = std::round(src[e] * id);
+      block.qs[e] = std::isnan(r) ? 0 : static_cast<int8_t>(std::clamp(r, -127.0f, 127.0f));
     }
     std::memcpy(bytes + b * sizeof(BlockQ8_0), &block, sizeof(block));
   }
@@ -69,9 +70,11 @@ void QuantizeQ4_0(const float* src, void* dst, int64_t n_blocks) {
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     BlockQ4_0 block;
     block.d = FloatToHalf(d);
-    // x*id lies in [-8, 8]; floor(x*id + 8.5) rounds half up, capped at 15.
+    // x*id lies in [-8, 8]; floor(x*id + 8.5) rounds half up, capped at 15
+    // (a NaN from 0 * inf, when 1/d overflows, is level 0).
     auto level = [id](float x) {
-      return static_cast<uint8_t>(std::clamp(std::floor(x * id + 8.5f), 0.0f, 15.0f));
+      const float l = std::floor(x * id + 8.5f);
+      return std::isnan(l) ? uint8_t{0} : static_cast<uint8_t>(std::clamp(l, 0.0f, 15.0f));
     };
     for (int j = 0; j < kHalf; ++j) {
       block.qs[j] = static_cast<uint8_t>(level(src[j]) | (level(src[j + kHalf]) << 4));

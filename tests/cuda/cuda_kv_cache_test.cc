@@ -76,8 +76,10 @@ std::vector<float> ProbeRow(int kind, int head_dim, uint32_t seed) {
   return row;
 }
 
-TEST_F(CudaKvCacheTest, StoreKvWritesTheCodecsBytesInBothLayouts) {
-  const int n_tokens = 5, n_head_kv = 3, head_dim = 64, max_ctx = 16, pos0 = 9;
+// StoreKv of 5 tokens of 3 heads at position 9 of 16, both layouts, against
+// QuantizeRow's bytes, with every byte outside the rows left as it was.
+void ExpectStoreKvWritesTheCodecsBytes(TensorType type, int head_dim) {
+  const int n_tokens = 5, n_head_kv = 3, max_ctx = 16, pos0 = 9;
   std::vector<float> src;
   for (int t = 0; t < n_tokens; ++t) {
     for (int g = 0; g < n_head_kv; ++g) {
@@ -85,40 +87,44 @@ TEST_F(CudaKvCacheTest, StoreKvWritesTheCodecsBytesInBothLayouts) {
       src.insert(src.end(), row.begin(), row.end());
     }
   }
-  for (TensorType type : kKvTypes) {
-    const int64_t row = RowBytes(type, head_dim);
-    struct Layout {
-      const char* name;
-      int64_t head_stride, row_stride;
-    };
-    // The position-major rows leave an 8-byte gap that must stay untouched.
-    const Layout layouts[] = {{"head-major", max_ctx * row, row},
-                              {"position-major", row, n_head_kv * row + 8}};
-    for (const Layout& layout : layouts) {
-      SCOPED_TRACE(Name(type) + " " + layout.name);
-      const size_t cache_bytes =
-          static_cast<size_t>(std::max(n_head_kv * layout.head_stride,
-                                       max_ctx * layout.row_stride));
-      DeviceBuffer src_dev(src), cache_dev(cache_bytes);
-      ASSERT_EQ(cudaMemset(cache_dev.get(), 0xA5, cache_bytes), cudaSuccess);
-      const absl::Status status =
-          StoreKv(src_dev.as<float>(), n_tokens, n_head_kv, head_dim, cache_dev.get(), type,
-                  layout.head_stride, layout.row_stride, pos0, nullptr);
-      ASSERT_TRUE(status.ok()) << status;
-      std::vector<uint8_t> want(cache_bytes, 0xA5);
-      for (int t = 0; t < n_tokens; ++t) {
-        for (int g = 0; g < n_head_kv; ++g) {
-          QuantizeRow(type, src.data() + (t * n_head_kv + g) * head_dim,
-                      want.data() + g * layout.head_stride + (pos0 + t) * layout.row_stride,
-                      head_dim);
-        }
-      }
-      const std::vector<uint8_t> got = cache_dev.Download<uint8_t>(cache_bytes);
-      for (size_t i = 0; i < cache_bytes; ++i) {
-        ASSERT_EQ(static_cast<int>(got[i]), static_cast<int>(want[i])) << "byte " << i;
+  const int64_t row = RowBytes(type, head_dim);
+  struct Layout {
+    const char* name;
+    int64_t head_stride, row_stride;
+  };
+  // The position-major rows leave an 8-byte gap that must stay untouched.
+  const Layout layouts[] = {{"head-major", max_ctx * row, row},
+                            {"position-major", row, n_head_kv * row + 8}};
+  for (const Layout& layout : layouts) {
+    SCOPED_TRACE(Name(type) + " " + layout.name + " head_dim " + std::to_string(head_dim));
+    const size_t cache_bytes = static_cast<size_t>(
+        std::max(n_head_kv * layout.head_stride, max_ctx * layout.row_stride));
+    DeviceBuffer src_dev(src), cache_dev(cache_bytes);
+    ASSERT_EQ(cudaMemset(cache_dev.get(), 0xA5, cache_bytes), cudaSuccess);
+    const absl::Status status =
+        StoreKv(src_dev.as<float>(), n_tokens, n_head_kv, head_dim, cache_dev.get(), type,
+                layout.head_stride, layout.row_stride, pos0, nullptr);
+    ASSERT_TRUE(status.ok()) << status;
+    std::vector<uint8_t> want(cache_bytes, 0xA5);
+    for (int t = 0; t < n_tokens; ++t) {
+      for (int g = 0; g < n_head_kv; ++g) {
+        QuantizeRow(type, src.data() + (t * n_head_kv + g) * head_dim,
+                    want.data() + g * layout.head_stride + (pos0 + t) * layout.row_stride,
+                    head_dim);
       }
     }
+    const std::vector<uint8_t> got = cache_dev.Download<uint8_t>(cache_bytes);
+    for (size_t i = 0; i < cache_bytes; ++i) {
+      ASSERT_EQ(static_cast<int>(got[i]), static_cast<int>(want[i])) << "byte " << i;
+    }
   }
+}
+
+TEST_F(CudaKvCacheTest, StoreKvWritesTheCodecsBytesInBothLayouts) {
+  for (TensorType type : kKvTypes) ExpectStoreKvWritesTheCodecsBytes(type, 64);
+  // Heads that are not whole blocks, for the types without blocks.
+  ExpectStoreKvWritesTheCodecsBytes(TensorType::kF32, 40);
+  ExpectStoreKvWritesTheCodecsBytes(TensorType::kF16, 40);
 }
 
 // Decode (one token) and prefill (several causal tokens after a prefix),
@@ -134,7 +140,8 @@ TEST_F(CudaKvCacheTest, AttentionReadsKeysAndValuesOfEveryTypeAsStored) {
             int n_tokens;
             int64_t n_past;
           };
-          for (Tokens tk : {Tokens{1, 0}, Tokens{1, 64}, Tokens{1, 299}, Tokens{5, 70}}) {
+          for (Tokens tk : {Tokens{1, 0}, Tokens{1, 63}, Tokens{1, 64}, Tokens{1, 299},
+                            Tokens{6, 0}, Tokens{5, 70}}) {
             SCOPED_TRACE("keys " + Name(k_type) + " values " + Name(v_type) +
                          (head_major ? " head-major" : " position-major") + " head_dim " +
                          std::to_string(head_dim) + " tokens " + std::to_string(tk.n_tokens) +
@@ -205,7 +212,13 @@ TEST_F(CudaKvCacheTest, AttentionReadsKeysAndValuesOfEveryTypeAsStored) {
 TEST(CudaKvCacheArgsTest, RejectsBadArgumentsBeforeLaunching) {
   // Never dereferenced: every call fails its checks first.
   float* f = reinterpret_cast<float*>(uintptr_t{256});
-  const KvCacheView f32{f, TensorType::kF32, 0, 256};
+  auto* bytes = reinterpret_cast<uint8_t*>(f);
+  // Position-major rows of 4 KV heads of 64 values.
+  auto view = [&](TensorType type, const void* data = nullptr) {
+    const int64_t row = RowBytes(type, 64);
+    return KvCacheView{data != nullptr ? data : f, type, row, 4 * row};
+  };
+  const KvCacheView f32 = view(TensorType::kF32);
   auto attention = [&](const KvCacheView& k, const KvCacheView& v, int n_head, int n_head_kv,
                        int head_dim) {
     return Attention(f, k, v, 1, 0, n_head, n_head_kv, head_dim, 1.0f, f, nullptr);
@@ -217,26 +230,40 @@ TEST(CudaKvCacheArgsTest, RejectsBadArgumentsBeforeLaunching) {
   expect_invalid(attention(f32, f32, 6, 4, 64), "n_head 6 is not a multiple of n_head_kv 4");
   expect_invalid(attention(f32, f32, 4, 4, 512), "head_dim 512");
   expect_invalid(attention({f, TensorType::kQ4_K, 0, 144}, f32, 4, 4, 64), "key cache type");
-  expect_invalid(attention(f32, {f, TensorType::kBF16, 0, 128}, 4, 4, 64), "value cache type");
-  expect_invalid(attention({f, TensorType::kQ8_0, 0, 34}, f32, 4, 4, 40),
+  expect_invalid(attention(f32, {f, TensorType::kBF16, 128, 512}, 4, 4, 64), "value cache type");
+  expect_invalid(attention({f, TensorType::kQ8_0, 34, 136}, f32, 4, 4, 40),
                  "needs head_dim a multiple of 32, not 40");
-  expect_invalid(attention(f32, {f, TensorType::kF16, 0, 3}, 4, 4, 64),
+  expect_invalid(attention(f32, {f, TensorType::kF16, 129, 516}, 4, 4, 64),
                  "multiples of 2 bytes");
-  expect_invalid(attention({f, TensorType::kF32, 6, 256}, f32, 4, 4, 64),
+  expect_invalid(attention({f, TensorType::kF32, 258, 1032}, f32, 4, 4, 64),
                  "multiples of 4 bytes");
-  expect_invalid(attention({nullptr, TensorType::kF32, 0, 256}, f32, 4, 4, 64), "null pointer");
-  expect_invalid(StoreKv(f, 1, 1, 64, f, TensorType::kBF16, 64, 128, 0, nullptr),
+  // The scale of a block row must be 2-byte aligned, an f32 row 4-byte.
+  expect_invalid(attention(view(TensorType::kQ8_0, bytes + 1), f32, 4, 4, 64),
+                 "multiples of 2 bytes");
+  expect_invalid(attention(f32, view(TensorType::kF32, bytes + 2), 4, 4, 64),
+                 "multiples of 4 bytes");
+  // Rows that overlap: heads 0 bytes apart, or positions closer than the
+  // heads they hold.
+  expect_invalid(attention({f, TensorType::kF32, 0, 1024}, f32, 4, 4, 64), "overlap");
+  expect_invalid(attention(f32, {f, TensorType::kQ4_0, 36, 72}, 4, 4, 64), "overlap");
+  expect_invalid(attention({nullptr, TensorType::kF32, 256, 1024}, f32, 4, 4, 64),
+                 "null pointer");
+  expect_invalid(StoreKv(f, 1, 1, 64, f, TensorType::kBF16, 128, 128, 0, nullptr),
                  "KV cache type");
   expect_invalid(StoreKv(f, 1, 1, 40, f, TensorType::kQ4_0, 0, 18, 0, nullptr),
                  "needs head_dim a multiple of 32");
-  expect_invalid(StoreKv(f, 1, 1, 64, f, TensorType::kF32, 64, 256, -1, nullptr),
+  expect_invalid(StoreKv(f, 1, 2, 64, f, TensorType::kQ8_0, 34, 68, 0, nullptr), "overlap");
+  expect_invalid(StoreKv(f, 1, 1, 64, f, TensorType::kF32, 256, 256, -1, nullptr),
                  "negative position");
-  // The four types pass the checks (n_tokens 0 launches nothing).
+  // Both layouts of the four types pass the checks (n_tokens 0 launches
+  // nothing).
   for (TensorType type : kKvTypes) {
     const int64_t row = RowBytes(type, 64);
-    const KvCacheView view{f, type, 0, row};
-    EXPECT_TRUE(Attention(f, view, view, 0, 0, 4, 4, 64, 1.0f, f, nullptr).ok()) << Name(type);
-    EXPECT_TRUE(StoreKv(f, 0, 1, 64, f, type, 0, row, 0, nullptr).ok()) << Name(type);
+    for (const KvCacheView& v : {view(type), KvCacheView{f, type, 16 * row, row}}) {
+      EXPECT_TRUE(Attention(f, v, v, 0, 0, 4, 4, 64, 1.0f, f, nullptr).ok()) << Name(type);
+      EXPECT_TRUE(StoreKv(f, 0, 4, 64, f, type, v.head_stride, v.row_stride, 0, nullptr).ok())
+          << Name(type);
+    }
     EXPECT_TRUE(CudaKvCacheTypeSupported(type)) << Name(type);
   }
   EXPECT_FALSE(CudaKvCacheTypeSupported(TensorType::kQ4_K));

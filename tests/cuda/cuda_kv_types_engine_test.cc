@@ -151,7 +151,8 @@ TEST_P(CudaKvTypesTest, ACopiedQuantizedStateContinuesAsTheOriginal) {
   EXPECT_EQ(got, want);
 }
 
-// Heads of 128 (qwen3moe, llama) and 256 (qwen35moe's gated attention).
+// Heads of 128 (small), 64 (mixtral-small, qwen35moe-small) and 32
+// (qwen35moe-tiny): one to four blocks a row.
 INSTANTIATE_TEST_SUITE_P(Vectors, CudaKvTypesTest,
                          ::testing::Values("small-q4_k_m", "mixtral-small-q4_k_m",
                                            "qwen35moe-tiny-f32", "qwen35moe-small-q4_k_m"),

@@ -294,6 +294,26 @@ TEST(QuantRoundTripTest, Q4_0FollowsGgmlReferenceRule) {
   EXPECT_EQ(Dequantize(TensorType::kQ4_0, qn, 32)[0], 4.0f);
 }
 
+// A block whose largest value is so small that 1/d overflows: its exact
+// zeros would be 0 * inf, which both simple types store as level 0 (the
+// CUDA KV store writes the same), and the block decodes to zeros.
+TEST(QuantRoundTripTest, ScalesWhoseInverseOverflowsStoreLevelZero) {
+  std::vector<float> x(32, 0.0f);
+  x[1] = 1e-38f;
+  x[2] = -5e-39f;
+  const std::vector<uint8_t> q8 = Quantize(TensorType::kQ8_0, x);
+  EXPECT_EQ(q8[2 + 0], 0);
+  EXPECT_EQ(q8[2 + 3], 0);
+  const std::vector<uint8_t> q4 = Quantize(TensorType::kQ4_0, x);
+  EXPECT_EQ(q4[2 + 0] & 0x0F, 0);
+  EXPECT_EQ(q4[2 + 3], 0);
+  for (TensorType type : {TensorType::kQ8_0, TensorType::kQ4_0}) {
+    for (float v : Dequantize(type, type == TensorType::kQ8_0 ? q8 : q4, 32)) {
+      EXPECT_EQ(v, 0.0f) << TensorTypeName(type);
+    }
+  }
+}
+
 TEST(QuantRoundTripTest, DeterministicAndBlockLocal) {
   const std::vector<float> x = Normal(256 * 8, 7);
   for (TensorType type : kCodecTypes) {

@@ -120,7 +120,9 @@ __global__ void AttentionKernel(const float* q, const uint8_t* k_cache, int64_t 
 }
 
 // ggml's reference q8_0 rounding (round half away from zero), as the CPU
-// codec writes it; __f*_rn keeps nvcc from fusing what the CPU rounds twice.
+// codec writes it; __f*_rn keeps nvcc from fusing what the CPU rounds twice,
+// and a NaN from 0 * inf (a scale whose inverse overflows) is level 0 there
+// too.
 __device__ void QuantizeBlockQ8_0(const float* x, uint8_t* block) {
   float amax = 0.0f;
   for (int e = 0; e < kBlockValues; ++e) amax = fmaxf(amax, fabsf(x[e]));
@@ -128,7 +130,8 @@ __device__ void QuantizeBlockQ8_0(const float* x, uint8_t* block) {
   const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
   *reinterpret_cast<__half*>(block) = __float2half_rn(d);
   for (int e = 0; e < kBlockValues; ++e) {
-    const float q = fminf(fmaxf(roundf(__fmul_rn(x[e], id)), -127.0f), 127.0f);
+    const float r = roundf(__fmul_rn(x[e], id));
+    const float q = isnan(r) ? 0.0f : fminf(fmaxf(r, -127.0f), 127.0f);
     block[2 + e] = static_cast<uint8_t>(static_cast<int8_t>(q));
   }
 }
@@ -147,8 +150,8 @@ __device__ void QuantizeBlockQ4_0(const float* x, uint8_t* block) {
   const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
   *reinterpret_cast<__half*>(block) = __float2half_rn(d);
   auto level = [id](float v) {
-    return static_cast<uint8_t>(fminf(fmaxf(floorf(__fadd_rn(__fmul_rn(v, id), 8.5f)), 0.0f),
-                                      15.0f));
+    const float l = floorf(__fadd_rn(__fmul_rn(v, id), 8.5f));
+    return static_cast<uint8_t>(isnan(l) ? 0.0f : fminf(fmaxf(l, 0.0f), 15.0f));
   };
   for (int j = 0; j < kBlockValues / 2; ++j) {
     block[2 + j] = static_cast<uint8_t>(level(x[j]) | (level(x[j + kBlockValues / 2]) << 4));
@@ -184,9 +187,11 @@ __global__ void StoreKvKernel(const float* src, int n_head_kv, int head_dim, uin
 }
 
 // The checks both entry points share: a supported type, head_dim whole
-// blocks for the block types, and rows aligned for their scale or values.
-absl::Status CheckCacheLayout(const char* which, TensorType type, int head_dim,
-                              int64_t head_stride, int64_t row_stride) {
+// blocks for the block types, rows aligned for their scale or values, and
+// rows that do not overlap.
+absl::Status CheckCacheLayout(const char* which, TensorType type, const void* data,
+                              int n_head_kv, int head_dim, int64_t head_stride,
+                              int64_t row_stride) {
   if (!CudaKvCacheTypeSupported(type)) {
     return absl::InvalidArgumentError(
         absl::StrCat(which, " cache type ", std::string(TensorTypeName(type)),
@@ -200,10 +205,21 @@ absl::Status CheckCacheLayout(const char* which, TensorType type, int head_dim,
   }
   const int64_t align = type == TensorType::kF32 ? 4 : 2;
   if (head_stride < 0 || row_stride < 0 || head_stride % align != 0 ||
-      row_stride % align != 0) {
+      row_stride % align != 0 || !internal::Aligned(data, static_cast<uintptr_t>(align))) {
     return absl::InvalidArgumentError(
-        absl::StrCat(which, " cache strides ", head_stride, " and ", row_stride,
+        absl::StrCat(which, " cache address and strides ", head_stride, " and ", row_stride,
                      " must be non-negative multiples of ", align, " bytes"));
+  }
+  // Rows of different heads or positions must not overlap: one stride
+  // steps over whole rows and the other over everything the first spans
+  // (head-major or position-major).
+  const int64_t row = TensorRowBytes(type, head_dim);
+  const bool head_major = row_stride >= row && (n_head_kv == 1 || head_stride >= row_stride);
+  const bool position_major = head_stride >= row && row_stride >= n_head_kv * head_stride;
+  if (!head_major && !position_major) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        which, " cache strides ", head_stride, " (heads) and ", row_stride,
+        " (positions) make rows of ", row, " bytes overlap for ", n_head_kv, " KV heads"));
   }
   return absl::OkStatus();
 }
@@ -253,11 +269,13 @@ absl::Status Attention(const float* q, const KvCacheView& k, const KvCacheView& 
   MOETIER_CUDA_REQUIRE(head_dim > 0 && head_dim <= kAttnThreads,
                        absl::StrCat("head_dim ", head_dim, " is outside 1..", kAttnThreads));
   MOETIER_CUDA_REQUIRE(n_tokens >= 0 && n_tokens <= 65535 && n_past >= 0, "bad token counts");
-  if (absl::Status s = CheckCacheLayout("key", k.type, head_dim, k.head_stride, k.row_stride);
+  if (absl::Status s = CheckCacheLayout("key", k.type, k.data, n_head_kv, head_dim,
+                                        k.head_stride, k.row_stride);
       !s.ok()) {
     return s;
   }
-  if (absl::Status s = CheckCacheLayout("value", v.type, head_dim, v.head_stride, v.row_stride);
+  if (absl::Status s = CheckCacheLayout("value", v.type, v.data, n_head_kv, head_dim,
+                                        v.head_stride, v.row_stride);
       !s.ok()) {
     return s;
   }
@@ -291,7 +309,8 @@ absl::Status StoreKv(const float* src, int n_tokens, int n_head_kv, int head_dim
   MOETIER_CUDA_REQUIRE(n_tokens >= 0 && n_tokens <= 65535 && n_head_kv > 0 && head_dim > 0,
                        "bad shape");
   MOETIER_CUDA_REQUIRE(pos0 >= 0, "negative position");
-  if (absl::Status s = CheckCacheLayout("KV", kv_type, head_dim, head_stride, row_stride);
+  if (absl::Status s =
+          CheckCacheLayout("KV", kv_type, cache, n_head_kv, head_dim, head_stride, row_stride);
       !s.ok()) {
     return s;
   }
