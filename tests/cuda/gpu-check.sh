@@ -8,9 +8,12 @@
 #      --layers N writes a shorter model of the same shapes)
 #   3. moetier-bench-cuda (every expert resident, against the HBM roofline)
 #   4. moetier-bench-cache --device cuda:0 (the cache-size table)
+#   5. moetier-bench-cuda decoding after --depth positions (default 32768,
+#      skipped, not computed) with q8_0 keys and values; --depth 0 leaves
+#      it out
 #
 # usage: gpu-check.sh [--out DIR] [--data DIR] [--model FILE] [--layers N] [--work DIR]
-#                     [--runs N] [--decode-tokens N] [--prompt-tokens N]
+#                     [--runs N] [--decode-tokens N] [--prompt-tokens N] [--depth N]
 #                     [--skip-tests] [--skip-bench]
 # Logs and JSON go to --out (default $OUT when set, else gpu-check-out); the
 # model to --work (default /tmp/moetier-gpu-check). --data is the tests/data
@@ -25,6 +28,7 @@ layers=""
 runs=3
 decode=128
 prompt=512
+depth=32768
 skip_tests=0
 skip_bench=0
 while [[ $# -gt 0 ]]; do
@@ -37,9 +41,10 @@ while [[ $# -gt 0 ]]; do
     --runs) runs="$2"; shift 2 ;;
     --decode-tokens) decode="$2"; shift 2 ;;
     --prompt-tokens) prompt="$2"; shift 2 ;;
+    --depth) depth="$2"; shift 2 ;;
     --skip-tests) skip_tests=1; shift ;;
     --skip-bench) skip_bench=1; shift ;;
-    -h|--help) sed -n '2,19p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu-check.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -90,6 +95,13 @@ if [[ $skip_bench == 0 ]]; then
     --decode-tokens "$decode" --prompt-tokens "$prompt" --json "$out/bench-cache.json" \
     >"$out/bench-cache.log" 2>&1 || status=1
   tail -20 "$out/bench-cache.log" | tee -a "$out/summary.txt"
+  if [[ $depth -gt 0 ]]; then
+    step "moetier-bench-cuda at $depth positions, q8_0 KV"
+    "$here/run" moetier-bench-cuda --model "$model" --runs "$runs" --decode-tokens 32 \
+      --prompt-tokens 16 --batch 16 --context "$depth" --skip-context --cache-type-k q8_0 \
+      --cache-type-v q8_0 >"$out/bench-cuda-depth.log" 2>&1 || status=1
+    tail -8 "$out/bench-cuda-depth.log" | tee -a "$out/summary.txt"
+  fi
 fi
 
 step "done: $([[ $status == 0 ]] && echo all passed || echo FAILED) (logs in $out)"

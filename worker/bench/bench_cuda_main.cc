@@ -33,6 +33,7 @@
 #include "engine/cuda_engine.h"
 #include "gguf/gguf_reader.h"
 #include "model/architectures.h"
+#include "model/kv_cache_types.h"
 #include "sampling/sampler.h"
 
 namespace moetier {
@@ -52,6 +53,12 @@ usage: moetier-bench-cuda --model FILE [options]
   --batch N             prompt tokens processed together, the engine's
                         max_batch (default 512)
   --context N           tokens already in the cache when decoding starts (default 16)
+  --skip-context        the context's positions count as computed without computing
+                        them (CudaEngine::SkipPositionsForTiming: what the cache
+                        holds, zeros in a fresh engine): decode at depth without
+                        the prefill
+  --cache-type-k T      how the KV cache stores keys: f32 (default), f16, q8_0, q4_0
+  --cache-type-v T      the same for values
   --gemv-max-rows N     matrix inputs of up to N rows use the GEMV, more the fp16
                         GEMM (default 8; 0 sends everything through the GEMM)
   --no-cublas           use the backend's tiled GEMM instead of cuBLAS
@@ -68,6 +75,8 @@ struct Options {
   int prompt_tokens = 512;
   int batch = 512;
   int context = 16;
+  bool skip_context = false;
+  KvCacheTypes kv_types;
   int gemv_max_rows = cuda::kCudaGemvMaxBatch;
   bool no_cublas = false;
   int64_t bandwidth_mib = 1024;
@@ -83,6 +92,10 @@ absl::StatusOr<Options> ParseOptions(int argc, char** argv) {
     }
     if (arg == "--no-cublas") {
       o.no_cublas = true;
+      continue;
+    }
+    if (arg == "--skip-context") {
+      o.skip_context = true;
       continue;
     }
     if (i + 1 >= argc) return absl::InvalidArgumentError(absl::StrFormat("%s needs a value", arg));
@@ -111,6 +124,13 @@ absl::StatusOr<Options> ParseOptions(int argc, char** argv) {
       s = int_value(o.batch, 1, 8192);
     } else if (arg == "--context") {
       s = int_value(o.context, 1, 1 << 20);
+    } else if (arg == "--cache-type-k" || arg == "--cache-type-v") {
+      absl::StatusOr<TensorType> type = ParseKvCacheType(value);
+      if (!type.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("%s: %s", arg, type.status().message()));
+      }
+      (arg == "--cache-type-k" ? o.kv_types.k : o.kv_types.v) = *type;
     } else if (arg == "--gemv-max-rows") {
       s = int_value(o.gemv_max_rows, 0, 8192);
     } else if (arg == "--bandwidth-mib") {
@@ -227,6 +247,7 @@ int Run(const Options& o) {
   config.max_ctx = ctx;
   config.max_batch = o.batch;
   config.gemv_max_rows = o.gemv_max_rows;
+  config.kv_types = o.kv_types;
   config.use_cublas = !o.no_cublas && cuda::CudaBlasAvailable();
   const double t_create = Seconds();
   absl::StatusOr<std::unique_ptr<CudaEngine>> engine = CudaEngine::Create(*model, config);
@@ -264,9 +285,13 @@ int Run(const Options& o) {
       bw->median, bw->min, bw->max, o.runs, static_cast<long long>(o.bandwidth_mib));
   std::printf("weights read per decode token: %.1f MiB -> roofline %.1f tok/s\n",
               bytes_per_token / 1048576.0, roofline);
-  // Attention also reads the f32 KV cache, which the roofline leaves out.
-  const double kv_bytes = 2.0 * hp.n_layer * hp.n_head_kv * hp.head_dim * sizeof(float) *
-                          (o.context + 0.5 * o.decode_tokens);
+  // Attention also reads the KV cache, which the roofline leaves out.
+  const SequenceStateSize state_size = SequenceStateSizeOf(*model, o.kv_types);
+  const double kv_bytes =
+      static_cast<double>(state_size.kv_bytes_per_token) * (o.context + 0.5 * o.decode_tokens);
+  std::printf("KV cache: keys %s, values %s, %llu bytes per token of context\n",
+              KvCacheTypeName(o.kv_types.k).c_str(), KvCacheTypeName(o.kv_types.v).c_str(),
+              static_cast<unsigned long long>(state_size.kv_bytes_per_token));
   std::printf("KV cache read per decode token (mean over the run, not in the roofline): %.1f MiB\n",
               kv_bytes / 1048576.0);
 
@@ -297,15 +322,19 @@ int Run(const Options& o) {
   std::vector<int32_t> first_tokens;
   for (int r = 0; r < o.runs + 1; ++r) {
     if (absl::Status s = new_sequence(); !s.ok()) return Fail(s);
-    if (absl::Status s = e.Forward(*seq, context, LogitRows::kLast, logits.data()); !s.ok()) {
-      return Fail(s);
-    }
-    if (!AllFinite(logits.data(), logits.size())) {
-      std::fprintf(stderr, "moetier-bench-cuda: non-finite logits after the context\n");
-      return 1;
+    if (o.skip_context) {
+      if (absl::Status s = e.SkipPositionsForTiming(*seq, o.context); !s.ok()) return Fail(s);
+    } else {
+      if (absl::Status s = e.Forward(*seq, context, LogitRows::kLast, logits.data()); !s.ok()) {
+        return Fail(s);
+      }
+      if (!AllFinite(logits.data(), logits.size())) {
+        std::fprintf(stderr, "moetier-bench-cuda: non-finite logits after the context\n");
+        return 1;
+      }
     }
     std::vector<int32_t> generated;
-    int32_t next = Argmax(logits.data(), n_vocab);
+    int32_t next = o.skip_context ? context.back() : Argmax(logits.data(), n_vocab);
     const double t0 = Seconds();
     for (int i = 0; i < o.decode_tokens; ++i) {
       const int32_t in[1] = {next};
@@ -356,8 +385,10 @@ int Run(const Options& o) {
   }
   const Stats pp = Summarize(prompt_rates);
 
-  std::printf("decode:  %.2f tok/s median (%.2f..%.2f), %d tokens after %d of context, %d runs\n",
-              decode.median, decode.min, decode.max, o.decode_tokens, o.context, o.runs);
+  std::printf(
+      "decode:  %.2f tok/s median (%.2f..%.2f), %d tokens after %d of context%s, %d runs\n",
+      decode.median, decode.min, decode.max, o.decode_tokens, o.context,
+      o.skip_context ? " (skipped, not computed)" : "", o.runs);
   std::printf("prompt:  %.1f tok/s median (%.1f..%.1f), %d tokens, %d runs\n", pp.median, pp.min,
               pp.max, o.prompt_tokens, o.runs);
   std::printf(

@@ -657,6 +657,24 @@ absl::Status CudaEngine::CopyRecurrentState(int slot, bool save) {
   return ctx_->Sync(save ? "saving a checkpoint" : "restoring a checkpoint");
 }
 
+absl::Status CudaEngine::SkipPositionsForTiming(Sequence& seq, int n) {
+  if (n < 0) return absl::InvalidArgumentError("a negative number of positions to skip");
+  if (absl::Status s = slots_.CheckAppend(seq, static_cast<size_t>(n)); !s.ok()) return s;
+  last_row_ = nullptr;
+  if (seq.length() == 0) {
+    // As a computed start would: the recurrent layers begin empty.
+    MOETIER_RETURN_IF_ERROR(ctx_->MakeCurrent());
+    const std::vector<LayerState>& state = state_[static_cast<size_t>(seq.slot())];
+    for (size_t l = 0; l < state.size(); ++l) {
+      if (IsAttention(mixers_[l])) continue;
+      MOETIER_RETURN_IF_ERROR(deltanet_->ClearState(state[l].recurrent));
+    }
+    MOETIER_RETURN_IF_ERROR(ctx_->Sync("clearing a sequence's recurrent state"));
+  }
+  slots_.SetLength(seq, seq.length() + n);
+  return absl::OkStatus();
+}
+
 absl::Status CudaEngine::SaveCheckpoint(Sequence& seq) {
   if (absl::Status s = slots_.CheckAppend(seq, 0); !s.ok()) return s;
   MOETIER_RETURN_IF_ERROR(CopyRecurrentState(seq.slot(), /*save=*/true));

@@ -128,6 +128,13 @@ class CudaEngine final : public ForwardEngine, public ExpertCacheControl {
   absl::Status ForwardMany(std::span<const SequenceStep> steps) override;
   absl::Status SaveCheckpoint(Sequence& seq) override;
   absl::Status RestoreCheckpoint(Sequence& seq) override;
+  // Benchmarks and long-context tests, as CpuEngine::SkipPositionsForTiming:
+  // the next n positions count as computed without computing them. Their
+  // KV rows keep what the cache holds (zeros in a fresh engine), recurrent
+  // state is cleared when the sequence was empty and otherwise left as it
+  // is, so a decode step after it costs what one at that depth costs.
+  // OutOfRange past the capacity.
+  absl::Status SkipPositionsForTiming(Sequence& seq, int n);
   // Host copies (engine/cuda_engine_state.cc), waited for before returning.
   absl::StatusOr<std::unique_ptr<SequenceState>> CopyState(const Sequence& seq) override;
   absl::Status LoadState(Sequence& seq, const SequenceState& state, int length) override;

@@ -87,6 +87,15 @@ absl::Status CudaDeltaNetBlock::CopyState(const CudaRecurrentLayer& src,
                   "copying a delta rule state");
 }
 
+absl::Status CudaDeltaNetBlock::ClearState(const CudaRecurrentLayer& state) {
+  auto* stream = static_cast<cudaStream_t>(ctx_.stream());
+  MOETIER_RETURN_IF_ERROR(
+      CudaCall(cudaMemsetAsync(state.conv, 0, conv_state_floats() * sizeof(float), stream),
+               "clearing a conv state"));
+  return CudaCall(cudaMemsetAsync(state.delta, 0, delta_state_floats() * sizeof(float), stream),
+                  "clearing a delta rule state");
+}
+
 absl::Status CudaDeltaNetBlock::Forward(int layer, std::span<const CudaRowSpan> spans,
                                         std::span<const CudaRecurrentLayer* const> state) {
   const CudaDeltaNetWeights& l = layers_[static_cast<size_t>(layer)];
@@ -98,14 +107,7 @@ absl::Status CudaDeltaNetBlock::Forward(int layer, std::span<const CudaRowSpan> 
   const int h_v = dn_.n_v_heads;
   const int n = spans.back().row0 + spans.back().n;
   for (size_t i = 0; i < spans.size(); ++i) {
-    if (spans[i].pos0 != 0) continue;
-    auto* s = static_cast<cudaStream_t>(stream);
-    MOETIER_RETURN_IF_ERROR(CudaCall(
-        cudaMemsetAsync(state[i]->conv, 0, conv_state_floats() * sizeof(float), s),
-        "clearing a conv state"));
-    MOETIER_RETURN_IF_ERROR(CudaCall(
-        cudaMemsetAsync(state[i]->delta, 0, delta_state_floats() * sizeof(float), s),
-        "clearing a delta rule state"));
+    if (spans[i].pos0 == 0) MOETIER_RETURN_IF_ERROR(ClearState(*state[i]));
   }
   MOETIER_RETURN_IF_ERROR(
       cuda::RmsNorm(batch_.x, l.attn_norm, n, n_embd, hp_.rms_eps, batch_.xn, stream));

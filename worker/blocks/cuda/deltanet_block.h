@@ -65,6 +65,8 @@ class CudaDeltaNetBlock {
   uint64_t delta_state_floats() const;
   // dst = src, enqueued on the compute stream (checkpoints).
   absl::Status CopyState(const CudaRecurrentLayer& src, const CudaRecurrentLayer& dst);
+  // The state of a sequence that has seen nothing, enqueued likewise.
+  absl::Status ClearState(const CudaRecurrentLayer& state);
 
   // x += DeltaNet(RMSNorm(x; attn_norm)) for the batch's rows, which
   // `spans` cover from row 0 in order (attention_block.h): span i's tokens
