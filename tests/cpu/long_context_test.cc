@@ -34,7 +34,7 @@ class LongContextTest : public ::testing::TestWithParam<Case> {};
 TEST_P(LongContextTest, AFactPlanted100kTokensEarlierReachesTheQuery) {
   const Case& c = GetParam();
   const std::string path =
-      std::string(MOETIER_BINARY_DIR) + "/cpu_long_context_" + c.name + ".gguf";
+      ::testing::TempDir() + "moetier_cpu_long_context_" + c.name + ".gguf";
   absl::StatusOr<std::unique_ptr<GgufModel>> gguf = testing::WriteLongContextModel(c.arch, path);
   ASSERT_TRUE(gguf.ok()) << gguf.status();
   absl::StatusOr<Model> model = LoadModel(**gguf);

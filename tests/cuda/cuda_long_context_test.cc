@@ -39,7 +39,7 @@ class CudaLongContextTest : public ::testing::TestWithParam<Case> {
 TEST_P(CudaLongContextTest, AFactPlanted100kTokensEarlierReachesTheQuery) {
   const Case& c = GetParam();
   const std::string path =
-      std::string(MOETIER_BINARY_DIR) + "/cuda_long_context_" + c.name + ".gguf";
+      ::testing::TempDir() + "moetier_cuda_long_context_" + c.name + ".gguf";
   absl::StatusOr<std::unique_ptr<GgufModel>> gguf = testing::WriteLongContextModel(c.arch, path);
   ASSERT_TRUE(gguf.ok()) << gguf.status();
   absl::StatusOr<Model> model = LoadModel(**gguf);

@@ -28,7 +28,7 @@ namespace moetier::testing {
 inline constexpr int kLongContextFiller = 100000;
 inline constexpr int kLongContextMaxCtx = kLongContextFiller + 64;
 
-// Writes the model to `path` (under the build directory) and opens it.
+// Writes the model to `path` and opens it.
 inline absl::StatusOr<std::unique_ptr<GgufModel>> WriteLongContextModel(SynthArch arch,
                                                                          const std::string& path) {
   absl::StatusOr<SynthShape> shape = SynthPreset(arch, "tiny");
