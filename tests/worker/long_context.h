@@ -10,8 +10,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <functional>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -20,6 +22,9 @@
 #include "engine/forward_engine.h"
 #include "gguf/gguf_reader.h"
 #include "gtest/gtest.h"
+#include "model/architectures.h"
+#include "model/kv_cache_types.h"
+#include "reference/reference_engine.h"
 #include "synth/synth_model.h"
 #include "synth/synth_writer.h"
 
@@ -28,9 +33,38 @@ namespace moetier::testing {
 inline constexpr int kLongContextFiller = 100000;
 inline constexpr int kLongContextMaxCtx = kLongContextFiller + 64;
 
-// Writes the model to `path` and opens it.
-inline absl::StatusOr<std::unique_ptr<GgufModel>> WriteLongContextModel(SynthArch arch,
-                                                                         const std::string& path) {
+// One engine configuration to check: the model's architecture, the KV cache
+// types, and how far from the reference its query logits may be.
+struct LongContextCase {
+  const char* name;
+  SynthArch arch;
+  KvCacheTypes kv_types;
+  double max_range_error;  // against the reference, over the logits' range
+};
+
+// gtest prints the parameter of a failed case by its name, not its bytes.
+inline void PrintTo(const LongContextCase& c, std::ostream* os) { *os << c.name; }
+
+inline std::string LongContextCaseName(
+    const ::testing::TestParamInfo<LongContextCase>& param_info) {
+  return param_info.param.name;
+}
+
+// The tiny f32 model written under the test temp folder (removed with
+// it), loaded, and the fp32 reference over it.
+struct LongContextModel {
+  std::string path;
+  std::unique_ptr<GgufModel> gguf;
+  Model model;
+  std::unique_ptr<ReferenceEngine> reference;
+  ~LongContextModel() { std::remove(path.c_str()); }
+};
+
+// `name` tells the files of concurrent tests apart.
+inline absl::StatusOr<std::unique_ptr<LongContextModel>> OpenLongContextModel(
+    SynthArch arch, const std::string& name) {
+  auto m = std::make_unique<LongContextModel>();
+  m->path = ::testing::TempDir() + "moetier_long_context_" + name + ".gguf";
   absl::StatusOr<SynthShape> shape = SynthPreset(arch, "tiny");
   if (!shape.ok()) return shape.status();
   shape->n_ctx = 131072;
@@ -39,11 +73,21 @@ inline absl::StatusOr<std::unique_ptr<GgufModel>> WriteLongContextModel(SynthArc
   options.quant = SynthQuant::kF32;  // close to the reference's arithmetic
   options.seed = 11;
   options.threads = 2;
-  options.out_path = path;
+  options.out_path = m->path;
   absl::StatusOr<SynthPlan> plan = PlanSynthModel(options);
   if (!plan.ok()) return plan.status();
   if (absl::Status s = WriteSynthModel(*plan, options); !s.ok()) return s;
-  return GgufModel::Open(options.out_path);
+  absl::StatusOr<std::unique_ptr<GgufModel>> gguf = GgufModel::Open(m->path);
+  if (!gguf.ok()) return gguf.status();
+  m->gguf = *std::move(gguf);
+  absl::StatusOr<Model> model = LoadModel(*m->gguf);
+  if (!model.ok()) return model.status();
+  m->model = *std::move(model);
+  absl::StatusOr<std::unique_ptr<ReferenceEngine>> reference =
+      ReferenceEngine::Create(m->model, kLongContextMaxCtx);
+  if (!reference.ok()) return reference.status();
+  m->reference = *std::move(reference);
+  return m;
 }
 
 using SkipPositionsFn = std::function<absl::Status(Sequence&, int)>;
@@ -77,14 +121,17 @@ inline double Range(const std::vector<float>& v) {
   return double(*hi) - *lo;
 }
 
-// Runs both facts through the engine and the reference and checks the
-// engine within max_range_error of the reference's logit range, and that
-// the fact matters 20 times more than that error.
+// Runs both facts through the engine (skipping the filler with `skip`) and
+// m's reference and checks the engine within max_range_error of the
+// reference's logit range, and that the fact matters 20 times more than
+// that error.
 inline void ExpectTheFactReachesTheQuery(const char* name, ForwardEngine& engine,
-                                         const SkipPositionsFn& engine_skip,
-                                         ForwardEngine& reference,
-                                         const SkipPositionsFn& reference_skip,
+                                         const SkipPositionsFn& engine_skip, LongContextModel& m,
                                          double max_range_error) {
+  ReferenceEngine& reference = *m.reference;
+  const SkipPositionsFn reference_skip = [&](Sequence& seq, int n) {
+    return reference.SkipPositions(seq, n);
+  };
   const std::vector<int32_t> query = {7, 300, 41, 5};
   const std::vector<int32_t> fact_a = {101, 202, 303, 404, 55, 66, 77, 88};
   std::vector<int32_t> fact_b = fact_a;
@@ -96,8 +143,10 @@ inline void ExpectTheFactReachesTheQuery(const char* name, ForwardEngine& engine
   ASSERT_FALSE(got_a.empty() || ref_a.empty() || got_b.empty() || ref_b.empty());
   const double error = std::max(MaxAbsDifference(got_a, ref_a), MaxAbsDifference(got_b, ref_b));
   const double fact_effect = MaxAbsDifference(ref_a, ref_b);
-  std::printf("%s: logits range %.3g, engine vs reference %.3g, effect of the fact %.3g\n", name,
-              Range(ref_a), error, fact_effect);
+  std::printf(
+      "%s: logits range %.3g, engine vs reference %.3g, effect of the "
+      "fact %.3g\n",
+      name, Range(ref_a), error, fact_effect);
   EXPECT_LT(error / Range(ref_a), max_range_error);
   EXPECT_GT(fact_effect, 20 * error) << "the fact, 100k positions back, must reach the query";
   EXPECT_GT(MaxAbsDifference(got_a, got_b), 20 * error);

@@ -157,7 +157,7 @@ absl::StatusOr<std::unique_ptr<CudaEngine>> CudaEngine::Create(const Model& mode
         "deltanet_chunk_min_tokens %d must be at least 1", config.deltanet_chunk_min_tokens));
   }
   if (absl::Status s =
-          CheckKvCacheTypes(config.kv_types, hp.head_dim, kCudaKvCacheTypes, "cuda");
+          CheckKvCacheTypes(config.kv_types, hp.head_dim, cuda::kCudaKvCacheTypes, "cuda");
       !s.ok()) {
     return s;
   }

@@ -54,7 +54,7 @@ struct CudaEngineConfig {
   int max_ctx = 4096;   // positions per sequence; 1..n_ctx_train
   int max_sequences = 1;  // sequences alive at once (each has its own KV cache)
   int max_batch = 256;  // tokens per forward chunk; longer inputs are split
-  // How the KV cache stores keys and values: each one of kCudaKvCacheTypes.
+  // How the KV cache stores keys and values: each one of cuda::kCudaKvCacheTypes.
   KvCacheTypes kv_types;
   // Matrix inputs of at most this many rows use the GEMV (in calls of up to
   // kCudaGemvMaxBatch rows), more rows the fp16 GEMM. 0 sends every product

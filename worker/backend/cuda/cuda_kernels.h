@@ -134,7 +134,10 @@ struct KvCacheView {
   int64_t row_stride = 0;   // bytes
 };
 
-// F32, F16, Q8_0 and Q4_0 (the block types need head_dim a multiple of 32).
+// The KV cache types the kernels store and read: F32, F16, Q8_0 and Q4_0
+// (the block types need head_dim a multiple of 32).
+inline constexpr TensorType kCudaKvCacheTypes[] = {TensorType::kF32, TensorType::kF16,
+                                                   TensorType::kQ8_0, TensorType::kQ4_0};
 bool CudaKvCacheTypeSupported(TensorType type);
 
 // Causal GQA attention of n_tokens query tokens that follow n_past cached

@@ -254,8 +254,10 @@ void LaunchAttentionWithKeys(const dim3& grid, cudaStream_t s, const float* q,
 }  // namespace
 
 bool CudaKvCacheTypeSupported(TensorType type) {
-  return type == TensorType::kF32 || type == TensorType::kF16 || type == TensorType::kQ8_0 ||
-         type == TensorType::kQ4_0;
+  for (TensorType supported : kCudaKvCacheTypes) {
+    if (type == supported) return true;
+  }
+  return false;
 }
 
 absl::Status Attention(const float* q, const KvCacheView& k, const KvCacheView& v, int n_tokens,

@@ -59,15 +59,10 @@ struct CudaKvLayer {
   int64_t v_head_stride = 0;  // bytes: capacity * the value row's bytes
 };
 
-// The KV cache types the CUDA attention stores and reads (keys and values
-// each in any of them; cuda::CudaKvCacheTypeSupported).
-inline constexpr TensorType kCudaKvCacheTypes[] = {TensorType::kF32, TensorType::kF16,
-                                                   TensorType::kQ8_0, TensorType::kQ4_0};
-
 class CudaAttentionBlock {
  public:
   // `hp`, `ctx` and `batch` must outlive the block. The key and value
-  // types are among kCudaKvCacheTypes.
+  // types are among cuda::kCudaKvCacheTypes.
   CudaAttentionBlock(const ModelHparams& hp, KvCacheTypes kv_types, CudaContext& ctx,
                      const CudaBatch& batch);
 
