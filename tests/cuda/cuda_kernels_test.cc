@@ -99,40 +99,80 @@ TEST_F(CudaKernelsTest, DequantizeIsBitExactWithTheCodec) {
   }
 }
 
+// Each activation row's sums run in the same order whatever the batch, so
+// the engine's batched decode equals its one-token decode bit for bit.
+TEST_F(CudaKernelsTest, GemvBatchRowsEqualSingleRowsBitForBit) {
+  const int64_t rows = 70, cols = 2048;
+  uint32_t seed = 900;
+  for (TensorType type : kWeightTypes) {
+    SCOPED_TRACE(Name(type));
+    const std::vector<uint8_t> w_bytes =
+        Quantize(type, Gaussian(static_cast<size_t>(rows * cols), seed++, 0.05f));
+    const int batch = kCudaGemvMaxBatch;
+    const std::vector<float> x = Gaussian(static_cast<size_t>(batch * cols), seed++);
+    DeviceBuffer w_dev(w_bytes), x_dev(x);
+    DeviceBuffer y_dev(static_cast<size_t>(batch * rows) * sizeof(float));
+    ASSERT_TRUE(GemvQuant(type, w_dev.get(), x_dev.as<float>(), rows, cols, batch,
+                          y_dev.as<float>(), nullptr)
+                    .ok());
+    const std::vector<float> y_batch = y_dev.Download<float>(static_cast<size_t>(batch * rows));
+    for (int b = 0; b < batch; ++b) {
+      ASSERT_TRUE(GemvQuant(type, w_dev.get(), x_dev.as<float>() + b * cols, rows, cols, 1,
+                            y_dev.as<float>(), nullptr)
+                      .ok());
+      const std::vector<float> y_one = y_dev.Download<float>(static_cast<size_t>(rows));
+      ASSERT_EQ(std::memcmp(y_one.data(), y_batch.data() + static_cast<size_t>(b * rows),
+                            static_cast<size_t>(rows) * sizeof(float)),
+                0)
+          << "activation row " << b;
+    }
+  }
+}
+
+// Block types run the sliced kernel (x 16-byte aligned) or, with x only
+// 4-byte aligned, the element-strided one; both are checked. Rows of
+// 32-element blocks that end mid-step (800 = 25 blocks) leave lanes idle.
 TEST_F(CudaKernelsTest, GemvMatchesDequantizeThenDot) {
   struct Shape {
     int64_t rows, cols;
   };
   uint32_t seed = 100;
   for (TensorType type : kWeightTypes) {
-    for (Shape shape : {Shape{1, 256}, Shape{7, 512}, Shape{33, 1024}, Shape{130, 2816}}) {
+    std::vector<Shape> shapes = {{1, 256}, {7, 512}, {33, 1024}, {130, 2816}};
+    if (GetTensorTypeInfo(type).block_elems == 32) shapes.push_back({5, 800});
+    for (Shape shape : shapes) {
       for (int batch : {1, 3, 8}) {
-        SCOPED_TRACE(Name(type) + " " + std::to_string(shape.rows) + "x" +
-                     std::to_string(shape.cols) + " batch " + std::to_string(batch));
-        const int64_t rows = shape.rows, cols = shape.cols;
-        const std::vector<float> w_values =
-            Gaussian(static_cast<size_t>(rows * cols), seed++, 0.05f);
-        const std::vector<uint8_t> w_bytes = Quantize(type, w_values);
-        const std::vector<float> w = Dequantize(type, w_bytes, rows * cols);
-        const std::vector<float> x = Gaussian(static_cast<size_t>(batch * cols), seed++);
-        DeviceBuffer w_dev(w_bytes), x_dev(x);
-        DeviceBuffer y_dev(static_cast<size_t>(batch * rows) * sizeof(float));
-        const absl::Status status = GemvQuant(type, w_dev.get(), x_dev.as<float>(), rows, cols,
-                                              batch, y_dev.as<float>(), nullptr);
-        ASSERT_TRUE(status.ok()) << status;
-        const std::vector<float> y = y_dev.Download<float>(static_cast<size_t>(batch * rows));
-        for (int b = 0; b < batch; ++b) {
-          for (int64_t r = 0; r < rows; ++r) {
-            double dot = 0.0, mag = 0.0;
-            for (int64_t c = 0; c < cols; ++c) {
-              const double term = static_cast<double>(w[static_cast<size_t>(r * cols + c)]) *
-                                  x[static_cast<size_t>(b * cols + c)];
-              dot += term;
-              mag += std::fabs(term);
+        for (int x_offset : {0, 1}) {  // floats before x in its buffer
+          SCOPED_TRACE(Name(type) + " " + std::to_string(shape.rows) + "x" +
+                       std::to_string(shape.cols) + " batch " + std::to_string(batch) +
+                       " x offset " + std::to_string(x_offset));
+          const int64_t rows = shape.rows, cols = shape.cols;
+          const std::vector<float> w_values =
+              Gaussian(static_cast<size_t>(rows * cols), seed++, 0.05f);
+          const std::vector<uint8_t> w_bytes = Quantize(type, w_values);
+          const std::vector<float> w = Dequantize(type, w_bytes, rows * cols);
+          const std::vector<float> x = Gaussian(static_cast<size_t>(batch * cols), seed++);
+          std::vector<float> x_padded(static_cast<size_t>(x_offset), 0.0f);
+          x_padded.insert(x_padded.end(), x.begin(), x.end());
+          DeviceBuffer w_dev(w_bytes), x_dev(x_padded);
+          DeviceBuffer y_dev(static_cast<size_t>(batch * rows) * sizeof(float));
+          const absl::Status status = GemvQuant(type, w_dev.get(), x_dev.as<float>() + x_offset,
+                                                rows, cols, batch, y_dev.as<float>(), nullptr);
+          ASSERT_TRUE(status.ok()) << status;
+          const std::vector<float> y = y_dev.Download<float>(static_cast<size_t>(batch * rows));
+          for (int b = 0; b < batch; ++b) {
+            for (int64_t r = 0; r < rows; ++r) {
+              double dot = 0.0, mag = 0.0;
+              for (int64_t c = 0; c < cols; ++c) {
+                const double term = static_cast<double>(w[static_cast<size_t>(r * cols + c)]) *
+                                    x[static_cast<size_t>(b * cols + c)];
+                dot += term;
+                mag += std::fabs(term);
+              }
+              // fp32 sums of `cols` products, in a different order than double.
+              ASSERT_NEAR(y[static_cast<size_t>(b * rows + r)], dot, 1e-5 * mag + 1e-6)
+                  << "row " << r << " activation row " << b;
             }
-            // fp32 sums of `cols` products, in a different order than double.
-            ASSERT_NEAR(y[static_cast<size_t>(b * rows + r)], dot, 1e-5 * mag + 1e-6)
-                << "row " << r << " activation row " << b;
           }
         }
       }

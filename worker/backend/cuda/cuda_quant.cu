@@ -12,6 +12,7 @@
 
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/gemv_slices.h"
 
 #if MOETIER_CUDA_HAVE_CUBLAS
 #include <cublas_v2.h>
@@ -187,14 +188,62 @@ unsigned ElementwiseBlocks(int64_t n) {
 }
 
 // ---------------------------------------------------------------------------
-// GEMV: one warp per weight row; lanes stride over the row's elements, decode
-// each once and use it for every activation row.
+// GEMV: one warp per weight row, each decoded weight used for every
+// activation row; lanes sum in a fixed order whatever the batch, so a batch
+// gives each row's bits alone.
 
 constexpr int kGemvWarpsPerBlock = 4;
 
+// Block-quantized weights (gemv_slices.h): per step each lane decodes 8
+// weights in runs, reading its bytes with 16-bit loads and x as float4 /
+// float2. x must be 16-byte aligned.
 template <TensorType T, int kBatch>
-__global__ void GemvKernel(const uint8_t* w, int64_t row_bytes, const float* x, int64_t rows,
-                           int64_t cols, float* y) {
+__global__ void GemvSliceKernel(const uint8_t* w, int64_t row_bytes, int64_t n_blocks,
+                                const float* x, int64_t rows, int64_t cols, float* y) {
+  using SliceT = typename gemv::Slicer<T>::SliceT;
+  constexpr int kRunLen = SliceT::kRunLen;
+  const int lane = threadIdx.x % 32;
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * kGemvWarpsPerBlock + threadIdx.x / 32;
+  if (r >= rows) return;  // the whole warp leaves together
+  const uint8_t* row = w + r * row_bytes;
+  float acc[kBatch];
+#pragma unroll
+  for (int b = 0; b < kBatch; ++b) acc[b] = 0.0f;
+  const int64_t steps = gemv::StepsPerRow<T>(n_blocks);
+  for (int64_t step = 0; step < steps; ++step) {
+    SliceT slice;
+    if (!gemv::Slicer<T>::Decode(row, n_blocks, step, lane, &slice)) continue;
+#pragma unroll
+    for (int run = 0; run < SliceT::kRuns; ++run) {
+#pragma unroll
+      for (int b = 0; b < kBatch; ++b) {
+        const float* xp = x + b * cols + slice.first[run];
+        float xv[kRunLen];
+        if constexpr (kRunLen == 4) {
+          const float4 v = *reinterpret_cast<const float4*>(xp);
+          xv[0] = v.x, xv[1] = v.y, xv[2] = v.z, xv[3] = v.w;
+        } else {
+          static_assert(kRunLen == 2);
+          const float2 v = *reinterpret_cast<const float2*>(xp);
+          xv[0] = v.x, xv[1] = v.y;
+        }
+#pragma unroll
+        for (int k = 0; k < kRunLen; ++k) acc[b] += slice.w[run][k] * xv[k];
+      }
+    }
+  }
+#pragma unroll
+  for (int b = 0; b < kBatch; ++b) {
+    const float sum = internal::WarpSum(acc[b]);
+    if (lane == 0) y[b * rows + r] = sum;
+  }
+}
+
+// Any type (the float ones, and block types when x is not 16-byte
+// aligned): lanes stride over the row's elements.
+template <TensorType T, int kBatch>
+__global__ void GemvElementKernel(const uint8_t* w, int64_t row_bytes, const float* x,
+                                  int64_t rows, int64_t cols, float* y) {
   const int lane = threadIdx.x % 32;
   const int64_t r = static_cast<int64_t>(blockIdx.x) * kGemvWarpsPerBlock + threadIdx.x / 32;
   if (r >= rows) return;  // the whole warp leaves together
@@ -213,6 +262,11 @@ __global__ void GemvKernel(const uint8_t* w, int64_t row_bytes, const float* x, 
     if (lane == 0) y[b * rows + r] = sum;
   }
 }
+
+template <TensorType T>
+constexpr bool kHasGemvSlicer = T == TensorType::kQ4_K || T == TensorType::kQ5_K ||
+                                T == TensorType::kQ6_K || T == TensorType::kQ8_0 ||
+                                T == TensorType::kQ4_0;
 
 // ---------------------------------------------------------------------------
 // Tiled fp16 GEMM (the path without cuBLAS): y[t, r] = sum_c w[r, c] x[t, c].
@@ -292,8 +346,16 @@ struct GemvOp {
                      int64_t cols, float* y, cudaStream_t stream) {
     const unsigned blocks =
         static_cast<unsigned>((rows + kGemvWarpsPerBlock - 1) / kGemvWarpsPerBlock);
-    GemvKernel<T, kBatch><<<blocks, 32 * kGemvWarpsPerBlock, 0, stream>>>(w, row_bytes, x, rows,
-                                                                           cols, y);
+    if constexpr (kHasGemvSlicer<T>) {
+      if (internal::Aligned(x, 16)) {
+        const int64_t n_blocks = cols / Codec<T>::kElems;
+        GemvSliceKernel<T, kBatch><<<blocks, 32 * kGemvWarpsPerBlock, 0, stream>>>(
+            w, row_bytes, n_blocks, x, rows, cols, y);
+        return;
+      }
+    }
+    GemvElementKernel<T, kBatch><<<blocks, 32 * kGemvWarpsPerBlock, 0, stream>>>(
+        w, row_bytes, x, rows, cols, y);
   }
   static absl::Status Run(const void* w_bytes, int64_t row_bytes, const float* x, int64_t rows,
                           int64_t cols, int batch, float* y, cudaStream_t stream) {
