@@ -194,6 +194,17 @@ unsigned ElementwiseBlocks(int64_t n) {
 
 constexpr int kGemvWarpsPerBlock = 4;
 
+// y[b][r] = the warp's sum of acc[b], for every activation row b.
+template <int kBatch>
+__device__ __forceinline__ void WriteWarpSums(const float (&acc)[kBatch], int lane, int64_t r,
+                                              int64_t rows, float* y) {
+#pragma unroll
+  for (int b = 0; b < kBatch; ++b) {
+    const float sum = internal::WarpSum(acc[b]);
+    if (lane == 0) y[b * rows + r] = sum;
+  }
+}
+
 // Block-quantized weights (gemv_slices.h): per step each lane decodes 8
 // weights in runs, reading its bytes with 16-bit loads and x as float4 /
 // float2. x must be 16-byte aligned.
@@ -232,11 +243,7 @@ __global__ void GemvSliceKernel(const uint8_t* w, int64_t row_bytes, int64_t n_b
       }
     }
   }
-#pragma unroll
-  for (int b = 0; b < kBatch; ++b) {
-    const float sum = internal::WarpSum(acc[b]);
-    if (lane == 0) y[b * rows + r] = sum;
-  }
+  WriteWarpSums<kBatch>(acc, lane, r, rows, y);
 }
 
 // Any type (the float ones, and block types when x is not 16-byte
@@ -256,11 +263,7 @@ __global__ void GemvElementKernel(const uint8_t* w, int64_t row_bytes, const flo
 #pragma unroll
     for (int b = 0; b < kBatch; ++b) acc[b] += wv * x[b * cols + c];
   }
-#pragma unroll
-  for (int b = 0; b < kBatch; ++b) {
-    const float sum = internal::WarpSum(acc[b]);
-    if (lane == 0) y[b * rows + r] = sum;
-  }
+  WriteWarpSums<kBatch>(acc, lane, r, rows, y);
 }
 
 template <TensorType T>

@@ -189,27 +189,30 @@ struct Slicer<TensorType::kQ6_K> {
 };
 
 // Q8_0 and Q4_0: eight 32-element blocks per step. Lane t takes block
-// 8 * step + t / 4 and quarter q = t % 4 of it: Q8_0 elements 8q..8q+7,
-// Q4_0 the low nibbles of bytes 4q..4q+3 (elements 4q..) and their high
-// nibbles (elements 16 + 4q..).
-template <>
-struct Slicer<TensorType::kQ8_0> {
+// 8 * step + t / 4 and quarter q = t % 4 of it: Q8_0 elements 8q..8q+7
+// (int8 levels), Q4_0 the low nibbles of bytes 4q..4q+3 (elements 4q..)
+// and their high nibbles (elements 16 + 4q..), levels offset by 8.
+template <int kBlockBytes, bool kNibbles>
+struct Slicer32 {
   using SliceT = Slice<2, 4>;
   static constexpr int kStepElems = 256;
   MOETIER_HOST_DEVICE static bool Decode(const uint8_t* row, int64_t n_blocks, int64_t step,
                                          int lane, SliceT* s) {
     const int64_t b = 8 * step + lane / 4;
     if (b >= n_blocks) return false;
-    const uint8_t* blk = row + b * 34;
+    const uint8_t* blk = row + b * kBlockBytes;
     const int q = lane % 4;
     const float d = HalfAt(blk);
     MOETIER_GEMV_UNROLL
     for (int run = 0; run < 2; ++run) {
-      const uint32_t qs = Load4Bytes(blk + 2 + 8 * q + 4 * run);
-      s->first[run] = 32 * b + 8 * q + 4 * run;
+      const int byte0 = kNibbles ? 4 * q : 8 * q + 4 * run;
+      const uint32_t qs = Load4Bytes(blk + 2 + byte0);
+      s->first[run] = 32 * b + (kNibbles ? 16 * run + 4 * q : byte0);
       MOETIER_GEMV_UNROLL
       for (int k = 0; k < 4; ++k) {
-        s->w[run][k] = MulRn(d, static_cast<float>(static_cast<int8_t>(ByteOf(qs, k))));
+        const int level = kNibbles ? ((ByteOf(qs, k) >> (4 * run)) & 0x0F) - 8
+                                   : static_cast<int8_t>(ByteOf(qs, k));
+        s->w[run][k] = MulRn(d, static_cast<float>(level));
       }
     }
     return true;
@@ -217,29 +220,9 @@ struct Slicer<TensorType::kQ8_0> {
 };
 
 template <>
-struct Slicer<TensorType::kQ4_0> {
-  using SliceT = Slice<2, 4>;
-  static constexpr int kStepElems = 256;
-  MOETIER_HOST_DEVICE static bool Decode(const uint8_t* row, int64_t n_blocks, int64_t step,
-                                         int lane, SliceT* s) {
-    const int64_t b = 8 * step + lane / 4;
-    if (b >= n_blocks) return false;
-    const uint8_t* blk = row + b * 18;
-    const int q = lane % 4;
-    const float d = HalfAt(blk);
-    const uint32_t qs = Load4Bytes(blk + 2 + 4 * q);
-    MOETIER_GEMV_UNROLL
-    for (int half = 0; half < 2; ++half) {
-      s->first[half] = 32 * b + 16 * half + 4 * q;
-      MOETIER_GEMV_UNROLL
-      for (int k = 0; k < 4; ++k) {
-        const int level = (ByteOf(qs, k) >> (4 * half)) & 0x0F;
-        s->w[half][k] = MulRn(d, static_cast<float>(level - 8));
-      }
-    }
-    return true;
-  }
-};
+struct Slicer<TensorType::kQ8_0> : Slicer32<34, false> {};
+template <>
+struct Slicer<TensorType::kQ4_0> : Slicer32<18, true> {};
 
 // Warp steps that cover a row of `n_blocks` blocks of type T.
 template <TensorType T>
