@@ -342,10 +342,13 @@ TEST_F(CudaEngineTest, GreedyGenerationMatchesReference) {
 
 // A DeviceExperts of the test's own (every expert uploaded by the test) in
 // place of the engine's: the same logits bit for bit, and exactly one
-// request per used expert and layer.
+// request per used expert and layer. With `pointers_stay_valid` the block
+// groups each layer's experts into shared launches, else it computes them
+// one at a time.
 class TestExperts final : public DeviceExperts {
  public:
-  explicit TestExperts(const Model& model) {
+  explicit TestExperts(const Model& model, bool pointers_stay_valid = false)
+      : pointers_stay_valid_(pointers_stay_valid) {
     for (const LayerWeights& l : model.weights.layers) {
       Layer layer;
       for (auto [dst, ref] : {std::pair{&layer.gate, &l.moe.gate_exps},
@@ -377,6 +380,7 @@ class TestExperts final : public DeviceExperts {
     return DeviceExpertMatrices{l.gate.at(e), l.up.at(e), l.down.at(e)};
   }
 
+  bool pointers_stay_valid() const override { return pointers_stay_valid_; }
   bool ok() const { return ok_; }
   int requests() const { return requests_; }
 
@@ -386,6 +390,7 @@ class TestExperts final : public DeviceExperts {
   };
   std::vector<Layer> layers_;
   std::vector<void*> allocations_;
+  const bool pointers_stay_valid_;
   bool ok_ = true;
   int requests_ = 0;
 };
@@ -408,6 +413,32 @@ TEST_F(CudaEngineTest, ExternalDeviceExpertsGiveTheSameLogits) {
   const ModelHparams& hp = m->model.hparams;
   EXPECT_EQ(experts.requests(),
             static_cast<int>(m->ids.size()) * hp.n_layer * hp.n_expert_used);
+}
+
+// Grouped expert launches give the bits of one expert at a time: in decode
+// (one row per expert) and in a prompt batch, where experts get from one
+// row to many: GEMV jobs in chunks of kCudaGemvMaxBatch rows, and the GEMM
+// past gemv_max_rows.
+TEST_F(CudaEngineTest, GroupedExpertLaunchesGiveTheBitsOfOneExpertAtATime) {
+  for (const char* name : {"tiny-f32", "small-q4_k_m", "qwen35moe-small-q4_k_m"}) {
+    SCOPED_TRACE(name);
+    std::unique_ptr<Loaded> m = Load(name);
+    ASSERT_NE(m, nullptr);
+    TestExperts one_at_a_time(m->model, /*pointers_stay_valid=*/false);
+    TestExperts grouped(m->model, /*pointers_stay_valid=*/true);
+    ASSERT_TRUE(one_at_a_time.ok() && grouped.ok());
+    CudaEngineConfig config;
+    config.gemv_max_rows = 12;
+    config.device_experts = &one_at_a_time;
+    std::unique_ptr<CudaEngine> single = Engine(*m, config);
+    config.device_experts = &grouped;
+    std::unique_ptr<CudaEngine> group = Engine(*m, config);
+    ASSERT_NE(single, nullptr);
+    ASSERT_NE(group, nullptr);
+    EXPECT_EQ(RunDecode(*single, m->ids), RunDecode(*group, m->ids));
+    EXPECT_EQ(RunAll(*single, m->ids), RunAll(*group, m->ids));
+    EXPECT_EQ(grouped.requests(), one_at_a_time.requests());
+  }
 }
 
 TEST_F(CudaEngineTest, ForwardChecksItsPreconditions) {

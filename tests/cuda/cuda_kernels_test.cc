@@ -587,6 +587,56 @@ TEST_F(CudaKernelsTest, MoeCombineSumsInRouterOrder) {
   EXPECT_EQ(x2_dev.Download<float>(x.size()), got);
 }
 
+// A grouped launch gives each job GemvQuant's bits: 70 jobs (two launches),
+// 1..8 activation rows each, some with x only 4-byte aligned (the
+// element-strided kernel), every job its own weights and outputs.
+TEST_F(CudaKernelsTest, GemvQuantGroupGivesEachJobGemvQuantsBits) {
+  const int64_t rows = 40, cols = 512;
+  const int n_jobs = 70;
+  uint32_t seed = 1300;
+  for (TensorType type : kWeightTypes) {
+    SCOPED_TRACE(Name(type));
+    const size_t row_bytes = static_cast<size_t>(TensorRowBytes(type, cols));
+    std::vector<uint8_t> w_bytes;
+    for (int j = 0; j < n_jobs; ++j) {
+      const std::vector<uint8_t> w =
+          Quantize(type, Gaussian(static_cast<size_t>(rows * cols), seed++, 0.05f));
+      w_bytes.insert(w_bytes.end(), w.begin(), w.end());
+    }
+    // Job j's x starts at float offset j * (8 * cols + 4) + (j % 3 == 2), so
+    // every third job's x is misaligned for float4.
+    const size_t x_stride = static_cast<size_t>(kCudaGemvMaxBatch * cols + 4);
+    const std::vector<float> x = Gaussian(x_stride * n_jobs + 1, seed++);
+    DeviceBuffer w_dev(w_bytes), x_dev(x);
+    const size_t y_stride = static_cast<size_t>(kCudaGemvMaxBatch * rows);
+    DeviceBuffer y_group(y_stride * n_jobs * sizeof(float));
+    DeviceBuffer y_single(y_stride * sizeof(float));
+    std::vector<GemvJob> jobs;
+    for (int j = 0; j < n_jobs; ++j) {
+      GemvJob job;
+      job.w = static_cast<const uint8_t*>(w_dev.get()) + static_cast<size_t>(j) * rows * row_bytes;
+      job.x = x_dev.as<float>() + static_cast<size_t>(j) * x_stride + (j % 3 == 2 ? 1 : 0);
+      job.y = y_group.as<float>() + static_cast<size_t>(j) * y_stride;
+      job.n_rows = 1 + j % kCudaGemvMaxBatch;
+      jobs.push_back(job);
+    }
+    ASSERT_TRUE(GemvQuantGroup(type, jobs.data(), n_jobs, rows, cols, nullptr).ok());
+    const std::vector<float> grouped = y_group.Download<float>(y_stride * n_jobs);
+    for (int j = 0; j < n_jobs; ++j) {
+      const GemvJob& job = jobs[static_cast<size_t>(j)];
+      ASSERT_TRUE(
+          GemvQuant(type, job.w, job.x, rows, cols, job.n_rows, y_single.as<float>(), nullptr)
+              .ok());
+      const std::vector<float> single =
+          y_single.Download<float>(static_cast<size_t>(job.n_rows * rows));
+      ASSERT_EQ(std::memcmp(single.data(), grouped.data() + static_cast<size_t>(j) * y_stride,
+                            single.size() * sizeof(float)),
+                0)
+          << "job " << j << " (" << job.n_rows << " rows)";
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------
 // Argument checks happen on the host before any launch, so they run here
 // whether or not a GPU exists.
@@ -605,6 +655,21 @@ TEST(CudaKernelsArgsTest, RejectsBadArgumentsBeforeLaunching) {
   EXPECT_EQ(GemvQuant(TensorType::kF32, reinterpret_cast<char*>(f) + 2, f, 4, 64, 1, f, nullptr)
                 .code(),
             absl::StatusCode::kInvalidArgument);  // misaligned f32 weights
+  GemvJob job;
+  job.w = f;
+  job.x = f;
+  job.y = f;
+  job.n_rows = 9;
+  EXPECT_EQ(GemvQuantGroup(TensorType::kQ8_0, &job, 1, 4, 64, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);  // n_rows > 8
+  job.n_rows = 1;
+  job.x = nullptr;
+  const absl::Status no_x = GemvQuantGroup(TensorType::kQ8_0, &job, 1, 4, 64, nullptr);
+  EXPECT_EQ(no_x.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(no_x.message().find("job 0"), absl::string_view::npos) << no_x;
+  EXPECT_EQ(GemvQuantGroup(TensorType::kQ8_0, nullptr, 2, 4, 64, nullptr).code(),
+            absl::StatusCode::kInvalidArgument);  // no jobs
+  EXPECT_TRUE(GemvQuantGroup(TensorType::kQ8_0, nullptr, 0, 4, 64, nullptr).ok());
   EXPECT_EQ(DequantizeToF32(TensorType::kQ6_K, f, 255, f, nullptr).code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(RopeNeox(f, reinterpret_cast<int32_t*>(f), 1, 1, 64, 65, 1e4f, nullptr, nullptr).code(),

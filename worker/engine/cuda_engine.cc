@@ -122,6 +122,8 @@ class ResidentExperts final : public DeviceExperts {
     return DeviceExpertMatrices{l.gate + e * l.gate_stride, l.up + e * l.up_stride,
                                 l.down + e * l.down_stride};
   }
+  // Uploaded once with the model: the block may group a layer's experts.
+  bool pointers_stay_valid() const override { return true; }
 
  private:
   std::vector<LayerExperts> layers_;

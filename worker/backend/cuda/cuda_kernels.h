@@ -57,6 +57,26 @@ absl::Status DequantizeToF16(TensorType type, const void* src, int64_t n_elems, 
 absl::Status GemvQuant(TensorType type, const void* w, const float* x, int64_t rows, int64_t cols,
                        int batch, float* y, CudaStream stream);
 
+// One product of a GemvQuantGroup: y[b * rows + r] = sum_c W[r, c] *
+// x[b * cols + c] for b < n_rows (1..kCudaGemvMaxBatch), W the `rows` x
+// `cols` matrix at w. Device pointers; x and y 4-byte aligned.
+struct GemvJob {
+  const void* w = nullptr;
+  const float* x = nullptr;
+  float* y = nullptr;
+  int32_t n_rows = 0;
+};
+
+// Jobs one kernel launch of GemvQuantGroup takes; more are launched in turns.
+inline constexpr int kCudaGemvMaxGroupJobs = 64;
+
+// GemvQuant for n_jobs matrices of one type and shape (a layer's experts)
+// in as few launches as kCudaGemvMaxGroupJobs allows: each job's outputs are
+// GemvQuant(type, w, x, rows, cols, n_rows, y)'s bit for bit. The jobs'
+// outputs must not overlap each other's inputs.
+absl::Status GemvQuantGroup(TensorType type, const GemvJob* jobs, int n_jobs, int64_t rows,
+                            int64_t cols, CudaStream stream);
+
 // --- Prefill: dequantize to fp16 + GEMM ----------------------------------
 
 // A cuBLAS handle. Create() fails with Unimplemented where the build found

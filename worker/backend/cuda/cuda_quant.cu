@@ -194,32 +194,29 @@ unsigned ElementwiseBlocks(int64_t n) {
 
 constexpr int kGemvWarpsPerBlock = 4;
 
-// y[b][r] = the warp's sum of acc[b], for every activation row b.
-template <int kBatch>
-__device__ __forceinline__ void WriteWarpSums(const float (&acc)[kBatch], int lane, int64_t r,
-                                              int64_t rows, float* y) {
+// y[b][r] = the warp's sum of acc[b], for the activation rows b < n_rows.
+// Every lane takes part in every sum.
+template <int kMaxBatch>
+__device__ __forceinline__ void WriteWarpSums(const float (&acc)[kMaxBatch], int n_rows, int lane,
+                                              int64_t r, int64_t rows, float* y) {
 #pragma unroll
-  for (int b = 0; b < kBatch; ++b) {
+  for (int b = 0; b < kMaxBatch; ++b) {
     const float sum = internal::WarpSum(acc[b]);
-    if (lane == 0) y[b * rows + r] = sum;
+    if (lane == 0 && b < n_rows) y[b * rows + r] = sum;
   }
 }
 
-// Block-quantized weights (gemv_slices.h): per step each lane decodes 8
-// weights in runs, reading its bytes with 16-bit loads and x as float4 /
-// float2. x must be 16-byte aligned.
-template <TensorType T, int kBatch>
-__global__ void GemvSliceKernel(const uint8_t* w, int64_t row_bytes, int64_t n_blocks,
-                                const float* x, int64_t rows, int64_t cols, float* y) {
+// The lane's part of W[row] . x[b] into acc[b] for b < n_rows (at most
+// kMaxBatch), block-quantized weights (gemv_slices.h): per step each lane
+// decodes 8 weights in runs, reading its bytes with 16-bit loads and x as
+// float4 / float2; x must be 16-byte aligned. Each row's sum runs in the
+// same order whatever n_rows and kMaxBatch.
+template <TensorType T, int kMaxBatch>
+__device__ __forceinline__ void SliceRowDot(const uint8_t* row, int64_t n_blocks, const float* x,
+                                            int64_t cols, int n_rows, int lane,
+                                            float (&acc)[kMaxBatch]) {
   using SliceT = typename gemv::Slicer<T>::SliceT;
   constexpr int kRunLen = SliceT::kRunLen;
-  const int lane = threadIdx.x % 32;
-  const int64_t r = static_cast<int64_t>(blockIdx.x) * kGemvWarpsPerBlock + threadIdx.x / 32;
-  if (r >= rows) return;  // the whole warp leaves together
-  const uint8_t* row = w + r * row_bytes;
-  float acc[kBatch];
-#pragma unroll
-  for (int b = 0; b < kBatch; ++b) acc[b] = 0.0f;
   const int64_t steps = gemv::StepsPerRow<T>(n_blocks);
   for (int64_t step = 0; step < steps; ++step) {
     SliceT slice;
@@ -227,7 +224,8 @@ __global__ void GemvSliceKernel(const uint8_t* w, int64_t row_bytes, int64_t n_b
 #pragma unroll
     for (int run = 0; run < SliceT::kRuns; ++run) {
 #pragma unroll
-      for (int b = 0; b < kBatch; ++b) {
+      for (int b = 0; b < kMaxBatch; ++b) {
+        if (b >= n_rows) break;
         const float* xp = x + b * cols + slice.first[run];
         float xv[kRunLen];
         if constexpr (kRunLen == 4) {
@@ -243,33 +241,72 @@ __global__ void GemvSliceKernel(const uint8_t* w, int64_t row_bytes, int64_t n_b
       }
     }
   }
-  WriteWarpSums<kBatch>(acc, lane, r, rows, y);
 }
 
-// Any type (the float ones, and block types when x is not 16-byte
-// aligned): lanes stride over the row's elements.
-template <TensorType T, int kBatch>
-__global__ void GemvElementKernel(const uint8_t* w, int64_t row_bytes, const float* x,
-                                  int64_t rows, int64_t cols, float* y) {
-  const int lane = threadIdx.x % 32;
-  const int64_t r = static_cast<int64_t>(blockIdx.x) * kGemvWarpsPerBlock + threadIdx.x / 32;
-  if (r >= rows) return;  // the whole warp leaves together
-  const uint8_t* row = w + r * row_bytes;
-  float acc[kBatch];
-#pragma unroll
-  for (int b = 0; b < kBatch; ++b) acc[b] = 0.0f;
+// As SliceRowDot for any type (the float ones, and block types when x is
+// not 16-byte aligned): lanes stride over the row's elements.
+template <TensorType T, int kMaxBatch>
+__device__ __forceinline__ void ElementRowDot(const uint8_t* row, const float* x, int64_t cols,
+                                              int n_rows, int lane, float (&acc)[kMaxBatch]) {
   for (int64_t c = lane; c < cols; c += 32) {
     const float wv = RowAt<T>(row, c);
 #pragma unroll
-    for (int b = 0; b < kBatch; ++b) acc[b] += wv * x[b * cols + c];
+    for (int b = 0; b < kMaxBatch; ++b) {
+      if (b >= n_rows) break;
+      acc[b] += wv * x[b * cols + c];
+    }
   }
-  WriteWarpSums<kBatch>(acc, lane, r, rows, y);
 }
 
 template <TensorType T>
 constexpr bool kHasGemvSlicer = T == TensorType::kQ4_K || T == TensorType::kQ5_K ||
                                 T == TensorType::kQ6_K || T == TensorType::kQ8_0 ||
                                 T == TensorType::kQ4_0;
+
+// One activation row set against one weight row per warp: the sliced dot
+// where the type has a slicer and x is 16-byte aligned, else the
+// element-strided one. GemvQuant and GemvQuantGroup both compute through
+// here, so a grouped product has its single call's bits.
+template <TensorType T, int kMaxBatch>
+__device__ __forceinline__ void WarpRowGemv(const uint8_t* w, int64_t row_bytes, int64_t n_blocks,
+                                            const float* x, int n_rows, int64_t rows,
+                                            int64_t cols, float* y) {
+  const int lane = threadIdx.x % 32;
+  const int64_t r = static_cast<int64_t>(blockIdx.x) * kGemvWarpsPerBlock + threadIdx.x / 32;
+  if (r >= rows) return;  // the whole warp leaves together
+  const uint8_t* row = w + r * row_bytes;
+  float acc[kMaxBatch];
+#pragma unroll
+  for (int b = 0; b < kMaxBatch; ++b) acc[b] = 0.0f;
+  bool sliced = false;
+  if constexpr (kHasGemvSlicer<T>) sliced = (reinterpret_cast<uintptr_t>(x) & 15) == 0;
+  if (sliced) {
+    if constexpr (kHasGemvSlicer<T>) SliceRowDot<T>(row, n_blocks, x, cols, n_rows, lane, acc);
+  } else {
+    ElementRowDot<T>(row, x, cols, n_rows, lane, acc);
+  }
+  WriteWarpSums(acc, n_rows, lane, r, rows, y);
+}
+
+template <TensorType T, int kBatch>
+__global__ void GemvKernel(const uint8_t* w, int64_t row_bytes, int64_t n_blocks, const float* x,
+                           int64_t rows, int64_t cols, float* y) {
+  WarpRowGemv<T, kBatch>(w, row_bytes, n_blocks, x, kBatch, rows, cols, y);
+}
+
+// The jobs of one GemvQuantGroup launch, passed by value (kernel parameter
+// space) so that nothing is copied or allocated per call.
+struct GemvJobTable {
+  GemvJob job[kCudaGemvMaxGroupJobs];
+};
+
+template <TensorType T>
+__global__ void GemvGroupKernel(GemvJobTable table, int64_t row_bytes, int64_t n_blocks,
+                                int64_t rows, int64_t cols) {
+  const GemvJob& job = table.job[blockIdx.y];
+  WarpRowGemv<T, kCudaGemvMaxBatch>(static_cast<const uint8_t*>(job.w), row_bytes, n_blocks,
+                                    job.x, job.n_rows, rows, cols, job.y);
+}
 
 // ---------------------------------------------------------------------------
 // Tiled fp16 GEMM (the path without cuBLAS): y[t, r] = sum_c w[r, c] x[t, c].
@@ -349,16 +386,8 @@ struct GemvOp {
                      int64_t cols, float* y, cudaStream_t stream) {
     const unsigned blocks =
         static_cast<unsigned>((rows + kGemvWarpsPerBlock - 1) / kGemvWarpsPerBlock);
-    if constexpr (kHasGemvSlicer<T>) {
-      if (internal::Aligned(x, 16)) {
-        const int64_t n_blocks = cols / Codec<T>::kElems;
-        GemvSliceKernel<T, kBatch><<<blocks, 32 * kGemvWarpsPerBlock, 0, stream>>>(
-            w, row_bytes, n_blocks, x, rows, cols, y);
-        return;
-      }
-    }
-    GemvElementKernel<T, kBatch><<<blocks, 32 * kGemvWarpsPerBlock, 0, stream>>>(
-        w, row_bytes, x, rows, cols, y);
+    GemvKernel<T, kBatch><<<blocks, 32 * kGemvWarpsPerBlock, 0, stream>>>(
+        w, row_bytes, cols / Codec<T>::kElems, x, rows, cols, y);
   }
   static absl::Status Run(const void* w_bytes, int64_t row_bytes, const float* x, int64_t rows,
                           int64_t cols, int batch, float* y, cudaStream_t stream) {
@@ -375,6 +404,18 @@ struct GemvOp {
       default: return absl::InvalidArgumentError("GemvQuant: batch must be 1..8");
     }
     return LaunchStatus("Gemv");
+  }
+};
+
+template <TensorType T>
+struct GemvGroupOp {
+  static absl::Status Run(const GemvJobTable& table, int n_jobs, int64_t rows, int64_t cols,
+                          cudaStream_t stream) {
+    const dim3 grid(static_cast<unsigned>((rows + kGemvWarpsPerBlock - 1) / kGemvWarpsPerBlock),
+                    static_cast<unsigned>(n_jobs));
+    GemvGroupKernel<T><<<grid, 32 * kGemvWarpsPerBlock, 0, stream>>>(
+        table, TensorRowBytes(T, cols), cols / Codec<T>::kElems, rows, cols);
+    return LaunchStatus("GemvGroup");
   }
 };
 
@@ -441,6 +482,34 @@ absl::Status GemvQuant(TensorType type, const void* w, const float* x, int64_t r
   if (rows == 0) return absl::OkStatus();
   return Dispatch<GemvOp>(type, w, TensorRowBytes(type, cols), x, rows, cols, batch, y,
                           AsStream(stream));
+}
+
+absl::Status GemvQuantGroup(TensorType type, const GemvJob* jobs, int n_jobs, int64_t rows,
+                           int64_t cols, CudaStream stream) {
+  MOETIER_CUDA_REQUIRE(n_jobs >= 0 && (n_jobs == 0 || jobs != nullptr),
+                       absl::StrCat("n_jobs ", n_jobs, " with jobs ", jobs == nullptr ? "null" : "given"));
+  for (int i = 0; i < n_jobs; ++i) {
+    const GemvJob& job = jobs[i];
+    const std::string fn = absl::StrCat("GemvQuantGroup job ", i);
+    if (absl::Status s = CheckWeights(fn.c_str(), type, job.w, rows, cols); !s.ok()) return s;
+    MOETIER_CUDA_REQUIRE(job.n_rows >= 1 && job.n_rows <= kCudaGemvMaxBatch,
+                         absl::StrCat(fn, ": n_rows ", job.n_rows, " is outside 1..",
+                                      kCudaGemvMaxBatch));
+    MOETIER_CUDA_REQUIRE(job.x != nullptr && job.y != nullptr && internal::Aligned(job.x, 4) &&
+                             internal::Aligned(job.y, 4),
+                         absl::StrCat(fn, ": x or y is null or misaligned"));
+  }
+  if (rows == 0) return absl::OkStatus();
+  for (int j0 = 0; j0 < n_jobs; j0 += kCudaGemvMaxGroupJobs) {
+    const int n = n_jobs - j0 < kCudaGemvMaxGroupJobs ? n_jobs - j0 : kCudaGemvMaxGroupJobs;
+    GemvJobTable table{};
+    for (int i = 0; i < n; ++i) table.job[i] = jobs[j0 + i];
+    if (absl::Status s = Dispatch<GemvGroupOp>(type, table, n, rows, cols, AsStream(stream));
+        !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
 }
 
 // ---------------------------------------------------------------------------

@@ -25,6 +25,17 @@ CudaMoeBlock::CudaMoeBlock(const ModelHparams& hp, const RoutedExpertShapes& exp
   MOETIER_CHECK((config_.device_experts == nullptr) != (config_.expert_source == nullptr));
   expert_count_.assign(static_cast<size_t>(hp_.n_expert), 0);
   expert_offset_.assign(static_cast<size_t>(hp_.n_expert) + 1, 0);
+  if (config_.device_experts != nullptr && config_.device_experts->pointers_stay_valid()) {
+    // Jobs of at most kCudaGemvMaxBatch rows: at most one per expert plus
+    // one per such chunk of the batch's choices.
+    const size_t max_jobs =
+        static_cast<size_t>(hp_.n_expert) +
+        static_cast<size_t>(config_.max_batch) * static_cast<size_t>(hp_.n_expert_used) /
+            cuda::kCudaGemvMaxBatch;
+    used_mats_.assign(static_cast<size_t>(hp_.n_expert), {});
+    gate_up_jobs_.reserve(2 * max_jobs);
+    down_jobs_.reserve(max_jobs);
+  }
 }
 
 CudaMoeBlock::~CudaMoeBlock() {
@@ -310,6 +321,93 @@ absl::Status CudaMoeBlock::LaunchExpert(int layer, const void* gate_w, const voi
   return ctx_.MatMul(down, g, count, down_out_ + off * n_embd);
 }
 
+absl::Status CudaMoeBlock::GroupedExperts(int layer) {
+  const CudaMoeWeights& l = layers_[static_cast<size_t>(layer)];
+  const int64_t n_embd = hp_.n_embd;
+  const int64_t n_ff = hp_.n_ff_exp;
+  const cuda::CudaStream stream = ctx_.stream();
+  // fn(e, off, count) for each used expert, ascending.
+  auto for_each_used = [&](auto&& fn) -> absl::Status {
+    for (int e = 0; e < hp_.n_expert; ++e) {
+      const int64_t off = expert_offset_[static_cast<size_t>(e)];
+      const int64_t count = expert_offset_[static_cast<size_t>(e) + 1] - off;
+      if (count > 0) MOETIER_RETURN_IF_ERROR(fn(e, off, count));
+    }
+    return absl::OkStatus();
+  };
+  // The jobs' products and row ranges are the ones LaunchExpert's MatMul
+  // calls make (chunks of kCudaGemvMaxBatch rows), so the bits are the same.
+  auto add_jobs = [](std::vector<cuda::GemvJob>& jobs, const void* w, const float* x,
+                     int64_t x_cols, float* y, int64_t y_cols, int64_t off, int64_t count) {
+    for (int64_t t0 = 0; t0 < count; t0 += cuda::kCudaGemvMaxBatch) {
+      const int64_t rows = std::min<int64_t>(cuda::kCudaGemvMaxBatch, count - t0);
+      jobs.push_back(cuda::GemvJob{w, x + (off + t0) * x_cols, y + (off + t0) * y_cols,
+                                   static_cast<int32_t>(rows)});
+    }
+  };
+  auto launch = [&](TensorType type, const std::vector<cuda::GemvJob>& jobs, size_t first,
+                    size_t end, int64_t rows, int64_t cols) -> absl::Status {
+    if (first == end) return absl::OkStatus();
+    return cuda::GemvQuantGroup(type, jobs.data() + first, static_cast<int>(end - first), rows,
+                                cols, stream);
+  };
+  auto gemv_sized = [&](int64_t count) { return !ctx_.gemm_possible(static_cast<int>(count)); };
+
+  // 1. Every used expert's pointers (valid for the whole pass).
+  MOETIER_RETURN_IF_ERROR(for_each_used([&](int e, int64_t, int64_t) -> absl::Status {
+    absl::StatusOr<DeviceExpertMatrices> mats =
+        config_.device_experts->ExpertPointers(layer, e, stream);
+    if (!mats.ok()) return mats.status();
+    used_mats_[static_cast<size_t>(e)] = *mats;
+    return absl::OkStatus();
+  }));
+  // 2. gate and up: the GEMV-sized experts' jobs (gate's, then up's) in one
+  //    launch where the types agree, the rest through the GEMM.
+  gate_up_jobs_.clear();
+  for (bool up : {false, true}) {
+    MOETIER_RETURN_IF_ERROR(for_each_used([&](int e, int64_t off, int64_t count) {
+      if (!gemv_sized(count)) return absl::OkStatus();
+      const DeviceExpertMatrices& m = used_mats_[static_cast<size_t>(e)];
+      add_jobs(gate_up_jobs_, up ? m.up : m.gate, expert_in_, n_embd, up ? up_out_ : gate_out_,
+               n_ff, off, count);
+      return absl::OkStatus();
+    }));
+  }
+  const size_t n_gate_jobs = gate_up_jobs_.size() / 2;
+  if (l.gate_type == l.up_type) {
+    MOETIER_RETURN_IF_ERROR(launch(l.gate_type, gate_up_jobs_, 0, gate_up_jobs_.size(), n_ff, n_embd));
+  } else {
+    MOETIER_RETURN_IF_ERROR(launch(l.gate_type, gate_up_jobs_, 0, n_gate_jobs, n_ff, n_embd));
+    MOETIER_RETURN_IF_ERROR(
+        launch(l.up_type, gate_up_jobs_, n_gate_jobs, gate_up_jobs_.size(), n_ff, n_embd));
+  }
+  auto gemm_gate_up = [&](int e, int64_t off, int64_t count) -> absl::Status {
+    if (gemv_sized(count)) return absl::OkStatus();
+    const DeviceExpertMatrices& m = used_mats_[static_cast<size_t>(e)];
+    MOETIER_RETURN_IF_ERROR(ctx_.MatMul(DeviceMatrix{l.gate_type, n_ff, n_embd, m.gate},
+                                        expert_in_ + off * n_embd, count, gate_out_ + off * n_ff));
+    return ctx_.MatMul(DeviceMatrix{l.up_type, n_ff, n_embd, m.up}, expert_in_ + off * n_embd,
+                       count, up_out_ + off * n_ff);
+  };
+  MOETIER_RETURN_IF_ERROR(for_each_used(gemm_gate_up));
+  // 3. SiLU·mul over every expert's rows at once (element-wise: the same
+  //    values as one call per expert).
+  const int64_t total_rows = expert_offset_[static_cast<size_t>(hp_.n_expert)];
+  MOETIER_RETURN_IF_ERROR(cuda::SiluMul(gate_out_, up_out_, total_rows * n_ff, gate_out_, stream));
+  // 4. down, likewise.
+  down_jobs_.clear();
+  MOETIER_RETURN_IF_ERROR(for_each_used([&](int e, int64_t off, int64_t count) -> absl::Status {
+    const DeviceExpertMatrices& m = used_mats_[static_cast<size_t>(e)];
+    if (gemv_sized(count)) {
+      add_jobs(down_jobs_, m.down, gate_out_, n_ff, down_out_, n_embd, off, count);
+      return absl::OkStatus();
+    }
+    return ctx_.MatMul(DeviceMatrix{l.down_type, n_embd, n_ff, m.down}, gate_out_ + off * n_ff,
+                       count, down_out_ + off * n_embd);
+  }));
+  return launch(l.down_type, down_jobs_, 0, down_jobs_.size(), n_embd, n_ff);
+}
+
 absl::Status CudaMoeBlock::Forward(int layer, int n, int pos0) {
   const int n_expert = hp_.n_expert;
   const int top_k = hp_.n_expert_used;
@@ -318,6 +416,8 @@ absl::Status CudaMoeBlock::Forward(int layer, int n, int pos0) {
   MOETIER_RETURN_IF_ERROR(RouteAndGroup(layer, n, pos0, predict));
   if (cache_ != nullptr) {
     MOETIER_RETURN_IF_ERROR(CachedExperts(layer, n));
+  } else if (config_.device_experts->pointers_stay_valid()) {
+    MOETIER_RETURN_IF_ERROR(GroupedExperts(layer));
   } else {
     // Each used expert's rows are contiguous in expert order: gate and up
     // products, SiLU·mul, down product, all enqueued before the next

@@ -59,11 +59,17 @@ struct DeviceExpertMatrices {
 // pointers must stay valid for work enqueued on `stream` up to that next
 // call; since everything is in stream order, an implementation may reuse
 // the slot afterwards by enqueuing its next copy on the same stream.
+//
+// An implementation whose pointers stay valid for the whole forward pass
+// (every expert in device memory) says so with pointers_stay_valid(); the
+// block then asks for all of a layer's experts first and computes them in
+// grouped launches (cuda::GemvQuantGroup), with the same bits.
 class DeviceExperts {
  public:
   virtual ~DeviceExperts() = default;
   virtual absl::StatusOr<DeviceExpertMatrices> ExpertPointers(int layer, int expert,
                                                               cuda::CudaStream stream) = 0;
+  virtual bool pointers_stay_valid() const { return false; }
 };
 
 // One MoE layer's dense weights on the device.
@@ -137,6 +143,11 @@ class CudaMoeBlock {
   // One expert's products on grouped rows [off, off + count).
   absl::Status LaunchExpert(int layer, const void* gate, const void* up, const void* down,
                             int64_t off, int64_t count);
+  // Every used expert of the layer with pointers that stay valid: the GEMV
+  // products of all of them in one grouped launch per matrix (gate and up
+  // together where their types agree), an expert with more rows than the
+  // GEMV takes through the GEMM on its own.
+  absl::Status GroupedExperts(int layer);
   absl::Status CachedExperts(int layer, int n);
   absl::Status CachedGroup(int layer, size_t count);
   absl::Status CachedGroupWork(int layer, size_t count, size_t n_need);
@@ -178,6 +189,10 @@ class CudaMoeBlock {
   float* host_router_probs_ = nullptr;  // [B][n_expert]
   std::vector<int32_t> expert_count_;   // [n_expert]
   std::vector<int32_t> expert_offset_;  // [n_expert + 1]
+  // GroupedExperts' scratch: the used experts' matrices, and the jobs.
+  std::vector<DeviceExpertMatrices> used_mats_;  // [n_expert]
+  std::vector<cuda::GemvJob> gate_up_jobs_;
+  std::vector<cuda::GemvJob> down_jobs_;
 
   // The next layer's predicted choice (prefetch; kCudaPrefetchMaxTokens rows).
   float* pred_xn_ = nullptr;          // [P][n_embd]
