@@ -27,6 +27,8 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <span>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -341,6 +343,46 @@ TEST_F(CudaRoutingHooksTest, TheObserverSeesEveryLayerOfEveryBatchInOrder) {
         }
         EXPECT_NEAR(sum, 1.0f, 1e-5f);
       }
+    }
+  }
+}
+
+// The heat profile's counter (CudaEngineConfig::routing_counter) of an
+// engine whose batches are routed on the device hears, at each batch's end,
+// exactly the choices an observer sees on the host path, layer by layer.
+class CountingSource final : public ExpertWeightSource {
+ public:
+  absl::Status Acquire(int, std::span<const int32_t>, std::span<ExpertMatrices>) override {
+    return absl::UnimplementedError("a counter holds no experts");
+  }
+  void Release(int) override {}
+  int max_experts_held() const override { return 1; }
+  void Route(int layer, std::span<const int32_t> topk_ids) override {
+    heard.push_back({layer, std::vector<int32_t>(topk_ids.begin(), topk_ids.end())});
+  }
+  std::vector<std::pair<int, std::vector<int32_t>>> heard;
+};
+
+TEST_F(CudaRoutingHooksTest, TheRoutingCounterHearsWhatTheObserverSees) {
+  for (const char* name : kModels) {
+    SCOPED_TRACE(name);
+    std::unique_ptr<Loaded> m = Load(name);
+    ASSERT_NE(m, nullptr);
+    Recorder seen;
+    CudaEngineConfig observed_config = BaseConfig();
+    observed_config.routing_observer = &seen;
+    CountingSource counter;
+    CudaEngineConfig counted_config = BaseConfig();
+    counted_config.routing_counter = &counter;
+    std::unique_ptr<CudaEngine> observed = Engine(*m, observed_config);
+    std::unique_ptr<CudaEngine> counted = Engine(*m, counted_config);
+    ASSERT_NE(observed, nullptr);
+    ASSERT_NE(counted, nullptr);
+    EXPECT_EQ(Differing(RunOk(*observed, m->ids), RunOk(*counted, m->ids)), 0u);
+    ASSERT_EQ(counter.heard.size(), seen.seen.size());
+    for (size_t i = 0; i < seen.seen.size(); ++i) {
+      EXPECT_EQ(counter.heard[i].first, seen.seen[i].layer) << "call " << i;
+      EXPECT_EQ(counter.heard[i].second, seen.seen[i].experts) << "call " << i;
     }
   }
 }

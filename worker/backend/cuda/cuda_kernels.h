@@ -77,6 +77,16 @@ inline constexpr int kCudaGemvMaxGroupJobs = 64;
 absl::Status GemvQuantGroup(TensorType type, const GemvJob* jobs, int n_jobs, int64_t rows,
                             int64_t cols, CudaStream stream);
 
+// GemvQuantGroup over jobs in device memory, written by an earlier kernel
+// on the stream (BuildExpertJobs): `n_tables` tables of `max_jobs` jobs
+// each, back to back, of which the first *n_jobs (device) of every table
+// run; the others are not read. Each job's outputs are GemvQuant's bits.
+// Its weights must be aligned as GemvQuant requires (not checked here: the
+// table's writer checks them).
+absl::Status GemvQuantJobTables(TensorType type, const GemvJob* jobs, const int32_t* n_jobs,
+                                int max_jobs, int n_tables, int64_t rows, int64_t cols,
+                                CudaStream stream);
+
 // --- Prefill: dequantize to fp16 + GEMM ----------------------------------
 
 // A cuBLAS handle. Create() fails with Unimplemented where the build found
@@ -251,6 +261,40 @@ absl::Status GatherRows(const float* src, const int32_t* rows, int64_t n_rows, i
 absl::Status StoreKv(const float* src, int n_tokens, int n_head_kv, int head_dim, void* cache,
                      TensorType kv_type, int64_t head_stride, int64_t row_stride, int64_t pos0,
                      CudaStream stream);
+
+// A MoE layer's grouping done on the device, so that the host need not see
+// the router's choice: the row maps GatherRows and MoeCombine read, and the
+// GEMV job tables of the used experts (GemvQuantJobTables), exactly as the
+// MoE block builds them on the host (expert_rows.h): experts ascending,
+// rows in choice order, jobs of up to kCudaGemvMaxBatch rows from each
+// expert's first row. An id that is not an expert gets a row after all
+// experts' rows and no job, and bad_choice records it.
+struct ExpertJobsArgs {
+  const int32_t* topk_ids = nullptr;  // [n_tokens * top_k]
+  int n_tokens = 0;
+  int top_k = 0;
+  int n_expert = 0;
+  // [n_expert][3]: gate, up and down weights of each expert of the layer.
+  const void* const* expert_weights = nullptr;
+  const float* expert_in = nullptr;  // [n_choices][n_embd], the gathered rows
+  float* gate_out = nullptr;         // [n_choices][n_ff]
+  float* up_out = nullptr;           // [n_choices][n_ff]
+  float* down_out = nullptr;         // [n_choices][n_embd]
+  int64_t n_embd = 0;
+  int64_t n_ff = 0;
+  // [2 * n_choices]: row -> token, then (token, j) -> row.
+  int32_t* slot_rows = nullptr;
+  // [3][n_choices]: the gate, up and down tables; *n_jobs jobs in each.
+  GemvJob* jobs = nullptr;
+  int32_t* n_jobs = nullptr;
+  // 0, or 1 + the first choice t * top_k + j whose id is not an expert.
+  int32_t* bad_choice = nullptr;
+};
+
+// Most choices (n_tokens * top_k) BuildExpertJobs takes: one thread each.
+inline constexpr int kCudaExpertJobsMaxChoices = 1024;
+
+absl::Status BuildExpertJobs(const ExpertJobsArgs& args, CudaStream stream);
 
 // The MoE weighted sum into the residual: for each token t < n_tokens,
 // x[t * n + i] += sum over j = 0..k-1, in that order, of

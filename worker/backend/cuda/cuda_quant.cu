@@ -308,6 +308,16 @@ __global__ void GemvGroupKernel(GemvJobTable table, int64_t row_bytes, int64_t n
                                     job.x, job.n_rows, rows, cols, job.y);
 }
 
+template <TensorType T>
+__global__ void GemvJobTablesKernel(const GemvJob* jobs, const int32_t* n_jobs, int max_jobs,
+                                    int64_t row_bytes, int64_t n_blocks, int64_t rows,
+                                    int64_t cols) {
+  if (static_cast<int>(blockIdx.y) % max_jobs >= *n_jobs) return;  // the whole block
+  const GemvJob job = jobs[blockIdx.y];
+  WarpRowGemv<T, kCudaGemvMaxBatch>(static_cast<const uint8_t*>(job.w), row_bytes, n_blocks,
+                                    job.x, job.n_rows, rows, cols, job.y);
+}
+
 // ---------------------------------------------------------------------------
 // Tiled fp16 GEMM (the path without cuBLAS): y[t, r] = sum_c w[r, c] x[t, c].
 // 16x16 output tile per block, fp32 accumulation.
@@ -419,6 +429,18 @@ struct GemvGroupOp {
   }
 };
 
+template <TensorType T>
+struct GemvJobTablesOp {
+  static absl::Status Run(const GemvJob* jobs, const int32_t* n_jobs, int max_jobs, int n_tables,
+                          int64_t rows, int64_t cols, cudaStream_t stream) {
+    const dim3 grid(static_cast<unsigned>((rows + kGemvWarpsPerBlock - 1) / kGemvWarpsPerBlock),
+                    static_cast<unsigned>(max_jobs * n_tables));
+    GemvJobTablesKernel<T><<<grid, 32 * kGemvWarpsPerBlock, 0, stream>>>(
+        jobs, n_jobs, max_jobs, TensorRowBytes(T, cols), cols / Codec<T>::kElems, rows, cols);
+    return LaunchStatus("GemvJobTables");
+  }
+};
+
 // Checks shared by every entry point that reads weight bytes.
 absl::Status CheckWeights(const char* fn, TensorType type, const void* w, int64_t n_rows,
                           int64_t cols) {
@@ -510,6 +532,25 @@ absl::Status GemvQuantGroup(TensorType type, const GemvJob* jobs, int n_jobs, in
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status GemvQuantJobTables(TensorType type, const GemvJob* jobs, const int32_t* n_jobs,
+                                int max_jobs, int n_tables, int64_t rows, int64_t cols,
+                                CudaStream stream) {
+  // The weight pointers are in device memory; only the type and shape are
+  // checked here (a dummy aligned pointer stands in for them).
+  static const float kAligned = 0.0f;
+  if (absl::Status s = CheckWeights(__func__, type, &kAligned, rows, cols); !s.ok()) return s;
+  MOETIER_CUDA_REQUIRE(jobs != nullptr && n_jobs != nullptr && internal::Aligned(jobs, 8) &&
+                           internal::Aligned(n_jobs, 4),
+                       "jobs or n_jobs is null or misaligned");
+  MOETIER_CUDA_REQUIRE(max_jobs >= 1 && n_tables >= 1 &&
+                           static_cast<int64_t>(max_jobs) * n_tables <= 65535,
+                       absl::StrCat(n_tables, " tables of ", max_jobs,
+                                    " jobs: each must be at least 1, the product at most 65535"));
+  if (rows == 0) return absl::OkStatus();
+  return Dispatch<GemvJobTablesOp>(type, jobs, n_jobs, max_jobs, n_tables, rows, cols,
+                                   AsStream(stream));
 }
 
 // ---------------------------------------------------------------------------

@@ -100,6 +100,20 @@ absl::Status CudaMoeBlock::Allocate() {
   MOETIER_RETURN_IF_ERROR(ctx_.AllocPinned(
       host_router_probs_, config_.routing_override != nullptr ? b * n_expert : 0,
       "router probabilities"));
+  if (config_.device_experts != nullptr && config_.device_experts->pointers_stay_valid()) {
+    const uint64_t choices =
+        std::min<uint64_t>(bk, static_cast<uint64_t>(cuda::kCudaExpertJobsMaxChoices));
+    const uint64_t n_layer = static_cast<uint64_t>(hp_.n_layer);
+    MOETIER_RETURN_IF_ERROR(
+        ctx_.AllocBuffer(expert_table_, n_layer * n_expert * 3, "expert pointer table"));
+    MOETIER_RETURN_IF_ERROR(ctx_.AllocBuffer(device_jobs_, 3 * choices, "expert job tables"));
+    MOETIER_RETURN_IF_ERROR(ctx_.AllocBuffer(device_n_jobs_, 1, "expert job count"));
+    MOETIER_RETURN_IF_ERROR(ctx_.AllocBuffer(bad_choice_, n_layer, "router choice checks"));
+    MOETIER_RETURN_IF_ERROR(ctx_.AllocPinned(host_bad_choice_, n_layer, "router choice checks"));
+    MOETIER_RETURN_IF_ERROR(ctx_.AllocPinned(
+        host_routed_ids_, config_.routing_counter != nullptr ? n_layer * choices : 0,
+        "routed choices"));
+  }
   return absl::OkStatus();
 }
 
@@ -128,7 +142,14 @@ absl::Status CudaMoeBlock::CreateExpertCache() {
 }
 
 absl::Status CudaMoeBlock::FinishBatch() {
-  return cache_ != nullptr ? cache_->FinishHold() : absl::OkStatus();
+  absl::Status status = cache_ != nullptr ? cache_->FinishHold() : absl::OkStatus();
+  if (device_routed_n_ > 0) {
+    const int n = device_routed_n_;
+    device_routed_n_ = 0;
+    absl::Status reported = ReportDeviceRouting(n);
+    if (status.ok()) status = std::move(reported);
+  }
+  return status;
 }
 
 absl::StatusOr<uint64_t> CudaMoeBlock::ResizeExpertCache(uint64_t pool_bytes) {
@@ -172,19 +193,158 @@ absl::Status CudaMoeBlock::PredictWithOverride(int layer, int n, int pos0) {
   return ctx_.Sync("the predicted router");
 }
 
-absl::Status CudaMoeBlock::RouteAndGroup(int layer, int n, int pos0, bool predict) {
+absl::Status CudaMoeBlock::RunRouter(int layer, int n) {
   const CudaMoeWeights& l = layers_[static_cast<size_t>(layer)];
+  // Softmax over all experts, top-k, renormalized (as the reference).
+  MOETIER_RETURN_IF_ERROR(
+      cuda::RmsNorm(batch_.x, l.ffn_norm, n, hp_.n_embd, hp_.rms_eps, batch_.xn, ctx_.stream()));
+  MOETIER_RETURN_IF_ERROR(ctx_.MatMul(l.router, batch_.xn, n, router_logits_));
+  return cuda::RouterTopK(router_logits_, n, hp_.n_expert, hp_.n_expert_used,
+                          hp_.router.renormalize, router_probs_, topk_ids_, topk_weights_,
+                          ctx_.stream());
+}
+
+bool CudaMoeBlock::RoutesOnDevice(int n) const {
+  return cache_ == nullptr && expert_table_ != nullptr && config_.routing_override == nullptr &&
+         config_.routing_observer == nullptr && !ctx_.gemm_possible(n) &&
+         n * hp_.n_expert_used <= cuda::kCudaExpertJobsMaxChoices;
+}
+
+absl::Status CudaMoeBlock::UploadExpertTable() {
+  const size_t n_expert = static_cast<size_t>(hp_.n_expert);
+  std::vector<const void*> table(static_cast<size_t>(hp_.n_layer) * n_expert * 3);
+  for (int layer = 0; layer < hp_.n_layer; ++layer) {
+    const CudaMoeWeights& l = layers_[static_cast<size_t>(layer)];
+    for (int e = 0; e < hp_.n_expert; ++e) {
+      absl::StatusOr<DeviceExpertMatrices> mats =
+          config_.device_experts->ExpertPointers(layer, e, ctx_.stream());
+      if (!mats.ok()) return mats.status();
+      // The job tables' GEMV reads weights as GemvQuant does, which checks
+      // their alignment on the host; here that is the only check.
+      for (auto [p, type] : {std::pair{mats->gate, l.gate_type}, std::pair{mats->up, l.up_type},
+                             std::pair{mats->down, l.down_type}}) {
+        const uintptr_t align = type == TensorType::kF32 ? 4 : 2;
+        if (p == nullptr || reinterpret_cast<uintptr_t>(p) % align != 0) {
+          return absl::InternalError(absl::StrFormat(
+              "expert %d of layer %d: a weight pointer is null or misaligned", e, layer));
+        }
+      }
+      const size_t at = (static_cast<size_t>(layer) * n_expert + static_cast<size_t>(e)) * 3;
+      table[at] = mats->gate;
+      table[at + 1] = mats->up;
+      table[at + 2] = mats->down;
+    }
+  }
+  // On the block's stream, and waited for: `table` goes out of scope.
+  MOETIER_RETURN_IF_ERROR(CudaCall(
+      cudaMemcpyAsync(expert_table_, table.data(), table.size() * sizeof(const void*),
+                      cudaMemcpyHostToDevice, static_cast<cudaStream_t>(ctx_.stream())),
+      "uploading the expert pointer table"));
+  MOETIER_RETURN_IF_ERROR(ctx_.Sync("uploading the expert pointer table"));
+  expert_table_ready_ = true;
+  return absl::OkStatus();
+}
+
+absl::Status CudaMoeBlock::DeviceRoutedExperts(int layer, int n) {
+  if (!expert_table_ready_) MOETIER_RETURN_IF_ERROR(UploadExpertTable());
+  const CudaMoeWeights& l = layers_[static_cast<size_t>(layer)];
+  const int n_choices = n * hp_.n_expert_used;
+  const int64_t n_embd = hp_.n_embd;
+  const int64_t n_ff = hp_.n_ff_exp;
+  const cuda::CudaStream stream = ctx_.stream();
+  MOETIER_RETURN_IF_ERROR(RunRouter(layer, n));
+  if (config_.routing_counter != nullptr) {
+    const size_t max_choices = std::min<size_t>(
+        static_cast<size_t>(config_.max_batch) * static_cast<size_t>(hp_.n_expert_used),
+        static_cast<size_t>(cuda::kCudaExpertJobsMaxChoices));
+    MOETIER_RETURN_IF_ERROR(CudaCall(
+        cudaMemcpyAsync(host_routed_ids_ + static_cast<size_t>(layer) * max_choices, topk_ids_,
+                        static_cast<size_t>(n_choices) * sizeof(int32_t), cudaMemcpyDeviceToHost,
+                        static_cast<cudaStream_t>(stream)),
+        "copying the router's choice to the host"));
+  }
+  cuda::ExpertJobsArgs args;
+  args.topk_ids = topk_ids_;
+  args.n_tokens = n;
+  args.top_k = hp_.n_expert_used;
+  args.n_expert = hp_.n_expert;
+  args.expert_weights =
+      expert_table_ + static_cast<size_t>(layer) * static_cast<size_t>(hp_.n_expert) * 3;
+  args.expert_in = expert_in_;
+  args.gate_out = gate_out_;
+  args.up_out = up_out_;
+  args.down_out = down_out_;
+  args.n_embd = n_embd;
+  args.n_ff = n_ff;
+  args.slot_rows = slot_rows_;
+  args.jobs = device_jobs_;
+  args.n_jobs = device_n_jobs_;
+  args.bad_choice = bad_choice_ + layer;
+  MOETIER_RETURN_IF_ERROR(cuda::BuildExpertJobs(args, stream));
+  MOETIER_RETURN_IF_ERROR(
+      cuda::GatherRows(batch_.xn, slot_rows_, n_choices, hp_.n_embd, expert_in_, stream));
+  // The tables hold n_choices jobs each: gate, up, down.
+  const cuda::GemvJob* gate_jobs = device_jobs_;
+  const cuda::GemvJob* up_jobs = device_jobs_ + n_choices;
+  const cuda::GemvJob* down_jobs = device_jobs_ + 2 * n_choices;
+  if (l.gate_type == l.up_type) {
+    MOETIER_RETURN_IF_ERROR(cuda::GemvQuantJobTables(l.gate_type, gate_jobs, device_n_jobs_,
+                                                     n_choices, 2, n_ff, n_embd, stream));
+  } else {
+    MOETIER_RETURN_IF_ERROR(cuda::GemvQuantJobTables(l.gate_type, gate_jobs, device_n_jobs_,
+                                                     n_choices, 1, n_ff, n_embd, stream));
+    MOETIER_RETURN_IF_ERROR(cuda::GemvQuantJobTables(l.up_type, up_jobs, device_n_jobs_,
+                                                     n_choices, 1, n_ff, n_embd, stream));
+  }
+  MOETIER_RETURN_IF_ERROR(
+      cuda::SiluMul(gate_out_, up_out_, static_cast<int64_t>(n_choices) * n_ff, gate_out_, stream));
+  MOETIER_RETURN_IF_ERROR(cuda::GemvQuantJobTables(l.down_type, down_jobs, device_n_jobs_,
+                                                   n_choices, 1, n_embd, n_ff, stream));
+  if (layer == hp_.n_layer - 1) {
+    // Read by FinishBatch once the batch's work is done.
+    MOETIER_RETURN_IF_ERROR(CudaCall(
+        cudaMemcpyAsync(host_bad_choice_, bad_choice_,
+                        static_cast<size_t>(hp_.n_layer) * sizeof(int32_t),
+                        cudaMemcpyDeviceToHost, static_cast<cudaStream_t>(stream)),
+        "copying the router's choice checks to the host"));
+    device_routed_n_ = n;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaMoeBlock::ReportDeviceRouting(int n) {
+  MOETIER_RETURN_IF_ERROR(ctx_.Sync("the router's choices"));
+  const int top_k = hp_.n_expert_used;
+  for (int layer = 0; layer < hp_.n_layer; ++layer) {
+    if (const int32_t bad = host_bad_choice_[layer]; bad != 0) {
+      // RouterTopK gives -1 only when the probabilities are NaN.
+      return absl::InternalError(absl::StrFormat(
+          "layer %d: the router chose no valid expert for token %d of the batch (non-finite "
+          "activations?)",
+          layer, (bad - 1) / top_k));
+    }
+  }
+  if (ExpertWeightSource* told = config_.routing_counter; told != nullptr) {
+    const size_t max_choices = std::min<size_t>(
+        static_cast<size_t>(config_.max_batch) * static_cast<size_t>(top_k),
+        static_cast<size_t>(cuda::kCudaExpertJobsMaxChoices));
+    for (int layer = 0; layer < hp_.n_layer; ++layer) {
+      told->Route(layer, std::span<const int32_t>(
+                             host_routed_ids_ + static_cast<size_t>(layer) * max_choices,
+                             static_cast<size_t>(n * top_k)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaMoeBlock::RouteAndGroup(int layer, int n, int pos0, bool predict) {
   const int n_embd = hp_.n_embd;
   const int n_expert = hp_.n_expert;
   const int top_k = hp_.n_expert_used;
   const int n_slots = n * top_k;
   auto* stream = static_cast<cudaStream_t>(ctx_.stream());
 
-  // Router: softmax over all experts, top-k, renormalized (as the reference).
-  MOETIER_RETURN_IF_ERROR(cuda::RmsNorm(batch_.x, l.ffn_norm, n, n_embd, hp_.rms_eps, batch_.xn, ctx_.stream()));
-  MOETIER_RETURN_IF_ERROR(ctx_.MatMul(l.router, batch_.xn, n, router_logits_));
-  MOETIER_RETURN_IF_ERROR(cuda::RouterTopK(router_logits_, n, n_expert, top_k,
-                                           hp_.router.renormalize, router_probs_, topk_ids_, topk_weights_, ctx_.stream()));
+  MOETIER_RETURN_IF_ERROR(RunRouter(layer, n));
   MOETIER_RETURN_IF_ERROR(CudaCall(
       cudaMemcpyAsync(host_topk_ids_, topk_ids_, static_cast<size_t>(n_slots) * sizeof(int32_t),
                       cudaMemcpyDeviceToHost, stream),
@@ -413,22 +573,28 @@ absl::Status CudaMoeBlock::Forward(int layer, int n, int pos0) {
   const int top_k = hp_.n_expert_used;
   const bool predict = cache_ != nullptr && cache_->predicts() && n <= kCudaPrefetchMaxTokens &&
                        layer + 1 < hp_.n_layer;
-  MOETIER_RETURN_IF_ERROR(RouteAndGroup(layer, n, pos0, predict));
-  if (cache_ != nullptr) {
-    MOETIER_RETURN_IF_ERROR(CachedExperts(layer, n));
-  } else if (config_.device_experts->pointers_stay_valid()) {
-    MOETIER_RETURN_IF_ERROR(GroupedExperts(layer));
+  if (RoutesOnDevice(n)) {
+    // Routed, grouped and computed without the host.
+    MOETIER_RETURN_IF_ERROR(DeviceRoutedExperts(layer, n));
   } else {
-    // Each used expert's rows are contiguous in expert order: gate and up
-    // products, SiLU·mul, down product, all enqueued before the next
-    // expert's pointers are asked for (DeviceExperts' contract).
-    for (int e = 0; e < n_expert; ++e) {
-      const int64_t off = expert_offset_[static_cast<size_t>(e)];
-      const int64_t count = expert_offset_[static_cast<size_t>(e) + 1] - off;
-      if (count == 0) continue;
-      absl::StatusOr<DeviceExpertMatrices> mats = config_.device_experts->ExpertPointers(layer, e, ctx_.stream());
-      if (!mats.ok()) return mats.status();
-      MOETIER_RETURN_IF_ERROR(LaunchExpert(layer, mats->gate, mats->up, mats->down, off, count));
+    MOETIER_RETURN_IF_ERROR(RouteAndGroup(layer, n, pos0, predict));
+    if (cache_ != nullptr) {
+      MOETIER_RETURN_IF_ERROR(CachedExperts(layer, n));
+    } else if (config_.device_experts->pointers_stay_valid()) {
+      MOETIER_RETURN_IF_ERROR(GroupedExperts(layer));
+    } else {
+      // Each used expert's rows are contiguous in expert order: gate and up
+      // products, SiLU·mul, down product, all enqueued before the next
+      // expert's pointers are asked for (DeviceExperts' contract).
+      for (int e = 0; e < n_expert; ++e) {
+        const int64_t off = expert_offset_[static_cast<size_t>(e)];
+        const int64_t count = expert_offset_[static_cast<size_t>(e) + 1] - off;
+        if (count == 0) continue;
+        absl::StatusOr<DeviceExpertMatrices> mats =
+            config_.device_experts->ExpertPointers(layer, e, ctx_.stream());
+        if (!mats.ok()) return mats.status();
+        MOETIER_RETURN_IF_ERROR(LaunchExpert(layer, mats->gate, mats->up, mats->down, off, count));
+      }
     }
   }
   // Weighted sum in the choice's order j = 0..k-1 (the router's, or the

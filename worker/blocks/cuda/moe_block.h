@@ -148,6 +148,18 @@ class CudaMoeBlock {
   // together where their types agree), an expert with more rows than the
   // GEMV takes through the GEMM on its own.
   absl::Status GroupedExperts(int layer);
+  // With resident experts, no hooks, no cache and a batch the GEMV takes:
+  // the router's choice stays on the device (BuildExpertJobs groups it and
+  // writes the job tables), so the layer needs no host sync. Its checks and
+  // the routing counter's counts wait for the batch's end (FinishBatch).
+  bool RoutesOnDevice(int n) const;
+  absl::Status DeviceRoutedExperts(int layer, int n);
+  // The router's softmax top-k of the batch into topk_ids_/topk_weights_.
+  absl::Status RunRouter(int layer, int n);
+  absl::Status UploadExpertTable();
+  // After a batch routed on the device: its invalid choices, if any, as an
+  // error, and its choices to the routing counter.
+  absl::Status ReportDeviceRouting(int n);
   absl::Status CachedExperts(int layer, int n);
   absl::Status CachedGroup(int layer, size_t count);
   absl::Status CachedGroupWork(int layer, size_t count, size_t n_need);
@@ -189,6 +201,18 @@ class CudaMoeBlock {
   float* host_router_probs_ = nullptr;  // [B][n_expert]
   std::vector<int32_t> expert_count_;   // [n_expert]
   std::vector<int32_t> expert_offset_;  // [n_expert + 1]
+  // Device routing (RoutesOnDevice): every expert's gate, up and down
+  // pointers ([n_layer][n_expert][3], uploaded at the first such batch), the
+  // job tables, the per-layer invalid-choice records and their host copy,
+  // and with a routing counter every layer's choice on the host.
+  const void** expert_table_ = nullptr;
+  bool expert_table_ready_ = false;
+  cuda::GemvJob* device_jobs_ = nullptr;      // [3][max choices]
+  int32_t* device_n_jobs_ = nullptr;          // [1]
+  int32_t* bad_choice_ = nullptr;             // [n_layer]
+  int32_t* host_bad_choice_ = nullptr;        // [n_layer], pinned
+  int32_t* host_routed_ids_ = nullptr;        // [n_layer][max choices], pinned
+  int device_routed_n_ = 0;  // tokens of a batch routed on the device to its last layer
   // GroupedExperts' scratch: the used experts' matrices, and the jobs.
   std::vector<DeviceExpertMatrices> used_mats_;  // [n_expert]
   std::vector<cuda::GemvJob> gate_up_jobs_;
