@@ -53,7 +53,11 @@ absl::Status DequantizeToF16(TensorType type, const void* src, int64_t n_elems, 
 // y[b * rows + r] = sum_c W[r, c] * x[b * cols + c] for b < batch
 // (1..kCudaGemvMaxBatch). x and y are fp32; cols is a multiple of the
 // type's block size. Each weight element is decoded once per call and used
-// for every activation row; sums are fp32.
+// for every activation row; sums are fp32, in an order that does not depend
+// on `batch` but does on x's alignment (block types read a 16-byte aligned
+// x in 8-element slices, any other x element by element), so callers that
+// compare bits keep x 16-byte aligned, as cudaMalloc'd rows of whole blocks
+// are. y must not overlap w or x.
 absl::Status GemvQuant(TensorType type, const void* w, const float* x, int64_t rows, int64_t cols,
                        int batch, float* y, CudaStream stream);
 

@@ -32,16 +32,7 @@ __device__ __forceinline__ float HalfBits(const uint8_t* p) {
   return __half2float(__ushort_as_half(bits));
 }
 
-// Scale and min of sub-block j of a Q4_K/Q5_K block (ggml's get_scale_min_k4).
-__device__ __forceinline__ void ScaleMinK4(int j, const uint8_t* s, int* sc, int* m) {
-  if (j < 4) {
-    *sc = s[j] & 63;
-    *m = s[j + 4] & 63;
-  } else {
-    *sc = (s[j + 4] & 0x0F) | ((s[j - 4] >> 6) << 4);
-    *m = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-  }
-}
+using gemv::ScaleMinK4;
 
 // Per-type geometry and element decoder. `blk` points at the block that
 // holds element i (0 <= i < kElems).
@@ -212,12 +203,14 @@ __device__ __forceinline__ void WriteWarpSums(const float (&acc)[kMaxBatch], int
 // float4 / float2; x must be 16-byte aligned. Each row's sum runs in the
 // same order whatever n_rows and kMaxBatch.
 template <TensorType T, int kMaxBatch>
-__device__ __forceinline__ void SliceRowDot(const uint8_t* row, int64_t n_blocks, const float* x,
-                                            int64_t cols, int n_rows, int lane,
-                                            float (&acc)[kMaxBatch]) {
+__device__ __forceinline__ void SliceRowDot(const uint8_t* __restrict__ row, int64_t n_blocks,
+                                            const float* __restrict__ x, int64_t cols, int n_rows,
+                                            int lane, float (&acc)[kMaxBatch]) {
   using SliceT = typename gemv::Slicer<T>::SliceT;
   constexpr int kRunLen = SliceT::kRunLen;
   const int64_t steps = gemv::StepsPerRow<T>(n_blocks);
+  // Two steps' loads in flight per warp; the sums keep their order.
+#pragma unroll 2
   for (int64_t step = 0; step < steps; ++step) {
     SliceT slice;
     if (!gemv::Slicer<T>::Decode(row, n_blocks, step, lane, &slice)) continue;
@@ -246,7 +239,8 @@ __device__ __forceinline__ void SliceRowDot(const uint8_t* row, int64_t n_blocks
 // As SliceRowDot for any type (the float ones, and block types when x is
 // not 16-byte aligned): lanes stride over the row's elements.
 template <TensorType T, int kMaxBatch>
-__device__ __forceinline__ void ElementRowDot(const uint8_t* row, const float* x, int64_t cols,
+__device__ __forceinline__ void ElementRowDot(const uint8_t* __restrict__ row,
+                                              const float* __restrict__ x, int64_t cols,
                                               int n_rows, int lane, float (&acc)[kMaxBatch]) {
   for (int64_t c = lane; c < cols; c += 32) {
     const float wv = RowAt<T>(row, c);
