@@ -18,7 +18,8 @@ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
       -DCMAKE_CUDA_ARCHITECTURES="$arch" >/dev/null
 tests=(cuda_device_test cuda_kernels_test cuda_kv_cache_test cuda_deltanet_kernels_test
        cuda_delta_rule_chunk_test cuda_engine_test cuda_kv_types_engine_test cuda_cache_engine_test
-       cuda_long_context_test cuda_routing_hooks_test cuda_batched_forward_test)
+       cuda_long_context_test cuda_routing_hooks_test cuda_batched_forward_test
+       cuda_gemv_slices_test cuda_expert_rows_test)
 ninja -C "$build" "${tests[@]}" moetier-bench-cuda
 
 status=0
