@@ -415,16 +415,19 @@ TEST_F(CudaEngineTest, ExternalDeviceExpertsGiveTheSameLogits) {
             static_cast<int>(m->ids.size()) * hp.n_layer * hp.n_expert_used);
 }
 
-// Grouped expert launches give the bits of one expert at a time: in decode
-// (one row per expert, grouped on the device: BuildExpertJobs) and in a
-// prompt batch (grouped on the host), where experts get from one row to
-// many: GEMV jobs in chunks of kCudaGemvMaxBatch rows, and the GEMM past
-// gemv_max_rows.
+// Grouped expert launches give the bits of one expert at a time:
+// - decode, one row per expert, grouped on the device (BuildExpertJobs);
+// - a prompt in one call past gemv_max_rows, grouped on the host: GEMV jobs
+//   in chunks of kCudaGemvMaxBatch rows, the GEMM past gemv_max_rows, each
+//   used expert's pointers asked for once per layer as one at a time does;
+// - prompt batches of 16 grouped on the device, where an expert's rows
+//   split into jobs of 8.
 TEST_F(CudaEngineTest, GroupedExpertLaunchesGiveTheBitsOfOneExpertAtATime) {
   for (const char* name : {"tiny-f32", "small-q4_k_m", "qwen35moe-small-q4_k_m"}) {
     SCOPED_TRACE(name);
     std::unique_ptr<Loaded> m = Load(name);
     ASSERT_NE(m, nullptr);
+    const ModelHparams& hp = m->model.hparams;
     TestExperts one_at_a_time(m->model, /*pointers_stay_valid=*/false);
     TestExperts grouped(m->model, /*pointers_stay_valid=*/true);
     ASSERT_TRUE(one_at_a_time.ok() && grouped.ok());
@@ -436,12 +439,26 @@ TEST_F(CudaEngineTest, GroupedExpertLaunchesGiveTheBitsOfOneExpertAtATime) {
     std::unique_ptr<CudaEngine> group = Engine(*m, config);
     ASSERT_NE(single, nullptr);
     ASSERT_NE(group, nullptr);
-    EXPECT_EQ(RunDecode(*single, m->ids), RunDecode(*group, m->ids));
-    // Decode is routed on the device: the pointers were asked for once
-    // each, for the device's table, and never per token.
-    const ModelHparams& hp = m->model.hparams;
+    // The device table takes every expert's pointers once, at creation.
     EXPECT_EQ(grouped.requests(), hp.n_layer * hp.n_expert);
+    EXPECT_EQ(RunDecode(*single, m->ids), RunDecode(*group, m->ids));
+    EXPECT_EQ(grouped.requests(), hp.n_layer * hp.n_expert) << "decode asked for pointers";
+
+    const int single_before = one_at_a_time.requests();
+    const int group_before = grouped.requests();
     EXPECT_EQ(RunAll(*single, m->ids), RunAll(*group, m->ids));
+    EXPECT_EQ(grouped.requests() - group_before, one_at_a_time.requests() - single_before);
+
+    CudaEngineConfig wide;
+    wide.max_batch = 16;
+    wide.gemv_max_rows = 16;
+    wide.device_experts = &one_at_a_time;
+    std::unique_ptr<CudaEngine> wide_single = Engine(*m, wide);
+    wide.device_experts = &grouped;
+    std::unique_ptr<CudaEngine> wide_group = Engine(*m, wide);
+    ASSERT_NE(wide_single, nullptr);
+    ASSERT_NE(wide_group, nullptr);
+    EXPECT_EQ(RunAll(*wide_single, m->ids), RunAll(*wide_group, m->ids));
   }
 }
 

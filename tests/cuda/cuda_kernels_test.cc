@@ -16,6 +16,7 @@
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cuda/cuda_device.h"
 #include "backend/cuda/cuda_kernels.h"
+#include "backend/cuda/expert_rows.h"
 #include "device_buffer.h"
 #include "gtest/gtest.h"
 #include "gguf/tensor/half.h"
@@ -637,6 +638,86 @@ TEST_F(CudaKernelsTest, GemvQuantGroupGivesEachJobGemvQuantsBits) {
   }
 }
 
+// The device grouping against the host's rule (expert_rows.h, itself
+// checked against the MoE block's host grouping): row maps, the three job
+// tables and their count, and the first invalid choice, with -1 and
+// out-of-range ids among the choices and experts of more than 8 rows.
+TEST_F(CudaKernelsTest, BuildExpertJobsGroupsAsTheHost) {
+  const int n_tokens = 12, top_k = 4, n_expert = 5;
+  const int n = n_tokens * top_k;
+  const int64_t n_embd = 64, n_ff = 32;
+  std::mt19937 rng(5);
+  std::vector<int32_t> ids(static_cast<size_t>(n));
+  for (int32_t& id : ids) id = static_cast<int32_t>(rng() % n_expert);
+  ids[7] = -1;
+  ids[30] = n_expert;
+  // Fake weight pointers: the kernel only copies them into the jobs.
+  std::vector<uintptr_t> weights(static_cast<size_t>(3 * n_expert));
+  for (size_t i = 0; i < weights.size(); ++i) weights[i] = 0x10000 + 0x100 * i;
+  DeviceBuffer ids_dev(ids), weights_dev(weights);
+  DeviceBuffer in(static_cast<size_t>(n * n_embd) * sizeof(float));
+  DeviceBuffer gate(static_cast<size_t>(n * n_ff) * sizeof(float));
+  DeviceBuffer up(static_cast<size_t>(n * n_ff) * sizeof(float));
+  DeviceBuffer down(static_cast<size_t>(n * n_embd) * sizeof(float));
+  DeviceBuffer slot_rows(2 * static_cast<size_t>(n) * sizeof(int32_t));
+  DeviceBuffer jobs(3 * static_cast<size_t>(n) * sizeof(GemvJob));
+  DeviceBuffer counts(2 * sizeof(int32_t));
+  ExpertJobsArgs a;
+  a.topk_ids = ids_dev.as<int32_t>();
+  a.n_tokens = n_tokens;
+  a.top_k = top_k;
+  a.n_expert = n_expert;
+  a.expert_weights = static_cast<const void* const*>(weights_dev.get());
+  a.expert_in = in.as<float>();
+  a.gate_out = gate.as<float>();
+  a.up_out = up.as<float>();
+  a.down_out = down.as<float>();
+  a.n_embd = n_embd;
+  a.n_ff = n_ff;
+  a.slot_rows = slot_rows.as<int32_t>();
+  a.jobs = static_cast<GemvJob*>(jobs.get());
+  a.n_jobs = counts.as<int32_t>();
+  a.bad_choice = counts.as<int32_t>() + 1;
+  ASSERT_TRUE(BuildExpertJobs(a, nullptr).ok());
+  const std::vector<int32_t> rows = slot_rows.Download<int32_t>(2 * static_cast<size_t>(n));
+  const std::vector<GemvJob> got = jobs.Download<GemvJob>(3 * static_cast<size_t>(n));
+  const std::vector<int32_t> count = counts.Download<int32_t>(2);
+  EXPECT_EQ(count[1], 1 + 7);  // the first invalid choice
+  int n_jobs = 0;
+  // The choice at each row, then the jobs in row order.
+  std::vector<int> choice_at(static_cast<size_t>(n), -1);
+  for (int i = 0; i < n; ++i) {
+    const ExpertRow r = ExpertRowOf(ids.data(), n, n_expert, i);
+    EXPECT_EQ(rows[static_cast<size_t>(n + i)], r.row) << "choice " << i;
+    EXPECT_EQ(rows[static_cast<size_t>(r.row)], i / top_k) << "row " << r.row;
+    choice_at[static_cast<size_t>(r.row)] = i;
+  }
+  for (int row = 0; row < n; ++row) {
+    const int i = choice_at[static_cast<size_t>(row)];
+    ASSERT_GE(i, 0);
+    const ExpertRow r = ExpertRowOf(ids.data(), n, n_expert, i);
+    if (!r.valid || r.rank % kCudaGemvMaxBatch != 0) continue;
+    const int32_t rows_in_job = std::min(kCudaGemvMaxBatch, r.expert_rows - r.rank);
+    const uintptr_t* wp = weights.data() + 3 * ids[static_cast<size_t>(i)];
+    const float* x = a.expert_in + row * n_embd;
+    float* g = a.gate_out + row * n_ff;
+    const GemvJob expect[3] = {
+        {reinterpret_cast<const void*>(wp[0]), x, g, rows_in_job},
+        {reinterpret_cast<const void*>(wp[1]), x, a.up_out + row * n_ff, rows_in_job},
+        {reinterpret_cast<const void*>(wp[2]), g, a.down_out + row * n_embd, rows_in_job}};
+    for (int t = 0; t < 3; ++t) {
+      const GemvJob& j = got[static_cast<size_t>(t * n + n_jobs)];
+      EXPECT_EQ(j.w, expect[t].w) << "table " << t << " job " << n_jobs;
+      EXPECT_EQ(j.x, expect[t].x) << "table " << t << " job " << n_jobs;
+      EXPECT_EQ(j.y, expect[t].y) << "table " << t << " job " << n_jobs;
+      EXPECT_EQ(j.n_rows, expect[t].n_rows) << "table " << t << " job " << n_jobs;
+    }
+    ++n_jobs;
+  }
+  EXPECT_EQ(count[0], n_jobs);
+  EXPECT_GT(n_jobs, n_expert);  // some expert had more than 8 rows
+}
+
 // ---------------------------------------------------------------------------
 // Argument checks happen on the host before any launch, so they run here
 // whether or not a GPU exists.
@@ -670,6 +751,21 @@ TEST(CudaKernelsArgsTest, RejectsBadArgumentsBeforeLaunching) {
   EXPECT_EQ(GemvQuantGroup(TensorType::kQ8_0, nullptr, 2, 4, 64, nullptr).code(),
             absl::StatusCode::kInvalidArgument);  // no jobs
   EXPECT_TRUE(GemvQuantGroup(TensorType::kQ8_0, nullptr, 0, 4, 64, nullptr).ok());
+  ExpertJobsArgs jobs_args;
+  jobs_args.n_tokens = 1;
+  jobs_args.top_k = 8;
+  jobs_args.n_expert = 128;
+  jobs_args.n_embd = 64;
+  jobs_args.n_ff = 64;
+  const absl::Status no_ids = BuildExpertJobs(jobs_args, nullptr);
+  EXPECT_EQ(no_ids.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(no_ids.message().find("null"), absl::string_view::npos) << no_ids;
+  jobs_args.n_tokens = kCudaExpertJobsMaxChoices;  // 8x too many choices
+  EXPECT_EQ(BuildExpertJobs(jobs_args, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(GemvQuantJobTables(TensorType::kQ4_K, reinterpret_cast<GemvJob*>(dummy),
+                               reinterpret_cast<int32_t*>(dummy), 40000, 2, 64, 256, nullptr)
+                .code(),
+            absl::StatusCode::kInvalidArgument);  // grid.y past 65535
   EXPECT_EQ(DequantizeToF32(TensorType::kQ6_K, f, 255, f, nullptr).code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(RopeNeox(f, reinterpret_cast<int32_t*>(f), 1, 1, 64, 65, 1e4f, nullptr, nullptr).code(),

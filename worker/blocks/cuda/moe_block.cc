@@ -21,11 +21,13 @@ CudaMoeBlock::CudaMoeBlock(const ModelHparams& hp, const RoutedExpertShapes& exp
       ctx_(ctx),
       batch_(batch),
       config_(std::move(config)),
-      layers_(static_cast<size_t>(hp.n_layer)) {
+      layers_(static_cast<size_t>(hp.n_layer)),
+      experts_fixed_(config_.device_experts != nullptr &&
+                     config_.device_experts->pointers_stay_valid()) {
   MOETIER_CHECK((config_.device_experts == nullptr) != (config_.expert_source == nullptr));
   expert_count_.assign(static_cast<size_t>(hp_.n_expert), 0);
   expert_offset_.assign(static_cast<size_t>(hp_.n_expert) + 1, 0);
-  if (config_.device_experts != nullptr && config_.device_experts->pointers_stay_valid()) {
+  if (experts_fixed_) {
     // Jobs of at most kCudaGemvMaxBatch rows: at most one per expert plus
     // one per such chunk of the batch's choices.
     const size_t max_jobs =
@@ -100,7 +102,7 @@ absl::Status CudaMoeBlock::Allocate() {
   MOETIER_RETURN_IF_ERROR(ctx_.AllocPinned(
       host_router_probs_, config_.routing_override != nullptr ? b * n_expert : 0,
       "router probabilities"));
-  if (config_.device_experts != nullptr && config_.device_experts->pointers_stay_valid()) {
+  if (experts_fixed_) {
     const uint64_t choices =
         std::min<uint64_t>(bk, static_cast<uint64_t>(cuda::kCudaExpertJobsMaxChoices));
     const uint64_t n_layer = static_cast<uint64_t>(hp_.n_layer);
@@ -113,6 +115,7 @@ absl::Status CudaMoeBlock::Allocate() {
     MOETIER_RETURN_IF_ERROR(ctx_.AllocPinned(
         host_routed_ids_, config_.routing_counter != nullptr ? n_layer * choices : 0,
         "routed choices"));
+    MOETIER_RETURN_IF_ERROR(UploadExpertTable());
   }
   return absl::OkStatus();
 }
@@ -235,18 +238,14 @@ absl::Status CudaMoeBlock::UploadExpertTable() {
       table[at + 2] = mats->down;
     }
   }
-  // On the block's stream, and waited for: `table` goes out of scope.
-  MOETIER_RETURN_IF_ERROR(CudaCall(
-      cudaMemcpyAsync(expert_table_, table.data(), table.size() * sizeof(const void*),
-                      cudaMemcpyHostToDevice, static_cast<cudaStream_t>(ctx_.stream())),
-      "uploading the expert pointer table"));
-  MOETIER_RETURN_IF_ERROR(ctx_.Sync("uploading the expert pointer table"));
-  expert_table_ready_ = true;
-  return absl::OkStatus();
+  // With the weight uploads, which the engine waits for before its first
+  // batch (a copy from pageable memory has taken `table` when it returns).
+  return CudaCall(cudaMemcpy(expert_table_, table.data(), table.size() * sizeof(const void*),
+                             cudaMemcpyHostToDevice),
+                  "uploading the expert pointer table");
 }
 
 absl::Status CudaMoeBlock::DeviceRoutedExperts(int layer, int n) {
-  if (!expert_table_ready_) MOETIER_RETURN_IF_ERROR(UploadExpertTable());
   const CudaMoeWeights& l = layers_[static_cast<size_t>(layer)];
   const int n_choices = n * hp_.n_expert_used;
   const int64_t n_embd = hp_.n_embd;
@@ -580,7 +579,7 @@ absl::Status CudaMoeBlock::Forward(int layer, int n, int pos0) {
     MOETIER_RETURN_IF_ERROR(RouteAndGroup(layer, n, pos0, predict));
     if (cache_ != nullptr) {
       MOETIER_RETURN_IF_ERROR(CachedExperts(layer, n));
-    } else if (config_.device_experts->pointers_stay_valid()) {
+    } else if (experts_fixed_) {
       MOETIER_RETURN_IF_ERROR(GroupedExperts(layer));
     } else {
       // Each used expert's rows are contiguous in expert order: gate and up

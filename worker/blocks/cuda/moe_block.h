@@ -60,10 +60,13 @@ struct DeviceExpertMatrices {
 // call; since everything is in stream order, an implementation may reuse
 // the slot afterwards by enqueuing its next copy on the same stream.
 //
-// An implementation whose pointers stay valid for the whole forward pass
-// (every expert in device memory) says so with pointers_stay_valid(); the
-// block then asks for all of a layer's experts first and computes them in
-// grouped launches (cuda::GemvQuantGroup), with the same bits.
+// An implementation whose pointers are fixed instead (every expert in
+// device memory, the same pointers for the engine's lifetime) says so with
+// pointers_stay_valid(). The block then reads every expert's pointers once,
+// when it allocates, into a device table for batches it routes on the
+// device, and in batches grouped on the host asks for each used expert of
+// a layer first and computes them in grouped launches
+// (cuda::GemvQuantGroup), with the same bits.
 class DeviceExperts {
  public:
   virtual ~DeviceExperts() = default;
@@ -156,6 +159,7 @@ class CudaMoeBlock {
   absl::Status DeviceRoutedExperts(int layer, int n);
   // The router's softmax top-k of the batch into topk_ids_/topk_weights_.
   absl::Status RunRouter(int layer, int n);
+  // Every expert's pointers into expert_table_ (from Allocate).
   absl::Status UploadExpertTable();
   // After a batch routed on the device: its invalid choices, if any, as an
   // error, and its choices to the routing counter.
@@ -201,12 +205,13 @@ class CudaMoeBlock {
   float* host_router_probs_ = nullptr;  // [B][n_expert]
   std::vector<int32_t> expert_count_;   // [n_expert]
   std::vector<int32_t> expert_offset_;  // [n_expert + 1]
+  // The device experts' pointers are fixed (DeviceExperts::pointers_stay_valid).
+  const bool experts_fixed_;
   // Device routing (RoutesOnDevice): every expert's gate, up and down
-  // pointers ([n_layer][n_expert][3], uploaded at the first such batch), the
-  // job tables, the per-layer invalid-choice records and their host copy,
-  // and with a routing counter every layer's choice on the host.
+  // pointers ([n_layer][n_expert][3], uploaded by Allocate), the job
+  // tables, the per-layer invalid-choice records and their host copy, and
+  // with a routing counter every layer's choice on the host.
   const void** expert_table_ = nullptr;
-  bool expert_table_ready_ = false;
   cuda::GemvJob* device_jobs_ = nullptr;      // [3][max choices]
   int32_t* device_n_jobs_ = nullptr;          // [1]
   int32_t* bad_choice_ = nullptr;             // [n_layer]
