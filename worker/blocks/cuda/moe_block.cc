@@ -27,17 +27,19 @@ CudaMoeBlock::CudaMoeBlock(const ModelHparams& hp, const RoutedExpertShapes& exp
   MOETIER_CHECK((config_.device_experts == nullptr) != (config_.expert_source == nullptr));
   expert_count_.assign(static_cast<size_t>(hp_.n_expert), 0);
   expert_offset_.assign(static_cast<size_t>(hp_.n_expert) + 1, 0);
-  if (experts_fixed_) {
-    // Jobs of at most kCudaGemvMaxBatch rows: at most one per expert plus
-    // one per such chunk of the batch's choices.
-    const size_t max_jobs =
-        static_cast<size_t>(hp_.n_expert) +
-        static_cast<size_t>(config_.max_batch) * static_cast<size_t>(hp_.n_expert_used) /
-            cuda::kCudaGemvMaxBatch;
-    used_mats_.assign(static_cast<size_t>(hp_.n_expert), {});
-    gate_up_jobs_.reserve(2 * max_jobs);
-    down_jobs_.reserve(max_jobs);
-  }
+  if (experts_fixed_) ReserveExpertJobs();
+}
+
+void CudaMoeBlock::ReserveExpertJobs() {
+  // Jobs of at most kCudaGemvMaxBatch rows: at most one per expert plus one
+  // per such chunk of the batch's choices. Forward then allocates nothing.
+  const size_t max_jobs =
+      static_cast<size_t>(hp_.n_expert) +
+      static_cast<size_t>(config_.max_batch) * static_cast<size_t>(hp_.n_expert_used) /
+          cuda::kCudaGemvMaxBatch;
+  expert_work_.reserve(static_cast<size_t>(hp_.n_expert));
+  gate_up_jobs_.reserve(2 * max_jobs);
+  down_jobs_.reserve(max_jobs);
 }
 
 CudaMoeBlock::~CudaMoeBlock() {
@@ -141,6 +143,7 @@ absl::Status CudaMoeBlock::CreateExpertCache() {
   fill_jobs_.assign(n_expert, {});
   prefetch_fills_.assign(n_expert, {});
   predicted_.assign(n_expert, 0);
+  ReserveExpertJobs();
   return absl::OkStatus();
 }
 
@@ -481,19 +484,26 @@ absl::Status CudaMoeBlock::LaunchExpert(int layer, const void* gate_w, const voi
 }
 
 absl::Status CudaMoeBlock::GroupedExperts(int layer) {
+  expert_work_.clear();
+  for (int e = 0; e < hp_.n_expert; ++e) {
+    const int64_t off = expert_offset_[static_cast<size_t>(e)];
+    const int64_t count = expert_offset_[static_cast<size_t>(e) + 1] - off;
+    if (count == 0) continue;
+    absl::StatusOr<DeviceExpertMatrices> mats =
+        config_.device_experts->ExpertPointers(layer, e, ctx_.stream());
+    if (!mats.ok()) return mats.status();
+    expert_work_.push_back({*mats, off, count});
+  }
+  // Every used expert: their rows are all of the batch's choices.
+  return ComputeExperts(layer, expert_work_, /*rows_are_all_choices=*/true);
+}
+
+absl::Status CudaMoeBlock::ComputeExperts(int layer, std::span<const ExpertWork> work,
+                                          bool rows_are_all_choices) {
   const CudaMoeWeights& l = layers_[static_cast<size_t>(layer)];
   const int64_t n_embd = hp_.n_embd;
   const int64_t n_ff = hp_.n_ff_exp;
   const cuda::CudaStream stream = ctx_.stream();
-  // fn(e, off, count) for each used expert, ascending.
-  auto for_each_used = [&](auto&& fn) -> absl::Status {
-    for (int e = 0; e < hp_.n_expert; ++e) {
-      const int64_t off = expert_offset_[static_cast<size_t>(e)];
-      const int64_t count = expert_offset_[static_cast<size_t>(e) + 1] - off;
-      if (count > 0) MOETIER_RETURN_IF_ERROR(fn(e, off, count));
-    }
-    return absl::OkStatus();
-  };
   // The jobs' products and row ranges are the ones LaunchExpert's MatMul
   // calls make (chunks of kCudaGemvMaxBatch rows), so the bits are the same.
   auto add_jobs = [](std::vector<cuda::GemvJob>& jobs, const void* w, const float* x,
@@ -510,60 +520,60 @@ absl::Status CudaMoeBlock::GroupedExperts(int layer) {
     return cuda::GemvQuantGroup(type, jobs.data() + first, static_cast<int>(end - first), rows,
                                 cols, stream);
   };
-  auto gemv_sized = [&](int64_t count) { return !ctx_.gemm_possible(static_cast<int>(count)); };
+  auto gemv_sized = [&](const ExpertWork& w) {
+    return !ctx_.gemm_possible(static_cast<int>(w.count));
+  };
 
-  // 1. Every used expert's pointers (valid for the whole pass).
-  MOETIER_RETURN_IF_ERROR(for_each_used([&](int e, int64_t, int64_t) -> absl::Status {
-    absl::StatusOr<DeviceExpertMatrices> mats =
-        config_.device_experts->ExpertPointers(layer, e, stream);
-    if (!mats.ok()) return mats.status();
-    used_mats_[static_cast<size_t>(e)] = *mats;
-    return absl::OkStatus();
-  }));
-  // 2. gate and up: the GEMV-sized experts' jobs (gate's, then up's) in one
+  // 1. gate and up: the GEMV-sized experts' jobs (gate's, then up's) in one
   //    launch where the types agree, the rest through the GEMM.
   gate_up_jobs_.clear();
-  for (bool up : {false, true}) {
-    MOETIER_RETURN_IF_ERROR(for_each_used([&](int e, int64_t off, int64_t count) {
-      if (!gemv_sized(count)) return absl::OkStatus();
-      const DeviceExpertMatrices& m = used_mats_[static_cast<size_t>(e)];
-      add_jobs(gate_up_jobs_, up ? m.up : m.gate, expert_in_, n_embd, up ? up_out_ : gate_out_,
-               n_ff, off, count);
-      return absl::OkStatus();
-    }));
+  for (const ExpertWork& w : work) {
+    if (gemv_sized(w)) add_jobs(gate_up_jobs_, w.mats.gate, expert_in_, n_embd, gate_out_, n_ff, w.off, w.count);
   }
-  const size_t n_gate_jobs = gate_up_jobs_.size() / 2;
+  const size_t n_gate_jobs = gate_up_jobs_.size();
+  for (const ExpertWork& w : work) {
+    if (gemv_sized(w)) add_jobs(gate_up_jobs_, w.mats.up, expert_in_, n_embd, up_out_, n_ff, w.off, w.count);
+  }
   if (l.gate_type == l.up_type) {
-    MOETIER_RETURN_IF_ERROR(launch(l.gate_type, gate_up_jobs_, 0, gate_up_jobs_.size(), n_ff, n_embd));
+    MOETIER_RETURN_IF_ERROR(
+        launch(l.gate_type, gate_up_jobs_, 0, gate_up_jobs_.size(), n_ff, n_embd));
   } else {
     MOETIER_RETURN_IF_ERROR(launch(l.gate_type, gate_up_jobs_, 0, n_gate_jobs, n_ff, n_embd));
     MOETIER_RETURN_IF_ERROR(
         launch(l.up_type, gate_up_jobs_, n_gate_jobs, gate_up_jobs_.size(), n_ff, n_embd));
   }
-  auto gemm_gate_up = [&](int e, int64_t off, int64_t count) -> absl::Status {
-    if (gemv_sized(count)) return absl::OkStatus();
-    const DeviceExpertMatrices& m = used_mats_[static_cast<size_t>(e)];
-    MOETIER_RETURN_IF_ERROR(ctx_.MatMul(DeviceMatrix{l.gate_type, n_ff, n_embd, m.gate},
-                                        expert_in_ + off * n_embd, count, gate_out_ + off * n_ff));
-    return ctx_.MatMul(DeviceMatrix{l.up_type, n_ff, n_embd, m.up}, expert_in_ + off * n_embd,
-                       count, up_out_ + off * n_ff);
-  };
-  MOETIER_RETURN_IF_ERROR(for_each_used(gemm_gate_up));
-  // 3. SiLU·mul over every expert's rows at once (element-wise: the same
-  //    values as one call per expert).
-  const int64_t total_rows = expert_offset_[static_cast<size_t>(hp_.n_expert)];
-  MOETIER_RETURN_IF_ERROR(cuda::SiluMul(gate_out_, up_out_, total_rows * n_ff, gate_out_, stream));
-  // 4. down, likewise.
-  down_jobs_.clear();
-  MOETIER_RETURN_IF_ERROR(for_each_used([&](int e, int64_t off, int64_t count) -> absl::Status {
-    const DeviceExpertMatrices& m = used_mats_[static_cast<size_t>(e)];
-    if (gemv_sized(count)) {
-      add_jobs(down_jobs_, m.down, gate_out_, n_ff, down_out_, n_embd, off, count);
-      return absl::OkStatus();
+  for (const ExpertWork& w : work) {
+    if (gemv_sized(w)) continue;
+    MOETIER_RETURN_IF_ERROR(ctx_.MatMul(DeviceMatrix{l.gate_type, n_ff, n_embd, w.mats.gate},
+                                        expert_in_ + w.off * n_embd, w.count,
+                                        gate_out_ + w.off * n_ff));
+    MOETIER_RETURN_IF_ERROR(ctx_.MatMul(DeviceMatrix{l.up_type, n_ff, n_embd, w.mats.up},
+                                        expert_in_ + w.off * n_embd, w.count,
+                                        up_out_ + w.off * n_ff));
+  }
+  // 2. SiLU·mul, element-wise: one call over every row when the experts
+  //    hold all of them, else one per expert.
+  if (rows_are_all_choices) {
+    const int64_t total_rows = expert_offset_[static_cast<size_t>(hp_.n_expert)];
+    MOETIER_RETURN_IF_ERROR(
+        cuda::SiluMul(gate_out_, up_out_, total_rows * n_ff, gate_out_, stream));
+  } else {
+    for (const ExpertWork& w : work) {
+      float* g = gate_out_ + w.off * n_ff;
+      MOETIER_RETURN_IF_ERROR(cuda::SiluMul(g, up_out_ + w.off * n_ff, w.count * n_ff, g, stream));
     }
-    return ctx_.MatMul(DeviceMatrix{l.down_type, n_embd, n_ff, m.down}, gate_out_ + off * n_ff,
-                       count, down_out_ + off * n_embd);
-  }));
+  }
+  // 3. down, likewise.
+  down_jobs_.clear();
+  for (const ExpertWork& w : work) {
+    if (gemv_sized(w)) {
+      add_jobs(down_jobs_, w.mats.down, gate_out_, n_ff, down_out_, n_embd, w.off, w.count);
+      continue;
+    }
+    MOETIER_RETURN_IF_ERROR(ctx_.MatMul(DeviceMatrix{l.down_type, n_embd, n_ff, w.mats.down},
+                                        gate_out_ + w.off * n_ff, w.count,
+                                        down_out_ + w.off * n_embd));
+  }
   return launch(l.down_type, down_jobs_, 0, down_jobs_.size(), n_embd, n_ff);
 }
 
@@ -716,11 +726,33 @@ absl::Status CudaMoeBlock::CachedGroupWork(int layer, size_t count, size_t n_nee
   }
   MOETIER_RETURN_IF_ERROR(
       cache_->EnqueueFills(layer, std::span<const SlotFillJob>(fill_jobs_.data(), n_fill)));
-  // 3. The slot experts on the device, each after its slot's fill, and each
-  //    slot's last read recorded after its kernels.
+  // 3. The slot experts on the device, each slot's last read recorded after
+  //    its kernels. Slots that already hold their expert (hits, and
+  //    prefetches whose copy may still run) go first, after their fills, in
+  //    grouped launches; then the slots filled for this group one at a time
+  //    after each fill, so their kernels overlap the later copies.
+  expert_work_.clear();
   for (size_t i = 0; i < count; ++i) {
     const ExpertPlacement& p = placements_[i];
-    if (p.site != ExpertSite::kSlot) continue;
+    if (p.site != ExpertSite::kSlot || p.fill) continue;
+    int64_t off = 0;
+    const int64_t rows = rows_of(group_ids_[i], &off);
+    MOETIER_RETURN_IF_ERROR(cache_->WaitFilled(p.slot, ctx_.stream()));
+    const SlotExpertPointers w = cache_->SlotPointers(layer, p.slot);
+    expert_work_.push_back({DeviceExpertMatrices{w.gate, w.up, w.down}, off, rows});
+  }
+  if (!expert_work_.empty()) {
+    MOETIER_RETURN_IF_ERROR(ComputeExperts(layer, expert_work_, /*rows_are_all_choices=*/false));
+    for (size_t i = 0; i < count; ++i) {
+      const ExpertPlacement& p = placements_[i];
+      if (p.site == ExpertSite::kSlot && !p.fill) {
+        MOETIER_RETURN_IF_ERROR(cache_->MarkRead(p.slot, ctx_.stream()));
+      }
+    }
+  }
+  for (size_t i = 0; i < count; ++i) {
+    const ExpertPlacement& p = placements_[i];
+    if (p.site != ExpertSite::kSlot || !p.fill) continue;
     int64_t off = 0;
     const int64_t rows = rows_of(group_ids_[i], &off);
     MOETIER_RETURN_IF_ERROR(cache_->WaitFilled(p.slot, ctx_.stream()));

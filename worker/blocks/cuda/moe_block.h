@@ -146,11 +146,24 @@ class CudaMoeBlock {
   // One expert's products on grouped rows [off, off + count).
   absl::Status LaunchExpert(int layer, const void* gate, const void* up, const void* down,
                             int64_t off, int64_t count);
-  // Every used expert of the layer with pointers that stay valid: the GEMV
-  // products of all of them in one grouped launch per matrix (gate and up
-  // together where their types agree), an expert with more rows than the
-  // GEMV takes through the GEMM on its own.
+  // One expert's matrices and its grouped rows [off, off + count).
+  struct ExpertWork {
+    DeviceExpertMatrices mats;
+    int64_t off = 0;
+    int64_t count = 0;
+  };
+  // Every used expert of the layer with fixed pointers, through
+  // ComputeExperts.
   absl::Status GroupedExperts(int layer);
+  // The experts of `work`: the GEMV products of all of them in one grouped
+  // launch per matrix (gate and up together where their types agree), an
+  // expert with more rows than the GEMV takes through the GEMM on its own;
+  // SiLU·mul in one call when `rows_are_all_choices` (the experts' rows are
+  // every row of the batch), else per expert. LaunchExpert's bits.
+  absl::Status ComputeExperts(int layer, std::span<const ExpertWork> work,
+                              bool rows_are_all_choices);
+  // Room for the grouped jobs, so that Forward allocates nothing.
+  void ReserveExpertJobs();
   // With resident experts, no hooks, no cache and a batch the GEMV takes:
   // the router's choice stays on the device (BuildExpertJobs groups it and
   // writes the job tables), so the layer needs no host sync. Its checks and
@@ -218,8 +231,8 @@ class CudaMoeBlock {
   int32_t* host_bad_choice_ = nullptr;        // [n_layer], pinned
   int32_t* host_routed_ids_ = nullptr;        // [n_layer][max choices], pinned
   int device_routed_n_ = 0;  // tokens of a batch routed on the device to its last layer
-  // GroupedExperts' scratch: the used experts' matrices, and the jobs.
-  std::vector<DeviceExpertMatrices> used_mats_;  // [n_expert]
+  // ComputeExperts' scratch: the experts, and their jobs.
+  std::vector<ExpertWork> expert_work_;  // at most n_expert
   std::vector<cuda::GemvJob> gate_up_jobs_;
   std::vector<cuda::GemvJob> down_jobs_;
 
