@@ -462,6 +462,35 @@ TEST_F(CudaEngineTest, GroupedExpertLaunchesGiveTheBitsOfOneExpertAtATime) {
   }
 }
 
+// The benchmark's switches (group_expert_launches, route_on_device) change
+// how experts are launched, never the bits.
+TEST_F(CudaEngineTest, ExpertLaunchSwitchesKeepTheBits) {
+  for (const char* name : {"tiny-q8_0", "qwen35moe-small-q4_k_m"}) {
+    SCOPED_TRACE(name);
+    std::unique_ptr<Loaded> m = Load(name);
+    ASSERT_NE(m, nullptr);
+    std::vector<float> decoded, prompted;
+    for (auto [group, on_device] : {std::pair{true, true}, std::pair{true, false},
+                                    std::pair{false, false}}) {
+      SCOPED_TRACE(::testing::Message() << "grouped " << group << ", on device " << on_device);
+      CudaEngineConfig config;
+      config.group_expert_launches = group;
+      config.route_on_device = on_device;
+      std::unique_ptr<CudaEngine> engine = Engine(*m, config);
+      ASSERT_NE(engine, nullptr);
+      const std::vector<float> d = RunDecode(*engine, m->ids);
+      const std::vector<float> p = RunAll(*engine, m->ids);
+      if (decoded.empty()) {
+        decoded = d;
+        prompted = p;
+        continue;
+      }
+      EXPECT_EQ(d, decoded);
+      EXPECT_EQ(p, prompted);
+    }
+  }
+}
+
 TEST_F(CudaEngineTest, ForwardChecksItsPreconditions) {
   std::unique_ptr<Loaded> m = Load("tiny-f32");
   ASSERT_NE(m, nullptr);

@@ -6,7 +6,9 @@
 #   2. the full synthetic Qwen3-30B-A3B model, Q4_K_M mix, written with every
 #      core (about 17 GiB, outside the log folder; skipped with --model FILE;
 #      --layers N writes a shorter model of the same shapes)
-#   3. moetier-bench-cuda (every expert resident, against the HBM roofline)
+#   3. moetier-bench-cuda (every expert resident, against the HBM roofline),
+#      then its decode with the MoE routing on the host and with one expert
+#      at a time (what the device grouping and the grouped launches save)
 #   4. moetier-bench-cache --device cuda:0 (the cache-size table)
 #   5. moetier-bench-cuda decoding after --depth positions (default 32768,
 #      skipped, not computed) with q8_0 keys and values; --depth 0 leaves
@@ -44,7 +46,7 @@ while [[ $# -gt 0 ]]; do
     --depth) depth="$2"; shift 2 ;;
     --skip-tests) skip_tests=1; shift ;;
     --skip-bench) skip_bench=1; shift ;;
-    -h|--help) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) echo "gpu-check.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
@@ -90,6 +92,14 @@ if [[ $skip_bench == 0 ]]; then
   "$here/run" moetier-bench-cuda --model "$model" --runs "$runs" --decode-tokens "$decode" \
     --prompt-tokens "$prompt" --batch "$prompt" >"$out/bench-cuda.log" 2>&1 || status=1
   tail -15 "$out/bench-cuda.log" | tee -a "$out/summary.txt"
+  # The same decode with the host's routing (one sync per MoE layer), then
+  # with one expert at a time: what each of the two saves.
+  for how in host-routing expert-at-a-time; do
+    step "moetier-bench-cuda --$how (decode only)"
+    "$here/run" moetier-bench-cuda --model "$model" --runs "$runs" --decode-tokens "$decode" \
+      --prompt-tokens 16 --batch 16 "--$how" >"$out/bench-cuda-$how.log" 2>&1 || status=1
+    grep -E '^(experts|decode|roofline|check)' "$out/bench-cuda-$how.log" | tee -a "$out/summary.txt"
+  done
   step "moetier-bench-cache --device cuda:0"
   "$here/run" moetier-bench-cache --model "$model" --device cuda:0 --runs "$runs" \
     --decode-tokens "$decode" --prompt-tokens "$prompt" --json "$out/bench-cache.json" \

@@ -62,6 +62,13 @@ usage: moetier-bench-cuda --model FILE [options]
   --gemv-max-rows N     matrix inputs of up to N rows use the GEMV, more the fp16
                         GEMM (default 8; 0 sends everything through the GEMM)
   --no-cublas           use the backend's tiled GEMM instead of cuBLAS
+  --host-routing        every MoE layer waits for the router's choice on the host
+                        (one sync per layer) instead of grouping it on the
+                        device: the same logits, to measure what the device
+                        grouping gains
+  --expert-at-a-time    four launches per routed expert instead of grouped
+                        launches per layer (implies --host-routing): the same
+                        logits, to measure what grouping gains
   --bandwidth-mib N     size of the bandwidth-test buffer (default 1024): the
                         bandwidth is read + written bytes of a device-to-device
                         copy, the median of --runs copies
@@ -79,6 +86,8 @@ struct Options {
   KvCacheTypes kv_types;
   int gemv_max_rows = cuda::kCudaGemvMaxBatch;
   bool no_cublas = false;
+  bool host_routing = false;
+  bool expert_at_a_time = false;
   int64_t bandwidth_mib = 1024;
 };
 
@@ -92,6 +101,14 @@ absl::StatusOr<Options> ParseOptions(int argc, char** argv) {
     }
     if (arg == "--no-cublas") {
       o.no_cublas = true;
+      continue;
+    }
+    if (arg == "--host-routing") {
+      o.host_routing = true;
+      continue;
+    }
+    if (arg == "--expert-at-a-time") {
+      o.expert_at_a_time = true;
       continue;
     }
     if (arg == "--skip-context") {
@@ -249,6 +266,8 @@ int Run(const Options& o) {
   config.gemv_max_rows = o.gemv_max_rows;
   config.kv_types = o.kv_types;
   config.use_cublas = !o.no_cublas && cuda::CudaBlasAvailable();
+  config.route_on_device = !o.host_routing && !o.expert_at_a_time;
+  config.group_expert_launches = !o.expert_at_a_time;
   const double t_create = Seconds();
   absl::StatusOr<std::unique_ptr<CudaEngine>> engine = CudaEngine::Create(*model, config);
   if (!engine.ok()) return Fail(engine.status());
@@ -271,6 +290,9 @@ int Run(const Options& o) {
               prop.totalGlobalMem / 1073741824.0);
   std::printf("batch %d, GEMV up to %d rows, GEMM via %s\n", o.batch, o.gemv_max_rows,
               config.use_cublas ? "cuBLAS" : "the tiled kernel");
+  std::printf("experts: %s, MoE routing %s\n",
+              config.group_expert_launches ? "grouped launches" : "four launches each",
+              config.route_on_device ? "grouped on the device in decode" : "on the host");
   std::printf("weights uploaded: %.2f GiB in %.1f s; buffers and KV cache (%d tokens): %.2f GiB\n",
               e.weight_bytes() / 1073741824.0, t_created - t_create, ctx,
               e.buffer_bytes() / 1073741824.0);

@@ -260,6 +260,8 @@ absl::Status CudaEngine::Init(const Model& model) {
   moe.dma_ranges = config_.dma_ranges;
   moe.routing_observer = config_.routing_observer;
   moe.routing_override = config_.routing_override;
+  moe.group_expert_launches = config_.group_expert_launches;
+  moe.route_on_device = config_.route_on_device;
   moe_ = std::make_unique<CudaMoeBlock>(hp_, RoutedExpertShapesOf(model), *ctx_, batch_,
                                         std::move(moe));
   for (size_t il = 0; il < moe_weights.size(); ++il) {

@@ -68,6 +68,17 @@ struct CudaEngineConfig {
   // The GEMM through cuBLAS; false: the backend's tiled kernel. True is an
   // error in a build without cuBLAS.
   bool use_cublas = cuda::CudaBlasAvailable();
+  // How the MoE layers launch their experts; the logits are the same bits
+  // either way, so these exist to measure one against the other:
+  // - group_expert_launches: a layer's GEMV products in grouped launches
+  //   (cuda::GemvQuantGroup) where the weights are fixed (resident experts,
+  //   VRAM cache hits); false: four launches per expert;
+  // - route_on_device: with resident experts, no routing hooks and a batch
+  //   the GEMV takes (decode), the router's choice is grouped on the device
+  //   and no layer waits for the host (it needs group_expert_launches);
+  //   false: one host sync per layer.
+  bool group_expert_launches = true;
+  bool route_on_device = true;
   // The routed experts' device weights; null: every expert is uploaded at
   // creation (unless expert_source is given). Not owned; must outlive the
   // engine.

@@ -22,12 +22,13 @@ CudaMoeBlock::CudaMoeBlock(const ModelHparams& hp, const RoutedExpertShapes& exp
       batch_(batch),
       config_(std::move(config)),
       layers_(static_cast<size_t>(hp.n_layer)),
-      experts_fixed_(config_.device_experts != nullptr &&
-                     config_.device_experts->pointers_stay_valid()) {
+      group_fixed_experts_(config_.device_experts != nullptr &&
+                     config_.device_experts->pointers_stay_valid() &&
+                     config_.group_expert_launches) {
   MOETIER_CHECK((config_.device_experts == nullptr) != (config_.expert_source == nullptr));
   expert_count_.assign(static_cast<size_t>(hp_.n_expert), 0);
   expert_offset_.assign(static_cast<size_t>(hp_.n_expert) + 1, 0);
-  if (experts_fixed_) ReserveExpertJobs();
+  if (group_fixed_experts_) ReserveExpertJobs();
 }
 
 void CudaMoeBlock::ReserveExpertJobs() {
@@ -104,7 +105,7 @@ absl::Status CudaMoeBlock::Allocate() {
   MOETIER_RETURN_IF_ERROR(ctx_.AllocPinned(
       host_router_probs_, config_.routing_override != nullptr ? b * n_expert : 0,
       "router probabilities"));
-  if (experts_fixed_) {
+  if (group_fixed_experts_ && config_.route_on_device) {
     const uint64_t choices =
         std::min<uint64_t>(bk, static_cast<uint64_t>(cuda::kCudaExpertJobsMaxChoices));
     const uint64_t n_layer = static_cast<uint64_t>(hp_.n_layer);
@@ -211,7 +212,8 @@ absl::Status CudaMoeBlock::RunRouter(int layer, int n) {
 }
 
 bool CudaMoeBlock::RoutesOnDevice(int n) const {
-  return cache_ == nullptr && expert_table_ != nullptr && config_.routing_override == nullptr &&
+  return config_.route_on_device && cache_ == nullptr && expert_table_ != nullptr &&
+         config_.routing_override == nullptr &&
          config_.routing_observer == nullptr && !ctx_.gemm_possible(n) &&
          n * hp_.n_expert_used <= cuda::kCudaExpertJobsMaxChoices;
 }
@@ -589,7 +591,7 @@ absl::Status CudaMoeBlock::Forward(int layer, int n, int pos0) {
     MOETIER_RETURN_IF_ERROR(RouteAndGroup(layer, n, pos0, predict));
     if (cache_ != nullptr) {
       MOETIER_RETURN_IF_ERROR(CachedExperts(layer, n));
-    } else if (experts_fixed_) {
+    } else if (group_fixed_experts_) {
       MOETIER_RETURN_IF_ERROR(GroupedExperts(layer));
     } else {
       // Each used expert's rows are contiguous in expert order: gate and up
@@ -732,7 +734,7 @@ absl::Status CudaMoeBlock::CachedGroupWork(int layer, size_t count, size_t n_nee
   //    grouped launches; then the slots filled for this group one at a time
   //    after each fill, so their kernels overlap the later copies.
   expert_work_.clear();
-  for (size_t i = 0; i < count; ++i) {
+  for (size_t i = 0; i < count && config_.group_expert_launches; ++i) {
     const ExpertPlacement& p = placements_[i];
     if (p.site != ExpertSite::kSlot || p.fill) continue;
     int64_t off = 0;
@@ -752,7 +754,8 @@ absl::Status CudaMoeBlock::CachedGroupWork(int layer, size_t count, size_t n_nee
   }
   for (size_t i = 0; i < count; ++i) {
     const ExpertPlacement& p = placements_[i];
-    if (p.site != ExpertSite::kSlot || !p.fill) continue;
+    // Without grouping every slot expert goes here, one at a time.
+    if (p.site != ExpertSite::kSlot || (!p.fill && config_.group_expert_launches)) continue;
     int64_t off = 0;
     const int64_t rows = rows_of(group_ids_[i], &off);
     MOETIER_RETURN_IF_ERROR(cache_->WaitFilled(p.slot, ctx_.stream()));

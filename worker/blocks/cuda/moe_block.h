@@ -101,6 +101,9 @@ struct CudaMoeConfig {
   std::vector<HostMemoryRange> dma_ranges;  // registered for the cache's fills
   RoutingObserver* routing_observer = nullptr;
   RoutingOverride* routing_override = nullptr;
+  // CudaEngineConfig's switches of the same names.
+  bool group_expert_launches = true;
+  bool route_on_device = true;
 };
 
 class CudaMoeBlock {
@@ -218,8 +221,9 @@ class CudaMoeBlock {
   float* host_router_probs_ = nullptr;  // [B][n_expert]
   std::vector<int32_t> expert_count_;   // [n_expert]
   std::vector<int32_t> expert_offset_;  // [n_expert + 1]
-  // The device experts' pointers are fixed (DeviceExperts::pointers_stay_valid).
-  const bool experts_fixed_;
+  // The device experts' pointers are fixed (DeviceExperts::pointers_stay_valid)
+  // and the config groups their launches.
+  const bool group_fixed_experts_;
   // Device routing (RoutesOnDevice): every expert's gate, up and down
   // pointers ([n_layer][n_expert][3], uploaded by Allocate), the job
   // tables, the per-layer invalid-choice records and their host copy, and
