@@ -49,6 +49,7 @@
 #include "gtest/gtest.h"
 #include "model/architectures.h"
 #include "reference/reference_engine.h"
+#include "sampling/sampler.h"
 
 namespace moetier {
 namespace {
@@ -488,6 +489,66 @@ TEST_F(CudaEngineTest, ExpertLaunchSwitchesKeepTheBits) {
       EXPECT_EQ(d, decoded);
       EXPECT_EQ(p, prompted);
     }
+  }
+}
+
+// Decode steps replayed from captured CUDA graphs give the bits of eager
+// decode: one sequence, two sequences taking turns (a graph per slot), a
+// greedy sample from the replayed row, and a step after positions skipped
+// without computing them (the position reaches the replay on the device).
+TEST_F(CudaEngineTest, DecodeGraphsGiveTheBitsOfEagerDecode) {
+  for (const char* name : {"tiny-q8_0", "small-q4_k_m", "qwen35moe-tiny-f32"}) {
+    SCOPED_TRACE(name);
+    std::unique_ptr<Loaded> m = Load(name);
+    ASSERT_NE(m, nullptr);
+    CudaEngineConfig config;
+    config.max_sequences = 2;
+    config.use_cuda_graphs = false;
+    std::unique_ptr<CudaEngine> eager = Engine(*m, config);
+    config.use_cuda_graphs = true;
+    std::unique_ptr<CudaEngine> graphed = Engine(*m, config);
+    ASSERT_NE(eager, nullptr);
+    ASSERT_NE(graphed, nullptr);
+    EXPECT_EQ(RunDecode(*graphed, m->ids), RunDecode(*eager, m->ids));
+    EXPECT_TRUE(graphed->graphs_failed().ok()) << graphed->graphs_failed();
+    EXPECT_EQ(graphed->captured_decode_graphs(), 1);
+    EXPECT_EQ(eager->captured_decode_graphs(), 0);
+
+    // Two sequences in turns, each sampled greedily after its step.
+    const int n_vocab = eager->n_vocab();
+    std::vector<std::vector<float>> logits(2);
+    std::vector<std::vector<int32_t>> sampled(2);
+    int which = 0;
+    for (CudaEngine* e : {eager.get(), graphed.get()}) {
+      std::unique_ptr<Sequence> a = NewSequence(*e);
+      std::unique_ptr<Sequence> b = NewSequence(*e);
+      ASSERT_NE(a, nullptr);
+      ASSERT_NE(b, nullptr);
+      Sampler greedy(n_vocab, SamplingParams{});  // temperature 0: greedy
+      std::vector<float> row(static_cast<size_t>(n_vocab));
+      for (size_t i = 0; i < 12 && i + 1 < m->ids.size(); ++i) {
+        for (Sequence* seq : {a.get(), b.get()}) {
+          const int32_t token[1] = {m->ids[seq == a.get() ? i : i + 1]};
+          ASSERT_TRUE(e->Forward(*seq, token, LogitRows::kLast, row.data()).ok());
+          logits[static_cast<size_t>(which)].insert(logits[static_cast<size_t>(which)].end(),
+                                                    row.begin(), row.end());
+          absl::StatusOr<int32_t> next = e->Sample(greedy);
+          ASSERT_TRUE(next.ok()) << next.status();
+          sampled[static_cast<size_t>(which)].push_back(*next);
+        }
+      }
+      // Decode after 20 positions counted as computed without computing them.
+      ASSERT_TRUE(e->SkipPositionsForTiming(*a, 20).ok());
+      const int32_t token[1] = {m->ids[0]};
+      ASSERT_TRUE(e->Forward(*a, token, LogitRows::kLast, row.data()).ok());
+      logits[static_cast<size_t>(which)].insert(logits[static_cast<size_t>(which)].end(),
+                                                row.begin(), row.end());
+      ++which;
+    }
+    EXPECT_EQ(logits[1], logits[0]);
+    EXPECT_EQ(sampled[1], sampled[0]);
+    EXPECT_EQ(graphed->captured_decode_graphs(), 2);
+    EXPECT_TRUE(graphed->graphs_failed().ok()) << graphed->graphs_failed();
   }
 }
 

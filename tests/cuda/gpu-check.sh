@@ -7,8 +7,8 @@
 #      core (about 17 GiB, outside the log folder; skipped with --model FILE;
 #      --layers N writes a shorter model of the same shapes)
 #   3. moetier-bench-cuda (every expert resident, against the HBM roofline),
-#      then its decode with the MoE routing on the host and with one expert
-#      at a time (what the device grouping and the grouped launches save)
+#      then its decode without CUDA graphs, with the MoE routing on the host
+#      and with one expert at a time (what each of these saves)
 #   4. moetier-bench-cache --device cuda:0 (the cache-size table)
 #   5. moetier-bench-cuda decoding after --depth positions (default 32768,
 #      skipped, not computed) with q8_0 keys and values; --depth 0 leaves
@@ -92,9 +92,9 @@ if [[ $skip_bench == 0 ]]; then
   "$here/run" moetier-bench-cuda --model "$model" --runs "$runs" --decode-tokens "$decode" \
     --prompt-tokens "$prompt" --batch "$prompt" >"$out/bench-cuda.log" 2>&1 || status=1
   tail -15 "$out/bench-cuda.log" | tee -a "$out/summary.txt"
-  # The same decode with the host's routing (one sync per MoE layer), then
-  # with one expert at a time: what each of the two saves.
-  for how in host-routing expert-at-a-time; do
+  # The same decode without the step's CUDA graph, with the host's routing
+  # (one sync per MoE layer), then with one expert at a time: what each saves.
+  for how in no-graphs host-routing expert-at-a-time; do
     step "moetier-bench-cuda --$how (decode only)"
     "$here/run" moetier-bench-cuda --model "$model" --runs "$runs" --decode-tokens "$decode" \
       --prompt-tokens 16 --batch 16 "--$how" >"$out/bench-cuda-$how.log" 2>&1 || status=1

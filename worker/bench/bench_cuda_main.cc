@@ -69,6 +69,10 @@ usage: moetier-bench-cuda --model FILE [options]
   --expert-at-a-time    four launches per routed expert instead of grouped
                         launches per layer (implies --host-routing): the same
                         logits, to measure what grouping gains
+  --no-graphs           launch every kernel of a decode step instead of replaying
+                        the step's captured CUDA graph: the same logits, to
+                        measure what the graph saves (--host-routing and
+                        --expert-at-a-time decode without graphs too)
   --bandwidth-mib N     size of the bandwidth-test buffer (default 1024): the
                         bandwidth is read + written bytes of a device-to-device
                         copy, the median of --runs copies
@@ -88,6 +92,7 @@ struct Options {
   bool no_cublas = false;
   bool host_routing = false;
   bool expert_at_a_time = false;
+  bool no_graphs = false;
   int64_t bandwidth_mib = 1024;
 };
 
@@ -109,6 +114,10 @@ absl::StatusOr<Options> ParseOptions(int argc, char** argv) {
     }
     if (arg == "--expert-at-a-time") {
       o.expert_at_a_time = true;
+      continue;
+    }
+    if (arg == "--no-graphs") {
+      o.no_graphs = true;
       continue;
     }
     if (arg == "--skip-context") {
@@ -268,6 +277,7 @@ int Run(const Options& o) {
   config.use_cublas = !o.no_cublas && cuda::CudaBlasAvailable();
   config.route_on_device = !o.host_routing && !o.expert_at_a_time;
   config.group_expert_launches = !o.expert_at_a_time;
+  config.use_cuda_graphs = !o.no_graphs;
   const double t_create = Seconds();
   absl::StatusOr<std::unique_ptr<CudaEngine>> engine = CudaEngine::Create(*model, config);
   if (!engine.ok()) return Fail(engine.status());
@@ -419,6 +429,16 @@ int Run(const Options& o) {
       100.0 * decode.median / roofline);
   std::printf("effective decode read rate: %.1f GB/s\n",
               decode.median * static_cast<double>(bytes_per_token) / 1e9);
+  if (!config.use_cuda_graphs) {
+    std::printf("decode graphs: off (--no-graphs or a routing setting)\n");
+  } else if (!e.graphs_failed().ok()) {
+    std::printf("decode graphs: failed, decoded without them: %s\n",
+                std::string(e.graphs_failed().message()).c_str());
+  } else {
+    std::printf("decode graphs: %s\n", e.captured_decode_graphs() > 0
+                                            ? "on (one replay per decode step)"
+                                            : "on, but no step qualified");
+  }
   std::printf("check: ok (runs reproduced the same tokens and logits)\n");
   return 0;
 }

@@ -233,6 +233,9 @@ CudaEngine::CudaEngine(const Model& model, const CudaEngineConfig& config)
                                          config.use_cublas)) {}
 
 CudaEngine::~CudaEngine() {
+  for (void* exec : decode_graphs_) {
+    if (exec != nullptr) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec));
+  }
   // The blocks first: the MoE block's cache waits for copies on the
   // context's streams, which go with the context.
   moe_.reset();
@@ -457,6 +460,10 @@ absl::Status CudaEngine::AllocateBuffers() {
       ctx_->AllocBuffer(logits_, b * static_cast<uint64_t>(hp_.n_vocab), "logits"));
   MOETIER_RETURN_IF_ERROR(ctx_->AllocBuffer(sampled_, 1, "the sampled token"));
   MOETIER_RETURN_IF_ERROR(ctx_->AllocPinned(host_sampled_, 1, "the sampled token"));
+  MOETIER_RETURN_IF_ERROR(ctx_->AllocBuffer(step_, 2, "the decode step's token and position"));
+  MOETIER_RETURN_IF_ERROR(
+      ctx_->AllocPinned(host_step_, 2, "the decode step's token and position"));
+  decode_graphs_.assign(static_cast<size_t>(config_.max_sequences), nullptr);
   host_row_.assign(static_cast<size_t>(hp_.n_vocab), 0.0f);
   if (ctx_->gemm_possible(config_.max_batch)) {
     // The GEMM's fp16 scratch: the largest matrix it may be given, and
@@ -487,6 +494,9 @@ absl::Status CudaEngine::Forward(Sequence& seq, std::span<const int32_t> tokens,
     return absl::InvalidArgumentError("no logits buffer");
   }
   MOETIER_RETURN_IF_ERROR(ctx_->MakeCurrent());
+  if (DecodesWithGraph(seq, tokens, host_rows)) {
+    return DecodeWithGraph(seq, tokens[0], host_rows, host_logits);
+  }
   const int pos0 = seq.length();
   const int n = static_cast<int>(tokens.size());
   for (int done = 0; done < n;) {
@@ -579,16 +589,23 @@ absl::Status CudaEngine::ForwardMany(std::span<const SequenceStep> steps) {
 
 absl::Status CudaEngine::ForwardBatch(std::span<const BatchPart> parts, const int32_t* tokens,
                                       int n, std::span<const int> out_rows,
-                                      std::span<float* const> host_rows) {
+                                      std::span<float* const> host_rows,
+                                      const int32_t* step_on_device) {
   const cuda::CudaStream stream = ctx_->stream();
   const int64_t n_embd = hp_.n_embd;
   const uint64_t embd_row_bytes =
       static_cast<uint64_t>(TensorRowBytes(token_embd_.type, token_embd_.cols));
   const auto* embd = static_cast<const uint8_t*>(token_embd_.data);
-  for (int t = 0; t < n; ++t) {
-    MOETIER_RETURN_IF_ERROR(cuda::DequantizeToF32(
-        token_embd_.type, embd + static_cast<uint64_t>(tokens[t]) * embd_row_bytes, n_embd,
-        batch_.x + t * n_embd, stream));
+  if (step_on_device != nullptr) {
+    MOETIER_CHECK(parts.size() == 1 && n == 1);
+    MOETIER_RETURN_IF_ERROR(cuda::DequantizeRowsAt(token_embd_.type, embd, step_on_device, 1,
+                                                   n_embd, batch_.x, stream));
+  } else {
+    for (int t = 0; t < n; ++t) {
+      MOETIER_RETURN_IF_ERROR(cuda::DequantizeToF32(
+          token_embd_.type, embd + static_cast<uint64_t>(tokens[t]) * embd_row_bytes, n_embd,
+          batch_.x + t * n_embd, stream));
+    }
   }
   spans_.clear();
   for (const BatchPart& part : parts) spans_.push_back(part.span);
@@ -600,7 +617,8 @@ absl::Status CudaEngine::ForwardBatch(std::span<const BatchPart> parts, const in
         for (const BatchPart& part : parts) {
           kv_of_part_.push_back(&state_[static_cast<size_t>(part.slot)][static_cast<size_t>(l)].kv);
         }
-        MOETIER_RETURN_IF_ERROR(attention_->Forward(l, spans_, kv_of_part_));
+        MOETIER_RETURN_IF_ERROR(attention_->Forward(
+            l, spans_, kv_of_part_, step_on_device != nullptr ? step_on_device + 1 : nullptr));
         break;
       case MixerKind::kGatedDeltaNet:
         recurrent_of_part_.clear();
@@ -644,9 +662,85 @@ absl::Status CudaEngine::ForwardBatch(std::span<const BatchPart> parts, const in
       r += run;
     }
   }
+  // Being captured: the replay's caller waits.
+  if (step_on_device != nullptr) return absl::OkStatus();
   // Also when no logits are wanted: the batch's cache entries are complete
   // (and any fault reported) before the sequences count them.
   return ctx_->Sync("the forward pass");
+}
+
+int CudaEngine::captured_decode_graphs() const {
+  int n = 0;
+  for (void* exec : decode_graphs_) n += exec != nullptr;
+  return n;
+}
+
+bool CudaEngine::DecodesWithGraph(const Sequence& seq, std::span<const int32_t> tokens,
+                                  LogitRows host_rows) const {
+  // A sequence's first token may clear recurrent state (position 0), which
+  // a replay would repeat; a step at a later position never does.
+  return config_.use_cuda_graphs && graphs_failed_.ok() && tokens.size() == 1 &&
+         seq.length() > 0 && host_rows != LogitRows::kAll && moe_->RoutesOnDevice(1);
+}
+
+absl::Status CudaEngine::CaptureDecodeGraph(int slot, int pos0, void** exec) {
+  auto* stream = static_cast<cudaStream_t>(ctx_->stream());
+  parts_.assign(1, BatchPart{slot, CudaRowSpan{.row0 = 0, .n = 1, .pos0 = pos0}});
+  out_rows_.assign(1, 0);
+  out_dst_.assign(1, nullptr);
+  MOETIER_RETURN_IF_ERROR(
+      CudaCall(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal),
+               "beginning the decode graph's capture"));
+  const absl::Status forward = ForwardBatch(parts_, nullptr, 1, out_rows_, out_dst_, step_);
+  cudaGraph_t graph = nullptr;
+  const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
+  absl::Status status = forward;
+  if (status.ok()) status = CudaCall(ended, "capturing the decode graph");
+  if (status.ok()) {
+    cudaGraphExec_t instance = nullptr;
+    status = CudaCall(cudaGraphInstantiate(&instance, graph, 0), "instantiating the decode graph");
+    if (status.ok()) *exec = instance;
+  }
+  if (graph != nullptr) cudaGraphDestroy(graph);
+  cudaGetLastError();  // a failed capture leaves its error behind
+  return status;
+}
+
+absl::Status CudaEngine::DecodeWithGraph(Sequence& seq, int32_t token, LogitRows host_rows,
+                                         float* host_logits) {
+  auto* stream = static_cast<cudaStream_t>(ctx_->stream());
+  const int slot = seq.slot();
+  const int pos0 = seq.length();
+  void*& exec = decode_graphs_[static_cast<size_t>(slot)];
+  if (exec == nullptr) {
+    if (absl::Status s = CaptureDecodeGraph(slot, pos0, &exec); !s.ok()) {
+      // Decoding goes on without graphs, with the same bits.
+      graphs_failed_ = s;
+      const int32_t tokens[1] = {token};
+      return Forward(seq, tokens, host_rows, host_logits);
+    }
+  }
+  // The pinned step is written again only after this step's Sync.
+  host_step_[0] = token;
+  host_step_[1] = pos0;
+  MOETIER_RETURN_IF_ERROR(CudaCall(cudaMemcpyAsync(step_, host_step_, 2 * sizeof(int32_t),
+                                                   cudaMemcpyHostToDevice, stream),
+                                   "copying the decode step to the device"));
+  absl::Status s = CudaCall(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec), stream),
+                            "launching the decode graph");
+  moe_->NoteReplayedBatch(1);
+  if (s.ok() && host_rows == LogitRows::kLast) {
+    s = CudaCall(cudaMemcpyAsync(host_logits, logits_, static_cast<size_t>(hp_.n_vocab) * sizeof(float),
+                                 cudaMemcpyDeviceToHost, stream),
+                 "copying logits to the host");
+  }
+  if (s.ok()) s = ctx_->Sync("the forward pass");
+  const absl::Status released = moe_->FinishBatch();
+  if (s.ok()) s = released;
+  MOETIER_RETURN_IF_ERROR(s);
+  slots_.SetLength(seq, pos0 + 1);
+  last_row_ = logits_;
+  return absl::OkStatus();
 }
 
 absl::Status CudaEngine::CopyRecurrentState(int slot, bool save) {

@@ -79,6 +79,13 @@ struct CudaEngineConfig {
   //   false: one host sync per layer.
   bool group_expert_launches = true;
   bool route_on_device = true;
+  // A one-token step of one sequence that the MoE routes on the device
+  // (route_on_device) is captured in a CUDA graph the first time, per
+  // sequence slot, and replayed after: one launch a step instead of one per
+  // kernel. The token and position reach the replay through device memory.
+  // The same bits as without; a capture that fails turns graphs off for the
+  // engine (graphs_failed() says why).
+  bool use_cuda_graphs = true;
   // The routed experts' device weights; null: every expert is uploaded at
   // creation (unless expert_source is given). Not owned; must outlive the
   // engine.
@@ -165,6 +172,11 @@ class CudaEngine final : public ForwardEngine, public ExpertCacheControl {
   // status page, and the miss cost model it measured at creation (all zero
   // unless the miss policy is auto).
   const ExpertCacheReport* expert_cache_report() const { return moe_->expert_cache(); }
+  // Ok while decode graphs are in use (or off by config); else why a
+  // capture failed, after which the engine decodes without them.
+  const absl::Status& graphs_failed() const { return graphs_failed_; }
+  // Sequence slots whose decode step has a captured graph.
+  int captured_decode_graphs() const;
   const CudaExpertCache* expert_cache() const { return moe_->expert_cache(); }
   const MissCostModel* miss_cost_model() const {
     return moe_->expert_cache() != nullptr ? &moe_->expert_cache()->cost_model() : nullptr;
@@ -195,9 +207,20 @@ class CudaEngine final : public ForwardEngine, public ExpertCacheControl {
   // One pass of n rows, which `parts` cover from row 0 in order; then the
   // logits of `out_rows` (ascending) into logits_'s first rows, each also
   // copied to its host_rows entry where that is not null. Waits for the
-  // device before returning.
+  // device before returning. With `step_on_device` (a decode step being
+  // captured: one part of one token, no host rows) the token and its
+  // position are the two int32 there, read when the kernels run, `tokens`
+  // is not read, and nothing waits.
   absl::Status ForwardBatch(std::span<const BatchPart> parts, const int32_t* tokens, int n,
-                            std::span<const int> out_rows, std::span<float* const> host_rows);
+                            std::span<const int> out_rows, std::span<float* const> host_rows,
+                            const int32_t* step_on_device = nullptr);
+  // Forward of one token through the slot's captured graph (capturing it
+  // first when there is none).
+  bool DecodesWithGraph(const Sequence& seq, std::span<const int32_t> tokens,
+                        LogitRows host_rows) const;
+  absl::Status DecodeWithGraph(Sequence& seq, int32_t token, LogitRows host_rows,
+                               float* host_logits);
+  absl::Status CaptureDecodeGraph(int slot, int pos0, void** exec);
   // Copies slot's recurrent layers to their checkpoint (save) or back.
   absl::Status CopyRecurrentState(int slot, bool save);
 
@@ -222,6 +245,13 @@ class CudaEngine final : public ForwardEngine, public ExpertCacheControl {
   int32_t* sampled_ = nullptr;     // [1], device
   int32_t* host_sampled_ = nullptr;  // [1], pinned
   std::vector<float> host_row_;    // [n_vocab]: for samplers that need the whole row
+  // Decode graphs: per sequence slot the instantiated graph
+  // (cudaGraphExec_t, null until captured), the step's token and position
+  // on the device and pinned, and why graphs were turned off, if they were.
+  std::vector<void*> decode_graphs_;
+  int32_t* step_ = nullptr;       // [2]: token, position; device
+  int32_t* host_step_ = nullptr;  // [2], pinned
+  absl::Status graphs_failed_;
   // A pass's plan, kept between calls so that passes allocate nothing once
   // they have grown: its parts, their spans, state and steps, its tokens,
   // the rows whose logits it keeps and where they go; and ForwardMany's

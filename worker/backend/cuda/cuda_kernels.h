@@ -43,6 +43,14 @@ inline constexpr int kCudaGemvMaxBatch = 8;
 absl::Status DequantizeToF32(TensorType type, const void* src, int64_t n_elems, float* dst,
                              CudaStream stream);
 
+// dst row i (n_elems floats) = row rows[i] of the matrix at `src` (rows of
+// TensorRowBytes(type, n_elems) bytes), for i < n_rows; `rows` is a device
+// array, read when the kernel runs (unchecked there: each must be a row of
+// the matrix). Bit-exact with DequantizeRow. Gathers token embeddings by
+// ids that live on the device.
+absl::Status DequantizeRowsAt(TensorType type, const void* src, const int32_t* rows, int n_rows,
+                              int64_t n_elems, float* dst, CudaStream stream);
+
 // As DequantizeToF32, rounded to IEEE binary16 (round to nearest even);
 // dst holds raw binary16 bits.
 absl::Status DequantizeToF16(TensorType type, const void* src, int64_t n_elems, uint16_t* dst,
@@ -183,9 +191,14 @@ bool CudaKvCacheTypeSupported(TensorType type);
 // the CPU codec decodes it); strides are multiples of 4 bytes for F32, 2
 // for the others. Decode is n_tokens = 1. head_dim <= 256. The softmax runs
 // in fp32 in one pass (running max).
+//
+// With `n_past_on_device`, the int32 it points to (device memory, read when
+// the kernel runs) is added to n_past: a captured CUDA graph replays with
+// the position its step writes there.
 absl::Status Attention(const float* q, const KvCacheView& k, const KvCacheView& v, int n_tokens,
                        int64_t n_past, int n_head, int n_head_kv, int head_dim, float scale,
-                       float* out, CudaStream stream);
+                       float* out, CudaStream stream,
+                       const int32_t* n_past_on_device = nullptr);
 
 // --- Gated attention and the shared expert (fp32) -----------------------
 
@@ -262,9 +275,11 @@ absl::Status GatherRows(const float* src, const int32_t* rows, int64_t n_rows, i
 // g * head_stride + (pos0 + t) * row_stride. F16 rounds to nearest even;
 // Q8_0 and Q4_0 blocks get exactly the bytes of the CPU codec's
 // QuantizeRow (ggml's reference rules).
+// `pos0_on_device`, when given, is added to pos0 as Attention's
+// n_past_on_device is to n_past.
 absl::Status StoreKv(const float* src, int n_tokens, int n_head_kv, int head_dim, void* cache,
                      TensorType kv_type, int64_t head_stride, int64_t row_stride, int64_t pos0,
-                     CudaStream stream);
+                     CudaStream stream, const int32_t* pos0_on_device = nullptr);
 
 // A MoE layer's grouping done on the device, so that the host need not see
 // the router's choice: the row maps GatherRows and MoeCombine read, and the

@@ -67,7 +67,8 @@ template <typename KF, typename VF>
 __global__ void AttentionKernel(const float* q, const uint8_t* k_cache, int64_t k_head_stride,
                                 int64_t k_row_stride, const uint8_t* v_cache,
                                 int64_t v_head_stride, int64_t v_row_stride, int64_t n_past,
-                                int n_head, int group, int head_dim, float scale, float* out) {
+                                const int32_t* n_past_on_device, int n_head, int group,
+                                int head_dim, float scale, float* out) {
   __shared__ float q_s[kAttnThreads];
   __shared__ float p_s[kAttnTile];
   const int h = blockIdx.x;
@@ -76,7 +77,7 @@ __global__ void AttentionKernel(const float* q, const uint8_t* k_cache, int64_t 
   const int lane = threadIdx.x % 32;
   const int warp = threadIdx.x / 32;
   const int n_warps = blockDim.x / 32;
-  const int64_t n_kv = n_past + t + 1;
+  const int64_t n_kv = n_past + (n_past_on_device != nullptr ? *n_past_on_device : 0) + t + 1;
   const float* qh = q + (static_cast<int64_t>(t) * n_head + h) * head_dim;
   const uint8_t* kh = k_cache + g * k_head_stride;
   const uint8_t* vh = v_cache + g * v_head_stride;
@@ -162,11 +163,13 @@ __device__ void QuantizeBlockQ4_0(const float* x, uint8_t* block) {
 // 32-value block.
 template <TensorType kType>
 __global__ void StoreKvKernel(const float* src, int n_head_kv, int head_dim, uint8_t* cache,
-                              int64_t head_stride, int64_t row_stride, int64_t pos0) {
+                              int64_t head_stride, int64_t row_stride, int64_t pos0,
+                              const int32_t* pos0_on_device) {
   const int g = blockIdx.x;
   const int t = blockIdx.y;
   const float* s = src + (static_cast<int64_t>(t) * n_head_kv + g) * head_dim;
-  uint8_t* row = cache + g * head_stride + (pos0 + t) * row_stride;
+  const int64_t pos = pos0 + (pos0_on_device != nullptr ? *pos0_on_device : 0) + t;
+  uint8_t* row = cache + g * head_stride + pos * row_stride;
   if constexpr (kType == TensorType::kF32) {
     for (int i = threadIdx.x; i < head_dim; i += blockDim.x) {
       reinterpret_cast<float*>(row)[i] = s[i];
@@ -227,13 +230,15 @@ absl::Status CheckCacheLayout(const char* which, TensorType type, const void* da
 template <typename KF>
 void LaunchAttentionWithKeys(const dim3& grid, cudaStream_t s, const float* q,
                              const KvCacheView& k, const KvCacheView& v, int64_t n_past,
-                             int n_head, int group, int head_dim, float scale, float* out) {
+                             const int32_t* n_past_on_device, int n_head, int group, int head_dim,
+                             float scale, float* out) {
   const auto* kc = static_cast<const uint8_t*>(k.data);
   const auto* vc = static_cast<const uint8_t*>(v.data);
 #define MOETIER_ATTENTION_LAUNCH(VF)                                                         \
   AttentionKernel<KF, VF><<<grid, kAttnThreads, 0, s>>>(q, kc, k.head_stride, k.row_stride, vc, \
                                                          v.head_stride, v.row_stride, n_past,  \
-                                                         n_head, group, head_dim, scale, out)
+                                                         n_past_on_device, n_head, group,      \
+                                                         head_dim, scale, out)
   switch (v.type) {
     case TensorType::kF32:
       MOETIER_ATTENTION_LAUNCH(KvF32);
@@ -262,7 +267,7 @@ bool CudaKvCacheTypeSupported(TensorType type) {
 
 absl::Status Attention(const float* q, const KvCacheView& k, const KvCacheView& v, int n_tokens,
                        int64_t n_past, int n_head, int n_head_kv, int head_dim, float scale,
-                       float* out, CudaStream stream) {
+                       float* out, CudaStream stream, const int32_t* n_past_on_device) {
   MOETIER_CUDA_REQUIRE(q != nullptr && k.data != nullptr && v.data != nullptr && out != nullptr,
                        "null pointer");
   MOETIER_CUDA_REQUIRE(n_head_kv > 0 && n_head % n_head_kv == 0,
@@ -287,17 +292,17 @@ absl::Status Attention(const float* q, const KvCacheView& k, const KvCacheView& 
   const cudaStream_t s = AsStream(stream);
   switch (k.type) {
     case TensorType::kF32:
-      LaunchAttentionWithKeys<KvF32>(grid, s, q, k, v, n_past, n_head, group, head_dim, scale, out);
+      LaunchAttentionWithKeys<KvF32>(grid, s, q, k, v, n_past, n_past_on_device, n_head, group, head_dim, scale, out);
       break;
     case TensorType::kF16:
-      LaunchAttentionWithKeys<KvF16>(grid, s, q, k, v, n_past, n_head, group, head_dim, scale, out);
+      LaunchAttentionWithKeys<KvF16>(grid, s, q, k, v, n_past, n_past_on_device, n_head, group, head_dim, scale, out);
       break;
     case TensorType::kQ8_0:
-      LaunchAttentionWithKeys<KvQ8_0>(grid, s, q, k, v, n_past, n_head, group, head_dim, scale,
+      LaunchAttentionWithKeys<KvQ8_0>(grid, s, q, k, v, n_past, n_past_on_device, n_head, group, head_dim, scale,
                                       out);
       break;
     default:
-      LaunchAttentionWithKeys<KvQ4_0>(grid, s, q, k, v, n_past, n_head, group, head_dim, scale,
+      LaunchAttentionWithKeys<KvQ4_0>(grid, s, q, k, v, n_past, n_past_on_device, n_head, group, head_dim, scale,
                                       out);
       break;
   }
@@ -306,7 +311,7 @@ absl::Status Attention(const float* q, const KvCacheView& k, const KvCacheView& 
 
 absl::Status StoreKv(const float* src, int n_tokens, int n_head_kv, int head_dim, void* cache,
                      TensorType kv_type, int64_t head_stride, int64_t row_stride, int64_t pos0,
-                     CudaStream stream) {
+                     CudaStream stream, const int32_t* pos0_on_device) {
   MOETIER_CUDA_REQUIRE(src != nullptr && cache != nullptr, "null pointer");
   MOETIER_CUDA_REQUIRE(n_tokens >= 0 && n_tokens <= 65535 && n_head_kv > 0 && head_dim > 0,
                        "bad shape");
@@ -323,19 +328,23 @@ absl::Status StoreKv(const float* src, int n_tokens, int n_head_kv, int head_dim
   switch (kv_type) {
     case TensorType::kF32:
       StoreKvKernel<TensorType::kF32>
-          <<<grid, 128, 0, s>>>(src, n_head_kv, head_dim, c, head_stride, row_stride, pos0);
+          <<<grid, 128, 0, s>>>(src, n_head_kv, head_dim, c, head_stride, row_stride, pos0,
+                                  pos0_on_device);
       break;
     case TensorType::kF16:
       StoreKvKernel<TensorType::kF16>
-          <<<grid, 128, 0, s>>>(src, n_head_kv, head_dim, c, head_stride, row_stride, pos0);
+          <<<grid, 128, 0, s>>>(src, n_head_kv, head_dim, c, head_stride, row_stride, pos0,
+                                  pos0_on_device);
       break;
     case TensorType::kQ8_0:
       StoreKvKernel<TensorType::kQ8_0>
-          <<<grid, 32, 0, s>>>(src, n_head_kv, head_dim, c, head_stride, row_stride, pos0);
+          <<<grid, 32, 0, s>>>(src, n_head_kv, head_dim, c, head_stride, row_stride, pos0,
+                                  pos0_on_device);
       break;
     default:
       StoreKvKernel<TensorType::kQ4_0>
-          <<<grid, 32, 0, s>>>(src, n_head_kv, head_dim, c, head_stride, row_stride, pos0);
+          <<<grid, 32, 0, s>>>(src, n_head_kv, head_dim, c, head_stride, row_stride, pos0,
+                                  pos0_on_device);
       break;
   }
   return LaunchStatus("StoreKv");

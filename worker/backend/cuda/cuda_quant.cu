@@ -163,6 +163,18 @@ __global__ void DequantF16Kernel(const uint8_t* src, int64_t n, __half* dst) {
   }
 }
 
+// blockIdx.y: the output row; its source row comes from device memory.
+template <TensorType T>
+__global__ void DequantRowsAtKernel(const uint8_t* src, int64_t row_bytes, const int32_t* rows,
+                                    int64_t n, float* dst) {
+  const uint8_t* row = src + static_cast<int64_t>(rows[blockIdx.y]) * row_bytes;
+  float* out = dst + static_cast<int64_t>(blockIdx.y) * n;
+  for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
+       e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    out[e] = RowAt<T>(row, e);
+  }
+}
+
 __global__ void F32ToF16Kernel(const float* src, int64_t n, __half* dst) {
   for (int64_t e = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; e < n;
        e += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -375,6 +387,17 @@ struct DequantF32Op {
 };
 
 template <TensorType T>
+struct DequantRowsAtOp {
+  static absl::Status Run(const void* src, const int32_t* rows, int n_rows, int64_t n, float* dst,
+                          cudaStream_t stream) {
+    const dim3 grid(ElementwiseBlocks(n), static_cast<unsigned>(n_rows));
+    DequantRowsAtKernel<T><<<grid, kElementwiseThreads, 0, stream>>>(
+        static_cast<const uint8_t*>(src), TensorRowBytes(T, n), rows, n, dst);
+    return LaunchStatus("DequantRowsAt");
+  }
+};
+
+template <TensorType T>
 struct DequantF16Op {
   static absl::Status Run(const void* src, int64_t n, __half* dst, cudaStream_t stream) {
     DequantF16Kernel<T><<<ElementwiseBlocks(n), kElementwiseThreads, 0, stream>>>(
@@ -477,6 +500,17 @@ absl::Status DequantizeToF32(TensorType type, const void* src, int64_t n_elems, 
   if (absl::Status s = CheckWeights(__func__, type, src, 1, n_elems); !s.ok()) return s;
   MOETIER_CUDA_REQUIRE(dst != nullptr && internal::Aligned(dst, 4), "dst is null or misaligned");
   return Dispatch<DequantF32Op>(type, src, n_elems, dst, AsStream(stream));
+}
+
+absl::Status DequantizeRowsAt(TensorType type, const void* src, const int32_t* rows, int n_rows,
+                              int64_t n_elems, float* dst, CudaStream stream) {
+  if (absl::Status s = CheckWeights(__func__, type, src, n_rows, n_elems); !s.ok()) return s;
+  MOETIER_CUDA_REQUIRE(rows != nullptr && dst != nullptr && internal::Aligned(rows, 4) &&
+                           internal::Aligned(dst, 4),
+                       "rows or dst is null or misaligned");
+  MOETIER_CUDA_REQUIRE(n_rows <= 65535, absl::StrCat(n_rows, " rows is more than 65535"));
+  if (n_rows == 0) return absl::OkStatus();
+  return Dispatch<DequantRowsAtOp>(type, src, rows, n_rows, n_elems, dst, AsStream(stream));
 }
 
 absl::Status DequantizeToF16(TensorType type, const void* src, int64_t n_elems, uint16_t* dst,

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_format.h"
 #include "backend/cuda/cuda_kernels.h"
+#include "base/check.h"
 #include "blocks/cuda/cuda_check.h"
 
 namespace moetier {
@@ -81,7 +82,9 @@ void CudaAttentionBlock::SetWeights(int layer, const CudaAttentionWeights& weigh
 }
 
 absl::Status CudaAttentionBlock::Forward(int layer, std::span<const CudaRowSpan> spans,
-                                         std::span<const CudaKvLayer* const> kv) {
+                                         std::span<const CudaKvLayer* const> kv,
+                                         const int32_t* pos0_on_device) {
+  MOETIER_CHECK(pos0_on_device == nullptr || (spans.size() == 1 && spans[0].n == 1));
   const CudaAttentionWeights& l = layers_[static_cast<size_t>(layer)];
   const cuda::CudaStream stream = ctx_.stream();
   const int n_embd = hp_.n_embd;
@@ -130,7 +133,9 @@ absl::Status CudaAttentionBlock::Forward(int layer, std::span<const CudaRowSpan>
     float* q = q_ + row0 * q_dim;
     float* k = k_ + row0 * kv_dim;
     float* v = v_ + row0 * kv_dim;
-    const int32_t* positions = positions_ + span.pos0;
+    // A device-held position is the one token's positions array.
+    const int64_t pos0 = pos0_on_device != nullptr ? 0 : span.pos0;
+    const int32_t* positions = pos0_on_device != nullptr ? pos0_on_device : positions_ + span.pos0;
     MOETIER_RETURN_IF_ERROR(rope(q, positions, span.n, hp_.n_head, head_dim, hp_.n_rot,
                                  hp_.rope_freq_base, pair_uses_position_, stream));
     MOETIER_RETURN_IF_ERROR(rope(k, positions, span.n, hp_.n_head_kv, head_dim, hp_.n_rot,
@@ -142,13 +147,13 @@ absl::Status CudaAttentionBlock::Forward(int layer, std::span<const CudaRowSpan>
                                    static_cast<int64_t>(KvRowBytes(kv_types_.v, head_dim))};
     MOETIER_RETURN_IF_ERROR(cuda::StoreKv(k, span.n, hp_.n_head_kv, head_dim, cache.k,
                                           keys.type, keys.head_stride, keys.row_stride,
-                                          span.pos0, stream));
+                                          pos0, stream, pos0_on_device));
     MOETIER_RETURN_IF_ERROR(cuda::StoreKv(v, span.n, hp_.n_head_kv, head_dim, cache.v,
                                           values.type, values.head_stride, values.row_stride,
-                                          span.pos0, stream));
-    MOETIER_RETURN_IF_ERROR(cuda::Attention(q, keys, values, span.n, span.pos0, hp_.n_head,
+                                          pos0, stream, pos0_on_device));
+    MOETIER_RETURN_IF_ERROR(cuda::Attention(q, keys, values, span.n, pos0, hp_.n_head,
                                             hp_.n_head_kv, head_dim, scale,
-                                            attn_out_ + row0 * q_dim, stream));
+                                            attn_out_ + row0 * q_dim, stream, pos0_on_device));
   }
   if (l.gated) {
     MOETIER_RETURN_IF_ERROR(

@@ -76,9 +76,13 @@ class CudaAttentionBlock {
 
   // x += Attention(RMSNorm(x; attn_norm)) for the batch's rows, which
   // `spans` cover from row 0 in order: span i's keys and values go into
-  // kv[i], and its tokens attend to that sequence only.
+  // kv[i], and its tokens attend to that sequence only. With
+  // `pos0_on_device` (one span of one token: a captured decode step) the
+  // token's position is the int32 there, read when the kernels run, and the
+  // span's pos0 is not used.
   absl::Status Forward(int layer, std::span<const CudaRowSpan> spans,
-                       std::span<const CudaKvLayer* const> kv);
+                       std::span<const CudaKvLayer* const> kv,
+                       const int32_t* pos0_on_device = nullptr);
 
  private:
   const ModelHparams& hp_;

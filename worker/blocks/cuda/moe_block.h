@@ -129,6 +129,16 @@ class CudaMoeBlock {
   // group's whose copies nothing waited for), also after a failure.
   absl::Status FinishBatch();
 
+  // With resident experts, no hooks, no cache and a batch the GEMV takes:
+  // the router's choice stays on the device (BuildExpertJobs groups it and
+  // writes the job tables), so no layer needs a host sync, and the batch's
+  // work may be captured in a CUDA graph. Its checks and the routing
+  // counter's counts wait for the batch's end (FinishBatch).
+  bool RoutesOnDevice(int n) const;
+  // A captured batch of n tokens was replayed (its host code did not run):
+  // FinishBatch reports it as a batch routed on the device.
+  void NoteReplayedBatch(int n) { device_routed_n_ = n; }
+
   // The cache (null with resident experts).
   const CudaExpertCache* expert_cache() const { return cache_.get(); }
   // A new VRAM pool for the cache (between Forward calls).
@@ -167,11 +177,6 @@ class CudaMoeBlock {
                               bool rows_are_all_choices);
   // Room for the grouped jobs, so that Forward allocates nothing.
   void ReserveExpertJobs();
-  // With resident experts, no hooks, no cache and a batch the GEMV takes:
-  // the router's choice stays on the device (BuildExpertJobs groups it and
-  // writes the job tables), so the layer needs no host sync. Its checks and
-  // the routing counter's counts wait for the batch's end (FinishBatch).
-  bool RoutesOnDevice(int n) const;
   absl::Status DeviceRoutedExperts(int layer, int n);
   // The router's softmax top-k of the batch into topk_ids_/topk_weights_.
   absl::Status RunRouter(int layer, int n);
