@@ -543,6 +543,16 @@ TEST_F(CudaEngineTest, DecodeGraphsGiveTheBitsOfEagerDecode) {
       ASSERT_TRUE(e->Forward(*a, token, LogitRows::kLast, row.data()).ok());
       logits[static_cast<size_t>(which)].insert(logits[static_cast<size_t>(which)].end(),
                                                 row.begin(), row.end());
+      // No logits to the host, then a sample from the device's row.
+      ASSERT_TRUE(e->Forward(*a, token, LogitRows::kNone, nullptr).ok());
+      absl::StatusOr<int32_t> next = e->Sample(greedy);
+      ASSERT_TRUE(next.ok()) << next.status();
+      sampled[static_cast<size_t>(which)].push_back(*next);
+      // A server's one-step ForwardMany.
+      const SequenceStep step{b.get(), token, row.data()};
+      ASSERT_TRUE(e->ForwardMany(std::span<const SequenceStep>(&step, 1)).ok());
+      logits[static_cast<size_t>(which)].insert(logits[static_cast<size_t>(which)].end(),
+                                                row.begin(), row.end());
       ++which;
     }
     EXPECT_EQ(logits[1], logits[0]);

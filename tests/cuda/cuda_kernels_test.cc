@@ -100,6 +100,32 @@ TEST_F(CudaKernelsTest, DequantizeIsBitExactWithTheCodec) {
   }
 }
 
+// Rows picked by ids on the device (a decode graph's token embedding)
+// decode as the codec decodes them.
+TEST_F(CudaKernelsTest, DequantizeRowsAtPicksRowsByDeviceIds) {
+  const int64_t rows = 9, cols = 512;
+  uint32_t seed = 77;
+  for (TensorType type : kWeightTypes) {
+    SCOPED_TRACE(Name(type));
+    const std::vector<uint8_t> bytes =
+        Quantize(type, Gaussian(static_cast<size_t>(rows * cols), seed++, 0.5f));
+    const std::vector<float> all = Dequantize(type, bytes, rows * cols);
+    const std::vector<int32_t> ids = {7, 0, 7, 3};
+    DeviceBuffer w_dev(bytes), ids_dev(ids);
+    DeviceBuffer out(ids.size() * static_cast<size_t>(cols) * sizeof(float));
+    ASSERT_TRUE(DequantizeRowsAt(type, w_dev.get(), ids_dev.as<int32_t>(),
+                                 static_cast<int>(ids.size()), cols, out.as<float>(), nullptr)
+                    .ok());
+    const std::vector<float> got = out.Download<float>(ids.size() * static_cast<size_t>(cols));
+    for (size_t i = 0; i < ids.size(); ++i) {
+      ASSERT_EQ(std::memcmp(got.data() + i * cols, all.data() + static_cast<size_t>(ids[i]) * cols,
+                            static_cast<size_t>(cols) * sizeof(float)),
+                0)
+          << "output row " << i << " (row " << ids[i] << ")";
+    }
+  }
+}
+
 // Each activation row's sums run in the same order whatever the batch, so
 // the engine's batched decode equals its one-token decode bit for bit.
 TEST_F(CudaKernelsTest, GemvBatchRowsEqualSingleRowsBitForBit) {

@@ -209,6 +209,48 @@ TEST_F(CudaKvCacheTest, AttentionReadsKeysAndValuesOfEveryTypeAsStored) {
   }
 }
 
+// A position held on the device (a replayed decode graph's) is added to
+// the host's: storing at 2 + 3 and attending over 2 + 3 past positions is
+// storing at 5 and attending over 5, byte for byte and bit for bit.
+TEST_F(CudaKvCacheTest, ADevicePositionAddsToTheHostOne) {
+  const int n_head = 4, n_head_kv = 2, head_dim = 64, capacity = 8;
+  for (TensorType type : kKvTypes) {
+    SCOPED_TRACE(Name(type));
+    const int64_t row = RowBytes(type, head_dim);
+    const int64_t head_stride = capacity * row;
+    const size_t bytes = static_cast<size_t>(n_head_kv * head_stride);
+    // Five earlier positions, then the token's keys and values at 5.
+    const std::vector<float> past = Gaussian(static_cast<size_t>(5 * n_head_kv * head_dim), 1);
+    const std::vector<float> now = Gaussian(static_cast<size_t>(n_head_kv * head_dim), 2);
+    const std::vector<float> q = Gaussian(static_cast<size_t>(n_head * head_dim), 3);
+    const std::vector<int32_t> three = {3};
+    DeviceBuffer past_dev(past), now_dev(now), q_dev(q), three_dev(three);
+    DeviceBuffer host_cache(bytes), device_cache(bytes);
+    DeviceBuffer out_host(q.size() * sizeof(float)), out_device(q.size() * sizeof(float));
+    for (DeviceBuffer* cache : {&host_cache, &device_cache}) {
+      ASSERT_EQ(cudaMemset(cache->get(), 0, bytes), cudaSuccess);
+      ASSERT_TRUE(StoreKv(past_dev.as<float>(), 5, n_head_kv, head_dim, cache->get(), type,
+                          head_stride, row, 0, nullptr)
+                      .ok());
+    }
+    ASSERT_TRUE(StoreKv(now_dev.as<float>(), 1, n_head_kv, head_dim, host_cache.get(), type,
+                        head_stride, row, 5, nullptr)
+                    .ok());
+    ASSERT_TRUE(StoreKv(now_dev.as<float>(), 1, n_head_kv, head_dim, device_cache.get(), type,
+                        head_stride, row, 2, nullptr, three_dev.as<int32_t>())
+                    .ok());
+    EXPECT_EQ(host_cache.Download<uint8_t>(bytes), device_cache.Download<uint8_t>(bytes));
+    const KvCacheView view{host_cache.get(), type, head_stride, row};
+    ASSERT_TRUE(Attention(q_dev.as<float>(), view, view, 1, 5, n_head, n_head_kv, head_dim,
+                          0.125f, out_host.as<float>(), nullptr)
+                    .ok());
+    ASSERT_TRUE(Attention(q_dev.as<float>(), view, view, 1, 2, n_head, n_head_kv, head_dim,
+                          0.125f, out_device.as<float>(), nullptr, three_dev.as<int32_t>())
+                    .ok());
+    EXPECT_EQ(out_host.Download<float>(q.size()), out_device.Download<float>(q.size()));
+  }
+}
+
 TEST(CudaKvCacheArgsTest, RejectsBadArgumentsBeforeLaunching) {
   // Never dereferenced: every call fails its checks first.
   float* f = reinterpret_cast<float*>(uintptr_t{256});

@@ -429,8 +429,10 @@ int Run(const Options& o) {
       100.0 * decode.median / roofline);
   std::printf("effective decode read rate: %.1f GB/s\n",
               decode.median * static_cast<double>(bytes_per_token) / 1e9);
-  if (!config.use_cuda_graphs) {
-    std::printf("decode graphs: off (--no-graphs or a routing setting)\n");
+  if (!config.use_cuda_graphs || !config.route_on_device) {
+    std::printf("decode graphs: off (%s)\n", config.use_cuda_graphs
+                                                   ? "they need the MoE routed on the device"
+                                                   : "--no-graphs");
   } else if (!e.graphs_failed().ok()) {
     std::printf("decode graphs: failed, decoded without them: %s\n",
                 std::string(e.graphs_failed().message()).c_str());

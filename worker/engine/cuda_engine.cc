@@ -233,6 +233,7 @@ CudaEngine::CudaEngine(const Model& model, const CudaEngineConfig& config)
                                          config.use_cublas)) {}
 
 CudaEngine::~CudaEngine() {
+  if (ctx_ != nullptr) (void)ctx_->MakeCurrent();
   for (void* exec : decode_graphs_) {
     if (exec != nullptr) cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec));
   }
@@ -542,6 +543,15 @@ absl::Status CudaEngine::ForwardMany(std::span<const SequenceStep> steps) {
         "sequences one by one");
   }
   MOETIER_RETURN_IF_ERROR(ctx_->MakeCurrent());
+  // One sequence's one-token step (a server decoding one request): its
+  // graph, as Forward would.
+  if (steps.size() == 1 && steps[0].last_logits != nullptr &&
+      DecodesWithGraph(*steps[0].seq, steps[0].tokens, LogitRows::kLast)) {
+    absl::Status s =
+        DecodeWithGraph(*steps[0].seq, steps[0].tokens[0], LogitRows::kLast, steps[0].last_logits);
+    last_row_ = nullptr;  // ForwardMany leaves nothing to Sample
+    return s;
+  }
   // Passes of up to max_batch rows, the steps' tokens in order: a step
   // that does not fit whole runs its first tokens in this pass and the
   // rest in the next.
@@ -694,6 +704,8 @@ absl::Status CudaEngine::CaptureDecodeGraph(int slot, int pos0, void** exec) {
   const absl::Status forward = ForwardBatch(parts_, nullptr, 1, out_rows_, out_dst_, step_);
   cudaGraph_t graph = nullptr;
   const cudaError_t ended = cudaStreamEndCapture(stream, &graph);
+  // The captured pass ran no work: nothing for FinishBatch to report yet.
+  moe_->NoteReplayedBatch(0);
   absl::Status status = forward;
   if (status.ok()) status = CudaCall(ended, "capturing the decode graph");
   if (status.ok()) {
@@ -723,12 +735,14 @@ absl::Status CudaEngine::DecodeWithGraph(Sequence& seq, int32_t token, LogitRows
   // The pinned step is written again only after this step's Sync.
   host_step_[0] = token;
   host_step_[1] = pos0;
-  MOETIER_RETURN_IF_ERROR(CudaCall(cudaMemcpyAsync(step_, host_step_, 2 * sizeof(int32_t),
-                                                   cudaMemcpyHostToDevice, stream),
-                                   "copying the decode step to the device"));
-  absl::Status s = CudaCall(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec), stream),
-                            "launching the decode graph");
-  moe_->NoteReplayedBatch(1);
+  absl::Status s = CudaCall(
+      cudaMemcpyAsync(step_, host_step_, 2 * sizeof(int32_t), cudaMemcpyHostToDevice, stream),
+      "copying the decode step to the device");
+  if (s.ok()) {
+    s = CudaCall(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec), stream),
+                 "launching the decode graph");
+  }
+  if (s.ok()) moe_->NoteReplayedBatch(1);
   if (s.ok() && host_rows == LogitRows::kLast) {
     s = CudaCall(cudaMemcpyAsync(host_logits, logits_, static_cast<size_t>(hp_.n_vocab) * sizeof(float),
                                  cudaMemcpyDeviceToHost, stream),
