@@ -461,6 +461,8 @@ absl::Status CudaEngine::AllocateBuffers() {
       ctx_->AllocBuffer(logits_, b * static_cast<uint64_t>(hp_.n_vocab), "logits"));
   MOETIER_RETURN_IF_ERROR(ctx_->AllocBuffer(sampled_, 1, "the sampled token"));
   MOETIER_RETURN_IF_ERROR(ctx_->AllocPinned(host_sampled_, 1, "the sampled token"));
+  MOETIER_RETURN_IF_ERROR(ctx_->AllocBuffer(tokens_, b, "the batch's tokens"));
+  MOETIER_RETURN_IF_ERROR(ctx_->AllocPinned(host_tokens_, b, "the batch's tokens"));
   MOETIER_RETURN_IF_ERROR(ctx_->AllocBuffer(step_, 2, "the decode step's token and position"));
   MOETIER_RETURN_IF_ERROR(
       ctx_->AllocPinned(host_step_, 2, "the decode step's token and position"));
@@ -603,19 +605,21 @@ absl::Status CudaEngine::ForwardBatch(std::span<const BatchPart> parts, const in
                                       const int32_t* step_on_device) {
   const cuda::CudaStream stream = ctx_->stream();
   const int64_t n_embd = hp_.n_embd;
-  const uint64_t embd_row_bytes =
-      static_cast<uint64_t>(TensorRowBytes(token_embd_.type, token_embd_.cols));
   const auto* embd = static_cast<const uint8_t*>(token_embd_.data);
   if (step_on_device != nullptr) {
     MOETIER_CHECK(parts.size() == 1 && n == 1);
     MOETIER_RETURN_IF_ERROR(cuda::DequantizeRowsAt(token_embd_.type, embd, step_on_device, 1,
                                                    n_embd, batch_.x, stream));
   } else {
-    for (int t = 0; t < n; ++t) {
-      MOETIER_RETURN_IF_ERROR(cuda::DequantizeToF32(
-          token_embd_.type, embd + static_cast<uint64_t>(tokens[t]) * embd_row_bytes, n_embd,
-          batch_.x + t * n_embd, stream));
-    }
+    // The ids go down once (pinned: rewritten only after this pass's Sync)
+    // and one launch gathers every row.
+    std::copy(tokens, tokens + n, host_tokens_);
+    MOETIER_RETURN_IF_ERROR(CudaCall(
+        cudaMemcpyAsync(tokens_, host_tokens_, static_cast<size_t>(n) * sizeof(int32_t),
+                        cudaMemcpyHostToDevice, static_cast<cudaStream_t>(stream)),
+        "copying the batch's tokens to the device"));
+    MOETIER_RETURN_IF_ERROR(
+        cuda::DequantizeRowsAt(token_embd_.type, embd, tokens_, n, n_embd, batch_.x, stream));
   }
   spans_.clear();
   for (const BatchPart& part : parts) spans_.push_back(part.span);

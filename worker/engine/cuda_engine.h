@@ -245,6 +245,8 @@ class CudaEngine final : public ForwardEngine, public ExpertCacheControl {
   int32_t* sampled_ = nullptr;     // [1], device
   int32_t* host_sampled_ = nullptr;  // [1], pinned
   std::vector<float> host_row_;    // [n_vocab]: for samplers that need the whole row
+  int32_t* tokens_ = nullptr;       // [B]: a pass's token ids, device
+  int32_t* host_tokens_ = nullptr;  // [B], pinned
   // Decode graphs: per sequence slot the instantiated graph
   // (cudaGraphExec_t, null until captured), the step's token and position
   // on the device and pinned, and why graphs were turned off, if they were.
