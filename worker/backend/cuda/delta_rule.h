@@ -30,11 +30,8 @@
 #include <cmath>
 #include <cstdint>
 
-#if defined(__CUDACC__)
-#define MOETIER_HOST_DEVICE __host__ __device__
-#else
-#define MOETIER_HOST_DEVICE
-#endif
+#include "backend/cuda/host_device.h"
+
 
 namespace moetier::cuda {
 

@@ -13,13 +13,8 @@
 
 #include <cstdint>
 
-#ifndef MOETIER_HOST_DEVICE
-#if defined(__CUDACC__)
-#define MOETIER_HOST_DEVICE __host__ __device__
-#else
-#define MOETIER_HOST_DEVICE
-#endif
-#endif
+#include "backend/cuda/host_device.h"
+
 
 namespace moetier::cuda {
 

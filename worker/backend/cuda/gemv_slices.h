@@ -25,6 +25,7 @@
 #include "gguf/tensor/half.h"
 #endif
 
+#include "backend/cuda/host_device.h"
 #include "gguf/tensor/tensor_type.h"
 
 // Small constant loops over a slice's runs must unroll, or the slice lands
@@ -35,13 +36,6 @@
 #define MOETIER_GEMV_UNROLL
 #endif
 
-#ifndef MOETIER_HOST_DEVICE
-#if defined(__CUDACC__)
-#define MOETIER_HOST_DEVICE __host__ __device__
-#else
-#define MOETIER_HOST_DEVICE
-#endif
-#endif
 
 namespace moetier::cuda::gemv {
 

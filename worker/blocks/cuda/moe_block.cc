@@ -485,7 +485,12 @@ absl::Status CudaMoeBlock::LaunchExpert(int layer, const void* gate_w, const voi
   return ctx_.MatMul(down, g, count, down_out_ + off * n_embd);
 }
 
-absl::Status CudaMoeBlock::GroupedExperts(int layer) {
+absl::Status CudaMoeBlock::LayerOfDeviceExperts(int layer) {
+  // Each used expert's rows are contiguous in expert order. With fixed
+  // pointers every used expert is asked for first and computed in grouped
+  // launches; otherwise each expert's gate and up products, SiLU·mul and
+  // down product are enqueued before the next expert's pointers are asked
+  // for (DeviceExperts' contract).
   expert_work_.clear();
   for (int e = 0; e < hp_.n_expert; ++e) {
     const int64_t off = expert_offset_[static_cast<size_t>(e)];
@@ -494,8 +499,13 @@ absl::Status CudaMoeBlock::GroupedExperts(int layer) {
     absl::StatusOr<DeviceExpertMatrices> mats =
         config_.device_experts->ExpertPointers(layer, e, ctx_.stream());
     if (!mats.ok()) return mats.status();
-    expert_work_.push_back({*mats, off, count});
+    if (group_fixed_experts_) {
+      expert_work_.push_back({*mats, off, count});
+    } else {
+      MOETIER_RETURN_IF_ERROR(LaunchExpert(layer, mats->gate, mats->up, mats->down, off, count));
+    }
   }
+  if (!group_fixed_experts_) return absl::OkStatus();
   // Every used expert: their rows are all of the batch's choices.
   return ComputeExperts(layer, expert_work_, /*rows_are_all_choices=*/true);
 }
@@ -580,7 +590,6 @@ absl::Status CudaMoeBlock::ComputeExperts(int layer, std::span<const ExpertWork>
 }
 
 absl::Status CudaMoeBlock::Forward(int layer, int n, int pos0) {
-  const int n_expert = hp_.n_expert;
   const int top_k = hp_.n_expert_used;
   const bool predict = cache_ != nullptr && cache_->predicts() && n <= kCudaPrefetchMaxTokens &&
                        layer + 1 < hp_.n_layer;
@@ -591,21 +600,8 @@ absl::Status CudaMoeBlock::Forward(int layer, int n, int pos0) {
     MOETIER_RETURN_IF_ERROR(RouteAndGroup(layer, n, pos0, predict));
     if (cache_ != nullptr) {
       MOETIER_RETURN_IF_ERROR(CachedExperts(layer, n));
-    } else if (group_fixed_experts_) {
-      MOETIER_RETURN_IF_ERROR(GroupedExperts(layer));
     } else {
-      // Each used expert's rows are contiguous in expert order: gate and up
-      // products, SiLU·mul, down product, all enqueued before the next
-      // expert's pointers are asked for (DeviceExperts' contract).
-      for (int e = 0; e < n_expert; ++e) {
-        const int64_t off = expert_offset_[static_cast<size_t>(e)];
-        const int64_t count = expert_offset_[static_cast<size_t>(e) + 1] - off;
-        if (count == 0) continue;
-        absl::StatusOr<DeviceExpertMatrices> mats =
-            config_.device_experts->ExpertPointers(layer, e, ctx_.stream());
-        if (!mats.ok()) return mats.status();
-        MOETIER_RETURN_IF_ERROR(LaunchExpert(layer, mats->gate, mats->up, mats->down, off, count));
-      }
+      MOETIER_RETURN_IF_ERROR(LayerOfDeviceExperts(layer));
     }
   }
   // Weighted sum in the choice's order j = 0..k-1 (the router's, or the

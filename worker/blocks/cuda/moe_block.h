@@ -165,9 +165,10 @@ class CudaMoeBlock {
     int64_t off = 0;
     int64_t count = 0;
   };
-  // Every used expert of the layer with fixed pointers, through
-  // ComputeExperts.
-  absl::Status GroupedExperts(int layer);
+  // Every used expert of the layer from device_experts: in grouped
+  // launches (ComputeExperts) when their pointers are fixed, else one at a
+  // time (LaunchExpert).
+  absl::Status LayerOfDeviceExperts(int layer);
   // The experts of `work`: the GEMV products of all of them in one grouped
   // launch per matrix (gate and up together where their types agree), an
   // expert with more rows than the GEMV takes through the GEMM on its own;
