@@ -106,8 +106,7 @@ absl::Status CudaMoeBlock::Allocate() {
       host_router_probs_, config_.routing_override != nullptr ? b * n_expert : 0,
       "router probabilities"));
   if (group_fixed_experts_ && config_.route_on_device) {
-    const uint64_t choices =
-        std::min<uint64_t>(bk, static_cast<uint64_t>(cuda::kCudaExpertJobsMaxChoices));
+    const uint64_t choices = DeviceRoutedChoices();
     const uint64_t n_layer = static_cast<uint64_t>(hp_.n_layer);
     MOETIER_RETURN_IF_ERROR(
         ctx_.AllocBuffer(expert_table_, n_layer * n_expert * 3, "expert pointer table"));
@@ -211,6 +210,12 @@ absl::Status CudaMoeBlock::RunRouter(int layer, int n) {
                           ctx_.stream());
 }
 
+size_t CudaMoeBlock::DeviceRoutedChoices() const {
+  return std::min<size_t>(
+      static_cast<size_t>(config_.max_batch) * static_cast<size_t>(hp_.n_expert_used),
+      static_cast<size_t>(cuda::kCudaExpertJobsMaxChoices));
+}
+
 bool CudaMoeBlock::RoutesOnDevice(int n) const {
   return config_.route_on_device && cache_ == nullptr && expert_table_ != nullptr &&
          config_.routing_override == nullptr &&
@@ -258,11 +263,9 @@ absl::Status CudaMoeBlock::DeviceRoutedExperts(int layer, int n) {
   const cuda::CudaStream stream = ctx_.stream();
   MOETIER_RETURN_IF_ERROR(RunRouter(layer, n));
   if (config_.routing_counter != nullptr) {
-    const size_t max_choices = std::min<size_t>(
-        static_cast<size_t>(config_.max_batch) * static_cast<size_t>(hp_.n_expert_used),
-        static_cast<size_t>(cuda::kCudaExpertJobsMaxChoices));
     MOETIER_RETURN_IF_ERROR(CudaCall(
-        cudaMemcpyAsync(host_routed_ids_ + static_cast<size_t>(layer) * max_choices, topk_ids_,
+        cudaMemcpyAsync(host_routed_ids_ + static_cast<size_t>(layer) * DeviceRoutedChoices(),
+                        topk_ids_,
                         static_cast<size_t>(n_choices) * sizeof(int32_t), cudaMemcpyDeviceToHost,
                         static_cast<cudaStream_t>(stream)),
         "copying the router's choice to the host"));
@@ -329,12 +332,9 @@ absl::Status CudaMoeBlock::ReportDeviceRouting(int n) {
     }
   }
   if (ExpertWeightSource* told = config_.routing_counter; told != nullptr) {
-    const size_t max_choices = std::min<size_t>(
-        static_cast<size_t>(config_.max_batch) * static_cast<size_t>(top_k),
-        static_cast<size_t>(cuda::kCudaExpertJobsMaxChoices));
     for (int layer = 0; layer < hp_.n_layer; ++layer) {
       told->Route(layer, std::span<const int32_t>(
-                             host_routed_ids_ + static_cast<size_t>(layer) * max_choices,
+                             host_routed_ids_ + static_cast<size_t>(layer) * DeviceRoutedChoices(),
                              static_cast<size_t>(n * top_k)));
     }
   }

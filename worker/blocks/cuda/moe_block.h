@@ -179,6 +179,9 @@ class CudaMoeBlock {
   // Room for the grouped jobs, so that Forward allocates nothing.
   void ReserveExpertJobs();
   absl::Status DeviceRoutedExperts(int layer, int n);
+  // The most choices of a batch routed on the device: the stride of
+  // host_routed_ids_ and the job tables' room.
+  size_t DeviceRoutedChoices() const;
   // The router's softmax top-k of the batch into topk_ids_/topk_weights_.
   absl::Status RunRouter(int layer, int n);
   // Every expert's pointers into expert_table_ (from Allocate).
