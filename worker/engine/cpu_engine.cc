@@ -28,12 +28,6 @@ constexpr BackendWeightSupport kCpuSupport = {
     .ffn = &CpuFfn,
 };
 
-std::vector<float> DecodeVector(const WeightRef& ref) {
-  std::vector<float> out(static_cast<size_t>(ref.ne[0]));
-  DequantizeRow(ref.type, ref.data, out.data(), ref.ne[0]);
-  return out;
-}
-
 // The bytes a tensor spans: ne[2] matrices of ne[1] rows (expert matrices of a
 // fused gate/up tensor interleave, so the span also covers the other half).
 cpu::ByteRange Span(const WeightRef& r) {
@@ -135,7 +129,7 @@ absl::Status CpuEngine::CopyWeightsToHugePages() {
 }
 
 void CpuEngine::Allocate() {
-  output_norm_ = DecodeVector(weights_.output_norm);
+  output_norm_ = DecodedValues(weights_.output_norm);
   batch_ = std::make_unique<CpuBatch>(hp_.n_embd, config_.max_batch, runner_);
   attention_ = std::make_unique<CpuAttentionBlock>(hp_, weights_.layers, config_.max_ctx,
                                                    config_.kv_types, *batch_);

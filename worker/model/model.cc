@@ -2,7 +2,18 @@
 
 #include <vector>
 
+#include "gguf/tensor/quant_codec.h"
+
 namespace moetier {
+
+std::vector<float> DecodedValues(const WeightRef& ref) {
+  if (!ref.present()) return {};
+  std::vector<float> values(static_cast<size_t>(ref.ne[0] * ref.ne[1]));
+  for (int64_t r = 0; r < ref.ne[1]; ++r) {
+    DequantizeRow(ref.type, ref.row(r), values.data() + r * ref.ne[0], ref.ne[0]);
+  }
+  return values;
+}
 
 std::string_view MixerKindName(MixerKind kind) {
   switch (kind) {

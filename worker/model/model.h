@@ -38,6 +38,10 @@ struct WeightRef {
   const uint8_t* row(int64_t r) const { return data + r * row_bytes; }
 };
 
+// Every value of a small tensor (a norm's weights, a bias, conv taps) as
+// fp32, its ne[1] rows one after another; empty when the tensor is absent.
+std::vector<float> DecodedValues(const WeightRef& ref);
+
 // Which elements a rotary embedding turns together (SPEC.md §3.0).
 enum class RopeStyle : uint8_t {
   kNeox,  // (x[i], x[i + n_rot/2]): qwen3moe, olmoe, (text) qwen35moe

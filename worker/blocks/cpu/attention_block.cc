@@ -14,13 +14,6 @@ namespace {
 // Attention over fewer cached values than this runs on the calling thread.
 constexpr int64_t kMinParallelElems = 32 * 1024;
 
-std::vector<float> DecodeVector(const WeightRef& ref) {
-  if (!ref.present()) return {};
-  std::vector<float> out(static_cast<size_t>(ref.ne[0]));
-  DequantizeRow(ref.type, ref.data, out.data(), ref.ne[0]);
-  return out;
-}
-
 // Writes head_dim values as one cached row of `type` at `dst`.
 void StoreKvRow(TensorType type, const float* values, int head_dim, uint8_t* dst) {
   if (type == TensorType::kF32) {
@@ -52,7 +45,8 @@ CpuAttentionBlock::CpuAttentionBlock(const ModelHparams& hp,
       continue;
     }
     norms_.push_back(
-        {DecodeVector(l.attn_norm), DecodeVector(l.attn.q_norm), DecodeVector(l.attn.k_norm)});
+        {DecodedValues(l.attn_norm), DecodedValues(l.attn.q_norm),
+         DecodedValues(l.attn.k_norm)});
   }
   q_ = AlignedBytes(b * q_dim * f);
   bool any_gated = false;

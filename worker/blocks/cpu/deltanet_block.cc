@@ -16,16 +16,6 @@ namespace {
 // Element-wise work below this many values runs on the calling thread.
 constexpr int64_t kMinParallelElems = 32 * 1024;
 
-std::vector<float> Decode(const WeightRef& ref) {
-  if (!ref.present()) return {};
-  const int64_t n = ref.ne[0] * ref.ne[1];
-  std::vector<float> out(static_cast<size_t>(n));
-  for (int64_t r = 0; r < ref.ne[1]; ++r) {
-    DequantizeRow(ref.type, ref.row(r), out.data() + r * ref.ne[0], ref.ne[0]);
-  }
-  return out;
-}
-
 float Silu(float z) { return z / (1.0f + std::exp(-z)); }
 float Sigmoid(float z) { return 1.0f / (1.0f + std::exp(-z)); }
 float Softplus(float z) { return z > 20.0f ? z : std::log1p(std::exp(z)); }
@@ -52,8 +42,8 @@ CpuDeltaNetBlock::CpuDeltaNetBlock(const ModelHparams& hp, const std::vector<Lay
     }
     any = true;
     const DeltaNetWeights& d = l.deltanet;
-    decoded_.push_back({Decode(l.attn_norm), Decode(d.conv), Decode(d.dt_bias), Decode(d.a),
-                        Decode(d.norm)});
+    decoded_.push_back({DecodedValues(l.attn_norm), DecodedValues(d.conv),
+                        DecodedValues(d.dt_bias), DecodedValues(d.a), DecodedValues(d.norm)});
   }
   if (!any) return;
   const size_t b = static_cast<size_t>(batch.max_batch());

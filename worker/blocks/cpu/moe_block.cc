@@ -17,13 +17,6 @@ namespace {
 // experts, which its own Acquire fetches together anyway.
 constexpr int kMaxPrefetchTokens = 4;
 
-std::vector<float> DecodeVector(const WeightRef& ref) {
-  if (!ref.present()) return {};
-  std::vector<float> out(static_cast<size_t>(ref.ne[0]));
-  DequantizeRow(ref.type, ref.data, out.data(), ref.ne[0]);
-  return out;
-}
-
 ExpertMatrixShape ShapeOf(const WeightRef& w) {
   return {.type = w.type, .rows = w.rows(), .cols = w.cols(), .row_bytes = w.row_bytes};
 }
@@ -34,7 +27,7 @@ CpuMoeBlock::CpuMoeBlock(const ModelHparams& hp, const std::vector<LayerWeights>
                          const CpuMoeConfig& config, CpuBatch& batch)
     : hp_(hp), layers_(layers), config_(config), batch_(batch), runner_(batch.runner()) {
   for (const LayerWeights& l : layers) {
-    ffn_norm_.push_back(DecodeVector(l.ffn_norm));
+    ffn_norm_.push_back(DecodedValues(l.ffn_norm));
     shapes_.push_back({ShapeOf(l.moe.gate_exps), ShapeOf(l.moe.up_exps), ShapeOf(l.moe.down_exps)});
   }
   const size_t b = static_cast<size_t>(batch.max_batch());
