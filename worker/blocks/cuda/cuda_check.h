@@ -9,14 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-
-// Returns the Status of `expr` from the enclosing function when it is not OK.
-#define MOETIER_RETURN_IF_ERROR(expr)           \
-  do {                                          \
-    if (absl::Status _st = (expr); !_st.ok()) { \
-      return _st;                               \
-    }                                           \
-  } while (false)
+#include "base/status_macros.h"
 
 namespace moetier {
 
