@@ -91,7 +91,7 @@ if [[ $skip_bench == 0 ]]; then
   step "moetier-bench-cuda (every expert resident)"
   "$here/run" moetier-bench-cuda --model "$model" --runs "$runs" --decode-tokens "$decode" \
     --prompt-tokens "$prompt" --batch "$prompt" >"$out/bench-cuda.log" 2>&1 || status=1
-  tail -15 "$out/bench-cuda.log" | tee -a "$out/summary.txt"
+  tail -18 "$out/bench-cuda.log" | tee -a "$out/summary.txt"
   # The same decode without the step's CUDA graph, with the host's routing
   # (one sync per MoE layer), then with one expert at a time: what each saves.
   for how in no-graphs host-routing expert-at-a-time; do
@@ -104,7 +104,7 @@ if [[ $skip_bench == 0 ]]; then
   "$here/run" moetier-bench-cache --model "$model" --device cuda:0 --runs "$runs" \
     --decode-tokens "$decode" --prompt-tokens "$prompt" --json "$out/bench-cache.json" \
     >"$out/bench-cache.log" 2>&1 || status=1
-  tail -20 "$out/bench-cache.log" | tee -a "$out/summary.txt"
+  tail -40 "$out/bench-cache.log" | tee -a "$out/summary.txt"
   if [[ $depth -gt 0 ]]; then
     step "moetier-bench-cuda at $depth positions, q8_0 KV"
     "$here/run" moetier-bench-cuda --model "$model" --runs "$runs" --decode-tokens 32 \

@@ -37,6 +37,8 @@
 #include "engine/routing_trace_hooks.h"
 #include "gguf/gguf_reader.h"
 #include "host_expert_store.h"
+#include "base/status_macros.h"
+#include "cuda_phase_report.h"
 #include "served_min.h"
 #include "model/architectures.h"
 #include "sampling/sampler.h"
@@ -90,6 +92,11 @@ With --routing-from-trace the bench knows every expert the decode runs will
 use, so each cache row also shows Belady's MIN on the very sequence it
 served (same slots per layer, no prefetch): MIN% its hit rate
 and xMIN the row's hit rate over it. A row with prefetch may pass 1.
+
+With --device cuda:N every row also decodes once more with the engine's
+phase timers on (kernels launched one by one, no graph) and prints where
+that run's device time went: attention, router, the host placing experts,
+waits for expert copies, experts on the device and on the host, output.
 )";
 
 struct Config {
@@ -283,6 +290,7 @@ struct Engine {
   std::unique_ptr<SlotCachedExpertSource> host_cache;  // cpu
   std::unique_ptr<ForwardEngine> engine;
   const ExpertCacheReport* report = nullptr;
+  CudaPhaseTimers* phase_timers = nullptr;  // cuda
 };
 
 struct Row {
@@ -295,6 +303,9 @@ struct Row {
   uint64_t pool_bytes = 0;
   std::vector<int32_t> tokens;  // the first timed decode run's
   std::optional<MinTally> min;  // MIN on the served decode runs (replayed dynamic caches)
+  // cuda: one more decode run's device time by phase, and its wall time.
+  std::optional<CudaPhaseSeconds> decode_phases;
+  double phase_run_s = 0;
 };
 
 class Bench {
@@ -376,6 +387,7 @@ class Bench {
     for (const std::string& line : cuda->description) std::printf("  %s\n", line.c_str());
     out.engine = std::move(cuda->engine);
     out.report = cuda->cache_report;
+    out.phase_timers = cuda->phase_timers;
     return out;
   }
 
@@ -401,6 +413,26 @@ class Bench {
       seq = *std::move(fresh);
       return absl::OkStatus();
     };
+    // One decode run: the context, then greedy tokens; the seconds of the
+    // tokens alone.
+    std::vector<int32_t> generated;
+    auto decode_run = [&](double& seconds) -> absl::Status {
+      MOETIER_RETURN_IF_ERROR(new_sequence());
+      MOETIER_RETURN_IF_ERROR(e.Forward(*seq, context_, LogitRows::kNone, nullptr));
+      generated.clear();
+      absl::StatusOr<int32_t> next = e.Sample(*greedy);
+      if (!next.ok()) return next.status();
+      const double t0 = Now();
+      for (int i = 0; i < o_.decode_tokens; ++i) {
+        const int32_t in[1] = {*next};
+        MOETIER_RETURN_IF_ERROR(e.Forward(*seq, in, LogitRows::kNone, nullptr));
+        next = e.Sample(*greedy);
+        if (!next.ok()) return next.status();
+        generated.push_back(*next);
+      }
+      seconds = Now() - t0;
+      return absl::OkStatus();
+    };
     std::vector<double> decode_rates;
     ExpertSlotCacheStats before;
     uint64_t busy_before = 0;
@@ -412,22 +444,8 @@ class Bench {
         before = made->report->cache().stats();
         busy_before = made->report->copy_busy_ns();
       }
-      if (absl::Status s = new_sequence(); !s.ok()) return s;
-      if (absl::Status s = e.Forward(*seq, context_, LogitRows::kNone, nullptr); !s.ok()) {
-        return s;
-      }
-      std::vector<int32_t> generated;
-      absl::StatusOr<int32_t> next = e.Sample(*greedy);
-      if (!next.ok()) return next.status();
-      const double t0 = Now();
-      for (int i = 0; i < o_.decode_tokens; ++i) {
-        const int32_t in[1] = {*next};
-        if (absl::Status s = e.Forward(*seq, in, LogitRows::kNone, nullptr); !s.ok()) return s;
-        next = e.Sample(*greedy);
-        if (!next.ok()) return next.status();
-        generated.push_back(*next);
-      }
-      const double dt = Now() - t0;
+      double dt = 0;
+      MOETIER_RETURN_IF_ERROR(decode_run(dt));
       if (r == 1) row.tokens = generated;
       if (r >= 1) decode_rates.push_back(o_.decode_tokens / dt);
     }
@@ -445,6 +463,15 @@ class Bench {
           uint64_t{made->report->cache().n_slots()} * made->report->cache().options().slot_bytes;
     }
     row.decode_tok_s = Median(decode_rates);
+    if (CudaPhaseTimers* timers = made->phase_timers; timers != nullptr) {
+      // Where the time goes: one more decode run with the phase timers,
+      // after the counted ones (its routing and cache traffic count nowhere).
+      MOETIER_RETURN_IF_ERROR(timers->EnablePhaseTiming(true));
+      timers->ResetPhaseTimes();
+      MOETIER_RETURN_IF_ERROR(decode_run(row.phase_run_s));
+      row.decode_phases = timers->phase_seconds();
+      MOETIER_RETURN_IF_ERROR(timers->EnablePhaseTiming(false));
+    }
     std::vector<double> prompt_rates;
     for (int r = 0; r <= o_.runs; ++r) {
       if (absl::Status s = new_sequence(); !s.ok()) return s;
@@ -608,6 +635,18 @@ int Main(const Options& o) {
               "copy GB/s: bytes filled over the time a fill was in flight (ceiling: %.2f GB/s "
               "above); =res: same greedy tokens as resident\n",
               copy_ceiling / 1e9);
+  bool phases_header = false;
+  for (const Row& r : rows) {
+    if (!r.decode_phases.has_value()) continue;
+    if (!phases_header) {
+      std::printf("\nwhere decode time goes (one more decode run per row, phase timers on):\n");
+      phases_header = true;
+    }
+    std::printf("  %s\n",
+                CudaPhaseLine(r.config.label.c_str(), *r.decode_phases, r.phase_run_s,
+                              o.decode_tokens)
+                    .c_str());
+  }
   if (!o.json.empty()) {
     std::ofstream out(o.json);
     out << "{\"model\": " << JsonString(o.model) << ", \"device\": " << JsonString(o.device)
@@ -635,6 +674,15 @@ int Main(const Options& o) {
             << ", \"min_hit_rate\": " << r.min->hit_rate() << ", \"ratio_to_min\": "
             << (r.min->hits > 0 ? absl::StrFormat("%g", static_cast<double>(s.hits) / r.min->hits)
                                 : std::string("null"));
+      }
+      if (r.decode_phases.has_value()) {
+        out << ", \"decode_phase_s_per_token\": {";
+        for (size_t p = 0; p < kCudaPhaseCount; ++p) {
+          const std::string name(CudaPhaseName(static_cast<CudaPhase>(p)));
+          out << (p ? ", " : "") << JsonString(name) << ": "
+              << (*r.decode_phases)[p] / o.decode_tokens;
+        }
+        out << "}, \"phase_run_s\": " << r.phase_run_s;
       }
       out << ", \"same_tokens_as_resident\": "
           << (resident && r.tokens == resident->tokens ? "true" : "false") << "}";

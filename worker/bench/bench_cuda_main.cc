@@ -30,6 +30,8 @@
 #include "absl/strings/str_format.h"
 #include "backend/cuda/cuda_device.h"
 #include "backend/cuda/cuda_kernels.h"
+#include "base/status_macros.h"
+#include "cuda_phase_report.h"
 #include "engine/cuda_engine.h"
 #include "gguf/gguf_reader.h"
 #include "model/architectures.h"
@@ -347,38 +349,51 @@ int Run(const Options& o) {
   absl::StatusOr<Sampler> greedy = Sampler::Create(n_vocab, SamplingParams{.temperature = 0});
   if (!greedy.ok()) return Fail(greedy.status());
 
-  // Decode: greedy generation after a short context, sampled on the device
-  // (no logits row comes to the host per token); every run must produce the
-  // same tokens. Run 0 is the warm-up.
-  std::vector<double> decode_rates;
-  std::vector<int32_t> first_tokens;
-  for (int r = 0; r < o.runs + 1; ++r) {
-    if (absl::Status s = new_sequence(); !s.ok()) return Fail(s);
+  // One decode run: a new sequence, its context, then greedy tokens sampled
+  // on the device (no logits row comes to the host per token).
+  auto decode_run = [&](std::vector<int32_t>& generated, double& seconds) -> absl::Status {
+    MOETIER_RETURN_IF_ERROR(new_sequence());
     if (o.skip_context) {
-      if (absl::Status s = e.SkipPositionsForTiming(*seq, o.context); !s.ok()) return Fail(s);
+      MOETIER_RETURN_IF_ERROR(e.SkipPositionsForTiming(*seq, o.context));
     } else {
-      if (absl::Status s = e.Forward(*seq, context, LogitRows::kLast, logits.data()); !s.ok()) {
-        return Fail(s);
-      }
+      MOETIER_RETURN_IF_ERROR(e.Forward(*seq, context, LogitRows::kLast, logits.data()));
       if (!AllFinite(logits.data(), logits.size())) {
-        std::fprintf(stderr, "moetier-bench-cuda: non-finite logits after the context\n");
-        return 1;
+        return absl::InternalError("non-finite logits after the context");
       }
     }
-    std::vector<int32_t> generated;
+    generated.clear();
     int32_t next = o.skip_context ? context.back() : Argmax(logits.data(), n_vocab);
     const double t0 = Seconds();
     for (int i = 0; i < o.decode_tokens; ++i) {
       const int32_t in[1] = {next};
-      if (absl::Status s = e.Forward(*seq, in, LogitRows::kNone, nullptr); !s.ok()) {
-        return Fail(s);
-      }
+      MOETIER_RETURN_IF_ERROR(e.Forward(*seq, in, LogitRows::kNone, nullptr));
       absl::StatusOr<int32_t> sampled = e.Sample(*greedy);
-      if (!sampled.ok()) return Fail(sampled.status());
+      if (!sampled.ok()) return sampled.status();
       next = *sampled;
       generated.push_back(next);
     }
-    const double dt = Seconds() - t0;
+    seconds = Seconds() - t0;
+    return absl::OkStatus();
+  };
+  // One prompt-processing run: the whole prompt, logits of the last token.
+  auto prompt_run = [&](double& seconds) -> absl::Status {
+    MOETIER_RETURN_IF_ERROR(new_sequence());
+    const double t0 = Seconds();
+    MOETIER_RETURN_IF_ERROR(e.Forward(*seq, prompt, LogitRows::kLast, logits.data()));
+    seconds = Seconds() - t0;
+    if (!AllFinite(logits.data(), logits.size())) {
+      return absl::InternalError("non-finite prompt logits");
+    }
+    return absl::OkStatus();
+  };
+
+  // Decode: every run must produce the same tokens. Run 0 is the warm-up.
+  std::vector<double> decode_rates;
+  std::vector<int32_t> first_tokens;
+  std::vector<int32_t> generated;
+  for (int r = 0; r < o.runs + 1; ++r) {
+    double dt = 0.0;
+    if (absl::Status s = decode_run(generated, dt); !s.ok()) return Fail(s);
     if (r == 0) {
       first_tokens = generated;
       continue;
@@ -391,20 +406,12 @@ int Run(const Options& o) {
   }
   const Stats decode = Summarize(decode_rates);
 
-  // Prompt processing: the whole prompt, logits of the last token only.
+  // Prompt processing: every run must give the same logits.
   std::vector<double> prompt_rates;
   std::vector<float> first_logits;
   for (int r = 0; r < o.runs + 1; ++r) {
-    if (absl::Status s = new_sequence(); !s.ok()) return Fail(s);
-    const double t0 = Seconds();
-    if (absl::Status s = e.Forward(*seq, prompt, LogitRows::kLast, logits.data()); !s.ok()) {
-      return Fail(s);
-    }
-    const double dt = Seconds() - t0;
-    if (!AllFinite(logits.data(), logits.size())) {
-      std::fprintf(stderr, "moetier-bench-cuda: non-finite prompt logits\n");
-      return 1;
-    }
+    double dt = 0.0;
+    if (absl::Status s = prompt_run(dt); !s.ok()) return Fail(s);
     if (r == 0) {
       first_logits = logits;
       continue;
@@ -441,6 +448,25 @@ int Run(const Options& o) {
                                             ? "on (one replay per decode step)"
                                             : "on, but no step qualified");
   }
+
+  // Where the time goes: one more run of each with the engine's phase timers
+  // (kernels launched one by one, so decode runs without its graph); they
+  // must reproduce the timed runs' tokens and logits.
+  if (absl::Status s = e.EnablePhaseTiming(true); !s.ok()) return Fail(s);
+  double timed_decode_s = 0.0, timed_prompt_s = 0.0;
+  if (absl::Status s = decode_run(generated, timed_decode_s); !s.ok()) return Fail(s);
+  const CudaPhaseSeconds decode_phases = e.phase_seconds();
+  e.ResetPhaseTimes();
+  if (absl::Status s = prompt_run(timed_prompt_s); !s.ok()) return Fail(s);
+  const CudaPhaseSeconds prompt_phases = e.phase_seconds();
+  if (generated != first_tokens || logits != first_logits) {
+    std::fprintf(stderr, "moetier-bench-cuda: the phase-timed runs changed the results\n");
+    return 1;
+  }
+  std::printf("%s\n", CudaPhaseLine("decode", decode_phases, timed_decode_s, o.decode_tokens)
+                          .c_str());
+  std::printf("%s\n", CudaPhaseLine("prompt", prompt_phases, timed_prompt_s, o.prompt_tokens)
+                          .c_str());
   std::printf("check: ok (runs reproduced the same tokens and logits)\n");
   return 0;
 }

@@ -46,21 +46,6 @@ constexpr BackendWeightSupport kCudaSupport = {
     .ffn = &CudaFfn,
 };
 
-std::vector<float> DecodeVector(const WeightRef& ref) {
-  std::vector<float> values(static_cast<size_t>(ref.ne[0]));
-  DequantizeRow(ref.type, ref.data, values.data(), ref.ne[0]);
-  return values;
-}
-
-// Every row of a small 2-D tensor, [ne[1]][ne[0]] (the conv taps).
-std::vector<float> DecodeRows(const WeightRef& ref) {
-  std::vector<float> values(static_cast<size_t>(ref.ne[0] * ref.ne[1]));
-  for (int64_t r = 0; r < ref.ne[1]; ++r) {
-    DequantizeRow(ref.type, ref.row(r), values.data() + r * ref.ne[0], ref.ne[0]);
-  }
-  return values;
-}
-
 // The dense matrices a layer reads (its mixer's, the router, a shared
 // expert's), uploaded with the embedding and output.
 std::vector<const WeightRef*> DenseMatrices(const LayerWeights& l) {
@@ -336,7 +321,7 @@ absl::Status CudaEngine::UploadWeights(const Model& model,
   };
   auto upload = [&](const WeightRef& r) -> absl::StatusOr<float*> {
     if (!r.present()) return nullptr;
-    return ctx_->UploadFloats(DecodeVector(r), "tensor " + r.name);
+    return ctx_->UploadFloats(DecodedValues(r), "tensor " + r.name);
   };
   token_embd_ = matrix(w.token_embd);
   output_ = matrix(w.output);
@@ -372,7 +357,8 @@ absl::Status CudaEngine::UploadWeights(const Model& model,
         if (!v.ok()) return v.status();
         *dst = *v;
       }
-      absl::StatusOr<float*> conv = ctx_->UploadFloats(DecodeRows(d.conv), "tensor " + d.conv.name);
+      absl::StatusOr<float*> conv =
+          ctx_->UploadFloats(DecodedValues(d.conv), "tensor " + d.conv.name);
       if (!conv.ok()) return conv.status();
       dw.conv = *conv;
       dw.qkv = matrix(d.qkv);
@@ -606,6 +592,7 @@ absl::Status CudaEngine::ForwardBatch(std::span<const BatchPart> parts, const in
   const cuda::CudaStream stream = ctx_->stream();
   const int64_t n_embd = hp_.n_embd;
   const auto* embd = static_cast<const uint8_t*>(token_embd_.data);
+  MOETIER_RETURN_IF_ERROR(ctx_->StartPhases());
   if (step_on_device != nullptr) {
     MOETIER_CHECK(parts.size() == 1 && n == 1);
     MOETIER_RETURN_IF_ERROR(cuda::DequantizeRowsAt(token_embd_.type, embd, step_on_device, 1,
@@ -621,6 +608,7 @@ absl::Status CudaEngine::ForwardBatch(std::span<const BatchPart> parts, const in
     MOETIER_RETURN_IF_ERROR(
         cuda::DequantizeRowsAt(token_embd_.type, embd, tokens_, n, n_embd, batch_.x, stream));
   }
+  MOETIER_RETURN_IF_ERROR(ctx_->MarkPhase(CudaPhase::kEmbed));
   spans_.clear();
   for (const BatchPart& part : parts) spans_.push_back(part.span);
   for (int l = 0; l < hp_.n_layer; ++l) {
@@ -675,12 +663,14 @@ absl::Status CudaEngine::ForwardBatch(std::span<const BatchPart> parts, const in
           "copying logits to the host"));
       r += run;
     }
+    MOETIER_RETURN_IF_ERROR(ctx_->MarkPhase(CudaPhase::kOutput));
   }
   // Being captured: the replay's caller waits.
   if (step_on_device != nullptr) return absl::OkStatus();
   // Also when no logits are wanted: the batch's cache entries are complete
   // (and any fault reported) before the sequences count them.
-  return ctx_->Sync("the forward pass");
+  MOETIER_RETURN_IF_ERROR(ctx_->Sync("the forward pass"));
+  return ctx_->CollectPhases();
 }
 
 int CudaEngine::captured_decode_graphs() const {
@@ -693,7 +683,8 @@ bool CudaEngine::DecodesWithGraph(const Sequence& seq, std::span<const int32_t> 
                                   LogitRows host_rows) const {
   // A sequence's first token may clear recurrent state (position 0), which
   // a replay would repeat; a step at a later position never does.
-  return config_.use_cuda_graphs && graphs_failed_.ok() && tokens.size() == 1 &&
+  return config_.use_cuda_graphs && graphs_failed_.ok() && !ctx_->phase_timing() &&
+         tokens.size() == 1 &&
          seq.length() > 0 && host_rows != LogitRows::kAll && moe_->RoutesOnDevice(1);
 }
 

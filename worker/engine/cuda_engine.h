@@ -114,7 +114,7 @@ struct CudaEngineConfig {
   RoutingOverride* routing_override = nullptr;
 };
 
-class CudaEngine final : public ForwardEngine, public ExpertCacheControl {
+class CudaEngine final : public ForwardEngine, public ExpertCacheControl, public CudaPhaseTimers {
  public:
   // Fails when there is no usable device, a weight type has no CUDA kernel,
   // a layer uses a block the CUDA backend lacks or a shape is inconsistent
@@ -177,6 +177,15 @@ class CudaEngine final : public ForwardEngine, public ExpertCacheControl {
   const absl::Status& graphs_failed() const { return graphs_failed_; }
   // Sequence slots whose decode step has a captured graph.
   int captured_decode_graphs() const;
+  // Per-phase device time (blocks/cuda/phase_timeline.h), for benchmarks:
+  // while on, each pass records an event at every phase's end and adds the
+  // intervals once it is done; decode steps then launch their kernels
+  // instead of replaying a graph, so the figures are those of eager
+  // launches. The logits are the same bits either way. Enabling fails only
+  // when the events cannot be created.
+  absl::Status EnablePhaseTiming(bool on) override { return ctx_->EnablePhaseTiming(on); }
+  CudaPhaseSeconds phase_seconds() const override { return ctx_->phase_seconds(); }
+  void ResetPhaseTimes() override { ctx_->ResetPhaseTimes(); }
   const CudaExpertCache* expert_cache() const { return moe_->expert_cache(); }
   const MissCostModel* miss_cost_model() const {
     return moe_->expert_cache() != nullptr ? &moe_->expert_cache()->cost_model() : nullptr;

@@ -115,6 +115,7 @@ absl::StatusOr<CudaWorkerEngine> CreateCudaWorkerEngine(const Model& model,
   }
   out.cache_report = (*engine)->expert_cache_report();
   if (out.cache_report != nullptr) out.cache_control = engine->get();
+  out.phase_timers = engine->get();
   out.engine = *std::move(engine);
   return out;
 }

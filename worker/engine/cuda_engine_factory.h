@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "blocks/cuda/phase_timeline.h"
 #include "cache/expert_cache_control.h"
 #include "cache/expert_slot_cache.h"
 #include "cache/miss_cost_model.h"
@@ -64,6 +65,8 @@ struct CudaWorkerEngine {
   // Resizes that cache at run time (`moetier budget`); null with no cache.
   // Owned by the engine.
   ExpertCacheControl* cache_control = nullptr;
+  // The engine's per-phase device time, for benchmarks. Owned by the engine.
+  CudaPhaseTimers* phase_timers = nullptr;
   // One line each: the device, its memory use, the cache and the measured
   // cost model.
   std::vector<std::string> description;

@@ -120,6 +120,7 @@ absl::Status CudaAttentionBlock::Forward(int layer, std::span<const CudaRowSpan>
       MOETIER_RETURN_IF_ERROR(cuda::RmsNorm(k_, l.k_norm, n, kv_dim, hp_.rms_eps, k_, stream));
       break;
   }
+  MOETIER_RETURN_IF_ERROR(ctx_.MarkPhase(CudaPhase::kAttentionProjections));
   auto rope = hp_.rope_style == RopeStyle::kNeox ? &cuda::RopeNeox : &cuda::RopeAdjacentPairs;
   const float scale = hp_.attention_scale > 0.0f
                           ? hp_.attention_scale
@@ -159,8 +160,11 @@ absl::Status CudaAttentionBlock::Forward(int layer, std::span<const CudaRowSpan>
     MOETIER_RETURN_IF_ERROR(
         cuda::MulSigmoid(attn_out_, gate_, static_cast<int64_t>(n) * q_dim, stream));
   }
+  MOETIER_RETURN_IF_ERROR(ctx_.MarkPhase(CudaPhase::kAttention));
   MOETIER_RETURN_IF_ERROR(ctx_.MatMul(l.output, attn_out_, n, batch_.sub_out));
-  return cuda::AddInPlace(batch_.x, batch_.sub_out, static_cast<int64_t>(n) * n_embd, stream);
+  MOETIER_RETURN_IF_ERROR(
+      cuda::AddInPlace(batch_.x, batch_.sub_out, static_cast<int64_t>(n) * n_embd, stream));
+  return ctx_.MarkPhase(CudaPhase::kAttentionProjections);
 }
 
 }  // namespace moetier

@@ -9,6 +9,51 @@
 #include "blocks/cuda/cuda_check.h"
 
 namespace moetier {
+namespace {
+
+// Enough for a decode step's marks on the largest models without the
+// timeline's mid-pass waits (about 8 a layer).
+constexpr int kPhaseEvents = 1024;
+
+// CUDA events on one stream, created once and destroyed with the clock.
+class CudaEventClock final : public PhaseEventClock {
+ public:
+  explicit CudaEventClock(cudaStream_t stream) : stream_(stream) {}
+  ~CudaEventClock() override {
+    for (cudaEvent_t e : events_) cudaEventDestroy(e);
+    cudaGetLastError();
+  }
+  absl::Status Create(int n) {
+    for (int i = 0; i < n; ++i) {
+      cudaEvent_t e = nullptr;
+      MOETIER_RETURN_IF_ERROR(CudaCall(cudaEventCreate(&e), "cudaEventCreate (phase timing)"));
+      events_.push_back(e);
+    }
+    return absl::OkStatus();
+  }
+  int capacity() const override { return static_cast<int>(events_.size()); }
+  absl::Status Record(int i) override {
+    return CudaCall(cudaEventRecord(events_[static_cast<size_t>(i)], stream_),
+                    "cudaEventRecord (phase timing)");
+  }
+  absl::Status Wait(int i) override {
+    return CudaCall(cudaEventSynchronize(events_[static_cast<size_t>(i)]),
+                    "waiting for a phase timing event");
+  }
+  absl::StatusOr<double> Seconds(int from, int to) override {
+    float ms = 0.0f;
+    MOETIER_RETURN_IF_ERROR(CudaCall(cudaEventElapsedTime(&ms, events_[static_cast<size_t>(from)],
+                                                          events_[static_cast<size_t>(to)]),
+                                     "cudaEventElapsedTime (phase timing)"));
+    return ms * 1e-3;
+  }
+
+ private:
+  cudaStream_t stream_;
+  std::vector<cudaEvent_t> events_;
+};
+
+}  // namespace
 
 CudaContext::CudaContext(int device, int gemv_max_rows, bool use_cublas)
     : device_(device), gemv_max_rows_(gemv_max_rows), use_cublas_(use_cublas) {}
@@ -18,6 +63,8 @@ CudaContext::~CudaContext() {
   cudaSetDevice(device_);
   if (stream_ != nullptr) cudaStreamSynchronize(static_cast<cudaStream_t>(stream_));
   blas_.reset();  // its stream is ours
+  timeline_.reset();
+  phase_clock_.reset();
   for (void* p : device_blocks_) cudaFree(p);
   for (void* p : pinned_blocks_) cudaFreeHost(p);
   if (stream_ != nullptr) cudaStreamDestroy(static_cast<cudaStream_t>(stream_));
@@ -39,6 +86,18 @@ absl::Status CudaContext::Init(int max_rows) {
     if (!blas.ok()) return blas.status();
     blas_ = *std::move(blas);
   }
+  return absl::OkStatus();
+}
+
+absl::Status CudaContext::EnablePhaseTiming(bool on) {
+  if (on && timeline_ == nullptr) {
+    MOETIER_RETURN_IF_ERROR(MakeCurrent());
+    auto clock = std::make_unique<CudaEventClock>(static_cast<cudaStream_t>(stream_));
+    MOETIER_RETURN_IF_ERROR(clock->Create(kPhaseEvents));
+    timeline_ = std::make_unique<PhaseTimeline>(*clock);
+    phase_clock_ = std::move(clock);
+  }
+  timing_on_ = on;
   return absl::OkStatus();
 }
 

@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "backend/cuda/cuda_kernels.h"
+#include "blocks/cuda/phase_timeline.h"
 #include "gguf/tensor/tensor_type.h"
 
 namespace moetier {
@@ -78,6 +79,24 @@ class CudaContext {
   // Waits for the stream; a kernel fault becomes a Status naming `where`.
   absl::Status Sync(const char* where) const;
 
+  // Phase timing (blocks/cuda/phase_timeline.h), off until enabled: the
+  // engine starts and collects a pass, the blocks mark their phases' ends.
+  // While off every call is a branch. Enabling creates the events once.
+  absl::Status EnablePhaseTiming(bool on);
+  bool phase_timing() const { return timing_on_; }
+  absl::Status StartPhases() { return timing_on_ ? timeline_->Start() : absl::OkStatus(); }
+  absl::Status MarkPhase(CudaPhase phase) {
+    return timing_on_ ? timeline_->Mark(phase) : absl::OkStatus();
+  }
+  absl::Status CollectPhases() { return timing_on_ ? timeline_->Collect() : absl::OkStatus(); }
+  // Device seconds per phase since the last reset (zeros before timing).
+  CudaPhaseSeconds phase_seconds() const {
+    return timeline_ != nullptr ? timeline_->seconds() : CudaPhaseSeconds{};
+  }
+  void ResetPhaseTimes() {
+    if (timeline_ != nullptr) timeline_->Reset();
+  }
+
   void add_weight_bytes(uint64_t bytes) { weight_bytes_ += bytes; }
   uint64_t weight_bytes() const { return weight_bytes_; }
   uint64_t buffer_bytes() const { return buffer_bytes_; }
@@ -96,6 +115,9 @@ class CudaContext {
   uint16_t* x_scratch_ = nullptr;  // fp16 copy of the widest input
   int64_t w_scratch_elems_ = 0;
   int64_t x_scratch_elems_ = 0;
+  std::unique_ptr<PhaseEventClock> phase_clock_;
+  std::unique_ptr<PhaseTimeline> timeline_;
+  bool timing_on_ = false;
 };
 
 }  // namespace moetier

@@ -115,6 +115,7 @@ absl::Status CudaDeltaNetBlock::Forward(int layer, std::span<const CudaRowSpan> 
   MOETIER_RETURN_IF_ERROR(ctx_.MatMul(l.z, batch_.xn, n, z_));
   MOETIER_RETURN_IF_ERROR(ctx_.MatMul(l.beta, batch_.xn, n, beta_));
   MOETIER_RETURN_IF_ERROR(ctx_.MatMul(l.alpha, batch_.xn, n, g_));
+  MOETIER_RETURN_IF_ERROR(ctx_.MarkPhase(CudaPhase::kDeltaNetProjections));
 
   // The conv runs along each sequence's own inputs and state.
   for (size_t i = 0; i < spans.size(); ++i) {
@@ -163,8 +164,11 @@ absl::Status CudaDeltaNetBlock::Forward(int layer, std::span<const CudaRowSpan> 
   // Gated RMSNorm of each head's output with silu(z), in place.
   MOETIER_RETURN_IF_ERROR(cuda::RmsNormGated(o_, l.norm, z_, static_cast<int64_t>(n) * h_v,
                                              dn_.d_v, hp_.rms_eps, o_, stream));
+  MOETIER_RETURN_IF_ERROR(ctx_.MarkPhase(CudaPhase::kDeltaNet));
   MOETIER_RETURN_IF_ERROR(ctx_.MatMul(l.out, o_, n, batch_.sub_out));
-  return cuda::AddInPlace(batch_.x, batch_.sub_out, static_cast<int64_t>(n) * n_embd, stream);
+  MOETIER_RETURN_IF_ERROR(
+      cuda::AddInPlace(batch_.x, batch_.sub_out, static_cast<int64_t>(n) * n_embd, stream));
+  return ctx_.MarkPhase(CudaPhase::kDeltaNetProjections);
 }
 
 }  // namespace moetier

@@ -290,6 +290,7 @@ absl::Status CudaMoeBlock::DeviceRoutedExperts(int layer, int n) {
   MOETIER_RETURN_IF_ERROR(cuda::BuildExpertJobs(args, stream));
   MOETIER_RETURN_IF_ERROR(
       cuda::GatherRows(batch_.xn, slot_rows_, n_choices, hp_.n_embd, expert_in_, stream));
+  MOETIER_RETURN_IF_ERROR(ctx_.MarkPhase(CudaPhase::kRouter));
   // The tables hold n_choices jobs each: gate, up, down.
   const cuda::GemvJob* gate_jobs = device_jobs_;
   const cuda::GemvJob* up_jobs = device_jobs_ + n_choices;
@@ -374,6 +375,7 @@ absl::Status CudaMoeBlock::RouteAndGroup(int layer, int n, int pos0, bool predic
   if (predict && config_.routing_override == nullptr) {
     MOETIER_RETURN_IF_ERROR(EnqueueRouterPrediction(layer, n));
   }
+  MOETIER_RETURN_IF_ERROR(ctx_.MarkPhase(CudaPhase::kRouter));
   MOETIER_RETURN_IF_ERROR(ctx_.Sync("the router"));
   for (int i = 0; i < n_slots; ++i) {
     const int32_t e = host_topk_ids_[i];
@@ -427,7 +429,9 @@ absl::Status CudaMoeBlock::RouteAndGroup(int layer, int n, int pos0, bool predic
                       2 * static_cast<size_t>(n_slots) * sizeof(int32_t), cudaMemcpyHostToDevice,
                       stream),
       "copying the expert row maps to the device"));
-  return cuda::GatherRows(batch_.xn, slot_rows_, n_slots, n_embd, expert_in_, ctx_.stream());
+  MOETIER_RETURN_IF_ERROR(
+      cuda::GatherRows(batch_.xn, slot_rows_, n_slots, n_embd, expert_in_, ctx_.stream()));
+  return ctx_.MarkPhase(CudaPhase::kHostRouting);
 }
 
 absl::Status CudaMoeBlock::ApplyRoutingHooks(int layer, int n, int pos0) {
@@ -609,12 +613,18 @@ absl::Status CudaMoeBlock::Forward(int layer, int n, int pos0) {
   // kernel of this block), then the residual.
   MOETIER_RETURN_IF_ERROR(cuda::MoeCombine(down_out_, slot_rows_ + n * top_k, topk_weights_, n,
                                            top_k, hp_.n_embd, batch_.x, ctx_.stream()));
+  MOETIER_RETURN_IF_ERROR(ctx_.MarkPhase(CudaPhase::kExperts));
   if (layers_[static_cast<size_t>(layer)].has_shared_expert) {
     MOETIER_RETURN_IF_ERROR(SharedExpert(layer, n));
+    MOETIER_RETURN_IF_ERROR(ctx_.MarkPhase(CudaPhase::kSharedExpert));
   }
   // The combine (and shared expert) is enqueued first: the prefetch copies
-  // then overlap it and the next layer's mixer.
-  if (predict) MOETIER_RETURN_IF_ERROR(PrefetchNext(layer, n));
+  // then overlap it and the next layer's mixer. While the host issues them
+  // the device may run dry: that wait counts as host routing.
+  if (predict) {
+    MOETIER_RETURN_IF_ERROR(PrefetchNext(layer, n));
+    MOETIER_RETURN_IF_ERROR(ctx_.MarkPhase(CudaPhase::kHostRouting));
+  }
   return absl::OkStatus();
 }
 
@@ -684,6 +694,11 @@ absl::Status CudaMoeBlock::CachedGroup(int layer, size_t count) {
                                      std::span<ExpertMatrices>(need_mats_.data(), n_need));
     if (!s.ok()) return abandon(std::move(s));
   }
+  // The device idles from its last work until the host, done placing and
+  // fetching the group, enqueues more.
+  if (absl::Status s = ctx_.MarkPhase(CudaPhase::kHostRouting); !s.ok()) {
+    return abandon(std::move(s));
+  }
   absl::Status s = CachedGroupWork(layer, count, n_need);
   if (!s.ok()) return abandon(std::move(s));
   cache.Release(ulayer);
@@ -740,7 +755,9 @@ absl::Status CudaMoeBlock::CachedGroupWork(int layer, size_t count, size_t n_nee
     expert_work_.push_back({DeviceExpertMatrices{w.gate, w.up, w.down}, off, rows});
   }
   if (!expert_work_.empty()) {
+    MOETIER_RETURN_IF_ERROR(ctx_.MarkPhase(CudaPhase::kExpertFetch));
     MOETIER_RETURN_IF_ERROR(ComputeExperts(layer, expert_work_, /*rows_are_all_choices=*/false));
+    MOETIER_RETURN_IF_ERROR(ctx_.MarkPhase(CudaPhase::kExperts));
     for (size_t i = 0; i < count; ++i) {
       const ExpertPlacement& p = placements_[i];
       if (p.site == ExpertSite::kSlot && !p.fill) {
@@ -755,9 +772,11 @@ absl::Status CudaMoeBlock::CachedGroupWork(int layer, size_t count, size_t n_nee
     int64_t off = 0;
     const int64_t rows = rows_of(group_ids_[i], &off);
     MOETIER_RETURN_IF_ERROR(cache_->WaitFilled(p.slot, ctx_.stream()));
+    MOETIER_RETURN_IF_ERROR(ctx_.MarkPhase(CudaPhase::kExpertFetch));
     const SlotExpertPointers w = cache_->SlotPointers(layer, p.slot);
     MOETIER_RETURN_IF_ERROR(LaunchExpert(layer, w.gate, w.up, w.down, off, rows));
     MOETIER_RETURN_IF_ERROR(cache_->MarkRead(p.slot, ctx_.stream()));
+    MOETIER_RETURN_IF_ERROR(ctx_.MarkPhase(CudaPhase::kExperts));
   }
   // 4. The host experts, while the device runs the slot experts; their
   //    outputs go up into their rows of down_out_ before the combine.
@@ -777,7 +796,7 @@ absl::Status CudaMoeBlock::CachedGroupWork(int layer, size_t count, size_t n_nee
                         cudaMemcpyHostToDevice, stream),
         "copying host-computed expert outputs to the device"));
   }
-  return absl::OkStatus();
+  return ctx_.MarkPhase(CudaPhase::kHostExperts);
 }
 
 absl::Status CudaMoeBlock::PrefetchNext(int layer, int n) {
