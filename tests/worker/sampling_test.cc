@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <cmath>
+#include <random>
 #include <set>
 #include <vector>
 
@@ -209,6 +210,135 @@ TEST(SamplerTest, TopPZeroKeepsOnlyTheLikeliestToken) {
   Sampler s(4, p);
   const std::vector<float> logits{0.5f, 0.4f, 0.6f, 0.3f};
   for (int i = 0; i < 200; ++i) EXPECT_EQ(s.Sample(logits), 2);
+}
+
+// The row's `m` best (higher logit first, equal logits lower id first): what
+// an engine hands SampleFromBest.
+void BestOf(const std::vector<float>& row, int m, std::vector<int32_t>& ids,
+            std::vector<float>& logits) {
+  std::vector<int32_t> order(row.size());
+  for (size_t i = 0; i < row.size(); ++i) order[i] = static_cast<int32_t>(i);
+  std::partial_sort(order.begin(), order.begin() + m, order.end(), [&](int32_t a, int32_t b) {
+    return row[a] != row[b] ? row[a] > row[b] : a < b;
+  });
+  ids.assign(order.begin(), order.begin() + m);
+  logits.clear();
+  for (int32_t id : ids) logits.push_back(row[id]);
+}
+
+TEST(SamplerTest, CandidatesNeededIsTopKPlusThePenalizedOrTheWholeRow) {
+  SamplingParams p = Plain(0.8f);
+  EXPECT_EQ(Make(100, p).CandidatesNeeded(), 0);  // no top-k: the whole row
+  p.top_k = 10;
+  Sampler s = Make(100, p);
+  EXPECT_EQ(s.CandidatesNeeded(), 10);
+  s.Accept(3);
+  EXPECT_EQ(s.CandidatesNeeded(), 10);  // no penalty: the window does not count
+  p.repeat_penalty = 1.3f;
+  p.repeat_last_n = 4;
+  Sampler pen = Make(100, p);
+  for (int32_t t : {7, 7, 9}) pen.Accept(t);
+  EXPECT_EQ(pen.CandidatesNeeded(), 12);  // distinct tokens 7 and 9
+  EXPECT_EQ(std::vector<int32_t>(pen.PenalizedTokens().begin(), pen.PenalizedTokens().end()),
+            (std::vector<int32_t>{7, 9}));
+  for (int32_t t : {1, 2, 5}) pen.Accept(t);  // 7 and 9 leave the window of 4
+  EXPECT_EQ(pen.CandidatesNeeded(), 14);
+  // Greedy looks at one token (and the penalized ones).
+  SamplingParams greedy = Plain(0.0f);
+  EXPECT_EQ(Make(100, greedy).CandidatesNeeded(), 1);
+  // Where top-k does not cut the row, or the count reaches it: the whole row.
+  p.top_k = 100;
+  EXPECT_EQ(Make(100, p).CandidatesNeeded(), 0);
+  p.top_k = 10;
+  Sampler small = Make(12, p);
+  for (int32_t t : {0, 1}) small.Accept(t);
+  EXPECT_EQ(small.CandidatesNeeded(), 0);
+}
+
+// SampleFromBest draws Sample's tokens, bit for bit, from the row's best
+// CandidatesNeeded() logits and the penalized tokens' logits alone, over
+// whole generations (each token accepted into the penalty window) with
+// ties, negative logits and every filter.
+TEST(SamplerTest, SampleFromBestDrawsSamplesTokens) {
+  struct Case {
+    float temperature;
+    int top_k;
+    float top_p, min_p, penalty;
+  };
+  const Case cases[] = {
+      {0.0f, 0, 1.0f, 0.0f, 1.0f},   {0.0f, 0, 1.0f, 0.0f, 1.5f},  {0.8f, 40, 0.95f, 0.05f, 1.0f},
+      {1.0f, 1, 1.0f, 0.0f, 1.1f},   {1.3f, 5, 1.0f, 0.0f, 1.0f},  {0.7f, 20, 0.8f, 0.0f, 1.3f},
+      {2.0f, 64, 1.0f, 0.2f, 2.0f},  {0.5f, 3, 0.5f, 0.1f, 0.7f},
+  };
+  std::mt19937 rng(7);
+  for (const Case& c : cases) {
+    SCOPED_TRACE(::testing::Message() << "temperature " << c.temperature << ", top_k " << c.top_k
+                                      << ", top_p " << c.top_p << ", min_p " << c.min_p
+                                      << ", penalty " << c.penalty);
+    SamplingParams p = Plain(c.temperature);
+    p.top_k = c.top_k;
+    p.top_p = c.top_p;
+    p.min_p = c.min_p;
+    p.repeat_penalty = c.penalty;
+    p.repeat_last_n = 16;
+    const int n_vocab = 500;
+    Sampler full = Make(n_vocab, p);
+    Sampler part = Make(n_vocab, p);
+    int from_best = 0;
+    for (int step = 0; step < 300; ++step) {
+      // Logits on a coarse grid, so that ties are common; a few tokens of
+      // the recent window near the top, so that the penalty reorders them.
+      std::vector<float> row(static_cast<size_t>(n_vocab));
+      std::uniform_int_distribution<int> level(-40, 40);
+      for (float& v : row) v = 0.25f * static_cast<float>(level(rng));
+      for (int32_t t : part.PenalizedTokens()) {
+        if (rng() % 3 == 0) row[static_cast<size_t>(t)] = 10.0f + 0.25f * (rng() % 4);
+      }
+      const int32_t want = full.Sample(row);
+      const int m = part.CandidatesNeeded();
+      int32_t got = -1;
+      if (m > 0) {
+        std::vector<int32_t> ids;
+        std::vector<float> best;
+        BestOf(row, m, ids, best);
+        std::shuffle(ids.begin(), ids.end(), rng);  // any order
+        best.clear();
+        for (int32_t id : ids) best.push_back(row[static_cast<size_t>(id)]);
+        std::vector<float> penalized;
+        for (int32_t t : part.PenalizedTokens()) penalized.push_back(row[static_cast<size_t>(t)]);
+        got = part.SampleFromBest(ids, best, penalized);
+        ++from_best;
+      } else {
+        got = part.Sample(row);
+      }
+      ASSERT_EQ(got, want) << "step " << step;
+      full.Accept(want);
+      part.Accept(got);
+    }
+    // Only the whole-row settings (no top-k, temperature > 0) never used it.
+    EXPECT_EQ(from_best > 0, c.temperature <= 0.0f || c.top_k > 0);
+  }
+}
+
+// The candidates must include every penalized token: one that drops out of
+// the top-k lets in a token that was only (k + 1)-th before the penalty.
+TEST(SamplerTest, APenalizedTokenLeavingTheTopKLetsTheNextOneIn) {
+  SamplingParams p = Plain(1.0f);
+  p.top_k = 2;
+  p.repeat_penalty = 100.0f;
+  p.repeat_last_n = 4;
+  Sampler s = Make(6, p);
+  s.Accept(0);
+  const std::vector<float> row = {9.0f, 5.0f, 4.0f, 0.0f, 0.0f, 0.0f};
+  ASSERT_EQ(s.CandidatesNeeded(), 3);
+  std::vector<int32_t> ids;
+  std::vector<float> best;
+  BestOf(row, 3, ids, best);
+  EXPECT_EQ(ids, (std::vector<int32_t>{0, 1, 2}));
+  // After the penalty token 0 has 0.09: the top 2 are tokens 1 and 2.
+  std::set<int32_t> drawn;
+  for (int i = 0; i < 400; ++i) drawn.insert(s.SampleFromBest(ids, best, std::vector<float>{9.0f}));
+  EXPECT_EQ(drawn, (std::set<int32_t>{1, 2}));
 }
 
 }  // namespace

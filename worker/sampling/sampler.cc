@@ -25,6 +25,8 @@ Sampler::Sampler(int n_vocab, const SamplingParams& params)
   probs_.resize(static_cast<size_t>(n_vocab));
   window_.resize(static_cast<size_t>(params.repeat_last_n));
   penalized_.assign(static_cast<size_t>(n_vocab), 0);
+  in_best_.assign(static_cast<size_t>(n_vocab), 0);
+  penalized_list_.reserve(std::min(window_.size(), static_cast<size_t>(n_vocab)));
 }
 
 void Sampler::Reset() {
@@ -43,43 +45,103 @@ void Sampler::Accept(int32_t token) {
 
 double Sampler::NextUniform() { return static_cast<double>(rng_() >> 11) * 0x1.0p-53; }
 
-// candidates_ is still indexed by token id here.
-void Sampler::ApplyRepeatPenalty() {
-  const float penalty = params_.repeat_penalty;
-  if (penalty == 1.0f || window_count_ == 0) return;
+void Sampler::MarkPenalized() {
+  penalized_list_.clear();
+  if (params_.repeat_penalty == 1.0f) return;
   // Each distinct token is penalized once, however often it occurs.
   for (size_t i = 0; i < window_count_; ++i) {
     const int32_t id = window_[i];
     if (penalized_[id]) continue;
     penalized_[id] = 1;
-    float& logit = candidates_[id].logit;
-    logit = logit <= 0.0f ? logit * penalty : logit / penalty;
+    penalized_list_.push_back(id);
   }
-  for (size_t i = 0; i < window_count_; ++i) penalized_[window_[i]] = 0;
+}
+
+void Sampler::ClearPenalized() {
+  for (const int32_t id : penalized_list_) penalized_[id] = 0;
+}
+
+float Sampler::Penalized(float logit) const {
+  const float penalty = params_.repeat_penalty;
+  return logit <= 0.0f ? logit * penalty : logit / penalty;
+}
+
+bool Sampler::Before(const Candidate& a, const Candidate& b) {
+  return a.logit != b.logit ? a.logit > b.logit : a.id < b.id;
 }
 
 int32_t Sampler::Sample(std::span<const float> logits) {
   MOETIER_CHECK(logits.size() == static_cast<size_t>(n_vocab_));
   for (int32_t id = 0; id < n_vocab_; ++id) candidates_[id] = {logits[id], id};
-  ApplyRepeatPenalty();
+  MarkPenalized();
+  for (const int32_t id : penalized_list_) candidates_[id].logit = Penalized(candidates_[id].logit);
+  ClearPenalized();
 
-  // Higher logit first; equal logits keep the lower id first.
-  const auto before = [](const Candidate& a, const Candidate& b) {
-    return a.logit != b.logit ? a.logit > b.logit : a.id < b.id;
-  };
   if (params_.temperature <= 0.0f) {
-    return std::min_element(candidates_.begin(), candidates_.end(), before)->id;
+    return std::min_element(candidates_.begin(), candidates_.end(), Before)->id;
   }
-
   size_t size = candidates_.size();
   bool sorted = false;
   if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < size) {
     size = params_.top_k;
-    std::partial_sort(candidates_.begin(), candidates_.begin() + size, candidates_.end(), before);
+    std::partial_sort(candidates_.begin(), candidates_.begin() + size, candidates_.end(), Before);
     sorted = true;
   }
+  return Draw(size, sorted);
+}
+
+int Sampler::CandidatesNeeded() {
+  const int64_t k = params_.temperature <= 0.0f ? 1 : params_.top_k;
+  if (k <= 0) return 0;
+  const int64_t needed = k + static_cast<int64_t>(PenalizedTokens().size());
+  // Where the full path would not cut the row to k, it draws in id order;
+  // only the whole row gives that.
+  return needed < n_vocab_ && k < n_vocab_ ? static_cast<int>(needed) : 0;
+}
+
+std::span<const int32_t> Sampler::PenalizedTokens() {
+  MarkPenalized();
+  ClearPenalized();
+  return penalized_list_;
+}
+
+int32_t Sampler::SampleFromBest(std::span<const int32_t> best_ids,
+                                std::span<const float> best_logits,
+                                std::span<const float> penalized_logits) {
+  const int needed = CandidatesNeeded();  // also refreshes penalized_list_
+  MOETIER_CHECK(needed > 0 && best_ids.size() == static_cast<size_t>(needed) &&
+                best_logits.size() == best_ids.size() &&
+                penalized_logits.size() == penalized_list_.size());
+  // The union of the best and the penalized tokens, each once.
+  size_t size = 0;
+  for (size_t i = 0; i < best_ids.size(); ++i) {
+    const int32_t id = best_ids[i];
+    MOETIER_CHECK(id >= 0 && id < n_vocab_ && !in_best_[id]);
+    in_best_[id] = 1;
+    candidates_[size++] = {best_logits[i], id};
+  }
+  for (size_t i = 0; i < penalized_list_.size(); ++i) {
+    const int32_t id = penalized_list_[i];
+    if (!in_best_[id]) candidates_[size++] = {penalized_logits[i], id};
+  }
+  for (const int32_t id : best_ids) in_best_[id] = 0;
+  MarkPenalized();
+  for (size_t i = 0; i < size; ++i) {
+    if (penalized_[candidates_[i].id]) candidates_[i].logit = Penalized(candidates_[i].logit);
+  }
+  ClearPenalized();
+
+  if (params_.temperature <= 0.0f) {
+    return std::min_element(candidates_.begin(), candidates_.begin() + size, Before)->id;
+  }
+  // The full path's partial sort gives these same k, in this same order.
+  std::sort(candidates_.begin(), candidates_.begin() + size, Before);
+  return Draw(std::min(size, static_cast<size_t>(params_.top_k)), /*sorted=*/true);
+}
+
+int32_t Sampler::Draw(size_t size, bool sorted) {
   if (params_.top_p < 1.0f) {
-    if (!sorted) std::sort(candidates_.begin(), candidates_.begin() + size, before);
+    if (!sorted) std::sort(candidates_.begin(), candidates_.begin() + size, Before);
     sorted = true;
     // Probabilities of the untempered logits of the surviving candidates.
     const float max = candidates_[0].logit;

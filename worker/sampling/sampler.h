@@ -32,6 +32,28 @@ class Sampler {
   // unchanged. Does not record the token; call Accept for that.
   int32_t Sample(std::span<const float> logits);
 
+  // Sample's token from part of the row, for an engine that keeps the row
+  // elsewhere (a GPU) and would rather not copy all of it.
+  //
+  // With a top-k filter (or greedy), Sample only ever looks at the k best
+  // logits after the repetition penalty. Every one of those is either a
+  // penalized token or among the row's k + |penalized| best raw logits, so
+  // those two sets carry everything Sample needs, and the token drawn is
+  // the same, bit for bit.
+  //
+  // CandidatesNeeded(): how many of the row's best logits that is (k + the
+  // distinct penalized tokens; k = 1 when greedy), or 0 when Sample needs
+  // the whole row (no top-k, or the count reaches the row).
+  int CandidatesNeeded();
+  // The distinct tokens the penalty applies to next, in a fixed order.
+  std::span<const int32_t> PenalizedTokens();
+  // With CandidatesNeeded() > 0: `best_ids` / `best_logits` are the row's
+  // CandidatesNeeded() best (higher logit first, equal logits lower id
+  // first; given in any order), `penalized_logits` the row's logit of each
+  // PenalizedTokens() entry, in its order.
+  int32_t SampleFromBest(std::span<const int32_t> best_ids, std::span<const float> best_logits,
+                         std::span<const float> penalized_logits);
+
   // Adds a token (prompt or generated) to the repetition-penalty window.
   void Accept(int32_t token);
 
@@ -45,8 +67,17 @@ class Sampler {
     float logit;
     int32_t id;
   };
+  // Higher logit first; equal logits keep the lower id first.
+  static bool Before(const Candidate& a, const Candidate& b);
 
-  void ApplyRepeatPenalty();
+  // Fills penalized_list_ with the window's distinct tokens (flags in
+  // penalized_ set for them until ClearPenalized).
+  void MarkPenalized();
+  void ClearPenalized();
+  float Penalized(float logit) const;
+  // Top-p, min-p, temperature and the draw over candidates_[0, size),
+  // sorted best first when `sorted` (else in id order).
+  int32_t Draw(size_t size, bool sorted);
   // Uniform in [0, 1), from the generator's raw bits so the same seed gives
   // the same draws with any standard library.
   double NextUniform();
@@ -60,6 +91,8 @@ class Sampler {
   size_t window_next_ = 0;
   size_t window_count_ = 0;
   std::vector<uint8_t> penalized_;  // [n_vocab], cleared after each use
+  std::vector<int32_t> penalized_list_;  // distinct window tokens, window order
+  std::vector<uint8_t> in_best_;         // [n_vocab], SampleFromBest's, cleared after use
 };
 
 }  // namespace moetier
