@@ -82,14 +82,23 @@ TEST_F(CudaPhaseTimingTest, TimedPassesKeepTheBitsAndFillTheirPhases) {
       ASSERT_TRUE(timed->EnablePhaseTiming(true).ok());
       for (double v : timed->phase_seconds()) EXPECT_EQ(v, 0.0);
 
+      // Decode (one token a pass: routed where config says), then the
+      // prompt in one pass (more rows than the GEMV takes: always routed
+      // on the host).
       const double t0 = Now();
       const std::vector<float> decoded = RunDecode(*timed, m->ids);
-      const std::vector<float> prompted = RunAll(*timed, m->ids);
       const double wall = Now() - t0;
+      const CudaPhaseSeconds s = timed->phase_seconds();
+      EXPECT_TRUE(timed->phase_timing_error().ok()) << timed->phase_timing_error();
+      timed->ResetPhaseTimes();
+      const std::vector<float> prompted = RunAll(*timed, m->ids);
+      const CudaPhaseSeconds prompt = timed->phase_seconds();
       EXPECT_EQ(decoded, RunDecode(*plain, m->ids));
       EXPECT_EQ(prompted, RunAll(*plain, m->ids));
+      ASSERT_GT(m->ids.size(), static_cast<size_t>(config.gemv_max_rows));
+      EXPECT_GT(At(prompt, CudaPhase::kHostRouting), 0.0);
+      EXPECT_GT(At(prompt, CudaPhase::kExperts), 0.0);
 
-      const CudaPhaseSeconds s = timed->phase_seconds();
       SCOPED_TRACE(Describe(s));
       EXPECT_GT(Sum(s), 0.0);
       EXPECT_LE(Sum(s), wall * 1.01 + 1e-4);
@@ -116,7 +125,7 @@ TEST_F(CudaPhaseTimingTest, TimedPassesKeepTheBitsAndFillTheirPhases) {
         ASSERT_TRUE(timed->Forward(*seq, token, LogitRows::kNone, nullptr).ok());
       }
       EXPECT_EQ(timed->captured_decode_graphs(), 0);
-      EXPECT_GT(Sum(timed->phase_seconds()), Sum(s));
+      EXPECT_GT(Sum(timed->phase_seconds()), Sum(prompt));
 
       // Off again: nothing more is added, and graphs come back.
       timed->ResetPhaseTimes();

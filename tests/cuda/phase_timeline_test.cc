@@ -158,6 +158,16 @@ TEST(PhaseTimelineTest, AFailedRecordEndsThePassWithItsError) {
   EXPECT_FALSE(timeline.in_pass());
 }
 
+TEST(PhaseTimelineTest, AClockTooSmallForAnIntervalTimesNothing) {
+  FakeClock clock(1);
+  PhaseTimeline timeline(clock);
+  EXPECT_EQ(timeline.Start().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_FALSE(timeline.in_pass());
+  EXPECT_TRUE(timeline.Mark(CudaPhase::kExperts).ok());
+  EXPECT_TRUE(timeline.Collect().ok());
+  for (double v : timeline.seconds()) EXPECT_EQ(v, 0.0);
+}
+
 TEST(PhaseTimelineTest, EveryPhaseHasItsOwnName) {
   std::vector<std::string_view> names;
   for (size_t i = 0; i < kCudaPhaseCount; ++i) {

@@ -20,7 +20,7 @@ tests=(cuda_device_test cuda_kernels_test cuda_kv_cache_test cuda_deltanet_kerne
        cuda_delta_rule_chunk_test cuda_engine_test cuda_kv_types_engine_test cuda_cache_engine_test
        cuda_long_context_test cuda_routing_hooks_test cuda_batched_forward_test
        cuda_decode_paths_test cuda_phase_timing_test cuda_gemv_slices_test cuda_expert_rows_test
-       cuda_phase_timeline_test)
+       cuda_phase_timeline_test cuda_sampling_test cuda_candidate_keys_test)
 ninja -C "$build" "${tests[@]}" moetier-bench-cuda
 
 status=0
@@ -41,7 +41,8 @@ if grep -q '^\[  SKIPPED \] CudaKernelsTest\.' "$build/cuda_kernels_test.log" ||
    grep -q '^\[  SKIPPED \] Models/CudaLongContextTest\.' "$build/cuda_long_context_test.log" ||
    grep -q '^\[  SKIPPED \] CudaDeltaNetKernelsTest\.' "$build/cuda_deltanet_kernels_test.log" ||
    grep -q '^\[  SKIPPED \] CudaEngineTest\.' "$build/cuda_decode_paths_test.log" ||
-   grep -q '^\[  SKIPPED \] CudaPhaseTimingTest\.' "$build/cuda_phase_timing_test.log"; then
+   grep -q '^\[  SKIPPED \] CudaPhaseTimingTest\.' "$build/cuda_phase_timing_test.log" ||
+   grep -q '^\[  SKIPPED \] CudaSamplingTest\.' "$build/cuda_sampling_test.log"; then
   echo "kernel tests skipped on a machine with a GPU: the device was not usable" >&2
   status=1
 fi

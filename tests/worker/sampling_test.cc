@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <set>
 #include <vector>
@@ -219,6 +220,9 @@ void BestOf(const std::vector<float>& row, int m, std::vector<int32_t>& ids,
   std::vector<int32_t> order(row.size());
   for (size_t i = 0; i < row.size(); ++i) order[i] = static_cast<int32_t>(i);
   std::partial_sort(order.begin(), order.begin() + m, order.end(), [&](int32_t a, int32_t b) {
+    if (std::isnan(row[a]) || std::isnan(row[b])) {
+      return std::isnan(row[a]) != std::isnan(row[b]) ? std::isnan(row[b]) : a < b;
+    }
     return row[a] != row[b] ? row[a] > row[b] : a < b;
   });
   ids.assign(order.begin(), order.begin() + m);
@@ -339,6 +343,28 @@ TEST(SamplerTest, APenalizedTokenLeavingTheTopKLetsTheNextOneIn) {
   std::set<int32_t> drawn;
   for (int i = 0; i < 400; ++i) drawn.insert(s.SampleFromBest(ids, best, std::vector<float>{9.0f}));
   EXPECT_EQ(drawn, (std::set<int32_t>{1, 2}));
+}
+
+// NaN logits rank below every number (the order the CUDA engine's
+// candidate keys have), so a NaN is never drawn while k numbers remain,
+// and SampleFromBest still agrees with Sample.
+TEST(SamplerTest, NanLogitsRankLast) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> row = {nan, 1.0f, nan, 3.0f, -0.0f, 0.0f, 2.0f, nan};
+  EXPECT_EQ(Make(8, Plain(0.0f)).Sample(row), 3);
+  SamplingParams p = Plain(1.0f);
+  p.top_k = 4;
+  Sampler full = Make(8, p), part = Make(8, p);
+  std::vector<int32_t> ids;
+  std::vector<float> best;
+  ASSERT_EQ(part.CandidatesNeeded(), 4);
+  BestOf(row, 4, ids, best);
+  EXPECT_EQ(ids, (std::vector<int32_t>{3, 6, 1, 4}));  // -0 and +0 tie: the lower id
+  for (int i = 0; i < 200; ++i) {
+    const int32_t want = full.Sample(row);
+    EXPECT_TRUE(want == 1 || want == 3 || want == 4 || want == 6) << want;
+    EXPECT_EQ(part.SampleFromBest(ids, best, {}), want);
+  }
 }
 
 }  // namespace

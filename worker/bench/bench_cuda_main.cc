@@ -459,6 +459,10 @@ int Run(const Options& o) {
   e.ResetPhaseTimes();
   if (absl::Status s = prompt_run(timed_prompt_s); !s.ok()) return Fail(s);
   const CudaPhaseSeconds prompt_phases = e.phase_seconds();
+  if (!e.phase_timing_error().ok()) {
+    std::printf("phase timers failed, figures incomplete: %s\n",
+                std::string(e.phase_timing_error().message()).c_str());
+  }
   if (generated != first_tokens || logits != first_logits) {
     std::fprintf(stderr, "moetier-bench-cuda: the phase-timed runs changed the results\n");
     return 1;

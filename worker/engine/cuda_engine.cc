@@ -447,6 +447,21 @@ absl::Status CudaEngine::AllocateBuffers() {
       ctx_->AllocBuffer(logits_, b * static_cast<uint64_t>(hp_.n_vocab), "logits"));
   MOETIER_RETURN_IF_ERROR(ctx_->AllocBuffer(sampled_, 1, "the sampled token"));
   MOETIER_RETURN_IF_ERROR(ctx_->AllocPinned(host_sampled_, 1, "the sampled token"));
+  // Sampling from the row's best candidates: their ids, then the penalized
+  // tokens' ids; their logits, then the penalized tokens' logits.
+  const int64_t candidate_keys = cuda::TopCandidatesScratchKeys(hp_.n_vocab);
+  MOETIER_RETURN_IF_ERROR(ctx_->AllocBuffer(candidate_scratch_,
+                                            static_cast<uint64_t>(candidate_keys),
+                                            "the sampler's candidate scratch"));
+  candidate_scratch_keys_ = candidate_keys;
+  MOETIER_RETURN_IF_ERROR(ctx_->AllocBuffer(candidate_ids_, 2 * cuda::kMaxTopCandidates,
+                                            "the sampler's candidate ids"));
+  MOETIER_RETURN_IF_ERROR(ctx_->AllocPinned(host_candidate_ids_, 2 * cuda::kMaxTopCandidates,
+                                            "the sampler's candidate ids"));
+  MOETIER_RETURN_IF_ERROR(ctx_->AllocBuffer(candidate_logits_, 2 * cuda::kMaxTopCandidates,
+                                            "the sampler's candidate logits"));
+  MOETIER_RETURN_IF_ERROR(ctx_->AllocPinned(host_candidate_logits_, 2 * cuda::kMaxTopCandidates,
+                                            "the sampler's candidate logits"));
   MOETIER_RETURN_IF_ERROR(ctx_->AllocBuffer(tokens_, b, "the batch's tokens"));
   MOETIER_RETURN_IF_ERROR(ctx_->AllocPinned(host_tokens_, b, "the batch's tokens"));
   MOETIER_RETURN_IF_ERROR(ctx_->AllocBuffer(step_, 2, "the decode step's token and position"));
@@ -670,7 +685,8 @@ absl::Status CudaEngine::ForwardBatch(std::span<const BatchPart> parts, const in
   // Also when no logits are wanted: the batch's cache entries are complete
   // (and any fault reported) before the sequences count them.
   MOETIER_RETURN_IF_ERROR(ctx_->Sync("the forward pass"));
-  return ctx_->CollectPhases();
+  ctx_->CollectPhases();
+  return absl::OkStatus();
 }
 
 int CudaEngine::captured_decode_graphs() const {
@@ -808,6 +824,10 @@ absl::StatusOr<int32_t> CudaEngine::Sample(Sampler& sampler) {
   auto* stream = static_cast<cudaStream_t>(ctx_->stream());
   const SamplingParams& p = sampler.params();
   const bool penalty = p.repeat_penalty != 1.0f && p.repeat_last_n > 0;
+  if (const int m = sampler.CandidatesNeeded(); m > 0 && m <= cuda::kMaxTopCandidates &&
+                                                (p.temperature > 0.0f || penalty)) {
+    return SampleFromCandidates(sampler, m);
+  }
   if (p.temperature <= 0.0f && !penalty) {
     // Greedy: the argmax on the device, ties to the lower id as on the host.
     MOETIER_RETURN_IF_ERROR(cuda::ArgmaxRows(last_row_, 1, hp_.n_vocab, sampled_, stream));
@@ -817,13 +837,48 @@ absl::StatusOr<int32_t> CudaEngine::Sample(Sampler& sampler) {
     MOETIER_RETURN_IF_ERROR(ctx_->Sync("sampling"));
     return *host_sampled_;
   }
-  // Filters and penalties run on the host over the whole row.
+  // No top-k (or too many candidates): the host sampler reads the whole row.
   MOETIER_RETURN_IF_ERROR(CudaCall(
       cudaMemcpyAsync(host_row_.data(), last_row_, host_row_.size() * sizeof(float),
                       cudaMemcpyDeviceToHost, stream),
       "copying the logits row to the host"));
   MOETIER_RETURN_IF_ERROR(ctx_->Sync("sampling"));
   return sampler.Sample(host_row_);
+}
+
+absl::StatusOr<int32_t> CudaEngine::SampleFromCandidates(Sampler& sampler, int m) {
+  auto* stream = static_cast<cudaStream_t>(ctx_->stream());
+  const std::span<const int32_t> penalized = sampler.PenalizedTokens();
+  const int n_penalized = static_cast<int>(penalized.size());
+  MOETIER_RETURN_IF_ERROR(cuda::TopCandidates(last_row_, hp_.n_vocab, m, candidate_scratch_,
+                                              candidate_scratch_keys_, candidate_ids_,
+                                              candidate_logits_, stream));
+  if (n_penalized > 0) {
+    // m = top_k + n_penalized, so both halves fit their kMaxTopCandidates.
+    int32_t* host_ids = host_candidate_ids_ + cuda::kMaxTopCandidates;
+    std::copy(penalized.begin(), penalized.end(), host_ids);
+    MOETIER_RETURN_IF_ERROR(CudaCall(
+        cudaMemcpyAsync(candidate_ids_ + cuda::kMaxTopCandidates, host_ids,
+                        static_cast<size_t>(n_penalized) * sizeof(int32_t),
+                        cudaMemcpyHostToDevice, stream),
+        "copying the penalized tokens to the device"));
+    MOETIER_RETURN_IF_ERROR(cuda::GatherLogits(last_row_, candidate_ids_ + cuda::kMaxTopCandidates,
+                                               n_penalized, candidate_logits_ + m, stream));
+  }
+  MOETIER_RETURN_IF_ERROR(CudaCall(
+      cudaMemcpyAsync(host_candidate_ids_, candidate_ids_, static_cast<size_t>(m) * sizeof(int32_t),
+                      cudaMemcpyDeviceToHost, stream),
+      "copying the sampler's candidates to the host"));
+  MOETIER_RETURN_IF_ERROR(CudaCall(
+      cudaMemcpyAsync(host_candidate_logits_, candidate_logits_,
+                      static_cast<size_t>(m + n_penalized) * sizeof(float),
+                      cudaMemcpyDeviceToHost, stream),
+      "copying the sampler's candidate logits to the host"));
+  MOETIER_RETURN_IF_ERROR(ctx_->Sync("sampling"));
+  return sampler.SampleFromBest(
+      std::span<const int32_t>(host_candidate_ids_, static_cast<size_t>(m)),
+      std::span<const float>(host_candidate_logits_, static_cast<size_t>(m)),
+      std::span<const float>(host_candidate_logits_ + m, static_cast<size_t>(n_penalized)));
 }
 
 absl::StatusOr<std::span<const float>> CudaEngine::LastLogitsRow() {

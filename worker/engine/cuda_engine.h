@@ -13,8 +13,11 @@
 // router's choice (blocks/cuda/moe_block.h).
 //
 // Logits stay on the device: Forward copies rows to the host only when
-// asked, and Sample draws greedy tokens on the device (one id comes back);
-// other settings copy the last row and sample on the host.
+// asked, and Sample draws greedy tokens on the device (one id comes back).
+// With a top-k filter (or a greedy repetition penalty) the device selects
+// the row's top-k + |penalized| best logits and the host sampler draws
+// from those, the token it would draw from the whole row; only samplers
+// without top-k copy the last row.
 //
 // Numerics: activations, norms, attention, recurrent states and logits are
 // fp32. Matrix
@@ -185,6 +188,8 @@ class CudaEngine final : public ForwardEngine, public ExpertCacheControl, public
   // when the events cannot be created.
   absl::Status EnablePhaseTiming(bool on) override { return ctx_->EnablePhaseTiming(on); }
   CudaPhaseSeconds phase_seconds() const override { return ctx_->phase_seconds(); }
+  // Ok unless collecting a pass's times failed, which turned timing off.
+  const absl::Status& phase_timing_error() const { return ctx_->phase_timing_error(); }
   void ResetPhaseTimes() override { ctx_->ResetPhaseTimes(); }
   const CudaExpertCache* expert_cache() const { return moe_->expert_cache(); }
   const MissCostModel* miss_cost_model() const {
@@ -230,6 +235,10 @@ class CudaEngine final : public ForwardEngine, public ExpertCacheControl, public
   absl::Status DecodeWithGraph(Sequence& seq, int32_t token, LogitRows host_rows,
                                float* host_logits);
   absl::Status CaptureDecodeGraph(int slot, int pos0, void** exec);
+  // Sample's token from the row's m best logits and the penalized tokens'
+  // (Sampler::SampleFromBest): what crosses to the host is those, not the
+  // row.
+  absl::StatusOr<int32_t> SampleFromCandidates(Sampler& sampler, int m);
   // Copies slot's recurrent layers to their checkpoint (save) or back.
   absl::Status CopyRecurrentState(int slot, bool save);
 
@@ -254,6 +263,15 @@ class CudaEngine final : public ForwardEngine, public ExpertCacheControl, public
   int32_t* sampled_ = nullptr;     // [1], device
   int32_t* host_sampled_ = nullptr;  // [1], pinned
   std::vector<float> host_row_;    // [n_vocab]: for samplers that need the whole row
+  // Sampling from candidates: TopCandidates' scratch; ids [2][kMaxTopCandidates]
+  // (the best, then the penalized) and logits (the best, then the
+  // penalized, back to back), on the device and pinned.
+  uint64_t* candidate_scratch_ = nullptr;
+  int64_t candidate_scratch_keys_ = 0;
+  int32_t* candidate_ids_ = nullptr;
+  int32_t* host_candidate_ids_ = nullptr;
+  float* candidate_logits_ = nullptr;
+  float* host_candidate_logits_ = nullptr;
   int32_t* tokens_ = nullptr;       // [B]: a pass's token ids, device
   int32_t* host_tokens_ = nullptr;  // [B], pinned
   // Decode graphs: per sequence slot the instantiated graph

@@ -67,6 +67,11 @@ float Sampler::Penalized(float logit) const {
 }
 
 bool Sampler::Before(const Candidate& a, const Candidate& b) {
+  // A NaN logit ranks below every number (as the CUDA engine's candidate
+  // keys have it), NaNs among themselves by id: a strict order either way.
+  const bool a_nan = std::isnan(a.logit);
+  const bool b_nan = std::isnan(b.logit);
+  if (a_nan || b_nan) return a_nan != b_nan ? b_nan : a.id < b.id;
   return a.logit != b.logit ? a.logit > b.logit : a.id < b.id;
 }
 

@@ -67,7 +67,7 @@ class Sampler {
     float logit;
     int32_t id;
   };
-  // Higher logit first; equal logits keep the lower id first.
+  // Higher logit first; equal logits keep the lower id first; NaN last.
   static bool Before(const Candidate& a, const Candidate& b);
 
   // Fills penalized_list_ with the window's distinct tokens (flags in

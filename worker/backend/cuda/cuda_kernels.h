@@ -334,4 +334,21 @@ absl::Status ArgmaxRows(const float* logits, int n_rows, int n_vocab, int32_t* i
 absl::Status SampleTemperature(const float* logits, int n_vocab, float temperature, float uniform,
                                int32_t* id, CudaStream stream);
 
+// The most candidates TopCandidates selects.
+inline constexpr int kMaxTopCandidates = 512;
+
+// Device keys of scratch TopCandidates needs for a row of n_vocab.
+int64_t TopCandidatesScratchKeys(int n_vocab);
+
+// The row's m best logits in the host sampler's order (higher logit first,
+// equal logits lower id first; candidate_keys.h): ids[0, m) best first, and
+// values[i] = logits[ids[i]]. m in 1..min(kMaxTopCandidates, n_vocab);
+// `scratch` holds at least TopCandidatesScratchKeys(n_vocab) keys.
+absl::Status TopCandidates(const float* logits, int n_vocab, int m, uint64_t* scratch,
+                           int64_t scratch_keys, int32_t* ids, float* values, CudaStream stream);
+
+// out[i] = logits[ids[i]] for i < n (ids on the device, each in the row).
+absl::Status GatherLogits(const float* logits, const int32_t* ids, int n, float* out,
+                          CudaStream stream);
+
 }  // namespace moetier::cuda

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -88,7 +89,16 @@ class CudaContext {
   absl::Status MarkPhase(CudaPhase phase) {
     return timing_on_ ? timeline_->Mark(phase) : absl::OkStatus();
   }
-  absl::Status CollectPhases() { return timing_on_ ? timeline_->Collect() : absl::OkStatus(); }
+  // After the pass's sync. A failure turns timing off and is kept
+  // (phase_timing_error()) rather than failing a pass whose work is done.
+  void CollectPhases() {
+    if (!timing_on_) return;
+    if (absl::Status s = timeline_->Collect(); !s.ok()) {
+      timing_on_ = false;
+      timing_error_ = std::move(s);
+    }
+  }
+  const absl::Status& phase_timing_error() const { return timing_error_; }
   // Device seconds per phase since the last reset (zeros before timing).
   CudaPhaseSeconds phase_seconds() const {
     return timeline_ != nullptr ? timeline_->seconds() : CudaPhaseSeconds{};
@@ -118,6 +128,7 @@ class CudaContext {
   std::unique_ptr<PhaseEventClock> phase_clock_;
   std::unique_ptr<PhaseTimeline> timeline_;
   bool timing_on_ = false;
+  absl::Status timing_error_;
 };
 
 }  // namespace moetier

@@ -81,7 +81,8 @@ class PhaseEventClock {
 // The marks of the passes since Reset, summed per phase. The events are a
 // ring: a pass with more marks than the clock holds waits for its newest
 // mark, adds what it has, and goes on from there (a device wait, so only
-// timed runs pay it).
+// timed runs pay it; what a pass added that way stays added if the pass
+// then fails). A clock of fewer than 2 events times nothing: Start fails.
 class PhaseTimeline {
  public:
   explicit PhaseTimeline(PhaseEventClock& clock)
@@ -93,6 +94,9 @@ class PhaseTimeline {
     started_ = false;
     first_ = 0;
     marks_ = 0;
+    if (clock_.capacity() < 2) {
+      return absl::FailedPreconditionError("phase timing needs a clock of at least 2 events");
+    }
     if (absl::Status s = clock_.Record(first_); !s.ok()) return s;
     started_ = true;
     return absl::OkStatus();
