@@ -172,5 +172,85 @@ TEST_F(CudaSamplingTest, EngineSampleDrawsTheHostSamplersTokens) {
   }
 }
 
+// ForwardMany's rows kept on the device (sample_in_engine) and sampled
+// there with SampleStep: the tokens Forward + Sample give each sequence
+// alone. A small max_batch splits the prompts over passes, so kept rows
+// must survive the passes after theirs; a one-token step alone goes
+// through the decode graph.
+TEST_F(CudaSamplingTest, SampleStepDrawsWhatSampleDrawsAlone) {
+  std::unique_ptr<Loaded> m = Load("tiny-q8_0");
+  ASSERT_NE(m, nullptr);
+  CudaEngineConfig config;
+  config.max_ctx = 64;
+  config.max_sequences = 3;
+  config.max_batch = 5;
+  absl::StatusOr<std::unique_ptr<CudaEngine>> batched = CudaEngine::Create(m->model, config);
+  absl::StatusOr<std::unique_ptr<CudaEngine>> alone = CudaEngine::Create(m->model, config);
+  ASSERT_TRUE(batched.ok()) << batched.status();
+  ASSERT_TRUE(alone.ok()) << alone.status();
+  ASSERT_TRUE((*batched)->SamplesStepsInPlace());
+  const int n_vocab = (*batched)->n_vocab();
+  SamplingParams p;
+  p.temperature = 0.8f;
+  p.top_k = 40;
+  p.top_p = 0.95f;
+  p.min_p = 0.05f;
+  p.seed = 9;
+  // Three prompts of 7, 3 and 4 tokens: 14 rows over passes of 5.
+  const std::vector<std::vector<int32_t>> prompts = {
+      {m->ids.begin(), m->ids.begin() + 7},
+      {m->ids.begin() + 7, m->ids.begin() + 10},
+      {m->ids.begin() + 10, m->ids.begin() + 14}};
+  std::vector<int32_t> want;
+  for (const std::vector<int32_t>& prompt : prompts) {
+    std::unique_ptr<Sequence> seq = NewSequence(**alone);
+    ASSERT_NE(seq, nullptr);
+    Sampler sampler(n_vocab, p);
+    ASSERT_TRUE((*alone)->Forward(*seq, prompt, LogitRows::kNone, nullptr).ok());
+    absl::StatusOr<int32_t> t = (*alone)->Sample(sampler);
+    ASSERT_TRUE(t.ok()) << t.status();
+    want.push_back(*t);
+  }
+  std::vector<std::unique_ptr<Sequence>> seqs;
+  std::vector<SequenceStep> steps;
+  for (const std::vector<int32_t>& prompt : prompts) {
+    seqs.push_back(NewSequence(**batched));
+    ASSERT_NE(seqs.back(), nullptr);
+    steps.push_back({seqs.back().get(), prompt, nullptr, /*sample_in_engine=*/true});
+  }
+  steps[1].sample_in_engine = false;  // this one keeps no row
+  ASSERT_TRUE((*batched)->ForwardMany(steps).ok());
+  for (size_t i = 0; i < steps.size(); ++i) {
+    SCOPED_TRACE(::testing::Message() << "step " << i);
+    Sampler sampler(n_vocab, p);
+    absl::StatusOr<int32_t> got = (*batched)->SampleStep(i, sampler);
+    if (i == 1) {
+      EXPECT_EQ(got.status().code(), absl::StatusCode::kFailedPrecondition);
+      continue;
+    }
+    ASSERT_TRUE(got.ok()) << got.status();
+    EXPECT_EQ(*got, want[i]);
+  }
+  // One sequence's one-token step: replayed from its graph, its row kept.
+  std::unique_ptr<Sequence> a = NewSequence(**alone);
+  ASSERT_NE(a, nullptr);
+  ASSERT_TRUE((*alone)->Forward(*a, prompts[0], LogitRows::kNone, nullptr).ok());
+  const int32_t next[1] = {m->ids[20]};
+  ASSERT_TRUE((*alone)->Forward(*a, next, LogitRows::kNone, nullptr).ok());
+  Sampler solo(n_vocab, p), in_engine(n_vocab, p);
+  absl::StatusOr<int32_t> want_next = (*alone)->Sample(solo);
+  ASSERT_TRUE(want_next.ok());
+  const SequenceStep one{seqs[0].get(), next, nullptr, true};
+  ASSERT_TRUE((*batched)->ForwardMany(std::span<const SequenceStep>(&one, 1)).ok());
+  absl::StatusOr<int32_t> got_next = (*batched)->SampleStep(0, in_engine);
+  ASSERT_TRUE(got_next.ok()) << got_next.status();
+  EXPECT_EQ(*got_next, *want_next);
+  EXPECT_GE((*batched)->captured_decode_graphs(), 1);
+  // A Forward since: no kept row any more.
+  ASSERT_TRUE((*batched)->Forward(*seqs[2], next, LogitRows::kNone, nullptr).ok());
+  EXPECT_EQ((*batched)->SampleStep(0, in_engine).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
 }  // namespace
 }  // namespace moetier

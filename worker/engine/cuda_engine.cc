@@ -447,6 +447,9 @@ absl::Status CudaEngine::AllocateBuffers() {
       ctx_->AllocBuffer(logits_, b * static_cast<uint64_t>(hp_.n_vocab), "logits"));
   MOETIER_RETURN_IF_ERROR(ctx_->AllocBuffer(sampled_, 1, "the sampled token"));
   MOETIER_RETURN_IF_ERROR(ctx_->AllocPinned(host_sampled_, 1, "the sampled token"));
+  MOETIER_RETURN_IF_ERROR(ctx_->AllocBuffer(
+      step_rows_, static_cast<uint64_t>(config_.max_sequences) * hp_.n_vocab,
+      "the logits rows kept for SampleStep"));
   // Sampling from the row's best candidates: their ids, then the penalized
   // tokens' ids; their logits, then the penalized tokens' logits.
   const int64_t candidate_keys = cuda::TopCandidatesScratchKeys(hp_.n_vocab);
@@ -493,6 +496,8 @@ absl::StatusOr<uint64_t> CudaEngine::ResizeExpertCache(uint64_t pool_bytes) {
 absl::Status CudaEngine::Forward(Sequence& seq, std::span<const int32_t> tokens,
                                  LogitRows host_rows, float* host_logits) {
   last_row_ = nullptr;
+  // A kept row may be logits_ itself, which this pass rewrites.
+  std::fill(step_row_of_.begin(), step_row_of_.end(), nullptr);
   if (absl::Status s = slots_.CheckTokens(seq, tokens, hp_.n_vocab); !s.ok()) return s;
   if (host_rows != LogitRows::kNone && host_logits == nullptr) {
     return absl::InvalidArgumentError("no logits buffer");
@@ -534,6 +539,7 @@ absl::Status CudaEngine::Forward(Sequence& seq, std::span<const int32_t> tokens,
 
 absl::Status CudaEngine::ForwardMany(std::span<const SequenceStep> steps) {
   last_row_ = nullptr;
+  step_row_of_.assign(steps.size(), nullptr);
   if (absl::Status s = CheckDistinctSequences(steps); !s.ok()) return s;
   for (const SequenceStep& step : steps) {
     if (absl::Status s = slots_.CheckTokens(*step.seq, step.tokens, hp_.n_vocab); !s.ok()) return s;
@@ -548,13 +554,18 @@ absl::Status CudaEngine::ForwardMany(std::span<const SequenceStep> steps) {
   MOETIER_RETURN_IF_ERROR(ctx_->MakeCurrent());
   // One sequence's one-token step (a server decoding one request): its
   // graph, as Forward would.
-  if (steps.size() == 1 && steps[0].last_logits != nullptr &&
+  if (steps.size() == 1 && (steps[0].last_logits != nullptr || steps[0].sample_in_engine) &&
       DecodesWithGraph(*steps[0].seq, steps[0].tokens, LogitRows::kLast)) {
+    const LogitRows host_rows =
+        steps[0].last_logits != nullptr ? LogitRows::kLast : LogitRows::kNone;
     absl::Status s =
-        DecodeWithGraph(*steps[0].seq, steps[0].tokens[0], LogitRows::kLast, steps[0].last_logits);
-    last_row_ = nullptr;  // ForwardMany leaves nothing to Sample
+        DecodeWithGraph(*steps[0].seq, steps[0].tokens[0], host_rows, steps[0].last_logits);
+    // Its row (logits_) is SampleStep's, not Sample's.
+    if (s.ok() && steps[0].sample_in_engine) step_row_of_[0] = last_row_;
+    last_row_ = nullptr;
     return s;
   }
+  int kept = 0;  // rows kept for SampleStep so far
   // Passes of up to max_batch rows, the steps' tokens in order: a step
   // that does not fit whole runs its first tokens in this pass and the
   // rest in the next.
@@ -565,6 +576,7 @@ absl::Status CudaEngine::ForwardMany(std::span<const SequenceStep> steps) {
     batch_tokens_.clear();
     out_rows_.clear();
     out_dst_.clear();
+    out_steps_.clear();
     part_steps_.clear();
     int rows = 0;
     for (size_t i = first_left; i < steps.size() && rows < config_.max_batch; ++i) {
@@ -578,9 +590,10 @@ absl::Status CudaEngine::ForwardMany(std::span<const SequenceStep> steps) {
       batch_tokens_.insert(batch_tokens_.end(), step.tokens.begin() + step_done_[i],
                            step.tokens.begin() + step_done_[i] + take);
       rows += take;
-      if (take == left && step.last_logits != nullptr) {
+      if (take == left && (step.last_logits != nullptr || step.sample_in_engine)) {
         out_rows_.push_back(rows - 1);
         out_dst_.push_back(step.last_logits);
+        out_steps_.push_back(i);
       }
     }
     absl::Status s = ForwardBatch(parts_, batch_tokens_.data(), rows, out_rows_, out_dst_);
@@ -591,6 +604,19 @@ absl::Status CudaEngine::ForwardMany(std::span<const SequenceStep> steps) {
       const size_t i = part_steps_[p];
       step_done_[i] += parts_[p].span.n;
       slots_.SetLength(*steps[i].seq, parts_[p].span.pos0 + parts_[p].span.n);
+    }
+    // Rows kept for SampleStep leave logits_ before the next pass rewrites
+    // it (the copies run first on the stream).
+    for (size_t r = 0; r < out_steps_.size(); ++r) {
+      const size_t i = out_steps_[r];
+      if (!steps[i].sample_in_engine) continue;
+      float* kept_row = step_rows_ + static_cast<int64_t>(kept++) * hp_.n_vocab;
+      MOETIER_RETURN_IF_ERROR(CudaCall(
+          cudaMemcpyAsync(kept_row, logits_ + static_cast<int64_t>(r) * hp_.n_vocab,
+                          static_cast<size_t>(hp_.n_vocab) * sizeof(float),
+                          cudaMemcpyDeviceToDevice, static_cast<cudaStream_t>(ctx_->stream())),
+          "keeping a step's logits row"));
+      step_row_of_[i] = kept_row;
     }
     while (first_left < steps.size() &&
            step_done_[first_left] == static_cast<int>(steps[first_left].tokens.size())) {
@@ -844,6 +870,17 @@ absl::StatusOr<int32_t> CudaEngine::Sample(Sampler& sampler) {
       "copying the logits row to the host"));
   MOETIER_RETURN_IF_ERROR(ctx_->Sync("sampling"));
   return sampler.Sample(host_row_);
+}
+
+absl::StatusOr<int32_t> CudaEngine::SampleStep(size_t step, Sampler& sampler) {
+  if (step >= step_row_of_.size() || step_row_of_[step] == nullptr) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "step %d of the last ForwardMany kept no logits row (it needs sample_in_engine, and "
+        "no Forward since)",
+        step));
+  }
+  last_row_ = step_row_of_[step];
+  return Sample(sampler);
 }
 
 absl::StatusOr<int32_t> CudaEngine::SampleFromCandidates(Sampler& sampler, int m) {

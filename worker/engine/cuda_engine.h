@@ -17,7 +17,9 @@
 // With a top-k filter (or a greedy repetition penalty) the device selects
 // the row's top-k + |penalized| best logits and the host sampler draws
 // from those, the token it would draw from the whole row; only samplers
-// without top-k copy the last row.
+// without top-k copy the last row. ForwardMany keeps the rows its steps ask
+// to keep (sample_in_engine) on the device for SampleStep, so the server's
+// batched decode samples that way too.
 //
 // Numerics: activations, norms, attention, recurrent states and logits are
 // fp32. Matrix
@@ -160,6 +162,9 @@ class CudaEngine final : public ForwardEngine, public ExpertCacheControl, public
   absl::StatusOr<std::unique_ptr<SequenceState>> CopyState(const Sequence& seq) override;
   absl::Status LoadState(Sequence& seq, const SequenceState& state, int length) override;
   absl::StatusOr<int32_t> Sample(Sampler& sampler) override;
+  // Steps' rows stay on the device and are sampled there, as Sample does.
+  bool SamplesStepsInPlace() const override { return true; }
+  absl::StatusOr<int32_t> SampleStep(size_t step, Sampler& sampler) override;
   absl::StatusOr<std::span<const float>> LastLogitsRow() override;
   int n_vocab() const override { return hp_.n_vocab; }
   int max_ctx() const override { return config_.max_ctx; }
@@ -294,6 +299,12 @@ class CudaEngine final : public ForwardEngine, public ExpertCacheControl, public
   std::vector<int> out_rows_;
   std::vector<float*> out_dst_;
   std::vector<int> step_done_;
+  // Per out row of a pass, its step; per step of the last ForwardMany, its
+  // row kept for SampleStep (step_rows_ or logits_; null: none), and the
+  // device rows [max_sequences][n_vocab] they are kept in.
+  std::vector<size_t> out_steps_;
+  std::vector<const float*> step_row_of_;
+  float* step_rows_ = nullptr;
 };
 
 // The engine as a ForwardEngine, for the worker.

@@ -37,6 +37,9 @@ struct SequenceStep {
   std::span<const int32_t> tokens;  // non-empty; run at seq->length(), ...
   // n_vocab() floats: the logits row of the step's last token; null: none.
   float* last_logits = nullptr;
+  // Keep that row in the engine for SampleStep (an engine whose
+  // SamplesStepsInPlace() is true; others ignore it).
+  bool sample_in_engine = false;
 };
 
 // OK when every step names a sequence and no sequence appears twice.
@@ -92,8 +95,9 @@ class ForwardEngine {
   // all of them. The sequences must be distinct. Every step is checked as
   // Forward checks it before anything runs; on a later error each
   // sequence's length says how far it is valid. Keeps no logits for Sample:
-  // each step's row goes to its last_logits. This default runs the steps one
-  // after another.
+  // each step's row goes to its last_logits (and stays in the engine for
+  // SampleStep where the step asks). This default runs the steps one after
+  // another.
   virtual absl::Status ForwardMany(std::span<const SequenceStep> steps) {
     if (absl::Status s = CheckDistinctSequences(steps); !s.ok()) return s;
     for (const SequenceStep& step : steps) {
@@ -137,6 +141,20 @@ class ForwardEngine {
   // of any sequence. Does not Accept the token. FailedPrecondition when no
   // logits are kept.
   virtual absl::StatusOr<int32_t> Sample(Sampler& sampler) = 0;
+
+  // Whether SampleStep works: the engine keeps a ForwardMany step's row
+  // where it computed it and samples it there (a GPU engine then copies no
+  // row to the host). Otherwise callers sample the rows ForwardMany copied.
+  virtual bool SamplesStepsInPlace() const { return false; }
+  // The next token `sampler` draws from the last logits row of steps[step]
+  // of the most recent successful ForwardMany, which set sample_in_engine
+  // for it: the token Sample would draw from that row. Valid until the next
+  // Forward or ForwardMany; FailedPrecondition for a step whose row is not
+  // kept, or an engine that keeps none. Does not Accept the token.
+  virtual absl::StatusOr<int32_t> SampleStep(size_t step, Sampler& sampler) {
+    (void)step, (void)sampler;
+    return absl::FailedPreconditionError("this engine keeps no ForwardMany rows to sample");
+  }
 
   // The last logits row Sample draws from, on the host (a GPU engine copies
   // it there, so call this only when the caller wants the numbers, such as

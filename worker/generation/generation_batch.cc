@@ -31,6 +31,10 @@ struct GenerationBatch::Member {
   Clock::time_point start, decode_start, token_start;
   bool cancelled = false;
   bool wants_row = false;  // this step computes the member's row
+  // The row stays in the engine, sampled there (SampleStep of step `step`),
+  // unless the member wants logprobs, which need it here.
+  bool sample_in_engine = false;
+  size_t step = 0;
 };
 
 namespace {
@@ -84,7 +88,18 @@ absl::Status GenerationBatch::Finish(size_t index, StopReason stop, GenerationEv
 
 absl::StatusOr<bool> GenerationBatch::TakeToken(Member& m, GenerationEvents& events) {
   const bool want_logprobs = m.request.top_logprobs >= 0;
-  const int32_t token = m.sampler.Sample(m.row);
+  int32_t token = 0;
+  if (m.sample_in_engine) {
+    absl::StatusOr<int32_t> sampled = engine_.SampleStep(m.step, m.sampler);
+    if (!sampled.ok()) {
+      m.result.engine_error = sampled.status();
+      m.result.stop = StopReason::kError;
+      return true;
+    }
+    token = *sampled;
+  } else {
+    token = m.sampler.Sample(m.row);
+  }
   if (want_logprobs) ComputeTokenLogprobs(m.row, token, m.request.top_logprobs, &logprobs_);
   m.sampler.Accept(token);
   m.tokens.push_back(token);
@@ -155,7 +170,12 @@ absl::Status GenerationBatch::Step(GenerationEvents& events) {
       m->wants_row = true;
       m->token_start = Clock::now();
     }
-    steps_.push_back({m->seq.get(), tokens, m->wants_row ? m->row.data() : nullptr});
+    m->sample_in_engine =
+        m->wants_row && m->request.top_logprobs < 0 && engine_.SamplesStepsInPlace();
+    m->step = steps_.size();
+    steps_.push_back({m->seq.get(), tokens,
+                      m->wants_row && !m->sample_in_engine ? m->row.data() : nullptr,
+                      m->sample_in_engine});
   }
   if (const absl::Status s = engine_.ForwardMany(steps_); !s.ok()) {
     while (!members_.empty()) {

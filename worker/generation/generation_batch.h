@@ -93,8 +93,9 @@ class GenerationBatch {
  private:
   using Clock = std::chrono::steady_clock;
   struct Member;
-  // Samples the member's next token from its row, reports it and says
-  // whether the member ends there.
+  // Samples the member's next token from its row (here, or in the engine
+  // with SampleStep), reports it and says whether the member ends there (an
+  // engine error ends it with StopReason::kError).
   absl::StatusOr<bool> TakeToken(Member& m, GenerationEvents& events);
   absl::Status Finish(size_t index, StopReason stop, GenerationEvents& events);
 

@@ -47,6 +47,10 @@ class CacheStatusEngine final : public ForwardEngine {
     return engine_.LoadState(seq, state, length);
   }
   absl::StatusOr<int32_t> Sample(Sampler& sampler) override { return engine_.Sample(sampler); }
+  bool SamplesStepsInPlace() const override { return engine_.SamplesStepsInPlace(); }
+  absl::StatusOr<int32_t> SampleStep(size_t step, Sampler& sampler) override {
+    return engine_.SampleStep(step, sampler);
+  }
   absl::StatusOr<std::span<const float>> LastLogitsRow() override {
     return engine_.LastLogitsRow();
   }
