@@ -7,16 +7,20 @@
 #      core (about 17 GiB, outside the log folder; skipped with --model FILE;
 #      --layers N writes a shorter model of the same shapes)
 #   3. moetier-bench-cuda (every expert resident, against the HBM roofline),
-#      then its decode without CUDA graphs, with the MoE routing on the host
-#      and with one expert at a time (what each of these saves)
-#   4. moetier-bench-cache --device cuda:0 (the cache-size table)
+#      then its decode without CUDA graphs, with the MoE routing on the host,
+#      with one expert at a time (what each of these saves) and with the chat
+#      sampler; each run ends with where its device time went, by phase
+#   4. moetier-bench-cache --device cuda:0 (the cache-size table), with the
+#      router's own routing, then again replaying a moetier-tracegen trace of
+#      the model's shape, calibrated to real routing (--skip-trace leaves
+#      the second table out)
 #   5. moetier-bench-cuda decoding after --depth positions (default 32768,
 #      skipped, not computed) with q8_0 keys and values; --depth 0 leaves
 #      it out
 #
 # usage: gpu-check.sh [--out DIR] [--data DIR] [--model FILE] [--layers N] [--work DIR]
 #                     [--runs N] [--decode-tokens N] [--prompt-tokens N] [--depth N]
-#                     [--skip-tests] [--skip-bench]
+#                     [--skip-tests] [--skip-bench] [--skip-trace]
 # Logs and JSON go to --out (default $OUT when set, else gpu-check-out); the
 # model to --work (default /tmp/moetier-gpu-check). --data is the tests/data
 # folder of a checkout, for a bundle made --without-data. Exits non-zero when
@@ -33,6 +37,7 @@ prompt=512
 depth=32768
 skip_tests=0
 skip_bench=0
+skip_trace=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --out) out="$2"; shift 2 ;;
@@ -46,6 +51,7 @@ while [[ $# -gt 0 ]]; do
     --depth) depth="$2"; shift 2 ;;
     --skip-tests) skip_tests=1; shift ;;
     --skip-bench) skip_bench=1; shift ;;
+    --skip-trace) skip_trace=1; shift ;;
     -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) echo "gpu-check.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
@@ -94,17 +100,30 @@ if [[ $skip_bench == 0 ]]; then
   tail -18 "$out/bench-cuda.log" | tee -a "$out/summary.txt"
   # The same decode without the step's CUDA graph, with the host's routing
   # (one sync per MoE layer), then with one expert at a time: what each saves.
-  for how in no-graphs host-routing expert-at-a-time; do
+  # And with the chat sampler (top-k 40 selected on the device).
+  for how in no-graphs host-routing expert-at-a-time "sampling chat"; do
     step "moetier-bench-cuda --$how (decode only)"
+    log="$out/bench-cuda-${how// /-}.log"
+    # shellcheck disable=SC2086  # "sampling chat" is a flag and its value
     "$here/run" moetier-bench-cuda --model "$model" --runs "$runs" --decode-tokens "$decode" \
-      --prompt-tokens 16 --batch 16 "--$how" >"$out/bench-cuda-$how.log" 2>&1 || status=1
-    grep -E '^(experts|decode|roofline|check)' "$out/bench-cuda-$how.log" | tee -a "$out/summary.txt"
+      --prompt-tokens 16 --batch 16 --$how >"$log" 2>&1 || status=1
+    grep -E '^(sampling|experts|decode|roofline|check)' "$log" | tee -a "$out/summary.txt"
   done
   step "moetier-bench-cache --device cuda:0"
   "$here/run" moetier-bench-cache --model "$model" --device cuda:0 --runs "$runs" \
     --decode-tokens "$decode" --prompt-tokens "$prompt" --json "$out/bench-cache.json" \
     >"$out/bench-cache.log" 2>&1 || status=1
   tail -40 "$out/bench-cache.log" | tee -a "$out/summary.txt"
+  if [[ $skip_trace == 0 ]]; then
+    step "moetier-bench-cache --device cuda:0 --routing-from-trace (Qwen3-30B-A3B shape)"
+    trace="$work/qwen3${layers:+-$layers-layers}.trace"
+    "$here/run" moetier-tracegen --shape qwen3 ${layers:+--layers "$layers"} --tokens 8192 \
+      --out "$trace" >"$out/tracegen.log" 2>&1 || status=1
+    "$here/run" moetier-bench-cache --model "$model" --device cuda:0 --runs "$runs" \
+      --decode-tokens "$decode" --prompt-tokens "$prompt" --routing-from-trace "$trace" \
+      --json "$out/bench-cache-trace.json" >"$out/bench-cache-trace.log" 2>&1 || status=1
+    tail -40 "$out/bench-cache-trace.log" | tee -a "$out/summary.txt"
+  fi
   if [[ $depth -gt 0 ]]; then
     step "moetier-bench-cuda at $depth positions, q8_0 KV"
     "$here/run" moetier-bench-cuda --model "$model" --runs "$runs" --decode-tokens 32 \

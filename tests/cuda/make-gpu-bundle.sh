@@ -16,7 +16,7 @@
 #                then has them in a checkout (gpu-check.sh --data DIR)
 #
 # The bundle holds bin/ (every CUDA test, moetier-bench-cuda,
-# moetier-bench-cache, moetier-synth, moetier-worker, moetierd, moetier,
+# moetier-bench-cache, moetier-synth, moetier-tracegen, moetier-worker, moetierd, moetier,
 # stripped), lib/ (every shared library they need except the C library, the
 # loader and the CUDA/driver libraries, which the GPU host has matching its
 # driver), data/vectors (the test vectors the CUDA tests read), run
@@ -48,7 +48,8 @@ command -v nvcc >/dev/null || { echo "make-gpu-bundle.sh: nvcc not found (CUDA T
 
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE="$build_type" -DMOETIER_ENABLE_CUDA=ON \
       -DCMAKE_CUDA_ARCHITECTURES="$arch" >/dev/null
-programs=(moetier-bench-cuda moetier-bench-cache moetier-synth moetier-worker moetierd moetier)
+programs=(moetier-bench-cuda moetier-bench-cache moetier-synth moetier-tracegen moetier-worker moetierd
+          moetier)
 mapfile -t tests < <(sed -n 's/^ *moetier_add_test(\(cuda_[a-z0-9_]*\).*/\1/p' \
                        "$root"/tests/cuda/CMakeLists.txt | sort -u)
 [[ ${#tests[@]} -gt 0 ]] || { echo "make-gpu-bundle.sh: no CUDA tests in tests/cuda/CMakeLists.txt" >&2; exit 1; }

@@ -71,6 +71,10 @@ usage: moetier-bench-cuda --model FILE [options]
   --expert-at-a-time    four launches per routed expert instead of grouped
                         launches per layer (implies --host-routing): the same
                         logits, to measure what grouping gains
+  --sampling S          greedy (default: the argmax on the device) or chat
+                        (temperature 0.8, top-k 40, top-p 0.95, min-p 0.05,
+                        seeded: the device selects the 40 best logits, the host
+                        draws from them): what sampling costs a decode step
   --no-graphs           launch every kernel of a decode step instead of replaying
                         the step's captured CUDA graph: the same logits, to
                         measure what the graph saves (--host-routing and
@@ -95,6 +99,7 @@ struct Options {
   bool host_routing = false;
   bool expert_at_a_time = false;
   bool no_graphs = false;
+  bool chat_sampling = false;
   int64_t bandwidth_mib = 1024;
 };
 
@@ -159,6 +164,12 @@ absl::StatusOr<Options> ParseOptions(int argc, char** argv) {
             absl::StrFormat("%s: %s", arg, type.status().message()));
       }
       (arg == "--cache-type-k" ? o.kv_types.k : o.kv_types.v) = *type;
+    } else if (arg == "--sampling") {
+      if (value != "greedy" && value != "chat") {
+        return absl::InvalidArgumentError(
+            absl::StrFormat("--sampling: '%s' is neither greedy nor chat", value));
+      }
+      o.chat_sampling = value == "chat";
     } else if (arg == "--gemv-max-rows") {
       s = int_value(o.gemv_max_rows, 0, 8192);
     } else if (arg == "--bandwidth-mib") {
@@ -302,6 +313,9 @@ int Run(const Options& o) {
               prop.totalGlobalMem / 1073741824.0);
   std::printf("batch %d, GEMV up to %d rows, GEMM via %s\n", o.batch, o.gemv_max_rows,
               config.use_cublas ? "cuBLAS" : "the tiled kernel");
+  std::printf("sampling: %s\n", o.chat_sampling
+                                    ? "chat (temperature 0.8, top-k 40, top-p 0.95, min-p 0.05)"
+                                    : "greedy");
   std::printf("experts: %s, MoE routing %s\n",
               config.group_expert_launches ? "grouped launches" : "four launches each",
               config.route_on_device ? "grouped on the device in decode" : "on the host");
@@ -346,11 +360,16 @@ int Run(const Options& o) {
     seq = *std::move(fresh);
     return absl::OkStatus();
   };
-  absl::StatusOr<Sampler> greedy = Sampler::Create(n_vocab, SamplingParams{.temperature = 0});
-  if (!greedy.ok()) return Fail(greedy.status());
+  SamplingParams sampling{.temperature = 0};
+  if (o.chat_sampling) {
+    sampling = kCommandLineSamplingDefaults;
+    sampling.seed = 1234;
+  }
+  if (absl::Status s = ValidateSamplingParams(sampling); !s.ok()) return Fail(s);
 
-  // One decode run: a new sequence, its context, then greedy tokens sampled
-  // on the device (no logits row comes to the host per token).
+  // One decode run: a new sequence, its context, then tokens sampled from
+  // the device's row (greedy: its argmax; chat: its 40 best), no row coming
+  // to the host per token. A fresh sampler per run draws the same tokens.
   auto decode_run = [&](std::vector<int32_t>& generated, double& seconds) -> absl::Status {
     MOETIER_RETURN_IF_ERROR(new_sequence());
     if (o.skip_context) {
@@ -362,12 +381,13 @@ int Run(const Options& o) {
       }
     }
     generated.clear();
+    Sampler sampler(n_vocab, sampling);
     int32_t next = o.skip_context ? context.back() : Argmax(logits.data(), n_vocab);
     const double t0 = Seconds();
     for (int i = 0; i < o.decode_tokens; ++i) {
       const int32_t in[1] = {next};
       MOETIER_RETURN_IF_ERROR(e.Forward(*seq, in, LogitRows::kNone, nullptr));
-      absl::StatusOr<int32_t> sampled = e.Sample(*greedy);
+      absl::StatusOr<int32_t> sampled = e.Sample(sampler);
       if (!sampled.ok()) return sampled.status();
       next = *sampled;
       generated.push_back(next);
