@@ -325,6 +325,55 @@ TEST_F(CudaKernelsTest, RopeNeoxMatchesCpu) {
   }
 }
 
+// QkNormRope (one launch) gives the bits of RmsNorm per head followed by
+// the rope on q and on k (four launches), with and without the norm, for
+// both pair layouts and with held pairs.
+TEST_F(CudaKernelsTest, QkNormRopeGivesTheBitsOfNormThenRope) {
+  const int n_tokens = 3, n_head = 4, n_head_kv = 2, head_dim = 64, n_rot = 48;
+  const std::vector<int32_t> positions = {0, 77, 31000};
+  const std::vector<uint8_t> uses = {1, 1, 0, 1, 1, 1, 0, 1, 1, 1, 1, 0,
+                                     1, 1, 1, 1, 0, 1, 1, 1, 1, 1, 1, 1};
+  const float base = 1e6f, eps = 1e-6f;
+  const std::vector<float> q = Gaussian(static_cast<size_t>(n_tokens * n_head * head_dim), 21);
+  const std::vector<float> k = Gaussian(static_cast<size_t>(n_tokens * n_head_kv * head_dim), 22);
+  const std::vector<float> q_w = Gaussian(static_cast<size_t>(head_dim), 23);
+  const std::vector<float> k_w = Gaussian(static_cast<size_t>(head_dim), 24);
+  DeviceBuffer pos_dev(positions), uses_dev(uses), q_w_dev(q_w), k_w_dev(k_w);
+  for (bool norm : {true, false}) {
+    for (bool adjacent : {false, true}) {
+      for (bool held : {false, true}) {
+        SCOPED_TRACE(::testing::Message() << "norm " << norm << ", adjacent " << adjacent
+                                          << ", held pairs " << held);
+        const uint8_t* pairs = held ? uses_dev.as<uint8_t>() : nullptr;
+        DeviceBuffer q_sep(q), k_sep(k), q_fused(q), k_fused(k);
+        if (norm) {
+          ASSERT_TRUE(RmsNorm(q_sep.as<float>(), q_w_dev.as<float>(), n_tokens * n_head, head_dim,
+                              eps, q_sep.as<float>(), nullptr)
+                          .ok());
+          ASSERT_TRUE(RmsNorm(k_sep.as<float>(), k_w_dev.as<float>(), n_tokens * n_head_kv,
+                              head_dim, eps, k_sep.as<float>(), nullptr)
+                          .ok());
+        }
+        auto rope = adjacent ? &RopeAdjacentPairs : &RopeNeox;
+        ASSERT_TRUE(rope(q_sep.as<float>(), pos_dev.as<int32_t>(), n_tokens, n_head, head_dim,
+                         n_rot, base, pairs, nullptr)
+                        .ok());
+        ASSERT_TRUE(rope(k_sep.as<float>(), pos_dev.as<int32_t>(), n_tokens, n_head_kv, head_dim,
+                         n_rot, base, pairs, nullptr)
+                        .ok());
+        ASSERT_TRUE(QkNormRope(q_fused.as<float>(), k_fused.as<float>(),
+                               norm ? q_w_dev.as<float>() : nullptr,
+                               norm ? k_w_dev.as<float>() : nullptr, pos_dev.as<int32_t>(),
+                               n_tokens, n_head, n_head_kv, head_dim, n_rot, base, adjacent,
+                               pairs, eps, nullptr)
+                        .ok());
+        EXPECT_EQ(q_fused.Download<float>(q.size()), q_sep.Download<float>(q.size()));
+        EXPECT_EQ(k_fused.Download<float>(k.size()), k_sep.Download<float>(k.size()));
+      }
+    }
+  }
+}
+
 // Multi-section rope: the pairs held at position 0 stay as they are, as the
 // CPU attention block's cos 1, sin 0 leaves them.
 TEST_F(CudaKernelsTest, RopeWithSectionsHoldsTheUnusedPairs) {
@@ -667,7 +716,9 @@ TEST_F(CudaKernelsTest, GemvQuantGroupGivesEachJobGemvQuantsBits) {
 // The device grouping against the host's rule (expert_rows.h, itself
 // checked against the MoE block's host grouping): row maps, the three job
 // tables and their count, and the first invalid choice, with -1 and
-// out-of-range ids among the choices and experts of more than 8 rows.
+// out-of-range ids among the choices and experts of more than 8 rows. Jobs
+// of one row read their token's row of token_rows, the others the gathered
+// rows.
 TEST_F(CudaKernelsTest, BuildExpertJobsGroupsAsTheHost) {
   const int n_tokens = 12, top_k = 4, n_expert = 5;
   const int n = n_tokens * top_k;
@@ -682,6 +733,7 @@ TEST_F(CudaKernelsTest, BuildExpertJobsGroupsAsTheHost) {
   for (size_t i = 0; i < weights.size(); ++i) weights[i] = 0x10000 + 0x100 * i;
   DeviceBuffer ids_dev(ids), weights_dev(weights);
   DeviceBuffer in(static_cast<size_t>(n * n_embd) * sizeof(float));
+  DeviceBuffer token_rows(static_cast<size_t>(n_tokens * n_embd) * sizeof(float));
   DeviceBuffer gate(static_cast<size_t>(n * n_ff) * sizeof(float));
   DeviceBuffer up(static_cast<size_t>(n * n_ff) * sizeof(float));
   DeviceBuffer down(static_cast<size_t>(n * n_embd) * sizeof(float));
@@ -695,6 +747,7 @@ TEST_F(CudaKernelsTest, BuildExpertJobsGroupsAsTheHost) {
   a.n_expert = n_expert;
   a.expert_weights = static_cast<const void* const*>(weights_dev.get());
   a.expert_in = in.as<float>();
+  a.token_rows = token_rows.as<float>();
   a.gate_out = gate.as<float>();
   a.up_out = up.as<float>();
   a.down_out = down.as<float>();
@@ -705,6 +758,7 @@ TEST_F(CudaKernelsTest, BuildExpertJobsGroupsAsTheHost) {
   a.n_jobs = counts.as<int32_t>();
   a.bad_choice = counts.as<int32_t>() + 1;
   ASSERT_TRUE(BuildExpertJobs(a, nullptr).ok());
+  int single_row_jobs = 0;
   const std::vector<int32_t> rows = slot_rows.Download<int32_t>(2 * static_cast<size_t>(n));
   const std::vector<GemvJob> got = jobs.Download<GemvJob>(3 * static_cast<size_t>(n));
   const std::vector<int32_t> count = counts.Download<int32_t>(2);
@@ -725,7 +779,9 @@ TEST_F(CudaKernelsTest, BuildExpertJobsGroupsAsTheHost) {
     if (!r.valid || r.rank % kCudaGemvMaxBatch != 0) continue;
     const int32_t rows_in_job = std::min(kCudaGemvMaxBatch, r.expert_rows - r.rank);
     const uintptr_t* wp = weights.data() + 3 * ids[static_cast<size_t>(i)];
-    const float* x = a.expert_in + row * n_embd;
+    const float* x = rows_in_job == 1 ? a.token_rows + (i / top_k) * n_embd
+                                      : a.expert_in + row * n_embd;
+    single_row_jobs += rows_in_job == 1;
     float* g = a.gate_out + row * n_ff;
     const GemvJob expect[3] = {
         {reinterpret_cast<const void*>(wp[0]), x, g, rows_in_job},
@@ -742,6 +798,7 @@ TEST_F(CudaKernelsTest, BuildExpertJobsGroupsAsTheHost) {
   }
   EXPECT_EQ(count[0], n_jobs);
   EXPECT_GT(n_jobs, n_expert);  // some expert had more than 8 rows
+  EXPECT_GT(single_row_jobs, 0);
 }
 
 // ---------------------------------------------------------------------------
@@ -811,6 +868,14 @@ TEST(CudaKernelsArgsTest, RejectsBadArgumentsBeforeLaunching) {
   EXPECT_EQ(MulSigmoid(f, nullptr, 4, nullptr).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(AddSigmoidScaledRows(f, f, nullptr, 1, 4, nullptr).code(),
             absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(QkNormRope(f, f, f, nullptr, reinterpret_cast<int32_t*>(f), 1, 1, 1, 64, 64, 1e4f,
+                       false, nullptr, 1e-6f, nullptr)
+                .code(),
+            absl::StatusCode::kInvalidArgument);  // only one of the two norms
+  EXPECT_EQ(QkNormRope(f, f, nullptr, nullptr, reinterpret_cast<int32_t*>(f), 1, 1, 1, 64, 65,
+                       1e4f, false, nullptr, 1e-6f, nullptr)
+                .code(),
+            absl::StatusCode::kInvalidArgument);  // odd n_rot
   EXPECT_TRUE(CudaWeightTypeSupported(TensorType::kQ5_K));
   EXPECT_FALSE(CudaWeightTypeSupported(TensorType::kQ3_K));
 }

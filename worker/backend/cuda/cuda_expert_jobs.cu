@@ -39,7 +39,9 @@ __global__ void BuildExpertJobsKernel(ExpertJobsArgs a) {
     const int32_t n_rows = min(kCudaGemvMaxBatch, r.expert_rows - r.rank);
     const void* const* w = a.expert_weights + 3 * static_cast<int64_t>(ids[i]);
     const int64_t row = r.row;
-    const float* in = a.expert_in + row * a.n_embd;
+    const float* in = a.token_rows != nullptr && n_rows == 1
+                          ? a.token_rows + static_cast<int64_t>(i / a.top_k) * a.n_embd
+                          : a.expert_in + row * a.n_embd;
     float* gate = a.gate_out + row * a.n_ff;
     a.jobs[job] = GemvJob{w[0], in, gate, n_rows};
     a.jobs[n_choices + job] = GemvJob{w[1], in, a.up_out + row * a.n_ff, n_rows};

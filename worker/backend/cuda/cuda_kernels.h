@@ -156,6 +156,16 @@ absl::Status RopeAdjacentPairs(float* x, const int32_t* positions, int n_tokens,
                                int head_dim, int n_rot, float freq_base,
                                const uint8_t* pair_uses_position, CudaStream stream);
 
+// Attention's q and k heads before the cache, in one launch: each head of
+// q ([n_tokens][n_head][head_dim]) and of k ([n_tokens][n_head_kv][head_dim])
+// RMS-normed over its head_dim values with q_norm / k_norm (both null: no
+// norm), then rotated as RopeNeox (or, with `adjacent`, RopeAdjacentPairs)
+// rotates it. The same bits as RmsNorm per head followed by the rope.
+absl::Status QkNormRope(float* q, float* k, const float* q_norm, const float* k_norm,
+                        const int32_t* positions, int n_tokens, int n_head, int n_head_kv,
+                        int head_dim, int n_rot, float freq_base, bool adjacent,
+                        const uint8_t* pair_uses_position, float eps, CudaStream stream);
+
 // out[i] = silu(gate[i]) * up[i]; out may alias either input.
 absl::Status SiluMul(const float* gate, const float* up, int64_t n, float* out, CudaStream stream);
 
@@ -296,6 +306,11 @@ struct ExpertJobsArgs {
   // [n_expert][3]: gate, up and down weights of each expert of the layer.
   const void* const* expert_weights = nullptr;
   const float* expert_in = nullptr;  // [n_choices][n_embd], the gathered rows
+  // Optional: the layer's input rows [n_tokens][n_embd], which the gathered
+  // rows copy. A job of one row reads its token's row here instead, so a
+  // caller whose jobs all have one row (a single token: its k experts are
+  // distinct) need not gather at all.
+  const float* token_rows = nullptr;
   float* gate_out = nullptr;         // [n_choices][n_ff]
   float* up_out = nullptr;           // [n_choices][n_ff]
   float* down_out = nullptr;         // [n_choices][n_embd]

@@ -17,11 +17,11 @@ using internal::LaunchStatus;
 
 constexpr int kRowThreads = 256;
 
-__global__ void RmsNormKernel(const float* x, const float* w, int n, float eps, float* y) {
-  __shared__ float scratch[32];
-  const int64_t row = blockIdx.x;
-  const float* xr = x + row * n;
-  float* yr = y + row * n;
+// One row of n values RMS-normed with weights w into yr (which may be xr);
+// every thread of the block takes part. RmsNorm and QkNormRope share it,
+// so their rows round alike.
+__device__ void RmsNormRow(const float* xr, const float* w, int n, float eps, float* yr,
+                           float* scratch) {
   float ss = 0.0f;
   for (int i = threadIdx.x; i < n; i += blockDim.x) ss += xr[i] * xr[i];
   ss = internal::BlockSum(ss, scratch);
@@ -30,17 +30,18 @@ __global__ void RmsNormKernel(const float* x, const float* w, int n, float eps, 
   for (int i = threadIdx.x; i < n; i += blockDim.x) yr[i] = xr[i] * scale * w[i];
 }
 
-// One block per (token, head); thread i rotates pair i.
+__global__ void RmsNormKernel(const float* x, const float* w, int n, float eps, float* y) {
+  __shared__ float scratch[32];
+  const int64_t row = blockIdx.x;
+  RmsNormRow(x + row * n, w, n, eps, y + row * n, scratch);
+}
+
+// Rotates one head in place; thread i rotates pair i.
 // Pair i is (i, i + n_rot/2) (NEOX) or, with `adjacent`, (2i, 2i + 1) (NORM).
 // Pairs with pair_uses_position[i] == 0 rotate by position 0: unchanged.
-__global__ void RopeKernel(float* x, const int32_t* positions, int n_heads, int head_dim,
-                           int n_rot, float freq_base, bool adjacent,
-                           const uint8_t* pair_uses_position) {
-  const int t = blockIdx.y;
-  const int h = blockIdx.x;
-  float* xh = x + (static_cast<int64_t>(t) * n_heads + h) * head_dim;
+__device__ void RopeHead(float* xh, double pos, int n_rot, float freq_base, bool adjacent,
+                         const uint8_t* pair_uses_position) {
   const int half = n_rot / 2;
-  const double pos = positions[t];
   for (int i = threadIdx.x; i < half; i += blockDim.x) {
     if (pair_uses_position != nullptr && pair_uses_position[i] == 0) continue;
     const double theta = pos * pow(static_cast<double>(freq_base), -2.0 * i / n_rot);
@@ -53,6 +54,36 @@ __global__ void RopeKernel(float* x, const int32_t* positions, int n_heads, int 
     xh[a] = x0 * c - x1 * s;
     xh[b] = x0 * s + x1 * c;
   }
+}
+
+// One block per (token, head).
+__global__ void RopeKernel(float* x, const int32_t* positions, int n_heads, int head_dim,
+                           int n_rot, float freq_base, bool adjacent,
+                           const uint8_t* pair_uses_position) {
+  const int t = blockIdx.y;
+  const int h = blockIdx.x;
+  RopeHead(x + (static_cast<int64_t>(t) * n_heads + h) * head_dim, positions[t], n_rot,
+           freq_base, adjacent, pair_uses_position);
+}
+
+// One block per (token, head) of q, then of k: the head's RMS norm (with a
+// weight) and its rotation, in one launch instead of four.
+__global__ void QkNormRopeKernel(float* q, float* k, const float* q_norm, const float* k_norm,
+                                 const int32_t* positions, int n_head, int n_head_kv,
+                                 int head_dim, int n_rot, float freq_base, bool adjacent,
+                                 const uint8_t* pair_uses_position, float eps) {
+  __shared__ float scratch[32];
+  const int t = blockIdx.y;
+  const bool is_q = static_cast<int>(blockIdx.x) < n_head;
+  const int h = is_q ? blockIdx.x : blockIdx.x - n_head;
+  const int n_heads = is_q ? n_head : n_head_kv;
+  float* xh = (is_q ? q : k) + (static_cast<int64_t>(t) * n_heads + h) * head_dim;
+  const float* norm = is_q ? q_norm : k_norm;
+  if (norm != nullptr) {
+    RmsNormRow(xh, norm, head_dim, eps, xh, scratch);
+    __syncthreads();  // the rotation reads values other threads normed
+  }
+  RopeHead(xh, positions[t], n_rot, freq_base, adjacent, pair_uses_position);
 }
 
 __global__ void SiluMulKernel(const float* gate, const float* up, int64_t n, float* out) {
@@ -255,6 +286,28 @@ absl::Status Rope(float* x, const int32_t* positions, int n_tokens, int n_heads,
 }
 
 }  // namespace
+
+absl::Status QkNormRope(float* q, float* k, const float* q_norm, const float* k_norm,
+                        const int32_t* positions, int n_tokens, int n_head, int n_head_kv,
+                        int head_dim, int n_rot, float freq_base, bool adjacent,
+                        const uint8_t* pair_uses_position, float eps, CudaStream stream) {
+  MOETIER_CUDA_REQUIRE(q != nullptr && k != nullptr && positions != nullptr, "null pointer");
+  MOETIER_CUDA_REQUIRE((q_norm == nullptr) == (k_norm == nullptr),
+                       "q and k are normed together or not at all");
+  MOETIER_CUDA_REQUIRE(n_tokens >= 0 && n_tokens <= 65535 && n_head > 0 && n_head_kv > 0 &&
+                           head_dim > 0,
+                       "bad shape");
+  MOETIER_CUDA_REQUIRE(n_rot > 0 && n_rot % 2 == 0 && n_rot <= head_dim,
+                       absl::StrCat("n_rot ", n_rot, " must be even and at most head_dim ",
+                                    head_dim));
+  if (n_tokens == 0) return absl::OkStatus();
+  const dim3 grid(static_cast<unsigned>(n_head + n_head_kv), static_cast<unsigned>(n_tokens));
+  // RmsNorm's block size, so that the norm's sum reduces in its order.
+  QkNormRopeKernel<<<grid, kRowThreads, 0, AsStream(stream)>>>(
+      q, k, q_norm, k_norm, positions, n_head, n_head_kv, head_dim, n_rot, freq_base, adjacent,
+      pair_uses_position, eps);
+  return LaunchStatus("QkNormRope");
+}
 
 absl::Status RopeNeox(float* x, const int32_t* positions, int n_tokens, int n_heads,
                       int head_dim, int n_rot, float freq_base, const uint8_t* pair_uses_position,

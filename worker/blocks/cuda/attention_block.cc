@@ -104,24 +104,15 @@ absl::Status CudaAttentionBlock::Forward(int layer, std::span<const CudaRowSpan>
   }
   MOETIER_RETURN_IF_ERROR(ctx_.MatMul(l.k, batch_.xn, n, k_));
   MOETIER_RETURN_IF_ERROR(ctx_.MatMul(l.v, batch_.xn, n, v_));
-  // The q/k norm (in place), then rope.
-  switch (hp_.qk_norm) {
-    case QkNorm::kNone:
-      break;
-    case QkNorm::kPerHead:
-      MOETIER_RETURN_IF_ERROR(cuda::RmsNorm(q_, l.q_norm, static_cast<int64_t>(n) * hp_.n_head,
-                                            head_dim, hp_.rms_eps, q_, stream));
-      MOETIER_RETURN_IF_ERROR(cuda::RmsNorm(k_, l.k_norm,
-                                            static_cast<int64_t>(n) * hp_.n_head_kv, head_dim,
-                                            hp_.rms_eps, k_, stream));
-      break;
-    case QkNorm::kWhole:
-      MOETIER_RETURN_IF_ERROR(cuda::RmsNorm(q_, l.q_norm, n, q_dim, hp_.rms_eps, q_, stream));
-      MOETIER_RETURN_IF_ERROR(cuda::RmsNorm(k_, l.k_norm, n, kv_dim, hp_.rms_eps, k_, stream));
-      break;
+  // A norm over the whole projection runs here; a per-head norm runs with
+  // the rope below (QkNormRope: one launch for both heads' norm and rope).
+  if (hp_.qk_norm == QkNorm::kWhole) {
+    MOETIER_RETURN_IF_ERROR(cuda::RmsNorm(q_, l.q_norm, n, q_dim, hp_.rms_eps, q_, stream));
+    MOETIER_RETURN_IF_ERROR(cuda::RmsNorm(k_, l.k_norm, n, kv_dim, hp_.rms_eps, k_, stream));
   }
   MOETIER_RETURN_IF_ERROR(ctx_.MarkPhase(CudaPhase::kAttentionProjections));
-  auto rope = hp_.rope_style == RopeStyle::kNeox ? &cuda::RopeNeox : &cuda::RopeAdjacentPairs;
+  const bool per_head_norm = hp_.qk_norm == QkNorm::kPerHead;
+  const bool adjacent = hp_.rope_style == RopeStyle::kNorm;
   const float scale = hp_.attention_scale > 0.0f
                           ? hp_.attention_scale
                           : 1.0f / std::sqrt(static_cast<float>(head_dim));
@@ -137,10 +128,10 @@ absl::Status CudaAttentionBlock::Forward(int layer, std::span<const CudaRowSpan>
     // A device-held position is the one token's positions array.
     const int64_t pos0 = pos0_on_device != nullptr ? 0 : span.pos0;
     const int32_t* positions = pos0_on_device != nullptr ? pos0_on_device : positions_ + span.pos0;
-    MOETIER_RETURN_IF_ERROR(rope(q, positions, span.n, hp_.n_head, head_dim, hp_.n_rot,
-                                 hp_.rope_freq_base, pair_uses_position_, stream));
-    MOETIER_RETURN_IF_ERROR(rope(k, positions, span.n, hp_.n_head_kv, head_dim, hp_.n_rot,
-                                 hp_.rope_freq_base, pair_uses_position_, stream));
+    MOETIER_RETURN_IF_ERROR(cuda::QkNormRope(
+        q, k, per_head_norm ? l.q_norm : nullptr, per_head_norm ? l.k_norm : nullptr, positions,
+        span.n, hp_.n_head, hp_.n_head_kv, head_dim, hp_.n_rot, hp_.rope_freq_base, adjacent,
+        pair_uses_position_, hp_.rms_eps, stream));
     // Head-major cache: KV head g's rows, one per position, are contiguous.
     const cuda::KvCacheView keys{cache.k, kv_types_.k, cache.k_head_stride,
                                  static_cast<int64_t>(KvRowBytes(kv_types_.k, head_dim))};

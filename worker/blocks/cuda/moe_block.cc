@@ -278,6 +278,7 @@ absl::Status CudaMoeBlock::DeviceRoutedExperts(int layer, int n) {
   args.expert_weights =
       expert_table_ + static_cast<size_t>(layer) * static_cast<size_t>(hp_.n_expert) * 3;
   args.expert_in = expert_in_;
+  args.token_rows = batch_.xn;
   args.gate_out = gate_out_;
   args.up_out = up_out_;
   args.down_out = down_out_;
@@ -288,8 +289,12 @@ absl::Status CudaMoeBlock::DeviceRoutedExperts(int layer, int n) {
   args.n_jobs = device_n_jobs_;
   args.bad_choice = bad_choice_ + layer;
   MOETIER_RETURN_IF_ERROR(cuda::BuildExpertJobs(args, stream));
-  MOETIER_RETURN_IF_ERROR(
-      cuda::GatherRows(batch_.xn, slot_rows_, n_choices, hp_.n_embd, expert_in_, stream));
+  // One token's jobs read its row of xn directly (token_rows); only jobs of
+  // several rows need them gathered.
+  if (n > 1) {
+    MOETIER_RETURN_IF_ERROR(
+        cuda::GatherRows(batch_.xn, slot_rows_, n_choices, hp_.n_embd, expert_in_, stream));
+  }
   MOETIER_RETURN_IF_ERROR(ctx_.MarkPhase(CudaPhase::kRouter));
   // The tables hold n_choices jobs each: gate, up, down.
   const cuda::GemvJob* gate_jobs = device_jobs_;

@@ -26,8 +26,9 @@ namespace moetier {
 
 enum class CudaPhase : int {
   kEmbed = 0,              // token embeddings (and the ids' copy down)
-  kAttentionProjections,   // attention norm, q/k/v with their norms, output projection, residual
-  kAttention,              // RoPE, storing keys and values, attention over the cache
+  kAttentionProjections,   // attention norm, q/k/v (and a whole-projection q/k norm), output
+                           // projection, residual
+  kAttention,              // per-head q/k norm with RoPE, storing keys and values, attention
   kDeltaNetProjections,    // Gated DeltaNet norm, in and out projections, residual
   kDeltaNet,               // conv, q/k norms, gates, recurrence, gated norm
   kRouter,                 // FFN norm, router logits and top-k (and the device grouping)
