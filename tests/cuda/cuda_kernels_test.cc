@@ -872,7 +872,7 @@ TEST(CudaKernelsArgsTest, RejectsBadArgumentsBeforeLaunching) {
                        false, nullptr, 1e-6f, nullptr)
                 .code(),
             absl::StatusCode::kInvalidArgument);  // only one of the two norms
-  EXPECT_EQ(QkNormRope(f, f, nullptr, nullptr, reinterpret_cast<int32_t*>(f), 1, 1, 1, 64, 65,
+  EXPECT_EQ(QkNormRope(f, f, nullptr, nullptr, reinterpret_cast<int32_t*>(f), 1, 1, 1, 64, 63,
                        1e4f, false, nullptr, 1e-6f, nullptr)
                 .code(),
             absl::StatusCode::kInvalidArgument);  // odd n_rot

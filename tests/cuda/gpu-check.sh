@@ -12,8 +12,9 @@
 #      sampler; each run ends with where its device time went, by phase
 #   4. moetier-bench-cache --device cuda:0 (the cache-size table), with the
 #      router's own routing, then again replaying a moetier-tracegen trace of
-#      the model's shape, calibrated to real routing (--skip-trace leaves
-#      the second table out)
+#      the model's shape, calibrated to real routing (the trace is
+#      Qwen3-30B-A3B's shape: with --model FILE of another shape, pass
+#      --skip-trace)
 #   5. moetier-bench-cuda decoding after --depth positions (default 32768,
 #      skipped, not computed) with q8_0 keys and values; --depth 0 leaves
 #      it out

@@ -599,7 +599,11 @@ absl::Status CudaEngine::ForwardMany(std::span<const SequenceStep> steps) {
     absl::Status s = ForwardBatch(parts_, batch_tokens_.data(), rows, out_rows_, out_dst_);
     const absl::Status released = moe_->FinishBatch();
     if (s.ok()) s = released;
-    MOETIER_RETURN_IF_ERROR(s);
+    if (!s.ok()) {
+      // A failed call keeps no rows, not even those of its earlier passes.
+      std::fill(step_row_of_.begin(), step_row_of_.end(), nullptr);
+      return s;
+    }
     for (size_t p = 0; p < parts_.size(); ++p) {
       const size_t i = part_steps_[p];
       step_done_[i] += parts_[p].span.n;
@@ -879,8 +883,11 @@ absl::StatusOr<int32_t> CudaEngine::SampleStep(size_t step, Sampler& sampler) {
         "no Forward since)",
         step));
   }
+  // Sample draws from last_row_; ForwardMany leaves nothing for Sample itself.
   last_row_ = step_row_of_[step];
-  return Sample(sampler);
+  absl::StatusOr<int32_t> token = Sample(sampler);
+  last_row_ = nullptr;
+  return token;
 }
 
 absl::StatusOr<int32_t> CudaEngine::SampleFromCandidates(Sampler& sampler, int m) {
