@@ -1,4 +1,5 @@
-// 64 streamed chat requests at once against a daemon started with
+// 64 streamed chat requests at once (up to 4 such bursts until one meets the
+// limit) against a daemon started with
 // --max-active-sequences=4 --max-queued-requests=8: each is either served to
 // the end ("data: [DONE]") or refused with 429 and Retry-After, none hangs,
 // and afterwards /metrics counts what the clients saw and its queue gauges
@@ -6,6 +7,7 @@
 import { assert, apiKey, daemonUrl, runChecks } from './common.mjs';
 
 const REQUESTS = 64;
+const BURSTS = 4;
 const url = daemonUrl();
 const headers = { authorization: `Bearer ${apiKey()}`, 'content-type': 'application/json' };
 
@@ -14,7 +16,7 @@ async function streamedChat(i) {
     method: 'POST', headers,
     body: JSON.stringify({
       messages: [{ role: 'user', content: `Request ${i}: tell me about the sea.` }],
-      max_tokens: 24, temperature: 0, stream: true,
+      max_tokens: 200, temperature: 0, stream: true,
     }),
   });
   const body = await response.text();
@@ -59,12 +61,20 @@ const seen = { ok: 0, rejected: 0 };
 
 await runChecks([
   [`${REQUESTS} concurrent streams: each 200 to [DONE] or 429`, async () => {
-    const outcomes = await Promise.all(Array.from({ length: REQUESTS }, (_, i) => streamedChat(i)));
-    for (const o of outcomes) seen[o] += 1;
-    console.log(`     served ${seen.ok}, refused ${seen.rejected}`);
-    assert.equal(seen.ok + seen.rejected, REQUESTS);
+    // On a busy machine the client may send a burst more slowly than the
+    // tiny model serves it, so that no request finds the queue full; up to
+    // BURSTS bursts, until one does.
+    let sent = 0;
+    for (let burst = 0; burst < BURSTS && seen.rejected === 0; ++burst) {
+      const outcomes = await Promise.all(
+          Array.from({ length: REQUESTS }, (_, i) => streamedChat(sent + i)));
+      for (const o of outcomes) seen[o] += 1;
+      sent += REQUESTS;
+      console.log(`     burst ${burst + 1}: served ${seen.ok}, refused ${seen.rejected} so far`);
+    }
+    assert.equal(seen.ok + seen.rejected, sent);
     assert.ok(seen.ok >= 4, 'fewer streams served than the active limit');
-    assert.ok(seen.rejected > 0, 'no request met the queue limit');
+    assert.ok(seen.rejected > 0, `no request of ${sent} met the queue limit`);
   }],
   ['a request after the burst is served', async () => {
     assert.equal(await streamedChat(REQUESTS), 'ok');
