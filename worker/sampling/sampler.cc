@@ -95,10 +95,12 @@ int32_t Sampler::Sample(std::span<const float> logits) {
   return Draw(size, sorted);
 }
 
-int Sampler::CandidatesNeeded() {
+int Sampler::CandidatesNeeded() { return CandidatesFor(PenalizedTokens().size()); }
+
+int Sampler::CandidatesFor(size_t n_penalized) const {
   const int64_t k = params_.temperature <= 0.0f ? 1 : params_.top_k;
   if (k <= 0) return 0;
-  const int64_t needed = k + static_cast<int64_t>(PenalizedTokens().size());
+  const int64_t needed = k + static_cast<int64_t>(n_penalized);
   // Where the full path would not cut the row to k, it draws in id order;
   // only the whole row gives that.
   return needed < n_vocab_ && k < n_vocab_ ? static_cast<int>(needed) : 0;
@@ -113,7 +115,9 @@ std::span<const int32_t> Sampler::PenalizedTokens() {
 int32_t Sampler::SampleFromBest(std::span<const int32_t> best_ids,
                                 std::span<const float> best_logits,
                                 std::span<const float> penalized_logits) {
-  const int needed = CandidatesNeeded();  // also refreshes penalized_list_
+  // The penalized tokens' flags stay set until the penalty is applied below.
+  MarkPenalized();
+  const int needed = CandidatesFor(penalized_list_.size());
   MOETIER_CHECK(needed > 0 && best_ids.size() == static_cast<size_t>(needed) &&
                 best_logits.size() == best_ids.size() &&
                 penalized_logits.size() == penalized_list_.size());
@@ -130,7 +134,6 @@ int32_t Sampler::SampleFromBest(std::span<const int32_t> best_ids,
     if (!in_best_[id]) candidates_[size++] = {penalized_logits[i], id};
   }
   for (const int32_t id : best_ids) in_best_[id] = 0;
-  MarkPenalized();
   for (size_t i = 0; i < size; ++i) {
     if (penalized_[candidates_[i].id]) candidates_[i].logit = Penalized(candidates_[i].logit);
   }

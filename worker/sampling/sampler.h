@@ -75,6 +75,8 @@ class Sampler {
   void MarkPenalized();
   void ClearPenalized();
   float Penalized(float logit) const;
+  // CandidatesNeeded for a window of n_penalized distinct tokens.
+  int CandidatesFor(size_t n_penalized) const;
   // Top-p, min-p, temperature and the draw over candidates_[0, size),
   // sorted best first when `sorted` (else in id order).
   int32_t Draw(size_t size, bool sorted);
