@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "cli/flag_set.h"
+#include "base/flags/flag_set.h"
 #include "request/sampling_params.h"
 
 namespace moetier::client {
