@@ -99,6 +99,13 @@ TEST(PolicyLabCli, ErrorsAreActionable) {
   EXPECT_THAT(r.output, HasSubstr("unknown expert cache policy 'fifo'"));
   r = RunTool(kLab, "--slots 0 x");
   EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.output, HasSubstr("--slots: '0' is not a slot count"));
+  r = RunTool(kLab, "--prefetch sometimes x");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.output, HasSubstr("flag --prefetch: 'sometimes' is not off, on or both"));
+  r = RunTool(kLab, "--lrfu-lambda 0.5,0 x");
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.output, HasSubstr("flag --lrfu-lambda: a lambda of 0 is plain LFU"));
   r = RunTool(kLab, "");
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_THAT(r.output, HasSubstr("no TRACE given"));
@@ -191,10 +198,12 @@ TEST(TraceGenCli, BadFlagsAreNamed) {
       {"--shape", "--shape needs a value"},
       {"--model-seed -1", "--model-seed: '-1' is not an unsigned integer"},
       {"--model-seed x", "--model-seed: 'x' is not an unsigned integer"},
-      {"--cross-layer-prob 1.5", "--cross-layer-prob must be in [0, 1], not '1.5'"},
+      {"--cross-layer-prob 1.5", "flag --cross-layer-prob: 1.5 is outside [0, 1]"},
       {"--cross-layer-prob", "--cross-layer-prob needs a value"},
       {"--shape mixtral --top-k 9", "--top-k 9 exceeds --experts 8"},
-      {"--layers 0", "--layers must be an integer in [1, 4096], not '0'"},
+      {"--layers 0", "flag --layers: 0 is outside 1..4096"},
+      {"--reuse-tail 1", "flag --reuse-tail: must be below 1"},
+      {"--tokens 1x", "flag --tokens: '1x' is not an unsigned integer"},
   };
   for (const auto& c : cases) {
     // Last, so that a flag without its value is at the end.

@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_format.h"
+#include "base/flags/flag_set.h"
 #include "cache/expert_cache_policy.h"
 #include "cache/routing_trace.h"
 #include "policy_lab/belady_policy.h"
@@ -25,7 +26,7 @@ namespace {
 constexpr int kExitFailure = 1;
 constexpr int kExitUsage = 2;
 
-constexpr std::string_view kHelp =
+constexpr std::string_view kUsage =
     R"(moetier-policy-lab: expert cache policies against Belady's optimum
 
 usage: moetier-policy-lab [flags] TRACE...
@@ -41,48 +42,6 @@ TRACE: a routing trace in the text format of worker/cache/routing_trace.h:
   between expert ids) or moetier's own (the same with a 'moetier-trace v1'
   header and optional router weights).
 
-Flags:
-  --policies LIST       comma-separated policies to replay (default: all):
-                          lru, lfu, lrfu, reuse, adaptive, optgen (the
-                          default policy is adaptive); MIN is always replayed,
-                          and freq-oracle unless --no-frequency-oracle
-  --lrfu-lambda LIST    also replay LRFU with each lambda in (0, 1], named
-                          lrfu(LAMBDA)
-  --slots LIST          cache sizes in slots per layer: numbers, multiples of
-                          top-k written as 'Mk' (2k = twice top-k), or 'all'
-                          (default: k, 2k, 4k, ... below the expert count,
-                          then all). Sizes are clamped to [top-k, experts].
-  --prefetch MODE       off, on or both (default both). With prefetch, after
-                          layer l the experts predicted for layer l+1 are
-                          offered to the policy (Prefetch) and copied if it
-                          admits them; a prefetched expert that is routed is a
-                          hit. The prediction is the true top-k of layer l+1
-                          with each expert replaced by a wrong one with
-                          probability 1 - accuracy; layer 0 is not prefetched.
-  --prefetch-accuracy A fraction of the true experts predicted, in [0, 1]
-                          (default 0.8)
-  --seed N              seed of the prediction errors (default 1)
-  --experts N           expert count for traces without a header (default:
-                          largest id + 1)
-  --budgets-from LIST   comma-separated traces (of the same shape as TRACE) to
-                          profile per-layer budgets on: each layer's hit curve
-                          under --budget-policy, then the pool (layers x size)
-                          is shared out by marginal gain (UCP lookahead). Adds
-                          a table, without prefetch, of every policy under
-                          those budgets; profile on other traces than TRACE
-                          to measure rather than fit.
-  --budget-policy NAME  policy whose hit curves size the budgets (default
-                          adaptive; min gives the offline optimum's curves)
-  --no-frequency-oracle leave out the freq-oracle column: LFU with the exact
-                          counts of the whole trace, future included (an
-                          offline reference like MIN: what knowing each
-                          sequence's popularity, but not its timing, gives)
-  --timing-repeats N    replays per policy and size (without prefetch) whose
-                          median time gives the decision cost (default 3)
-  --per-layer           also print a table per layer for every size
-  --json                print JSON instead of tables (per-layer included)
-  --help                this text
-
 Columns: hit rate, and in brackets its ratio to MIN's hit rate under the same
 conditions (with prefetch: MIN admits an offered expert when it is used
 before its victim would be). The cost table: nanoseconds per routed expert of
@@ -91,8 +50,7 @@ the whole per-token protocol (Route, then Admit per miss), median of
 expert (slots, protection and the policy's scores; MIN's holds the future).
 With prefetch, 'copies' is the expert copies
 (demand + prefetch) per routed expert; MIN without prefetch copies the fewest
-possible, so 'min copies ratio' = MIN's copies / the policy's copies <= 1.
-)";
+possible, so 'min copies ratio' = MIN's copies / the policy's copies <= 1.)";
 
 struct SizeSpec {
   std::string label;      // "2k", "all", "24"
@@ -128,7 +86,6 @@ struct CommandLine {
   bool frequency_oracle = true;
   bool per_layer = false;
   bool json = false;
-  bool help = false;
 };
 
 std::vector<std::string> SplitList(const std::string& s) {
@@ -153,13 +110,6 @@ bool ParseUnsigned(const std::string& s, uint64_t& out) {
   return true;
 }
 
-bool ParseDouble(const std::string& s, double& out) {
-  if (s.empty()) return false;
-  char* end = nullptr;
-  out = std::strtod(s.c_str(), &end);
-  return end == s.c_str() + s.size();
-}
-
 absl::StatusOr<SizeSpec> ParseSize(const std::string& s) {
   SizeSpec spec;
   spec.label = s;
@@ -180,100 +130,105 @@ absl::StatusOr<SizeSpec> ParseSize(const std::string& s) {
   return spec;
 }
 
+// The flags; `extra` receives the --lrfu-lambda policies, which come after
+// the named ones whatever the order of the flags.
+FlagSet MakeFlags(CommandLine& cl, std::vector<PolicySpec>& extra, bool& policies_given) {
+  FlagSet f;
+  f.Add({"--policies"}, "LIST",
+        "comma-separated policies to replay (default: all): lru, lfu, lrfu, reuse, adaptive, "
+        "optgen (the default policy is adaptive); MIN is always replayed, and freq-oracle unless "
+        "--no-frequency-oracle",
+        [&cl, &policies_given](std::string_view flag, std::string_view v) -> absl::Status {
+          policies_given = true;
+          for (const std::string& name : SplitList(std::string(v))) {
+            absl::StatusOr<ExpertPolicyKind> kind = ParseExpertPolicyKind(name);
+            if (!kind.ok()) return FlagError(flag, std::string(kind.status().message()));
+            cl.policies.push_back(PolicySpec{name, *kind, 0, false});
+          }
+          return absl::OkStatus();
+        });
+  f.Add({"--lrfu-lambda"}, "LIST",
+        "also replay LRFU with each lambda in (0, 1], named lrfu(LAMBDA)",
+        [&extra](std::string_view flag, std::string_view v) -> absl::Status {
+          for (const std::string& item : SplitList(std::string(v))) {
+            double lambda = 0;
+            if (absl::Status s = ParseDoubleFlag(flag, item, 0, 1, &lambda); !s.ok()) return s;
+            if (lambda == 0)
+              return FlagError(flag, "a lambda of 0 is plain LFU; give one in (0, 1]");
+            extra.push_back(PolicySpec{absl::StrFormat("lrfu(%g)", lambda), ExpertPolicyKind::kLrfu,
+                                       lambda, false});
+          }
+          return absl::OkStatus();
+        });
+  f.Add({"--slots"}, "LIST",
+        "cache sizes in slots per layer: numbers, multiples of top-k written as 'Mk' (2k = twice "
+        "top-k), or 'all' (default: k, 2k, 4k, ... below the expert count, then all). Sizes are "
+        "clamped to [top-k, experts].",
+        [&cl](std::string_view, std::string_view v) -> absl::Status {
+          for (const std::string& item : SplitList(std::string(v))) {
+            absl::StatusOr<SizeSpec> size = ParseSize(item);
+            if (!size.ok()) return size.status();
+            cl.sizes.push_back(*size);
+          }
+          return absl::OkStatus();
+        });
+  f.Add({"--prefetch"}, "MODE",
+        "off, on or both (default both). With prefetch, after layer l the experts predicted for "
+        "layer l+1 are offered to the policy (Prefetch) and copied if it admits them; a "
+        "prefetched expert that is routed is a hit. The prediction is the true top-k of layer "
+        "l+1 with each expert replaced by a wrong one with probability 1 - accuracy; layer 0 is "
+        "not prefetched.",
+        [&cl](std::string_view flag, std::string_view v) -> absl::Status {
+          if (v != "off" && v != "on" && v != "both") {
+            return FlagError(flag, absl::StrFormat("'%s' is not off, on or both", v));
+          }
+          cl.prefetch_on = v != "off";
+          cl.prefetch_off = v != "on";
+          return absl::OkStatus();
+        });
+  f.AddFloat({"--prefetch-accuracy"}, "A",
+             "fraction of the true experts predicted, in [0, 1] (default 0.8)", &cl.accuracy, 0, 1);
+  f.AddInt({"--seed"}, "N", "seed of the prediction errors (default 1)", &cl.seed);
+  f.AddInt({"--experts"}, "N", "expert count for traces without a header (default: largest id + 1)",
+           &cl.n_expert, uint32_t{1}, static_cast<uint32_t>(kTraceMaxExperts));
+  f.Add({"--budgets-from"}, "LIST",
+        "comma-separated traces (of the same shape as TRACE) to profile per-layer budgets on: "
+        "each layer's hit curve under --budget-policy, then the pool (layers x size) is shared "
+        "out by marginal gain (UCP lookahead). Adds a table, without prefetch, of every policy "
+        "under those budgets; profile on other traces than TRACE to measure rather than fit.",
+        [&cl](std::string_view, std::string_view v) {
+          cl.budget_traces = SplitList(std::string(v));
+          return absl::OkStatus();
+        });
+  f.Add({"--budget-policy"}, "NAME",
+        "policy whose hit curves size the budgets (default adaptive; min gives the offline "
+        "optimum's curves)",
+        [&cl](std::string_view flag, std::string_view v) -> absl::Status {
+          if (v != "min" && !ParseExpertPolicyKind(std::string(v)).ok()) {
+            return FlagError(flag, absl::StrFormat("unknown policy '%s'", v));
+          }
+          cl.budget_policy = std::string(v);
+          return absl::OkStatus();
+        });
+  f.AddSwitch({"--no-frequency-oracle"},
+              "leave out the freq-oracle column: LFU with the exact counts of the whole trace, "
+              "future included (an offline reference like MIN: what knowing each sequence's "
+              "popularity, but not its timing, gives)",
+              [&cl] { cl.frequency_oracle = false; });
+  f.AddInt({"--timing-repeats"}, "N",
+           "replays per policy and size (without prefetch) whose median time gives the decision "
+           "cost (default 3)",
+           &cl.timing_repeats, uint32_t{1}, uint32_t{1000});
+  f.AddSwitch({"--per-layer"}, "also print a table per layer for every size", &cl.per_layer);
+  f.AddSwitch({"--json"}, "print JSON instead of tables (per-layer included)", &cl.json);
+  return f;
+}
+
 absl::Status ParseCommandLine(int argc, char** argv, CommandLine& cl) {
   std::vector<PolicySpec> extra;
   bool policies_given = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    auto value = [&](std::string& out) -> absl::Status {
-      if (i + 1 >= argc) return absl::InvalidArgumentError(arg + " needs a value");
-      out = argv[++i];
-      return absl::OkStatus();
-    };
-    std::string v;
-    if (arg == "--help" || arg == "-h") {
-      cl.help = true;
-    } else if (arg == "--per-layer") {
-      cl.per_layer = true;
-    } else if (arg == "--json") {
-      cl.json = true;
-    } else if (arg == "--no-frequency-oracle") {
-      cl.frequency_oracle = false;
-    } else if (arg == "--timing-repeats") {
-      if (absl::Status s = value(v); !s.ok()) return s;
-      uint64_t n = 0;
-      if (!ParseUnsigned(v, n) || n == 0 || n > 1000) {
-        return absl::InvalidArgumentError("--timing-repeats must be in [1, 1000], not '" + v + "'");
-      }
-      cl.timing_repeats = static_cast<uint32_t>(n);
-    } else if (arg == "--policies") {
-      if (absl::Status s = value(v); !s.ok()) return s;
-      policies_given = true;
-      for (const std::string& name : SplitList(v)) {
-        absl::StatusOr<ExpertPolicyKind> kind = ParseExpertPolicyKind(name);
-        if (!kind.ok())
-          return absl::InvalidArgumentError("--policies: " + std::string(kind.status().message()));
-        cl.policies.push_back(PolicySpec{name, *kind, 0, false});
-      }
-    } else if (arg == "--lrfu-lambda") {
-      if (absl::Status s = value(v); !s.ok()) return s;
-      for (const std::string& item : SplitList(v)) {
-        double lambda = 0;
-        if (!ParseDouble(item, lambda) || !(lambda > 0 && lambda <= 1)) {
-          return absl::InvalidArgumentError(
-              absl::StrFormat("--lrfu-lambda: '%s' is not a number in (0, 1]", item));
-        }
-        extra.push_back(PolicySpec{absl::StrFormat("lrfu(%g)", lambda), ExpertPolicyKind::kLrfu,
-                                   lambda, false});
-      }
-    } else if (arg == "--slots") {
-      if (absl::Status s = value(v); !s.ok()) return s;
-      for (const std::string& item : SplitList(v)) {
-        absl::StatusOr<SizeSpec> size = ParseSize(item);
-        if (!size.ok()) return size.status();
-        cl.sizes.push_back(*size);
-      }
-    } else if (arg == "--budgets-from") {
-      if (absl::Status s = value(v); !s.ok()) return s;
-      cl.budget_traces = SplitList(v);
-    } else if (arg == "--budget-policy") {
-      if (absl::Status s = value(v); !s.ok()) return s;
-      if (v != "min" && !ParseExpertPolicyKind(v).ok()) {
-        return absl::InvalidArgumentError("--budget-policy: unknown policy '" + v + "'");
-      }
-      cl.budget_policy = v;
-    } else if (arg == "--prefetch") {
-      if (absl::Status s = value(v); !s.ok()) return s;
-      if (v == "off") {
-        cl.prefetch_on = false;
-      } else if (v == "on") {
-        cl.prefetch_off = false;
-      } else if (v != "both") {
-        return absl::InvalidArgumentError("--prefetch must be off, on or both, not '" + v + "'");
-      }
-    } else if (arg == "--prefetch-accuracy") {
-      if (absl::Status s = value(v); !s.ok()) return s;
-      if (!ParseDouble(v, cl.accuracy) || !(cl.accuracy >= 0 && cl.accuracy <= 1)) {
-        return absl::InvalidArgumentError("--prefetch-accuracy must be in [0, 1], not '" + v + "'");
-      }
-    } else if (arg == "--seed") {
-      if (absl::Status s = value(v); !s.ok()) return s;
-      if (!ParseUnsigned(v, cl.seed))
-        return absl::InvalidArgumentError("--seed: '" + v + "' is not an unsigned integer");
-    } else if (arg == "--experts") {
-      if (absl::Status s = value(v); !s.ok()) return s;
-      uint64_t n = 0;
-      if (!ParseUnsigned(v, n) || n == 0 || n > kTraceMaxExperts) {
-        return absl::InvalidArgumentError(
-            absl::StrFormat("--experts must be in [1, %u], not '%s'", kTraceMaxExperts, v));
-      }
-      cl.n_expert = static_cast<uint32_t>(n);
-    } else if (!arg.empty() && arg[0] == '-') {
-      return absl::InvalidArgumentError("unknown flag " + arg + " (see --help)");
-    } else {
-      cl.traces.push_back(arg);
-    }
-  }
+  const FlagSet flags = MakeFlags(cl, extra, policies_given);
+  cl.traces = ParseFlagsOrExit(flags, "moetier-policy-lab", kUsage, argc, argv);
   if (!policies_given) {
     for (const ExpertPolicyKind kind : AllExpertPolicyKinds()) {
       cl.policies.push_back(PolicySpec{std::string(ExpertPolicyName(kind)), kind, 0, false});
@@ -284,9 +239,7 @@ absl::Status ParseCommandLine(int argc, char** argv, CommandLine& cl) {
     cl.policies.push_back(PolicySpec{"freq-oracle", ExpertPolicyKind::kLru, 0, false, true});
   }
   cl.policies.push_back(PolicySpec{"min", ExpertPolicyKind::kLru, 0, true});
-  if (!cl.help && cl.traces.empty()) {
-    return absl::InvalidArgumentError("no TRACE given (see --help)");
-  }
+  if (cl.traces.empty()) return absl::InvalidArgumentError("no TRACE given (see --help)");
   return absl::OkStatus();
 }
 
@@ -615,10 +568,6 @@ int Run(int argc, char** argv) {
   if (absl::Status s = ParseCommandLine(argc, argv, cl); !s.ok()) {
     std::fprintf(stderr, "moetier-policy-lab: %s\n", std::string(s.message()).c_str());
     return kExitUsage;
-  }
-  if (cl.help) {
-    std::fwrite(kHelp.data(), 1, kHelp.size(), stdout);
-    return 0;
   }
   std::vector<RoutingTrace> traces;
   for (const std::string& path : cl.traces) {

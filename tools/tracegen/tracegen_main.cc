@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_format.h"
+#include "base/flags/flag_set.h"
 #include "cache/routing_trace.h"
 #include "tracegen/trace_model.h"
 #include "tracegen/trace_stats.h"
@@ -16,9 +17,8 @@ namespace moetier {
 namespace {
 
 constexpr int kExitFailure = 1;
-constexpr int kExitUsage = 2;
 
-constexpr std::string_view kHelp =
+constexpr std::string_view kUsage =
     R"(moetier-tracegen: expert-routing traces calibrated to real ones
 
 usage: moetier-tracegen [shape] [model] [--seed N] [--model-seed N] [--weights] --out FILE [REAL...]
@@ -39,64 +39,7 @@ experts. With REAL traces the per-layer parameters are fitted to them;
 without, the built-in model fitted to the code, english_prose and math
 decode traces of shared/traces/granite-3.0-1b-a400m is used. A model with
 another layer count is stretched over the layers (layer l uses model layer
-floor(l * model_layers / layers)).
-
-Shape (default: qwen3):
-  --shape NAME      preset layers x experts, top-k: qwen3 (48 x 128, top-8,
-                    Qwen3-30B-A3B), qwen3.6 (40 x 256, top-8), mixtral (32 x 8,
-                    top-2), olmoe (16 x 64, top-8)
-  --layers N        MoE layers (default 48)
-  --experts N       routed experts per layer (default 128)
-  --top-k N         experts per token (default 8)
-                    (--layers, --experts and --top-k override --shape,
-                    wherever they stand)
-  --tokens N        tokens (default 1024)
-
-Model (override every layer's fitted value):
-  --zipf S          popularity exponent, in [0, 16]
-  --zipf-shift Q    popularity rank shift, times the expert count, in [0, 4]:
-                    weight of rank r (from 1) = (r + Q * experts)^-S
-  --popularity-noise N  per-sequence popularity noise, in [0, 4]: each
-                    sequence multiplies each expert's weight by exp(N * z),
-                    z standard normal
-  --reuse-prob R    probability of repeating a recent token's expert, [0, 1]
-  --reuse-tail G    geometric tail of the reuse distance, [0, 1)
-  --cross-layer-prob C  probability that a selection not repeating a recent
-                    token's expert follows the previous layer, [0, 1]
-
-Output:
-  --out FILE        trace file to write
-  --weights         also write router weights (decreasing with the rank,
-                    adding up to 1 per layer)
-  --seed N          unsigned 64-bit seed of the sequence (default 1): the
-                    per-sequence popularity noise and every selection, i.e.
-                    which prompt
-  --model-seed N    unsigned 64-bit seed of the model's structure (default
-                    1): each layer's popularity ranking and the cross-layer
-                    successors, i.e. which model. Same model seed, other
-                    --seed: the same experts are hot. Same flags and seeds
-                    give the same file
-
-Modes:
-  --calibrate       fit the model to the REAL traces, generate traces of the
-                    same shape and lengths, and print the statistics of both
-                    per layer: popularity entropy (normalised; 1 = uniform)
-                    over all sequences and within each (mean), share of the
-                    top 1/8 of experts (over all, and within each), fraction
-                    of a token's experts the previous token also used, the
-                    reuse-distance distribution (fraction of selections whose
-                    expert was last used d tokens before; cold = first use),
-                    and the cross-layer correlation with the layer before:
-                    xl-hit, the fraction of the layer's experts a
-                    co-occurrence table of the two layers predicts (learned
-                    on one half of each sequence, measured on the other),
-                    xl-shuf, the same with the layer's rows shuffled among
-                    tokens (popularity alone), and xlift = xl-hit - xl-shuf
-  --print-model     print the per-layer model (fitted to REAL, or built in)
-  --stats           print the statistics above for the given traces (one
-                    shape; no fitting, no output file)
-  --help            this text
-)";
+floor(l * model_layers / layers)).)";
 
 struct CommandLine {
   GenerateOptions gen;
@@ -110,7 +53,6 @@ struct CommandLine {
   bool calibrate = false;
   bool print_model = false;
   bool stats = false;
-  bool help = false;
 };
 
 struct Shape {
@@ -126,7 +68,7 @@ constexpr Shape kShapes[] = {
     {"olmoe", 16, 64, 8},     // OLMoE-1B-7B
 };
 
-absl::Status ApplyShape(const std::string& name, GenerateOptions& gen) {
+absl::Status ApplyShape(std::string_view flag, std::string_view name, GenerateOptions& gen) {
   std::string known;
   for (const Shape& s : kShapes) {
     if (name == s.name) {
@@ -137,114 +79,87 @@ absl::Status ApplyShape(const std::string& name, GenerateOptions& gen) {
     }
     known += known.empty() ? s.name : std::string(", ") + s.name;
   }
-  return absl::InvalidArgumentError("--shape: unknown shape '" + name + "' (known: " + known +
-                                    ")");
+  return FlagError(flag, absl::StrFormat("unknown shape '%s' (known: %s)", name, known));
 }
 
-bool ParseUnsigned(const std::string& s, uint64_t& out) {
-  if (s.empty() || s.size() > 19) return false;
-  uint64_t v = 0;
-  for (const char c : s) {
-    if (c < '0' || c > '9') return false;
-    v = v * 10 + static_cast<uint64_t>(c - '0');
-  }
-  out = v;
-  return true;
+FlagSet MakeFlags(CommandLine& cl) {
+  FlagSet f;
+  f.AddText("Shape (default: qwen3):");
+  f.Add({"--shape"}, "NAME",
+        "preset layers x experts, top-k: qwen3 (48 x 128, top-8, Qwen3-30B-A3B), qwen3.6 "
+        "(40 x 256, top-8), mixtral (32 x 8, top-2), olmoe (16 x 64, top-8)",
+        [&cl](std::string_view flag, std::string_view v) { return ApplyShape(flag, v, cl.gen); });
+  f.AddInt({"--layers"}, "N", "MoE layers (default 48); overrides --shape wherever it stands",
+           &cl.layers, uint32_t{1}, static_cast<uint32_t>(kTraceMaxLayers));
+  f.AddInt({"--experts"}, "N", "routed experts per layer (default 128); overrides --shape",
+           &cl.experts, uint32_t{1}, static_cast<uint32_t>(kTraceMaxExperts));
+  f.AddInt({"--top-k"}, "N", "experts per token (default 8); overrides --shape", &cl.top_k,
+           uint32_t{1}, static_cast<uint32_t>(kTraceMaxExperts));
+  f.AddInt({"--tokens"}, "N", "tokens (default 1024)", &cl.gen.n_token, size_t{1}, size_t{1} << 28);
+
+  f.AddText("Model (override every layer's fitted value):");
+  f.AddFloat({"--zipf"}, "S", absl::StrFormat("popularity exponent, in [0, %g]", kMaxZipfExponent),
+             &cl.zipf, 0, kMaxZipfExponent);
+  f.AddFloat({"--zipf-shift"}, "Q",
+             absl::StrFormat("popularity rank shift, times the expert count, in [0, %g]: weight "
+                             "of rank r (from 1) = (r + Q * experts)^-S",
+                             kMaxZipfShift),
+             &cl.zipf_shift, 0, kMaxZipfShift);
+  f.AddFloat({"--popularity-noise"}, "N",
+             absl::StrFormat("per-sequence popularity noise, in [0, %g]: each sequence "
+                             "multiplies each expert's weight by exp(N * z), z standard normal",
+                             kMaxPopularityNoise),
+             &cl.noise, 0, kMaxPopularityNoise);
+  f.AddFloat({"--reuse-prob"}, "R", "probability of repeating a recent token's expert, in [0, 1]",
+             &cl.reuse_prob, 0, 1);
+  f.Add({"--reuse-tail"}, "G", "geometric tail of the reuse distance, in [0, 1)",
+        [&cl](std::string_view flag, std::string_view v) {
+          if (absl::Status s = ParseDoubleFlag(flag, v, 0, 1, &cl.reuse_tail); !s.ok()) return s;
+          return cl.reuse_tail < 1 ? absl::OkStatus() : FlagError(flag, "must be below 1");
+        });
+  f.AddFloat({"--cross-layer-prob"}, "C",
+             "probability that a selection not repeating a recent token's expert follows the "
+             "previous layer, in [0, 1]",
+             &cl.cross_layer_prob, 0, 1);
+
+  f.AddText("Output:");
+  f.AddString({"--out"}, "FILE", "trace file to write", &cl.out);
+  f.AddSwitch({"--weights"},
+              "also write router weights (decreasing with the rank, adding up to 1 per layer)",
+              &cl.gen.weights);
+  f.AddInt({"--seed"}, "N",
+           "unsigned 64-bit seed of the sequence (default 1): the per-sequence popularity noise "
+           "and every selection, i.e. which prompt",
+           &cl.gen.seed);
+  f.AddInt({"--model-seed"}, "N",
+           "unsigned 64-bit seed of the model's structure (default 1): each layer's popularity "
+           "ranking and the cross-layer successors, i.e. which model. Same model seed, other "
+           "--seed: the same experts are hot. Same flags and seeds give the same file",
+           &cl.gen.model_seed);
+
+  f.AddText("Modes:");
+  f.AddSwitch({"--calibrate"},
+              "fit the model to the REAL traces, generate traces of the same shape and lengths, "
+              "and print the statistics of both per layer: popularity entropy (normalised; 1 = "
+              "uniform) over all sequences and within each (mean), share of the top 1/8 of "
+              "experts (over all, and within each), fraction of a token's experts the previous "
+              "token also used, the reuse-distance distribution (fraction of selections whose "
+              "expert was last used d tokens before; cold = first use), and the cross-layer "
+              "correlation with the layer before: xl-hit, the fraction of the layer's experts a "
+              "co-occurrence table of the two layers predicts (learned on one half of each "
+              "sequence, measured on the other), xl-shuf, the same with the layer's rows "
+              "shuffled among tokens (popularity alone), and xlift = xl-hit - xl-shuf",
+              &cl.calibrate);
+  f.AddSwitch({"--print-model"}, "print the per-layer model (fitted to REAL, or built in)",
+              &cl.print_model);
+  f.AddSwitch({"--stats"},
+              "print the statistics above for the given traces (one shape; no fitting, no "
+              "output file)",
+              &cl.stats);
+  return f;
 }
 
-bool ParseDouble(const std::string& s, double& out) {
-  if (s.empty()) return false;
-  char* end = nullptr;
-  out = std::strtod(s.c_str(), &end);
-  return end == s.c_str() + s.size();
-}
-
-absl::Status ParseCommandLine(int argc, char** argv, CommandLine& cl) {
-  cl.gen.n_layer = kShapes[0].n_layer;
-  cl.gen.n_expert = kShapes[0].n_expert;
-  cl.gen.top_k = kShapes[0].top_k;
-  cl.gen.n_token = 1024;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    std::string v;
-    auto value = [&]() -> absl::Status {
-      if (i + 1 >= argc) return absl::InvalidArgumentError(arg + " needs a value");
-      v = argv[++i];
-      return absl::OkStatus();
-    };
-    auto count = [&](uint64_t max, auto& out) -> absl::Status {
-      if (absl::Status s = value(); !s.ok()) return s;
-      uint64_t n = 0;
-      if (!ParseUnsigned(v, n) || n == 0 || n > max) {
-        return absl::InvalidArgumentError(
-            absl::StrFormat("%s must be an integer in [1, %u], not '%s'", arg, max, v));
-      }
-      out = static_cast<std::remove_reference_t<decltype(out)>>(n);
-      return absl::OkStatus();
-    };
-    auto real = [&](double lo, double hi, bool hi_open, double& out) -> absl::Status {
-      if (absl::Status s = value(); !s.ok()) return s;
-      if (!ParseDouble(v, out) || !(out >= lo && (hi_open ? out < hi : out <= hi))) {
-        return absl::InvalidArgumentError(absl::StrFormat("%s must be in [%g, %g%s, not '%s'", arg,
-                                                          lo, hi, hi_open ? ")" : "]", v));
-      }
-      return absl::OkStatus();
-    };
-    absl::Status s;
-    if (arg == "--help" || arg == "-h") {
-      cl.help = true;
-    } else if (arg == "--shape") {
-      s = value();
-      if (s.ok()) s = ApplyShape(v, cl.gen);
-    } else if (arg == "--layers") {
-      s = count(kTraceMaxLayers, cl.layers);
-    } else if (arg == "--experts") {
-      s = count(kTraceMaxExperts, cl.experts);
-    } else if (arg == "--top-k") {
-      s = count(kTraceMaxExperts, cl.top_k);
-    } else if (arg == "--tokens") {
-      s = count(uint64_t{1} << 28, cl.gen.n_token);
-    } else if (arg == "--seed") {
-      s = value();
-      if (s.ok() && !ParseUnsigned(v, cl.gen.seed)) {
-        s = absl::InvalidArgumentError("--seed: '" + v + "' is not an unsigned integer");
-      }
-    } else if (arg == "--model-seed") {
-      s = value();
-      if (s.ok() && !ParseUnsigned(v, cl.gen.model_seed)) {
-        s = absl::InvalidArgumentError("--model-seed: '" + v + "' is not an unsigned integer");
-      }
-    } else if (arg == "--cross-layer-prob") {
-      s = real(0, 1, false, cl.cross_layer_prob);
-    } else if (arg == "--zipf") {
-      s = real(0, kMaxZipfExponent, false, cl.zipf);
-    } else if (arg == "--popularity-noise") {
-      s = real(0, kMaxPopularityNoise, false, cl.noise);
-    } else if (arg == "--zipf-shift") {
-      s = real(0, kMaxZipfShift, false, cl.zipf_shift);
-    } else if (arg == "--reuse-prob") {
-      s = real(0, 1, false, cl.reuse_prob);
-    } else if (arg == "--reuse-tail") {
-      s = real(0, 1, true, cl.reuse_tail);
-    } else if (arg == "--weights") {
-      cl.gen.weights = true;
-    } else if (arg == "--out") {
-      s = value();
-      cl.out = v;
-    } else if (arg == "--calibrate") {
-      cl.calibrate = true;
-    } else if (arg == "--print-model") {
-      cl.print_model = true;
-    } else if (arg == "--stats") {
-      cl.stats = true;
-    } else if (!arg.empty() && arg[0] == '-') {
-      s = absl::InvalidArgumentError("unknown flag " + arg + " (see --help)");
-    } else {
-      cl.real.push_back(arg);
-    }
-    if (!s.ok()) return s;
-  }
-  if (cl.help) return absl::OkStatus();
+absl::Status CheckCommandLine(CommandLine& cl) {
   if (cl.layers != 0) cl.gen.n_layer = cl.layers;
   if (cl.experts != 0) cl.gen.n_expert = cl.experts;
   if (cl.top_k != 0) cl.gen.top_k = cl.top_k;
@@ -314,14 +229,13 @@ int Fail(const absl::Status& s) {
 
 int Run(int argc, char** argv) {
   CommandLine cl;
-  if (absl::Status s = ParseCommandLine(argc, argv, cl); !s.ok()) {
-    std::fprintf(stderr, "moetier-tracegen: %s\n", std::string(s.message()).c_str());
-    return kExitUsage;
-  }
-  if (cl.help) {
-    std::fwrite(kHelp.data(), 1, kHelp.size(), stdout);
-    return 0;
-  }
+  cl.gen.n_layer = kShapes[0].n_layer;
+  cl.gen.n_expert = kShapes[0].n_expert;
+  cl.gen.top_k = kShapes[0].top_k;
+  cl.gen.n_token = 1024;
+  const FlagSet flags = MakeFlags(cl);
+  cl.real = ParseFlagsOrExit(flags, "moetier-tracegen", kUsage, argc, argv);
+  if (absl::Status s = CheckCommandLine(cl); !s.ok()) ExitWithUsageError("moetier-tracegen", s);
   std::vector<RoutingTrace> real;
   for (const std::string& path : cl.real) {
     absl::StatusOr<RoutingTrace> t = ReadRoutingTrace(path);
