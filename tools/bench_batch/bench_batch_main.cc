@@ -22,6 +22,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "bench_common.h"
 #include "cache/routing_trace.h"
 #include "cpu_phase_report.h"
 #include "engine/cpu_engine.h"
@@ -64,34 +65,7 @@ Tokens are seeded random ids; routing is the model's own router (synthetic
 models route close to uniformly, which shares the fewest experts), or, with
 --routing-from-trace, replayed per batch row from routing traces: each
 sequence follows a stream of its own (tools/bench_batch/row_trace_replay.h),
-as concurrent requests of a real workload would.
-
-  --model FILE           GGUF model (first shard of a split set)
-  --sequences LIST       batch widths, comma-separated (default 1,2,4,8)
-  --context N            tokens each sequence holds before timing (default 256)
-  --skip-context         count the context as computed without computing it
-                         (CpuEngine::SkipPositionsForTiming; timing only)
-  --decode-steps N       decode steps per run (default 16)
-  --runs N               timed runs per width, at least 3 (default 5)
-  --join-running N       sequences decoding while one joins; 0 skips the join
-                         measurement (default 7)
-  --join-prompt-tokens N the joining request's prompt (default 512)
-  --chunk N              prompt tokens of the joining request per step (default 64)
-  --join-runs N          arrivals timed (default 9)
-  --shared-prefix-tokens N
-                         the joining prompt's start loaded from a kept state,
-                         less than --join-prompt-tokens; 0 skips (default 0)
-  --routing-from-trace LIST
-                         comma-separated routing traces of the model's shape
-                         (moetier-tracegen; one --seed per sequence gives
-                         independent requests); row r of a pass follows
-                         trace r mod their count
-  --threads N            threads (default: all cores)
-  --cache-type-k T       how the KV cache stores keys: f32 (default), f16, q8_0, q4_0
-  --cache-type-v T       the same for values
-  --seed N               token seed (default 1)
-  --json                 one JSON object per width and one for the join on stdout
-)";
+as concurrent requests of a real workload would.)";
 
 struct Options {
   std::string model;
@@ -112,89 +86,72 @@ struct Options {
   bool json = false;
 };
 
-absl::StatusOr<Options> ParseOptions(int argc, char** argv) {
+Options ParseOptions(int argc, char** argv) {
   Options o;
-  o.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      std::fputs(kUsage, stdout);
-      std::exit(0);
-    }
-    if (arg == "--json" || arg == "--skip-context") {
-      (arg == "--json" ? o.json : o.skip_context) = true;
-      continue;
-    }
-    if (i + 1 >= argc) return absl::InvalidArgumentError(absl::StrCat(arg, " needs a value"));
-    const std::string value = argv[++i];
-    auto int_value = [&](int& dst, int lo, int hi) -> absl::Status {
-      if (!absl::SimpleAtoi(value, &dst) || dst < lo || dst > hi) {
-        return absl::InvalidArgumentError(
-            absl::StrFormat("%s expects an integer in %d..%d, got '%s'", arg, lo, hi, value));
-      }
-      return absl::OkStatus();
-    };
-    absl::Status s;
-    if (arg == "--model") {
-      o.model = value;
-    } else if (arg == "--sequences") {
-      o.widths.clear();
-      for (const std::string& part : std::vector<std::string>(absl::StrSplit(value, ','))) {
-        int w = 0;
-        if (!absl::SimpleAtoi(part, &w) || w < 1 || w > 256) {
-          return absl::InvalidArgumentError(
-              absl::StrFormat("--sequences: '%s' is not a width in 1..256", part));
-        }
-        o.widths.push_back(w);
-      }
-    } else if (arg == "--context") {
-      s = int_value(o.context, 0, 1 << 20);
-    } else if (arg == "--decode-steps") {
-      s = int_value(o.decode_steps, 1, 4096);
-    } else if (arg == "--runs") {
-      s = int_value(o.runs, 3, 1000);
-    } else if (arg == "--join-running") {
-      s = int_value(o.join_running, 0, 255);
-    } else if (arg == "--join-prompt-tokens") {
-      s = int_value(o.join_prompt, 1, 1 << 20);
-    } else if (arg == "--chunk") {
-      s = int_value(o.chunk, 1, 8192);
-    } else if (arg == "--join-runs") {
-      s = int_value(o.join_runs, 1, 1000);
-    } else if (arg == "--routing-from-trace") {
-      o.routing_traces = absl::StrSplit(value, ',', absl::SkipEmpty());
-      if (o.routing_traces.empty()) {
-        return absl::InvalidArgumentError("--routing-from-trace: no trace file named");
-      }
-    } else if (arg == "--shared-prefix-tokens") {
-      s = int_value(o.shared_prefix, 0, 1 << 20);
-    } else if (arg == "--threads") {
-      s = int_value(o.threads, 1, 1024);
-    } else if (arg == "--seed") {
-      int seed = 0;
-      s = int_value(seed, 0, 1 << 30);
-      o.seed = static_cast<uint32_t>(seed);
-    } else if (arg == "--cache-type-k" || arg == "--cache-type-v") {
-      absl::StatusOr<TensorType> t = ParseKvCacheType(value);
-      if (!t.ok()) return absl::InvalidArgumentError(absl::StrCat(arg, ": ", t.status().message()));
-      (arg == "--cache-type-k" ? o.kv_types.k : o.kv_types.v) = *t;
-    } else {
-      return absl::InvalidArgumentError(absl::StrFormat("unknown flag %s (see --help)", arg));
-    }
-    if (!s.ok()) return s;
+  FlagSet f;
+  bench::AddModelFlag(f, &o.model);
+  f.Add({"--sequences"}, "LIST", "batch widths, comma-separated (default 1,2,4,8)",
+        [&o](std::string_view flag, std::string_view value) -> absl::Status {
+          o.widths.clear();
+          for (absl::string_view part :
+               absl::StrSplit(absl::string_view(value.data(), value.size()), ',')) {
+            int w = 0;
+            if (!absl::SimpleAtoi(part, &w) || w < 1 || w > 256) {
+              return FlagError(flag, absl::StrFormat("'%s' is not a width in 1..256", part));
+            }
+            o.widths.push_back(w);
+          }
+          return absl::OkStatus();
+        });
+  f.AddInt({"--context"}, "N", "tokens each sequence holds before timing (default 256)", &o.context,
+           0, 1 << 20);
+  f.AddSwitch({"--skip-context"},
+              "count the context as computed without computing it "
+              "(CpuEngine::SkipPositionsForTiming; timing only)",
+              &o.skip_context);
+  f.AddInt({"--decode-steps"}, "N", "decode steps per run (default 16)", &o.decode_steps, 1, 4096);
+  bench::AddRunsFlag(f, &o.runs, 3);
+  f.AddInt({"--join-running"}, "N",
+           "sequences decoding while one joins; 0 skips the join measurement (default 7)",
+           &o.join_running, 0, 255);
+  f.AddInt({"--join-prompt-tokens"}, "N", "the joining request's prompt (default 512)",
+           &o.join_prompt, 1, 1 << 20);
+  f.AddInt({"--chunk"}, "N", "prompt tokens of the joining request per step (default 64)", &o.chunk,
+           1, 8192);
+  f.AddInt({"--join-runs"}, "N", "arrivals timed (default 9)", &o.join_runs, 1, 1000);
+  f.AddInt({"--shared-prefix-tokens"}, "N",
+           "the joining prompt's start loaded from a kept state, less than "
+           "--join-prompt-tokens; 0 skips (default 0)",
+           &o.shared_prefix, 0, 1 << 20);
+  f.Add({"--routing-from-trace"}, "LIST",
+        "comma-separated routing traces of the model's shape (moetier-tracegen; one --seed per "
+        "sequence gives independent requests); row r of a pass follows trace r mod their count",
+        [&o](std::string_view flag, std::string_view value) -> absl::Status {
+          o.routing_traces =
+              absl::StrSplit(absl::string_view(value.data(), value.size()), ',', absl::SkipEmpty());
+          return o.routing_traces.empty() ? FlagError(flag, "no trace file named")
+                                          : absl::OkStatus();
+        });
+  bench::AddThreadsFlag(f, &o.threads);
+  bench::AddKvCacheTypeFlags(f, &o.kv_types);
+  f.AddInt({"--seed"}, "N", "token seed (default 1)", &o.seed);
+  f.AddSwitch({"--json"}, "one JSON object per width and one for the join on stdout", &o.json);
+  ParseOnlyFlagsOrExit(f, "moetier-bench-batch", kUsage, argc, argv);
+  if (o.model.empty()) {
+    ExitWithUsageError("moetier-bench-batch",
+                       absl::InvalidArgumentError("--model FILE is required (see --help)"));
   }
-  if (o.model.empty()) return absl::InvalidArgumentError("--model FILE is required (see --help)");
   if (o.shared_prefix >= o.join_prompt) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "--shared-prefix-tokens %d leaves nothing of the %d-token joining prompt to compute",
-        o.shared_prefix, o.join_prompt));
+    ExitWithUsageError(
+        "moetier-bench-batch",
+        absl::InvalidArgumentError(absl::StrFormat(
+            "--shared-prefix-tokens %d leaves nothing of the %d-token joining prompt to compute",
+            o.shared_prefix, o.join_prompt)));
   }
   return o;
 }
 
-double Seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+using bench::Seconds;
 
 // The value at fraction q of the sorted values (nearest rank).
 double Quantile(std::vector<double> v, double q) {
@@ -592,11 +549,4 @@ int Run(const Options& o) {
 }  // namespace
 }  // namespace moetier
 
-int main(int argc, char** argv) {
-  absl::StatusOr<moetier::Options> o = moetier::ParseOptions(argc, argv);
-  if (!o.ok()) {
-    std::fprintf(stderr, "moetier-bench-batch: %s\n", std::string(o.status().message()).c_str());
-    return 2;
-  }
-  return moetier::Run(*o);
-}
+int main(int argc, char** argv) { return moetier::Run(moetier::ParseOptions(argc, argv)); }

@@ -31,62 +31,35 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "base/status_macros.h"
+#include "bench_common.h"
 #include "cache/slot_cached_expert_source.h"
+#include "cuda_phase_report.h"
 #include "engine/cuda_engine_factory.h"
 #include "engine/forward_engine.h"
 #include "engine/routing_trace_hooks.h"
 #include "gguf/gguf_reader.h"
 #include "host_expert_store.h"
-#include "base/status_macros.h"
-#include "cuda_phase_report.h"
-#include "served_min.h"
 #include "model/architectures.h"
 #include "sampling/sampler.h"
+#include "served_min.h"
 
 namespace moetier {
 namespace {
 
-constexpr char kUsage[] = R"(moetier-bench-cache: a worker's speed with its expert cache at several sizes
+constexpr char kUsage[] =
+    R"(moetier-bench-cache: a worker's speed with its expert cache at several sizes
 
 usage: moetier-bench-cache --model FILE [--device cpu|cuda:N] [options]
 
-  --model FILE          qwen3moe GGUF model
-  --device DEV          cpu (default; the cache is slots in RAM) or cuda:N (slots
-                        in VRAM, misses copied over PCIe or computed on the CPU)
-  --configs LIST        comma-separated configurations, run in order (default:
-                        resident,100%,50%,25%,12.5%,25%:cpu,static:half,static:all)
-                          resident         every expert resident: uploaded to the
-                                           device (cuda), read from RAM (cpu)
-                          P%[:MISS[:PF]]   a cache of P% of all experts' bytes;
-                                           MISS copy, cpu or auto (default auto),
-                                           PF prefetch on or off (default on)
-                          static:N         the experts of the first N layers on
-                                           the host, every other expert resident
-                                           (llama.cpp's --n-cpu-moe N); N may be
-                                           half or all
-  --cache-policy NAME   replacement policy (default adaptive)
-  --decode-tokens N     tokens generated greedily per decode run (default 128)
-  --prompt-tokens N     tokens per prompt run (default 512)
-  --context N           tokens in the KV cache before decoding (default 16)
-  --runs N              timed runs per measurement after one warm-up (default 3)
-  --threads N           host threads (default: all cores)
-  --copy-probe-mib N    size of the pinned-copy probe (default 256)
-  --routing-from-trace FILE
-                        every configuration takes each token's experts from this
-                        routing trace (from its start, cycling) instead of from
-                        the router: realistic routing on random-weight models.
-                        Every output says "routing replayed from FILE"
-  --prefetch-accuracy A with --routing-from-trace: the prefetch predicts each
-                        next layer from the trace, each expert right with
-                        probability A in [0, 1] (default 0.8), instead of
-                        applying that layer's router (which, with the trace's
-                        choices, guesses at random). Real predictor accuracy
-                        needs real weights; the figures hold for A
-  --prefetch-accuracies LIST
-                        with --routing-from-trace: run every configuration at
-                        each of these accuracies (e.g. 0.5,0.8,1.0), one row
-                        each, instead of at --prefetch-accuracy alone
-  --json FILE           also write every figure as JSON
+Configurations (--configs), run in order:
+  resident         every expert resident: uploaded to the device (cuda), read
+                   from RAM (cpu)
+  P%[:MISS[:PF]]   a cache of P% of all experts' bytes; MISS copy, cpu or auto
+                   (default auto), PF prefetch on or off (default on)
+  static:N         the experts of the first N layers on the host, every other
+                   expert resident (llama.cpp's --n-cpu-moe N); N may be half
+                   or all
 
 With --routing-from-trace the bench knows every expert the decode runs will
 use, so each cache row also shows Belady's MIN on the very sequence it
@@ -96,8 +69,7 @@ and xMIN the row's hit rate over it. A row with prefetch may pass 1.
 With --device cuda:N every row also decodes once more with the engine's
 phase timers on (kernels launched one by one, no graph) and prints where
 that run's device time went: attention, router, the host placing experts,
-waits for expert copies, experts on the device and on the host, output.
-)";
+waits for expert copies, experts on the device and on the host, output.)";
 
 struct Config {
   std::string label;
@@ -169,103 +141,101 @@ absl::StatusOr<Config> ParseConfig(const std::string& text, int n_layer) {
   return c;
 }
 
-absl::StatusOr<Options> ParseOptions(int argc, char** argv) {
+absl::Status ParseAccuracy(std::string_view flag, std::string_view value, double* out) {
+  return ParseDoubleFlag(flag, value, 0, 1, out);
+}
+
+Options ParseOptions(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      std::fputs(kUsage, stdout);
-      std::exit(0);
-    }
-    if (i + 1 >= argc) return absl::InvalidArgumentError(absl::StrFormat("%s needs a value", arg));
-    const std::string value = argv[++i];
-    auto int_value = [&](int& dst, int lo, int hi) -> absl::Status {
-      if (!absl::SimpleAtoi(value, &dst) || dst < lo || dst > hi) {
-        return absl::InvalidArgumentError(
-            absl::StrFormat("%s expects an integer in %d..%d, got '%s'", arg, lo, hi, value));
-      }
-      return absl::OkStatus();
-    };
-    absl::Status s;
-    if (arg == "--model") {
-      o.model = value;
-    } else if (arg == "--device") {
-      if (value != "cpu" && CudaOrdinalOf(value) < 0) {
-        return absl::InvalidArgumentError(
-            absl::StrFormat("--device '%s' is neither cpu nor cuda:N", value));
-      }
-      o.device = value;
-    } else if (arg == "--configs") {
-      o.configs = absl::StrSplit(value, ',', absl::SkipEmpty());
-    } else if (arg == "--cache-policy") {
-      absl::StatusOr<ExpertPolicyKind> p = ParseExpertPolicyKind(value);
-      if (!p.ok()) return p.status();
-      o.policy = *p;
-    } else if (arg == "--decode-tokens") {
-      s = int_value(o.decode_tokens, 1, 1 << 16);
-    } else if (arg == "--prompt-tokens") {
-      s = int_value(o.prompt_tokens, 1, 1 << 16);
-    } else if (arg == "--context") {
-      s = int_value(o.context, 1, 1 << 16);
-    } else if (arg == "--runs") {
-      s = int_value(o.runs, 1, 1000);
-    } else if (arg == "--threads") {
-      s = int_value(o.threads, 1, 1024);
-    } else if (arg == "--copy-probe-mib") {
-      s = int_value(o.copy_probe_mib, 1, 1 << 16);
-    } else if (arg == "--json") {
-      o.json = value;
-    } else if (arg == "--routing-from-trace") {
-      o.routing_from_trace = value;
-    } else if (arg == "--prefetch-accuracy") {
-      char* end = nullptr;
-      o.prefetch_accuracy = std::strtod(value.c_str(), &end);
-      if (value.empty() || end != value.c_str() + value.size() ||
-          !(o.prefetch_accuracy >= 0 && o.prefetch_accuracy <= 1)) {
-        s = absl::InvalidArgumentError("--prefetch-accuracy must be in [0, 1], not '" + value + "'");
-      }
-    } else if (arg == "--prefetch-accuracies") {
-      const std::vector<std::string> parts = absl::StrSplit(value, ',', absl::SkipEmpty());
-      for (const std::string& part : parts) {
-        double a = -1;
-        if (!absl::SimpleAtod(part, &a) || !(a >= 0 && a <= 1)) {
-          s = absl::InvalidArgumentError(
-              "--prefetch-accuracies takes accuracies in [0, 1], not '" + part + "'");
-          break;
+  FlagSet f;
+  bench::AddModelFlag(f, &o.model);
+  f.Add({"--device"}, "DEV",
+        "cpu (default; the cache is slots in RAM) or cuda:N (slots in VRAM, misses copied over "
+        "PCIe or computed on the CPU)",
+        [&o](std::string_view flag, std::string_view value) -> absl::Status {
+          if (value != "cpu" && CudaOrdinalOf(value) < 0) {
+            return FlagError(flag, absl::StrFormat("'%s' is neither cpu nor cuda:N", value));
+          }
+          o.device = std::string(value);
+          return absl::OkStatus();
+        });
+  f.Add({"--configs"}, "LIST",
+        "comma-separated configurations, run in order (default: "
+        "resident,100%,50%,25%,12.5%,25%:cpu,static:half,static:all; their syntax is above)",
+        [&o](std::string_view, std::string_view value) {
+          o.configs =
+              absl::StrSplit(absl::string_view(value.data(), value.size()), ',', absl::SkipEmpty());
+          return absl::OkStatus();
+        });
+  f.Add({"--cache-policy"}, "NAME",
+        absl::StrFormat("replacement policy (default %s)", ExpertPolicyName(kDefaultExpertPolicy)),
+        [&o](std::string_view flag, std::string_view value) -> absl::Status {
+          absl::StatusOr<ExpertPolicyKind> p = ParseExpertPolicyKind(std::string(value));
+          if (!p.ok()) return FlagError(flag, std::string(p.status().message()));
+          o.policy = *p;
+          return absl::OkStatus();
+        });
+  f.AddInt({"--decode-tokens"}, "N", "tokens generated greedily per decode run (default 128)",
+           &o.decode_tokens, 1, 1 << 16);
+  f.AddInt({"--prompt-tokens"}, "N", "tokens per prompt run (default 512)", &o.prompt_tokens, 1,
+           1 << 16);
+  f.AddInt({"--context"}, "N", "tokens in the KV cache before decoding (default 16)", &o.context, 1,
+           1 << 16);
+  bench::AddRunsFlag(f, &o.runs, 1);
+  bench::AddThreadsFlag(f, &o.threads);
+  f.AddInt({"--copy-probe-mib"}, "N", "size of the pinned-copy probe (default 256)",
+           &o.copy_probe_mib, 1, 1 << 16);
+  f.AddString({"--routing-from-trace"}, "FILE",
+              "every configuration takes each token's experts from this routing trace (from its "
+              "start, cycling) instead of from the router: realistic routing on random-weight "
+              "models. Every output says \"routing replayed from FILE\"",
+              &o.routing_from_trace);
+  f.Add({"--prefetch-accuracy"}, "A",
+        "with --routing-from-trace: the prefetch predicts each next layer from the trace, each "
+        "expert right with probability A in [0, 1] (default 0.8), instead of applying that "
+        "layer's router (which, with the trace's choices, guesses at random). Real predictor "
+        "accuracy needs real weights; the figures hold for A",
+        [&o](std::string_view flag, std::string_view value) {
+          return ParseAccuracy(flag, value, &o.prefetch_accuracy);
+        });
+  f.Add(
+      {"--prefetch-accuracies"}, "LIST",
+      "with --routing-from-trace: run every configuration at each of these accuracies (e.g. "
+      "0.5,0.8,1.0), one row each, instead of at --prefetch-accuracy alone",
+      [&o](std::string_view flag, std::string_view value) -> absl::Status {
+        o.prefetch_accuracies.clear();
+        for (absl::string_view part : absl::StrSplit(absl::string_view(value.data(), value.size()),
+                                                     ',', absl::SkipEmpty())) {
+          double a = 0;
+          if (absl::Status s = ParseAccuracy(flag, std::string_view(part.data(), part.size()), &a);
+              !s.ok()) {
+            return s;
+          }
+          o.prefetch_accuracies.push_back(a);
         }
-        o.prefetch_accuracies.push_back(a);
-      }
-      if (s.ok() && o.prefetch_accuracies.empty()) {
-        s = absl::InvalidArgumentError("--prefetch-accuracies is empty");
-      }
-    } else {
-      return absl::InvalidArgumentError(absl::StrFormat("unknown flag %s (see --help)", arg));
-    }
-    if (!s.ok()) return s;
-  }
-  if (o.model.empty()) return absl::InvalidArgumentError("--model is required (see --help)");
+        return o.prefetch_accuracies.empty() ? FlagError(flag, "no accuracy given")
+                                             : absl::OkStatus();
+      });
+  f.AddString({"--json"}, "FILE", "also write every figure as JSON", &o.json);
+  ParseOnlyFlagsOrExit(f, "moetier-bench-cache", kUsage, argc, argv);
+  auto usage_error = [](std::string_view message) {
+    ExitWithUsageError("moetier-bench-cache", absl::InvalidArgumentError(std::string(message)));
+  };
+  if (o.model.empty()) usage_error("--model is required (see --help)");
   if ((o.prefetch_accuracy >= 0 || !o.prefetch_accuracies.empty()) &&
       o.routing_from_trace.empty()) {
-    return absl::InvalidArgumentError(
+    usage_error(
         "--prefetch-accuracy and --prefetch-accuracies go with --routing-from-trace (without a "
         "trace the next layer's router predicts)");
   }
   if (o.prefetch_accuracy >= 0 && !o.prefetch_accuracies.empty()) {
-    return absl::InvalidArgumentError(
-        "give --prefetch-accuracy or --prefetch-accuracies, not both");
+    usage_error("give --prefetch-accuracy or --prefetch-accuracies, not both");
   }
-  if (o.threads == 0) o.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   return o;
 }
 
-double Now() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : (v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]));
-}
+using bench::Median;
+using bench::Seconds;
 
 ExpertSlotCacheStats Minus(const ExpertSlotCacheStats& a, const ExpertSlotCacheStats& b) {
   ExpertSlotCacheStats d;
@@ -422,7 +392,7 @@ class Bench {
       generated.clear();
       absl::StatusOr<int32_t> next = e.Sample(*greedy);
       if (!next.ok()) return next.status();
-      const double t0 = Now();
+      const double t0 = Seconds();
       for (int i = 0; i < o_.decode_tokens; ++i) {
         const int32_t in[1] = {*next};
         MOETIER_RETURN_IF_ERROR(e.Forward(*seq, in, LogitRows::kNone, nullptr));
@@ -430,7 +400,7 @@ class Bench {
         if (!next.ok()) return next.status();
         generated.push_back(*next);
       }
-      seconds = Now() - t0;
+      seconds = Seconds() - t0;
       return absl::OkStatus();
     };
     std::vector<double> decode_rates;
@@ -475,12 +445,12 @@ class Bench {
     std::vector<double> prompt_rates;
     for (int r = 0; r <= o_.runs; ++r) {
       if (absl::Status s = new_sequence(); !s.ok()) return s;
-      const double t0 = Now();
+      const double t0 = Seconds();
       if (absl::Status s = e.Forward(*seq, prompt_, LogitRows::kNone, nullptr); !s.ok()) {
         return s;
       }
       if (absl::StatusOr<int32_t> first = e.Sample(*greedy); !first.ok()) return first.status();
-      if (r >= 1) prompt_rates.push_back(o_.prompt_tokens / (Now() - t0));
+      if (r >= 1) prompt_rates.push_back(o_.prompt_tokens / (Seconds() - t0));
     }
     row.prompt_tok_s = Median(prompt_rates);
     return row;
@@ -498,9 +468,9 @@ double MeasureMemcpy(uint64_t bytes) {
   std::vector<uint8_t> a(bytes, 1), b(bytes);
   std::vector<double> rates;
   for (int p = 0; p < 6; ++p) {
-    const double t0 = Now();
+    const double t0 = Seconds();
     std::memcpy(b.data(), a.data(), bytes);
-    const double dt = Now() - t0;
+    const double dt = Seconds() - t0;
     if (p > 0 && dt > 0) rates.push_back(static_cast<double>(bytes) / dt);
   }
   return Median(rates);
@@ -542,13 +512,13 @@ int Main(const Options& o) {
     if (!c.ok()) return Fail(c.status());
     configs.push_back(*c);
   }
-  const double t0 = Now();
+  const double t0 = Seconds();
   absl::StatusOr<std::unique_ptr<HostExpertStore>> store = HostExpertStore::Create(*model);
   if (!store.ok()) return Fail(store.status());
   std::printf("model: %s (%d layers x %d experts, top %d)\n", o.model.c_str(), hp.n_layer,
               hp.n_expert, hp.n_expert_used);
   std::printf("experts in host memory: %.2f GiB, copied in %.1f s\n",
-              (*store)->bytes().size() / 1073741824.0, Now() - t0);
+              (*store)->bytes().size() / 1073741824.0, Seconds() - t0);
   const uint64_t probe = uint64_t{static_cast<uint32_t>(o.copy_probe_mib)} << 20;
   double copy_ceiling = 0;
   if (o.device == "cpu") {
@@ -696,12 +666,4 @@ int Main(const Options& o) {
 }  // namespace
 }  // namespace moetier
 
-int main(int argc, char** argv) {
-  absl::StatusOr<moetier::Options> options = moetier::ParseOptions(argc, argv);
-  if (!options.ok()) {
-    std::fprintf(stderr, "moetier-bench-cache: %s\n",
-                 std::string(options.status().message()).c_str());
-    return 2;
-  }
-  return moetier::Main(*options);
-}
+int main(int argc, char** argv) { return moetier::Main(moetier::ParseOptions(argc, argv)); }

@@ -19,6 +19,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "backend/cpu/cpu_kernels.h"
+#include "bench_common.h"
 #include "engine/cpu_engine.h"
 #include "gguf/gguf_reader.h"
 #include "model/architectures.h"
@@ -36,24 +37,7 @@ For each model, runs the same --context tokens (seeded random ids) once per
 KV cache type, keys and values in that type, and compares every position's
 logits with the baseline type's: mean and worst KL(baseline || type), and how
 often the top token agrees. Prints the KV bytes per token of context and the
-prompt speed of each type.
-
-  --model FILE        GGUF model (repeat for several)
-  --context N         positions compared (default 2048; at most the model's
-                      training context)
-  --types LIST        types to compare, comma-separated (default f32,f16,q8_0,q4_0)
-  --baseline T        the type the others are compared with (default f16)
-  --activations A     q8x2 (default) or q8: how the kernels quantize
-                      activations. With llama.cpp's q8, any change of the
-                      attention output re-rolls the activations' own rounding,
-                      which then dominates the KL of quantized models (about
-                      1e-2 whatever the KV type); q8x2 leaves the KV rounding
-  --threads N         threads (default: all cores)
-  --batch N           positions per forward call (default 256)
-  --seed N            token seed (default 1)
-  --json              one JSON object per model and type on stdout instead of
-                      the table
-)";
+prompt speed of each type.)";
 
 struct Options {
   std::vector<std::string> models;
@@ -68,71 +52,68 @@ struct Options {
   bool json = false;
 };
 
-absl::StatusOr<Options> ParseOptions(int argc, char** argv) {
-  Options o;
-  o.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      std::fputs(kUsage, stdout);
-      std::exit(0);
-    }
-    if (arg == "--json") {
-      o.json = true;
-      continue;
-    }
-    if (i + 1 >= argc) return absl::InvalidArgumentError(absl::StrCat(arg, " needs a value"));
-    const std::string value = argv[++i];
-    auto int_value = [&](int& dst, int lo, int hi) -> absl::Status {
-      if (!absl::SimpleAtoi(value, &dst) || dst < lo || dst > hi) {
-        return absl::InvalidArgumentError(
-            absl::StrFormat("%s expects an integer in %d..%d, got '%s'", arg, lo, hi, value));
-      }
-      return absl::OkStatus();
-    };
-    absl::Status s;
-    if (arg == "--model") {
-      o.models.push_back(value);
-    } else if (arg == "--context") {
-      s = int_value(o.context, 1, 1 << 20);
-    } else if (arg == "--threads") {
-      s = int_value(o.threads, 1, 1024);
-    } else if (arg == "--batch") {
-      s = int_value(o.batch, 1, 8192);
-    } else if (arg == "--seed") {
-      int seed = 0;
-      s = int_value(seed, 0, 1 << 30);
-      o.seed = static_cast<uint32_t>(seed);
-    } else if (arg == "--types" || arg == "--baseline") {
-      std::vector<TensorType> parsed;
-      for (const std::string& name : std::vector<std::string>(absl::StrSplit(value, ','))) {
-        absl::StatusOr<TensorType> t = ParseKvCacheType(name);
-        if (!t.ok()) return absl::InvalidArgumentError(absl::StrCat(arg, ": ", t.status().message()));
-        parsed.push_back(*t);
-      }
-      if (arg == "--baseline") {
-        if (parsed.size() != 1) return absl::InvalidArgumentError("--baseline takes one type");
-        o.baseline = parsed[0];
-      } else {
-        o.types = parsed;
-      }
-    } else if (arg == "--activations") {
-      if (value != "q8" && value != "q8x2") {
-        return absl::InvalidArgumentError(absl::StrFormat("--activations: '%s' is not q8 or q8x2", value));
-      }
-      o.residual_activations = value == "q8x2";
-    } else {
-      return absl::InvalidArgumentError(absl::StrFormat("unknown flag %s (see --help)", arg));
-    }
-    if (!s.ok()) return s;
+absl::Status ParseKvTypeList(std::string_view flag, std::string_view value,
+                             std::vector<TensorType>* out) {
+  std::vector<TensorType> parsed;
+  for (absl::string_view name :
+       absl::StrSplit(absl::string_view(value.data(), value.size()), ',')) {
+    absl::StatusOr<TensorType> t = ParseKvCacheType(std::string_view(name.data(), name.size()));
+    if (!t.ok()) return FlagError(flag, std::string(t.status().message()));
+    parsed.push_back(*t);
   }
-  if (o.models.empty()) return absl::InvalidArgumentError("--model FILE is required (see --help)");
+  *out = std::move(parsed);
+  return absl::OkStatus();
+}
+
+Options ParseOptions(int argc, char** argv) {
+  Options o;
+  FlagSet f;
+  f.Add({"--model"}, "FILE", "GGUF model (repeat for several)",
+        [&o](std::string_view, std::string_view value) {
+          o.models.emplace_back(value);
+          return absl::OkStatus();
+        });
+  f.AddInt({"--context"}, "N",
+           "positions compared (default 2048; at most the model's training context)", &o.context, 1,
+           1 << 20);
+  f.Add({"--types"}, "LIST", "types to compare, comma-separated (default f32,f16,q8_0,q4_0)",
+        [&o](std::string_view flag, std::string_view value) {
+          return ParseKvTypeList(flag, value, &o.types);
+        });
+  f.Add({"--baseline"}, "T", "the type the others are compared with (default f16)",
+        [&o](std::string_view flag, std::string_view value) -> absl::Status {
+          std::vector<TensorType> one;
+          if (absl::Status s = ParseKvTypeList(flag, value, &one); !s.ok()) return s;
+          if (one.size() != 1) return FlagError(flag, "takes one type");
+          o.baseline = one[0];
+          return absl::OkStatus();
+        });
+  f.Add({"--activations"}, "A",
+        "q8x2 (default) or q8: how the kernels quantize activations. With llama.cpp's q8, any "
+        "change of the attention output re-rolls the activations' own rounding, which then "
+        "dominates the KL of quantized models (about 1e-2 whatever the KV type); q8x2 leaves the "
+        "KV rounding",
+        [&o](std::string_view flag, std::string_view value) -> absl::Status {
+          if (value != "q8" && value != "q8x2") {
+            return FlagError(flag, absl::StrFormat("'%s' is not q8 or q8x2", value));
+          }
+          o.residual_activations = value == "q8x2";
+          return absl::OkStatus();
+        });
+  bench::AddThreadsFlag(f, &o.threads);
+  f.AddInt({"--batch"}, "N", "positions per forward call (default 256)", &o.batch, 1, 8192);
+  f.AddInt({"--seed"}, "N", "token seed (default 1)", &o.seed);
+  f.AddSwitch({"--json"}, "one JSON object per model and type on stdout instead of the table",
+              &o.json);
+  ParseOnlyFlagsOrExit(f, "moetier-bench-kv", kUsage, argc, argv);
+  if (o.models.empty()) {
+    ExitWithUsageError("moetier-bench-kv",
+                       absl::InvalidArgumentError("--model FILE is required (see --help)"));
+  }
   return o;
 }
 
-double Seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
+using bench::Seconds;
 
 struct RunResult {
   std::vector<float> logits;  // [context][n_vocab]
@@ -271,17 +252,13 @@ int RunModel(const Options& o, const std::string& path) {
 }  // namespace moetier
 
 int main(int argc, char** argv) {
-  absl::StatusOr<moetier::Options> o = moetier::ParseOptions(argc, argv);
-  if (!o.ok()) {
-    std::fprintf(stderr, "moetier-bench-kv: %s\n", std::string(o.status().message()).c_str());
-    return 2;
-  }
-  if (absl::Status s = moetier::cpu::SetActivationsResidualPlane(o->residual_activations); !s.ok()) {
+  const moetier::Options o = moetier::ParseOptions(argc, argv);
+  if (absl::Status s = moetier::cpu::SetActivationsResidualPlane(o.residual_activations); !s.ok()) {
     std::fprintf(stderr, "moetier-bench-kv: %s\n", std::string(s.message()).c_str());
     return 2;
   }
-  for (const std::string& model : o->models) {
-    if (int rc = moetier::RunModel(*o, model); rc != 0) return rc;
+  for (const std::string& model : o.models) {
+    if (int rc = moetier::RunModel(o, model); rc != 0) return rc;
   }
   return 0;
 }

@@ -30,15 +30,16 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "cpu_phase_report.h"
 #include "backend/cpu/cpu_kernels.h"
 #include "backend/cpu/thread_pool.h"
+#include "bench_common.h"
+#include "cpu_phase_report.h"
 #include "engine/cpu_engine.h"
 #include "engine/routing_trace_hooks.h"
 #include "gguf/gguf_reader.h"
+#include "gguf/tensor/tensor_type.h"
 #include "model/architectures.h"
 #include "model/kv_cache_types.h"
-#include "gguf/tensor/tensor_type.h"
 
 namespace moetier {
 namespace {
@@ -46,40 +47,7 @@ namespace {
 constexpr char kUsage[] = R"(moetier-bench-cpu: CPU engine throughput against the memory roofline
 
 usage: moetier-bench-cpu --model FILE [options]
-       moetier-bench-cpu --kernels [options]
-
-  --model FILE          GGUF model of a supported architecture (first shard of a split set)
-  --threads N           threads, including the main one (default: all cores)
-  --runs N              timed runs per measurement, at least 5 (default 5)
-  --decode-tokens N     tokens generated per decode run (default 32)
-  --prompt-tokens N     tokens per prompt-processing run (default 256)
-  --batch N             prompt tokens processed together (default 256)
-  --context N           tokens already in the cache when decoding starts (default 16)
-  --skip-context        the context's positions count as computed without computing
-                        them (CpuEngine::SkipPositionsForTiming: zero keys and values,
-                        the same bytes to read): decode timing at a depth of --context
-                        without its prefill, for long contexts. The generated tokens
-                        mean nothing then; the runs still must agree
-  --cache-type-k T      how the KV cache stores keys: f32 (default), f16, q8_0, q4_0
-  --cache-type-v T      the same for values
-  --simd LEVEL          scalar, avx2 or avx512 (default: the best this CPU has)
-  --bandwidth-mib N     size of the bandwidth-test buffer (default 2048)
-  --huge-pages          copy the weights into transparent huge pages first (the
-                        engine's copy_weights_to_huge_pages); without it the
-                        engine reads the file mapping (4 KiB pages)
-  --routing-from-trace FILE
-                        benchmark mode: every token takes its experts from the
-                        routing trace FILE (recorded with moetier-worker
-                        --routing-trace-out, or moetier-tracegen), cycled,
-                        instead of from the router; the same compute, only the
-                        choice replaced (random-weight models route almost
-                        uniformly; a trace gives real routing). Each timed run
-                        starts at the trace's first token. Every result line
-                        says "routing replayed from FILE".
-  --kernels             instead of a model: matrix-vector and batched throughput of
-                        each weight type, from RAM (a matrix of --bandwidth-mib / 4)
-                        and from cache (a 256 KiB matrix), against the bandwidth
-)";
+       moetier-bench-cpu --kernels [options])";
 
 struct Options {
   std::string model;
@@ -98,91 +66,59 @@ struct Options {
   std::string routing_from_trace;
 };
 
-absl::StatusOr<Options> ParseOptions(int argc, char** argv) {
+Options ParseOptions(int argc, char** argv) {
   Options o;
-  o.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      std::fputs(kUsage, stdout);
-      std::exit(0);
-    }
-    if (arg == "--kernels") {
-      o.kernels = true;
-      continue;
-    }
-    if (arg == "--huge-pages") {
-      o.huge_pages = true;
-      continue;
-    }
-    if (arg == "--skip-context") {
-      o.skip_context = true;
-      continue;
-    }
-    if (i + 1 >= argc) return absl::InvalidArgumentError(absl::StrFormat("%s needs a value", arg));
-    const std::string value = argv[++i];
-    auto int_value = [&](auto& dst, int64_t lo, int64_t hi) -> absl::Status {
-      int64_t v = 0;
-      if (!absl::SimpleAtoi(value, &v) || v < lo || v > hi) {
-        return absl::InvalidArgumentError(
-            absl::StrFormat("%s expects an integer in %d..%d, got '%s'", arg, lo, hi, value));
-      }
-      dst = static_cast<std::remove_reference_t<decltype(dst)>>(v);
-      return absl::OkStatus();
-    };
-    absl::Status s;
-    if (arg == "--model") {
-      o.model = value;
-    } else if (arg == "--threads") {
-      s = int_value(o.threads, 1, 1024);
-    } else if (arg == "--runs") {
-      s = int_value(o.runs, 5, 1000);
-    } else if (arg == "--decode-tokens") {
-      s = int_value(o.decode_tokens, 1, 1 << 20);
-    } else if (arg == "--prompt-tokens") {
-      s = int_value(o.prompt_tokens, 1, 1 << 20);
-    } else if (arg == "--batch") {
-      s = int_value(o.batch, 1, 8192);
-    } else if (arg == "--context") {
-      s = int_value(o.context, 1, 1 << 20);
-    } else if (arg == "--cache-type-k" || arg == "--cache-type-v") {
-      absl::StatusOr<TensorType> type = ParseKvCacheType(value);
-      if (!type.ok()) {
-        s = absl::InvalidArgumentError(absl::StrCat(arg, ": ", type.status().message()));
-      } else {
-        (arg == "--cache-type-k" ? o.kv_types.k : o.kv_types.v) = *type;
-      }
-    } else if (arg == "--routing-from-trace") {
-      o.routing_from_trace = value;
-    } else if (arg == "--simd") {
-      o.simd = value;
-    } else if (arg == "--bandwidth-mib") {
-      s = int_value(o.bandwidth_mib, 64, 1 << 20);
-    } else {
-      return absl::InvalidArgumentError(absl::StrFormat("unknown flag %s (see --help)", arg));
-    }
-    if (!s.ok()) return s;
-  }
+  FlagSet f;
+  bench::AddModelFlag(f, &o.model);
+  bench::AddThreadsFlag(f, &o.threads);
+  bench::AddRunsFlag(f, &o.runs, 5);
+  f.AddInt({"--decode-tokens"}, "N", "tokens generated per decode run (default 32)",
+           &o.decode_tokens, 1, 1 << 20);
+  f.AddInt({"--prompt-tokens"}, "N", "tokens per prompt-processing run (default 256)",
+           &o.prompt_tokens, 1, 1 << 20);
+  f.AddInt({"--batch"}, "N", "prompt tokens processed together (default 256)", &o.batch, 1, 8192);
+  f.AddInt({"--context"}, "N", "tokens already in the cache when decoding starts (default 16)",
+           &o.context, 1, 1 << 20);
+  f.AddSwitch({"--skip-context"},
+              "the context's positions count as computed without computing them "
+              "(CpuEngine::SkipPositionsForTiming: zero keys and values, the same bytes to "
+              "read): decode timing at a depth of --context without its prefill, for long "
+              "contexts. The generated tokens mean nothing then; the runs still must agree",
+              &o.skip_context);
+  bench::AddKvCacheTypeFlags(f, &o.kv_types);
+  f.AddString({"--simd"}, "LEVEL", "scalar, avx2 or avx512 (default: the best this CPU has)",
+              &o.simd);
+  f.AddInt({"--bandwidth-mib"}, "N", "size of the bandwidth-test buffer (default 2048)",
+           &o.bandwidth_mib, int64_t{64}, int64_t{1} << 20);
+  f.AddSwitch({"--huge-pages"},
+              "copy the weights into transparent huge pages first (the engine's "
+              "copy_weights_to_huge_pages); without it the engine reads the file mapping (4 KiB "
+              "pages)",
+              &o.huge_pages);
+  f.AddString({"--routing-from-trace"}, "FILE",
+              "benchmark mode: every token takes its experts from the routing trace FILE "
+              "(recorded with moetier-worker --routing-trace-out, or moetier-tracegen), cycled, "
+              "instead of from the router; the same compute, only the choice replaced "
+              "(random-weight models route almost uniformly; a trace gives real routing). Each "
+              "timed run starts at the trace's first token. Every result line says \"routing "
+              "replayed from FILE\".",
+              &o.routing_from_trace);
+  f.AddSwitch({"--kernels"},
+              "instead of a model: matrix-vector and batched throughput of each weight type, "
+              "from RAM (a matrix of --bandwidth-mib / 4) and from cache (a 256 KiB matrix), "
+              "against the bandwidth",
+              &o.kernels);
+  ParseOnlyFlagsOrExit(f, "moetier-bench-cpu", kUsage, argc, argv);
   if (o.model.empty() && !o.kernels) {
-    return absl::InvalidArgumentError("--model or --kernels is required (see --help)");
+    ExitWithUsageError("moetier-bench-cpu",
+                       absl::InvalidArgumentError("--model or --kernels is required (see --help)"));
   }
   return o;
 }
 
-double Seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-struct Stats {
-  double median = 0.0, min = 0.0, max = 0.0;
-};
-
-Stats Summarize(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  const double median = n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-  return {median, v.front(), v.back()};
-}
+using bench::RunStats;
+using bench::Seconds;
+using bench::Summarize;
 
 // Multi-threaded streaming read of a buffer much larger than the caches, in
 // GB/s (1e9 bytes): each thread reads its own contiguous part with the
@@ -556,7 +492,7 @@ int Run(const Options& o) {
     run_ratios.push_back(o.decode_tokens / dt /
                          (run_bw * 1e9 / static_cast<double>(bytes_per_token)));
   }
-  const Stats decode = Summarize(decode_rates);
+  const RunStats decode = Summarize(decode_rates);
 
   // Prompt processing: the whole prompt, logits of the last token only.
   std::vector<double> prompt_rates;
@@ -589,7 +525,7 @@ int Run(const Options& o) {
     }
     prompt_rates.push_back(o.prompt_tokens / dt);
   }
-  const Stats pp = Summarize(prompt_rates);
+  const RunStats pp = Summarize(prompt_rates);
 
   std::printf(
       "decode:  %.2f tok/s median (%.2f..%.2f), %d tokens after %d of context%s, %d runs%s\n",
@@ -597,7 +533,7 @@ int Run(const Options& o) {
       o.skip_context ? " (skipped, not computed)" : "", o.runs, label.c_str());
   std::printf("prompt:  %.1f tok/s median (%.1f..%.1f), %d tokens, %d runs%s\n", pp.median,
               pp.min, pp.max, o.prompt_tokens, o.runs, label.c_str());
-  const Stats ratio = Summarize(run_ratios);
+  const RunStats ratio = Summarize(run_ratios);
   std::printf(
       "roofline ratio (decode tok/s / (bandwidth / bytes per token)): %.1f%% "
       "(median decode / best bandwidth)%s\n",
@@ -617,12 +553,4 @@ int Run(const Options& o) {
 }  // namespace
 }  // namespace moetier
 
-int main(int argc, char** argv) {
-  absl::StatusOr<moetier::Options> options = moetier::ParseOptions(argc, argv);
-  if (!options.ok()) {
-    std::fprintf(stderr, "moetier-bench-cpu: %s\n",
-                 std::string(options.status().message()).c_str());
-    return 2;
-  }
-  return moetier::Run(*options);
-}
+int main(int argc, char** argv) { return moetier::Run(moetier::ParseOptions(argc, argv)); }

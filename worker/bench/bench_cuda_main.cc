@@ -31,6 +31,7 @@
 #include "backend/cuda/cuda_device.h"
 #include "backend/cuda/cuda_kernels.h"
 #include "base/status_macros.h"
+#include "bench_common.h"
 #include "cuda_phase_report.h"
 #include "engine/cuda_engine.h"
 #include "gguf/gguf_reader.h"
@@ -45,44 +46,7 @@ constexpr char kUsage[] = R"(moetier-bench-cuda: CUDA engine throughput against 
 
 usage: moetier-bench-cuda --model FILE [options]
 
-  --model FILE          GGUF model of a supported architecture (first shard of a split set); every
-                        weight, experts included, must fit in device memory
-  --device N            CUDA device ordinal (default 0)
-  --runs N              timed runs per measurement, at least 3 (default 5); one
-                        untimed warm-up run comes first
-  --decode-tokens N     tokens generated greedily per decode run (default 128)
-  --prompt-tokens N     tokens per prompt-processing run (default 512)
-  --batch N             prompt tokens processed together, the engine's
-                        max_batch (default 512)
-  --context N           tokens already in the cache when decoding starts (default 16)
-  --skip-context        the context's positions count as computed without computing
-                        them (CudaEngine::SkipPositionsForTiming: what the cache
-                        holds, zeros in a fresh engine): decode at depth without
-                        the prefill
-  --cache-type-k T      how the KV cache stores keys: f32 (default), f16, q8_0, q4_0
-  --cache-type-v T      the same for values
-  --gemv-max-rows N     matrix inputs of up to N rows use the GEMV, more the fp16
-                        GEMM (default 8; 0 sends everything through the GEMM)
-  --no-cublas           use the backend's tiled GEMM instead of cuBLAS
-  --host-routing        every MoE layer waits for the router's choice on the host
-                        (one sync per layer) instead of grouping it on the
-                        device: the same logits, to measure what the device
-                        grouping gains
-  --expert-at-a-time    four launches per routed expert instead of grouped
-                        launches per layer (implies --host-routing): the same
-                        logits, to measure what grouping gains
-  --sampling S          greedy (default: the argmax on the device) or chat
-                        (temperature 0.8, top-k 40, top-p 0.95, min-p 0.05,
-                        seeded: the device selects the 40 best logits, the host
-                        draws from them): what sampling costs a decode step
-  --no-graphs           launch every kernel of a decode step instead of replaying
-                        the step's captured CUDA graph: the same logits, to
-                        measure what the graph saves (--host-routing and
-                        --expert-at-a-time decode without graphs too)
-  --bandwidth-mib N     size of the bandwidth-test buffer (default 1024): the
-                        bandwidth is read + written bytes of a device-to-device
-                        copy, the median of --runs copies
-)";
+Every weight of the model, experts included, must fit in device memory.)";
 
 struct Options {
   std::string model;
@@ -103,100 +67,73 @@ struct Options {
   int64_t bandwidth_mib = 1024;
 };
 
-absl::StatusOr<Options> ParseOptions(int argc, char** argv) {
+Options ParseOptions(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      std::fputs(kUsage, stdout);
-      std::exit(0);
-    }
-    if (arg == "--no-cublas") {
-      o.no_cublas = true;
-      continue;
-    }
-    if (arg == "--host-routing") {
-      o.host_routing = true;
-      continue;
-    }
-    if (arg == "--expert-at-a-time") {
-      o.expert_at_a_time = true;
-      continue;
-    }
-    if (arg == "--no-graphs") {
-      o.no_graphs = true;
-      continue;
-    }
-    if (arg == "--skip-context") {
-      o.skip_context = true;
-      continue;
-    }
-    if (i + 1 >= argc) return absl::InvalidArgumentError(absl::StrFormat("%s needs a value", arg));
-    const std::string value = argv[++i];
-    auto int_value = [&](auto& dst, int64_t lo, int64_t hi) -> absl::Status {
-      int64_t v = 0;
-      if (!absl::SimpleAtoi(value, &v) || v < lo || v > hi) {
-        return absl::InvalidArgumentError(
-            absl::StrFormat("%s expects an integer in %d..%d, got '%s'", arg, lo, hi, value));
-      }
-      dst = static_cast<std::remove_reference_t<decltype(dst)>>(v);
-      return absl::OkStatus();
-    };
-    absl::Status s;
-    if (arg == "--model") {
-      o.model = value;
-    } else if (arg == "--device") {
-      s = int_value(o.device, 0, 1023);
-    } else if (arg == "--runs") {
-      s = int_value(o.runs, 3, 1000);
-    } else if (arg == "--decode-tokens") {
-      s = int_value(o.decode_tokens, 1, 1 << 20);
-    } else if (arg == "--prompt-tokens") {
-      s = int_value(o.prompt_tokens, 1, 1 << 20);
-    } else if (arg == "--batch") {
-      s = int_value(o.batch, 1, 8192);
-    } else if (arg == "--context") {
-      s = int_value(o.context, 1, 1 << 20);
-    } else if (arg == "--cache-type-k" || arg == "--cache-type-v") {
-      absl::StatusOr<TensorType> type = ParseKvCacheType(value);
-      if (!type.ok()) {
-        return absl::InvalidArgumentError(
-            absl::StrFormat("%s: %s", arg, type.status().message()));
-      }
-      (arg == "--cache-type-k" ? o.kv_types.k : o.kv_types.v) = *type;
-    } else if (arg == "--sampling") {
-      if (value != "greedy" && value != "chat") {
-        return absl::InvalidArgumentError(
-            absl::StrFormat("--sampling: '%s' is neither greedy nor chat", value));
-      }
-      o.chat_sampling = value == "chat";
-    } else if (arg == "--gemv-max-rows") {
-      s = int_value(o.gemv_max_rows, 0, 8192);
-    } else if (arg == "--bandwidth-mib") {
-      s = int_value(o.bandwidth_mib, 64, 1 << 20);
-    } else {
-      return absl::InvalidArgumentError(absl::StrFormat("unknown flag %s (see --help)", arg));
-    }
-    if (!s.ok()) return s;
+  FlagSet f;
+  bench::AddModelFlag(f, &o.model);
+  f.AddInt({"--device"}, "N", "CUDA device ordinal (default 0)", &o.device, 0, 1023);
+  bench::AddRunsFlag(f, &o.runs, 3);
+  f.AddInt({"--decode-tokens"}, "N", "tokens generated per decode run (default 128)",
+           &o.decode_tokens, 1, 1 << 20);
+  f.AddInt({"--prompt-tokens"}, "N", "tokens per prompt-processing run (default 512)",
+           &o.prompt_tokens, 1, 1 << 20);
+  f.AddInt({"--batch"}, "N",
+           "prompt tokens processed together, the engine's max_batch "
+           "(default 512)",
+           &o.batch, 1, 8192);
+  f.AddInt({"--context"}, "N", "tokens already in the cache when decoding starts (default 16)",
+           &o.context, 1, 1 << 20);
+  f.AddSwitch({"--skip-context"},
+              "the context's positions count as computed without computing them "
+              "(CudaEngine::SkipPositionsForTiming: what the cache holds, zeros in a fresh "
+              "engine): decode at depth without the prefill",
+              &o.skip_context);
+  bench::AddKvCacheTypeFlags(f, &o.kv_types);
+  f.AddInt({"--gemv-max-rows"}, "N",
+           "matrix inputs of up to N rows use the GEMV, more the fp16 GEMM (default 8; 0 sends "
+           "everything through the GEMM)",
+           &o.gemv_max_rows, 0, 8192);
+  f.AddSwitch({"--no-cublas"}, "use the backend's tiled GEMM instead of cuBLAS", &o.no_cublas);
+  f.AddSwitch({"--host-routing"},
+              "every MoE layer waits for the router's choice on the host (one sync per layer) "
+              "instead of grouping it on the device: the same logits, to measure what the "
+              "device grouping gains",
+              &o.host_routing);
+  f.AddSwitch({"--expert-at-a-time"},
+              "four launches per routed expert instead of grouped launches per layer (implies "
+              "--host-routing): the same logits, to measure what grouping gains",
+              &o.expert_at_a_time);
+  f.Add({"--sampling"}, "S",
+        "greedy (default: the argmax on the device) or chat (temperature 0.8, top-k 40, top-p "
+        "0.95, min-p 0.05, seeded: the device selects the 40 best logits, the host draws from "
+        "them): what sampling costs a decode step",
+        [&o](std::string_view flag, std::string_view value) -> absl::Status {
+          if (value != "greedy" && value != "chat") {
+            return FlagError(flag, absl::StrFormat("'%s' is neither greedy nor chat", value));
+          }
+          o.chat_sampling = value == "chat";
+          return absl::OkStatus();
+        });
+  f.AddSwitch({"--no-graphs"},
+              "launch every kernel of a decode step instead of replaying the step's captured "
+              "CUDA graph: the same logits, to measure what the graph saves (--host-routing and "
+              "--expert-at-a-time decode without graphs too)",
+              &o.no_graphs);
+  f.AddInt({"--bandwidth-mib"}, "N",
+           "size of the bandwidth-test buffer (default 1024): the bandwidth is read + written "
+           "bytes of a device-to-device copy, the median of --runs copies",
+           &o.bandwidth_mib, int64_t{64}, int64_t{1} << 20);
+  ParseOnlyFlagsOrExit(f, "moetier-bench-cuda", kUsage, argc, argv);
+  if (o.model.empty()) {
+    ExitWithUsageError("moetier-bench-cuda",
+                       absl::InvalidArgumentError("--model is required (see --help)"));
   }
-  if (o.model.empty()) return absl::InvalidArgumentError("--model is required (see --help)");
   return o;
 }
 
-double Seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
-
-struct Stats {
-  double median = 0.0, min = 0.0, max = 0.0;
-};
-
-Stats Summarize(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  const double median = n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-  return {median, v.front(), v.back()};
-}
+using bench::RunStats;
+using bench::Seconds;
+using bench::Summarize;
 
 absl::Status Check(cudaError_t err, const char* what) {
   if (err == cudaSuccess) return absl::OkStatus();
@@ -206,7 +143,7 @@ absl::Status Check(cudaError_t err, const char* what) {
 // Device memory bandwidth in GB/s (1e9 bytes): bytes read plus bytes written
 // by device-to-device copies of `mib` MiB, timed with events; the median of
 // `passes` copies after one warm-up copy.
-absl::StatusOr<Stats> MeasureBandwidth(int64_t mib, int passes) {
+absl::StatusOr<RunStats> MeasureBandwidth(int64_t mib, int passes) {
   const size_t bytes = static_cast<size_t>(mib) * 1024 * 1024;
   void* src = nullptr;
   void* dst = nullptr;
@@ -323,7 +260,7 @@ int Run(const Options& o) {
               e.weight_bytes() / 1073741824.0, t_created - t_create, ctx,
               e.buffer_bytes() / 1073741824.0);
 
-  absl::StatusOr<Stats> bw = MeasureBandwidth(o.bandwidth_mib, o.runs);
+  absl::StatusOr<RunStats> bw = MeasureBandwidth(o.bandwidth_mib, o.runs);
   if (!bw.ok()) return Fail(bw.status());
   const uint64_t bytes_per_token = DecodeWeightBytesPerToken(*model);
   const double roofline = bw->median * 1e9 / static_cast<double>(bytes_per_token);
@@ -424,7 +361,7 @@ int Run(const Options& o) {
     }
     decode_rates.push_back(o.decode_tokens / dt);
   }
-  const Stats decode = Summarize(decode_rates);
+  const RunStats decode = Summarize(decode_rates);
 
   // Prompt processing: every run must give the same logits.
   std::vector<double> prompt_rates;
@@ -442,7 +379,7 @@ int Run(const Options& o) {
     }
     prompt_rates.push_back(o.prompt_tokens / dt);
   }
-  const Stats pp = Summarize(prompt_rates);
+  const RunStats pp = Summarize(prompt_rates);
 
   std::printf(
       "decode:  %.2f tok/s median (%.2f..%.2f), %d tokens after %d of context%s, %d runs\n",
@@ -498,12 +435,4 @@ int Run(const Options& o) {
 }  // namespace
 }  // namespace moetier
 
-int main(int argc, char** argv) {
-  absl::StatusOr<moetier::Options> options = moetier::ParseOptions(argc, argv);
-  if (!options.ok()) {
-    std::fprintf(stderr, "moetier-bench-cuda: %s\n",
-                 std::string(options.status().message()).c_str());
-    return 2;
-  }
-  return moetier::Run(*options);
-}
+int main(int argc, char** argv) { return moetier::Run(moetier::ParseOptions(argc, argv)); }

@@ -1,0 +1,65 @@
+#include "bench_common.h"
+
+#include <algorithm>
+#include <chrono>
+#include <string_view>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_format.h"
+#include "base/check.h"
+
+namespace moetier::bench {
+
+void AddModelFlag(FlagSet& flags, std::string* model) {
+  flags.AddString({"--model"}, "FILE",
+                  "GGUF model of a supported architecture (the first shard of a split set)", model);
+}
+
+void AddThreadsFlag(FlagSet& flags, int* threads) {
+  *threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  flags.AddInt({"--threads"}, "N", "threads, the calling one included (default: all cores)",
+               threads, 1, 1024);
+}
+
+void AddRunsFlag(FlagSet& flags, int* runs, int min) {
+  flags.AddInt({"--runs"}, "N",
+               absl::StrFormat("timed runs per measurement, at least %d (default %d); the "
+                               "median is reported",
+                               min, *runs),
+               runs, min, 1000);
+}
+
+void AddKvCacheTypeFlags(FlagSet& flags, KvCacheTypes* types) {
+  const std::string choices = KvCacheTypeList(kKvCacheTypeChoices);
+  for (const bool keys : {true, false}) {
+    TensorType* out = keys ? &types->k : &types->v;
+    flags.Add({keys ? "--cache-type-k" : "--cache-type-v"}, "T",
+              absl::StrFormat("how the KV cache stores %s: %s (default %s)",
+                              keys ? "keys" : "values", choices, KvCacheTypeName(*out)),
+              [out](std::string_view flag, std::string_view value) -> absl::Status {
+                absl::StatusOr<TensorType> type = ParseKvCacheType(value);
+                if (!type.ok()) return FlagError(flag, std::string(type.status().message()));
+                *out = *type;
+                return absl::OkStatus();
+              });
+  }
+}
+
+double Seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+RunStats Summarize(std::vector<double> values) {
+  MOETIER_CHECK(!values.empty());
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  const double median = n % 2 == 1 ? values[n / 2] : 0.5 * (values[n / 2 - 1] + values[n / 2]);
+  return {median, values.front(), values.back()};
+}
+
+double Median(std::vector<double> values) {
+  return values.empty() ? 0 : Summarize(std::move(values)).median;
+}
+
+}  // namespace moetier::bench

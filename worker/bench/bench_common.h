@@ -1,0 +1,33 @@
+// What every benchmark program shares: the flags they all spell the same
+// way, a monotonic clock and the median of timed runs.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "base/flags/flag_set.h"
+#include "model/kv_cache_types.h"
+
+namespace moetier::bench {
+
+// --model FILE (a GGUF file; the first shard of a split set).
+void AddModelFlag(FlagSet& flags, std::string* model);
+// --threads N, 1..1024; sets *threads to every core first, its default.
+void AddThreadsFlag(FlagSet& flags, int* threads);
+// --runs N, min..1000, with *runs as the default the help shows.
+void AddRunsFlag(FlagSet& flags, int* runs, int min);
+// --cache-type-k T and --cache-type-v T (f32, f16, q8_0, q4_0).
+void AddKvCacheTypeFlags(FlagSet& flags, KvCacheTypes* types);
+
+// Seconds on the steady clock.
+double Seconds();
+
+struct RunStats {
+  double median = 0, min = 0, max = 0;
+};
+// Of at least one value.
+RunStats Summarize(std::vector<double> values);
+// 0 when there are no values.
+double Median(std::vector<double> values);
+
+}  // namespace moetier::bench
