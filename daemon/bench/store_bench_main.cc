@@ -24,6 +24,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
+#include "base/flags/flag_set.h"
 #include "gguf/gguf_reader.h"
 #include "io/io_backend_factory.h"
 #include "manifest/model_manifest.h"
@@ -34,13 +35,7 @@
 namespace moetier {
 namespace {
 
-constexpr char kUsage[] =
-    "usage: moetier-bench-store (--model FILE | --synthetic-mib N) [--runs N]\n"
-    "  --model FILE         a qwen3moe GGUF (first shard of a split set)\n"
-    "  --synthetic-mib N    write a synthetic qwen3moe model of about N MiB to a temp dir\n"
-    "  --runs N             repetitions; medians are printed (default 5)\n"
-    "  --io NAME            auto | io_uring | pread (default auto)\n"
-    "  --hit-iterations N   acquire+release samples per run (default 200000)\n";
+constexpr char kUsage[] = "usage: moetier-bench-store (--model FILE | --synthetic-mib N) [options]";
 
 constexpr int kDeepReaders = 4;
 
@@ -390,45 +385,20 @@ int Run(const Flags& flags) {
 int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // interleave with the store's log lines on stderr
   moetier::Flags flags;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    auto value = [&]() -> const char* {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "%s needs a value\n%s", arg.c_str(), moetier::kUsage);
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    auto number = [&](uint64_t* out) {
-      const char* v = value();
-      if (!absl::SimpleAtoi(v, out) || *out == 0) {
-        std::fprintf(stderr, "%s: '%s' is not a positive number\n", arg.c_str(), v);
-        std::exit(2);
-      }
-    };
-    uint64_t n = 0;
-    if (arg == "--help" || arg == "-h") {
-      std::printf("%s", moetier::kUsage);
-      return 0;
-    } else if (arg == "--model") {
-      flags.model = value();
-    } else if (arg == "--synthetic-mib") {
-      number(&flags.synthetic_mib);
-    } else if (arg == "--runs") {
-      number(&n);
-      flags.runs = static_cast<int>(n);
-    } else if (arg == "--io") {
-      flags.io = value();
-    } else if (arg == "--hit-iterations") {
-      number(&flags.hit_iterations);
-    } else {
-      std::fprintf(stderr, "unknown flag %s\n%s", arg.c_str(), moetier::kUsage);
-      return 2;
-    }
-  }
+  moetier::FlagSet f;
+  f.AddString({"--model"}, "FILE", "a GGUF model (first shard of a split set)", &flags.model);
+  f.AddInt({"--synthetic-mib"}, "N",
+           "write a synthetic qwen3moe model of about N MiB to a temporary folder instead",
+           &flags.synthetic_mib, uint64_t{1}, uint64_t{1} << 30);
+  f.AddInt({"--runs"}, "N", "repetitions; medians are printed (default 5)", &flags.runs, 1, 1000);
+  f.AddString({"--io"}, "NAME", "auto, io_uring or pread (default auto)", &flags.io);
+  f.AddInt({"--hit-iterations"}, "N", "acquire+release samples per run (default 200000)",
+           &flags.hit_iterations, uint64_t{1}, uint64_t{1} << 40);
+  moetier::ParseOnlyFlagsOrExit(f, "moetier-bench-store", moetier::kUsage, argc, argv);
   if (flags.model.empty() == (flags.synthetic_mib == 0)) {
-    std::fprintf(stderr, "give exactly one of --model and --synthetic-mib\n%s", moetier::kUsage);
-    return 2;
+    moetier::ExitWithUsageError(
+        "moetier-bench-store",
+        absl::InvalidArgumentError("give exactly one of --model and --synthetic-mib (see --help)"));
   }
   return moetier::Run(flags);
 }

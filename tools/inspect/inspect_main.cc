@@ -7,9 +7,11 @@
 #include <string>
 #include <string_view>
 #include <variant>
+#include <vector>
 
-#include "absl/strings/str_format.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "base/flags/flag_set.h"
 #include "gguf/gguf_reader.h"
 #include "model/architectures.h"
 
@@ -23,13 +25,7 @@ constexpr std::string_view kUsage =
     "hyperparameters, tokenizer size, tensor count and bytes per tensor type,\n"
     "and how many bytes the routed experts take, then whether this build can\n"
     "serve it (architecture, tensor types, names and shapes). FILE may be the\n"
-    "first shard (-00001-of-N.gguf) of a split model.\n"
-    "\n"
-    "  --all-keys   also list every metadata key with its type and value\n"
-    "               (arrays are shown by type and length)\n"
-    "  --tensors    also list every tensor: name, type, dims (ne[0] first),\n"
-    "               shard file, absolute byte offset in that file and size\n"
-    "  --help       show this text\n";
+    "first shard (-00001-of-N.gguf) of a split model.";
 
 std::string FormatValue(const GgufValue& value) {
   return std::visit(
@@ -139,30 +135,24 @@ int Run(const std::string& path, bool all_keys, bool list_tensors) {
 int main(int argc, char** argv) {
   bool all_keys = false;
   bool list_tensors = false;
-  std::string path;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      std::fputs(moetier::kUsage.data(), stdout);
-      return 0;
-    }
-    if (arg == "--all-keys") {
-      all_keys = true;
-    } else if (arg == "--tensors") {
-      list_tensors = true;
-    } else if (arg.starts_with("-")) {
-      std::fprintf(stderr, "moetier-inspect: unknown flag '%s' (see --help)\n", argv[i]);
-      return 2;
-    } else if (path.empty()) {
-      path = argv[i];
-    } else {
-      std::fprintf(stderr, "moetier-inspect: more than one FILE given ('%s' and '%s')\n", path.c_str(), argv[i]);
-      return 2;
-    }
+  moetier::FlagSet flags;
+  flags.AddSwitch({"--all-keys"},
+                  "also list every metadata key with its type and value (arrays are shown by "
+                  "type and length)",
+                  &all_keys);
+  flags.AddSwitch({"--tensors"},
+                  "also list every tensor: name, type, dims (ne[0] first), shard file, absolute "
+                  "byte offset in that file and size",
+                  &list_tensors);
+  const std::vector<std::string> files =
+      moetier::ParseFlagsOrExit(flags, "moetier-inspect", moetier::kUsage, argc, argv);
+  if (files.size() != 1) {
+    moetier::ExitWithUsageError(
+        "moetier-inspect",
+        absl::InvalidArgumentError(
+            files.empty()
+                ? std::string("no FILE given (see --help)")
+                : absl::StrFormat("more than one FILE given ('%s' and '%s')", files[0], files[1])));
   }
-  if (path.empty()) {
-    std::fputs("moetier-inspect: no FILE given (see --help)\n", stderr);
-    return 2;
-  }
-  return moetier::Run(path, all_keys, list_tensors);
+  return moetier::Run(files[0], all_keys, list_tensors);
 }

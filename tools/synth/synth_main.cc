@@ -22,10 +22,12 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "base/flags/flag_set.h"
 #include "gguf/gguf_value.h"
+#include "gguf/tensor/tensor_type.h"
 #include "synth/synth_model.h"
 #include "synth/synth_writer.h"
-#include "gguf/tensor/tensor_type.h"
 
 namespace moetier {
 namespace {
@@ -33,29 +35,28 @@ namespace {
 constexpr int kExitFailure = 1;
 constexpr int kExitUsage = 2;
 
-constexpr std::string_view kHelp = R"(moetier-synth: write a synthetic MoE GGUF model
+constexpr std::string_view kUsage = R"(moetier-synth: write a synthetic MoE GGUF model
 
 usage: moetier-synth [--arch qwen3moe|olmoe|llama|qwen35moe] [--preset tiny|small|full]
                      [--quant f32|q8_0|q4_k_m|q8_0-f32] [--seed N] --out FILE
                      [shape flags] [split flags] [--dry-run]
 
-Model:
-  --arch NAME            architecture (default qwen3moe), with real tensor names, keys
-                         and tokenizer as llama.cpp's converter writes them:
-                           qwen3moe : Qwen3-30B-A3B: attention with per-head q/k norm,
-                                      routed experts; gpt2/qwen2 tokenizer
-                           olmoe    : OLMoE-1B-7B: q/k norm over the whole projection,
-                                      routed experts, output.weight always present;
-                                      gpt2/olmo tokenizer
-                           llama    : Mixtral-8x7B: plain GQA attention, routed experts;
-                                      SentencePiece ("llama") tokenizer
-                           qwen35moe: Qwen3.6-35B-A3B: Gated DeltaNet layers and, every
-                                      --full-attention-interval-th layer, gated
-                                      attention; routed + shared expert; gpt2/qwen35
-                                      tokenizer
-  --preset NAME          shape to start from (default tiny); shape flags override it
-                         (H = heads, Hkv = kv heads, D = head dim, E = experts):
-    qwen3moe  tiny : 2 layers, embd 64, E 8 (top 2), expert ffn 256, H/Hkv 4/2 x D 32,
+The tool checks free disk space first and refuses to start a write that cannot
+fit. Exit status: 0 success, 1 failure, 2 bad command line.)";
+
+constexpr std::string_view kArchitectures =
+    R"(    qwen3moe : Qwen3-30B-A3B: attention with per-head q/k norm, routed experts;
+               gpt2/qwen2 tokenizer
+    olmoe    : OLMoE-1B-7B: q/k norm over the whole projection, routed experts,
+               output.weight always present; gpt2/olmo tokenizer
+    llama    : Mixtral-8x7B: plain GQA attention, routed experts;
+               SentencePiece ("llama") tokenizer
+    qwen35moe: Qwen3.6-35B-A3B: Gated DeltaNet layers and, every
+               --full-attention-interval-th layer, gated attention; routed +
+               shared expert; gpt2/qwen35 tokenizer)";
+
+constexpr std::string_view kPresets =
+    R"(    qwen3moe  tiny : 2 layers, embd 64, E 8 (top 2), expert ffn 256, H/Hkv 4/2 x D 32,
                      vocab 512, ctx 4096
               small: 4 layers, embd 256, E 32 (top 4), expert ffn 256, 8/2 x 64, vocab 4096,
                      ctx 8192
@@ -80,79 +81,26 @@ Model:
               full : Qwen3.6-35B-A3B: 40 layers, embd 2048, E 256 (top 8), ffn 512 + 512,
                      16/2 x 256, rope 64 dims [11,11,10,0], state 128, groups 16, value
                      heads 32, inner 4096, vocab 248320, ctx 262144; all: conv kernel 4,
-                     full attention every 4th layer, rope base 1e7, rms eps 1e-6
-  --quant MIX            tensor types (default f32); norms, routers and other 1-D
-                         tensors stay F32 always
-                           f32     : everything F32 (general.file_type 0)
-                           q8_0    : every other matrix Q8_0 (general.file_type 7)
-                           q4_k_m  : Q4_K_M-like (general.file_type 15). qwen3moe:
-                                     token_embd Q4_K (Q6_K if tied), output Q6_K,
-                                     attn_q/attn_k/attn_output Q4_K, attn_v Q6_K,
-                                     ffn_gate_exps/ffn_up_exps Q4_K, ffn_down_exps Q6_K
-                                     in layers i with i < n/8 or i >= 7n/8 or
-                                     (i - n/8) % 3 == 2 (llama.cpp's use_more_bits),
-                                     Q4_K in the others. olmoe, llama, qwen35moe:
-                                     llama-quantize's rule: Q4_K, output Q6_K, attn_v
-                                     (and attn_qkv) and every ffn_down Q6_K in
-                                     use_more_bits layers, and with exactly 8 experts
-                                     attn_k/attn_v Q8_0 and attn_output Q5_K; ssm_conv1d,
-                                     ssm_a, ssm_dt, ffn_gate_inp_shexp stay F32
-                           q8_0-f32: qwen35moe only, the tensor-type shares of a
-                                     dynamic ("UD") 4-bit file: F32 for small tensors and
-                                     ssm_alpha/ssm_beta, Q8_0 for every non-expert
-                                     matrix, experts Q4_K (gate/up) and Q5_K (down),
-                                     layer 0's experts and the last ffn_down_exps Q6_K
-                                     (general.file_type 15)
-                         if a row length is not a multiple of the block size:
-                         Q4_K -> Q4_0, Q5_K and Q6_K -> Q8_0, F16 if not a multiple of 32
-  --seed N               weight seed, unsigned 64-bit (default 0); same arch, shape, mix
-                         and seed give a byte-identical file
-  --name TEXT            general.name (default describes arch, shape and seed)
+                     full attention every 4th layer, rope base 1e7, rms eps 1e-6)";
 
-Shape (override the preset; all architectures unless noted):
-  --layers N             block_count
-  --embd N               embedding_length
-  --experts N            expert_count
-  --experts-used N       expert_used_count (top-k), 1..experts
-  --expert-ffn N         expert FFN width: expert_feed_forward_length (qwen3moe,
-                         qwen35moe) or feed_forward_length (olmoe, llama)
-  --heads N              attention.head_count
-  --heads-kv N           attention.head_count_kv; must divide heads
-  --head-dim N           attention.key_length = value_length; even (olmoe and llama
-                         write it only when it differs from embd / heads)
-  --vocab N              token count, at least 261; the real vocabulary sizes put
-                         the special tokens at the real ids
-  --ctx N                context_length
-  --rope-base X          rope.freq_base
-  --rms-eps X            attention.layer_norm_rms_epsilon
-  --tied-output          no output.weight: token_embd is also the output matrix
-                         (qwen3moe, llama, qwen35moe)
-  --rope-dims N          qwen35moe: rope.dimension_count, even, at most head-dim
-  --rope-sections A,B,C,D
-                         qwen35moe: rope.dimension_sections; they sum to rope-dims / 2
-  --shared-ffn N         qwen35moe: expert_shared_feed_forward_length
-  --full-attention-interval N
-                         qwen35moe: layer i is full attention when (i+1) % N == 0
-  --ssm-conv-kernel N    qwen35moe: ssm.conv_kernel (DeltaNet conv taps)
-  --ssm-state-size N     qwen35moe: ssm.state_size (key head dim)
-  --ssm-group-count N    qwen35moe: ssm.group_count (key heads)
-  --ssm-time-step-rank N qwen35moe: ssm.time_step_rank (value heads, a multiple of
-                         the key heads)
-  --ssm-inner-size N     qwen35moe: ssm.inner_size (value heads x value head dim)
+constexpr std::string_view kMixes = R"(    f32     : everything F32 (general.file_type 0)
+    q8_0    : every other matrix Q8_0 (general.file_type 7)
+    q4_k_m  : Q4_K_M-like (general.file_type 15). qwen3moe: token_embd Q4_K (Q6_K
+              if tied), output Q6_K, attn_q/attn_k/attn_output Q4_K, attn_v Q6_K,
+              ffn_gate_exps/ffn_up_exps Q4_K, ffn_down_exps Q6_K in layers i with
+              i < n/8 or i >= 7n/8 or (i - n/8) % 3 == 2 (llama.cpp's
+              use_more_bits), Q4_K in the others. olmoe, llama, qwen35moe:
+              llama-quantize's rule: Q4_K, output Q6_K, attn_v (and attn_qkv) and
+              every ffn_down Q6_K in use_more_bits layers, and with exactly 8
+              experts attn_k/attn_v Q8_0 and attn_output Q5_K; ssm_conv1d, ssm_a,
+              ssm_dt, ffn_gate_inp_shexp stay F32
+    q8_0-f32: qwen35moe only, the tensor-type shares of a dynamic ("UD") 4-bit
+              file: F32 for small tensors and ssm_alpha/ssm_beta, Q8_0 for every
+              non-expert matrix, experts Q4_K (gate/up) and Q5_K (down), layer 0's
+              experts and the last ffn_down_exps Q6_K (general.file_type 15))";
 
-Output:
-  --out FILE             file to write; with a split, FILE minus ".gguf" is the prefix
-                         of FILE-00001-of-0000N.gguf ...
-  --split-max-tensors N  split into files of at most N tensors each
-  --split-count N        split into exactly N files of about equal size
-                         (the first file holds all metadata; each carries split.*)
-  --threads N            threads that generate and quantize (default: all cores)
-  --dry-run              write nothing; print tensor count, tensors and bytes per type
-                         and file sizes
-  --quiet                no progress on stderr
-  --help                 this text
-
-Weights: element = mean + stddev * z, z ~ N(0,1) approximated by an Irwin-Hall sum
+constexpr std::string_view kWeightsAndTokenizers =
+    R"(Weights: element = mean + stddev * z, z ~ N(0,1) approximated by an Irwin-Hall sum
 (|z| <= 3.47), from a counter-based stream per (seed, tensor name), so output does
 not depend on chunking or threads. stddev: 1/sqrt(fan_in) for the projections that
 read the residual stream; 1/sqrt(fan_in * 2 * layers) for those that write it
@@ -178,11 +126,7 @@ corpus supports are [PAD<id>], type UNUSED, as llama.cpp's converter pads):
   llama    : SentencePiece: <unk> 0, <s> 1, </s> 2, <0x00>..<0xFF> 3..258, then
              pieces with U+2581 for spaces scored -rank, then single characters;
              bos 1, eos 2, unknown 0, add_bos_token true, add_eos_token false,
-             Mixtral-Instruct's [INST] ... [/INST] chat template
-
-The tool checks free disk space first and refuses to start a write that cannot
-fit. Exit status: 0 success, 1 failure, 2 bad command line.
-)";
+             Mixtral-Instruct's [INST] ... [/INST] chat template)";
 
 struct CommandLine {
   std::string arch = "qwen3moe";
@@ -193,7 +137,6 @@ struct CommandLine {
   std::string name;
   bool dry_run = false;
   bool quiet = false;
-  bool help = false;
   int64_t split_max_tensors = 0;
   int64_t split_count = 0;
   int threads = 0;
@@ -208,176 +151,142 @@ struct CommandLine {
 };
 
 // "A,B,C,D" of non-negative integers.
-absl::Status ParseSections(const std::string& text, std::array<int32_t, 4>& out) {
-  size_t pos = 0;
+absl::Status ParseSections(std::string_view flag, std::string_view text,
+                           std::array<int32_t, 4>& out) {
+  const std::vector<absl::string_view> items =
+      absl::StrSplit(absl::string_view(text.data(), text.size()), ',');
+  if (items.size() != out.size()) {
+    return FlagError(flag,
+                     absl::StrFormat("expects four comma-separated integers, got '%s'", text));
+  }
   for (size_t i = 0; i < out.size(); ++i) {
-    const size_t comma = text.find(',', pos);
-    const bool last = i + 1 == out.size();
-    if (last != (comma == std::string::npos)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--rope-sections expects four comma-separated integers, got '", text, "'"));
+    if (!absl::SimpleAtoi(items[i], &out[i]) || out[i] < 0) {
+      return FlagError(flag, absl::StrFormat("expects four non-negative integers, got '%s'", text));
     }
-    const std::string item = text.substr(pos, last ? std::string::npos : comma - pos);
-    if (!absl::SimpleAtoi(item, &out[i]) || out[i] < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--rope-sections expects four non-negative integers, got '", text, "'"));
-    }
-    pos = comma + 1;
   }
   return absl::OkStatus();
 }
 
-absl::Status ParseInt(const std::string& flag, const std::string& text, int64_t& out) {
-  if (!absl::SimpleAtoi(text, &out)) {
-    return absl::InvalidArgumentError(absl::StrCat(flag, " expects an integer, got '", text, "'"));
-  }
-  return absl::OkStatus();
+// A shape flag: set only when given, so the preset's value stands otherwise.
+// The shape's own checks (PlanSynthModel) judge the value.
+template <typename T>
+void AddShapeFlag(FlagSet& f, std::string name, std::string value_name, std::string help,
+                  std::optional<T>* out) {
+  f.Add({std::move(name)}, std::move(value_name), std::move(help),
+        [out](std::string_view flag, std::string_view value) -> absl::Status {
+          if constexpr (std::is_floating_point_v<T>) {
+            double v = 0;
+            if (absl::Status s = ParseDoubleFlag(flag, value, -1e30, 1e30, &v); !s.ok()) return s;
+            *out = static_cast<T>(v);
+          } else {
+            int64_t v = 0;
+            if (absl::Status s = ParseIntFlag(flag, value, INT64_MIN, INT64_MAX, &v); !s.ok()) {
+              return s;
+            }
+            *out = v;
+          }
+          return absl::OkStatus();
+        });
 }
 
-absl::Status ParseCommandLine(int argc, char** argv, CommandLine& cl) {
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      cl.help = true;
-      continue;
-    }
-    if (arg == "--dry-run") {
-      cl.dry_run = true;
-      continue;
-    }
-    if (arg == "--quiet") {
-      cl.quiet = true;
-      continue;
-    }
-    if (arg == "--tied-output") {
-      cl.tied_output = true;
-      continue;
-    }
-    if (arg.substr(0, 2) != "--") {
-      return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", arg, "'"));
-    }
-    std::string flag = arg;
-    std::string value;
-    bool has_value = false;
-    if (const size_t eq = arg.find('='); eq != std::string::npos) {
-      flag = arg.substr(0, eq);
-      value = arg.substr(eq + 1);
-      has_value = true;
-    }
-    auto take_value = [&]() -> absl::Status {
-      if (has_value) return absl::OkStatus();
-      if (i + 1 >= argc) return absl::InvalidArgumentError(absl::StrCat(flag, " needs a value"));
-      value = argv[++i];
-      return absl::OkStatus();
-    };
-    auto int_flag = [&](std::optional<int64_t>& dst) -> absl::Status {
-      if (absl::Status s = take_value(); !s.ok()) return s;
-      int64_t v = 0;
-      if (absl::Status s = ParseInt(flag, value, v); !s.ok()) return s;
-      dst = v;
-      return absl::OkStatus();
-    };
-    auto float_flag = [&](std::optional<float>& dst) -> absl::Status {
-      if (absl::Status s = take_value(); !s.ok()) return s;
-      float v = 0.0f;
-      if (!absl::SimpleAtof(value, &v)) {
-        return absl::InvalidArgumentError(absl::StrCat(flag, " expects a number, got '", value, "'"));
-      }
-      dst = v;
-      return absl::OkStatus();
-    };
-    auto string_flag = [&](std::string& dst) -> absl::Status {
-      if (absl::Status s = take_value(); !s.ok()) return s;
-      dst = value;
-      return absl::OkStatus();
-    };
-    auto plain_int_flag = [&](int64_t& dst) -> absl::Status {
-      std::optional<int64_t> v;
-      if (absl::Status s = int_flag(v); !s.ok()) return s;
-      if (*v < 1) return absl::InvalidArgumentError(absl::StrCat(flag, " must be at least 1"));
-      dst = *v;
-      return absl::OkStatus();
-    };
+FlagSet MakeFlags(CommandLine& cl) {
+  FlagSet f;
+  f.AddText("Model:");
+  f.AddString({"--arch"}, "NAME",
+              "architecture (default qwen3moe), with real tensor names, keys and tokenizer as "
+              "llama.cpp's converter writes them:",
+              &cl.arch);
+  f.AddText(std::string(kArchitectures));
+  f.AddString({"--preset"}, "NAME",
+              "shape to start from (default tiny); shape flags override it (H = heads, Hkv = kv "
+              "heads, D = head dim, E = experts):",
+              &cl.preset);
+  f.AddText(std::string(kPresets));
+  f.AddString({"--quant"}, "MIX",
+              "tensor types (default f32); norms, routers and other 1-D tensors stay F32 always. "
+              "Where a row length is not a multiple of the block size: Q4_K -> Q4_0, Q5_K and "
+              "Q6_K -> Q8_0, F16 if not a multiple of 32. The mixes:",
+              &cl.quant);
+  f.AddText(std::string(kMixes));
+  f.AddInt({"--seed"}, "N",
+           "weight seed, unsigned 64-bit (default 0); same arch, shape, mix and seed give a "
+           "byte-identical file",
+           &cl.seed);
+  f.AddString({"--name"}, "TEXT", "general.name (default describes arch, shape and seed)",
+              &cl.name);
 
-    absl::Status status;
-    if (flag == "--arch") {
-      status = string_flag(cl.arch);
-    } else if (flag == "--preset") {
-      status = string_flag(cl.preset);
-    } else if (flag == "--quant") {
-      status = string_flag(cl.quant);
-    } else if (flag == "--out") {
-      status = string_flag(cl.out);
-    } else if (flag == "--name") {
-      status = string_flag(cl.name);
-    } else if (flag == "--seed") {
-      status = take_value();
-      if (status.ok() && !absl::SimpleAtoi(value, &cl.seed)) {
-        status = absl::InvalidArgumentError(
-            absl::StrCat("--seed expects an unsigned 64-bit integer, got '", value, "'"));
-      }
-    } else if (flag == "--layers") {
-      status = int_flag(cl.layers);
-    } else if (flag == "--embd") {
-      status = int_flag(cl.embd);
-    } else if (flag == "--experts") {
-      status = int_flag(cl.experts);
-    } else if (flag == "--experts-used") {
-      status = int_flag(cl.experts_used);
-    } else if (flag == "--expert-ffn") {
-      status = int_flag(cl.expert_ffn);
-    } else if (flag == "--heads") {
-      status = int_flag(cl.heads);
-    } else if (flag == "--heads-kv") {
-      status = int_flag(cl.heads_kv);
-    } else if (flag == "--head-dim") {
-      status = int_flag(cl.head_dim);
-    } else if (flag == "--vocab") {
-      status = int_flag(cl.vocab);
-    } else if (flag == "--ctx") {
-      status = int_flag(cl.ctx);
-    } else if (flag == "--rope-base") {
-      status = float_flag(cl.rope_base);
-    } else if (flag == "--rms-eps") {
-      status = float_flag(cl.rms_eps);
-    } else if (flag == "--rope-dims") {
-      status = int_flag(cl.rope_dims);
-    } else if (flag == "--rope-sections") {
-      status = take_value();
-      std::array<int32_t, 4> sections{};
-      if (status.ok()) status = ParseSections(value, sections);
-      if (status.ok()) cl.rope_sections = sections;
-    } else if (flag == "--shared-ffn") {
-      status = int_flag(cl.shared_ffn);
-    } else if (flag == "--full-attention-interval") {
-      status = int_flag(cl.full_attention_interval);
-    } else if (flag == "--ssm-conv-kernel") {
-      status = int_flag(cl.ssm_conv_kernel);
-    } else if (flag == "--ssm-state-size") {
-      status = int_flag(cl.ssm_state_size);
-    } else if (flag == "--ssm-group-count") {
-      status = int_flag(cl.ssm_group_count);
-    } else if (flag == "--ssm-time-step-rank") {
-      status = int_flag(cl.ssm_time_step_rank);
-    } else if (flag == "--ssm-inner-size") {
-      status = int_flag(cl.ssm_inner_size);
-    } else if (flag == "--split-max-tensors") {
-      status = plain_int_flag(cl.split_max_tensors);
-    } else if (flag == "--split-count") {
-      status = plain_int_flag(cl.split_count);
-    } else if (flag == "--threads") {
-      int64_t threads = 0;
-      status = plain_int_flag(threads);
-      if (status.ok() && threads > kSynthMaxThreads) {
-        status = absl::InvalidArgumentError(absl::StrCat("--threads must be at most ", kSynthMaxThreads));
-      }
-      cl.threads = static_cast<int>(threads);
-    } else {
-      status = absl::InvalidArgumentError(absl::StrCat("unknown flag '", flag, "'"));
-    }
-    if (!status.ok()) return status;
-  }
-  return absl::OkStatus();
+  f.AddText("Shape (override the preset; all architectures unless noted):");
+  AddShapeFlag(f, "--layers", "N", "block_count", &cl.layers);
+  AddShapeFlag(f, "--embd", "N", "embedding_length", &cl.embd);
+  AddShapeFlag(f, "--experts", "N", "expert_count", &cl.experts);
+  AddShapeFlag(f, "--experts-used", "N", "expert_used_count (top-k), 1..experts", &cl.experts_used);
+  AddShapeFlag(f, "--expert-ffn", "N",
+               "expert FFN width: expert_feed_forward_length (qwen3moe, qwen35moe) or "
+               "feed_forward_length (olmoe, llama)",
+               &cl.expert_ffn);
+  AddShapeFlag(f, "--heads", "N", "attention.head_count", &cl.heads);
+  AddShapeFlag(f, "--heads-kv", "N", "attention.head_count_kv; must divide heads", &cl.heads_kv);
+  AddShapeFlag(f, "--head-dim", "N",
+               "attention.key_length = value_length; even (olmoe and llama write it only when it "
+               "differs from embd / heads)",
+               &cl.head_dim);
+  AddShapeFlag(f, "--vocab", "N",
+               "token count, at least 261; the real vocabulary sizes put the special tokens at "
+               "the real ids",
+               &cl.vocab);
+  AddShapeFlag(f, "--ctx", "N", "context_length", &cl.ctx);
+  AddShapeFlag(f, "--rope-base", "X", "rope.freq_base", &cl.rope_base);
+  AddShapeFlag(f, "--rms-eps", "X", "attention.layer_norm_rms_epsilon", &cl.rms_eps);
+  f.AddSwitch({"--tied-output"},
+              "no output.weight: token_embd is also the output matrix (qwen3moe, llama, "
+              "qwen35moe)",
+              &cl.tied_output);
+  AddShapeFlag(f, "--rope-dims", "N", "qwen35moe: rope.dimension_count, even, at most head-dim",
+               &cl.rope_dims);
+  f.Add({"--rope-sections"}, "A,B,C,D",
+        "qwen35moe: rope.dimension_sections; they sum to rope-dims / 2",
+        [&cl](std::string_view flag, std::string_view value) -> absl::Status {
+          std::array<int32_t, 4> sections{};
+          if (absl::Status s = ParseSections(flag, value, sections); !s.ok()) return s;
+          cl.rope_sections = sections;
+          return absl::OkStatus();
+        });
+  AddShapeFlag(f, "--shared-ffn", "N", "qwen35moe: expert_shared_feed_forward_length",
+               &cl.shared_ffn);
+  AddShapeFlag(f, "--full-attention-interval", "N",
+               "qwen35moe: layer i is full attention when (i+1) % N == 0",
+               &cl.full_attention_interval);
+  AddShapeFlag(f, "--ssm-conv-kernel", "N", "qwen35moe: ssm.conv_kernel (DeltaNet conv taps)",
+               &cl.ssm_conv_kernel);
+  AddShapeFlag(f, "--ssm-state-size", "N", "qwen35moe: ssm.state_size (key head dim)",
+               &cl.ssm_state_size);
+  AddShapeFlag(f, "--ssm-group-count", "N", "qwen35moe: ssm.group_count (key heads)",
+               &cl.ssm_group_count);
+  AddShapeFlag(f, "--ssm-time-step-rank", "N",
+               "qwen35moe: ssm.time_step_rank (value heads, a multiple of the key heads)",
+               &cl.ssm_time_step_rank);
+  AddShapeFlag(f, "--ssm-inner-size", "N",
+               "qwen35moe: ssm.inner_size (value heads x value head dim)", &cl.ssm_inner_size);
+
+  f.AddText("Output:");
+  f.AddString({"--out"}, "FILE",
+              "file to write; with a split, FILE minus \".gguf\" is the prefix of "
+              "FILE-00001-of-0000N.gguf ...",
+              &cl.out);
+  f.AddInt({"--split-max-tensors"}, "N", "split into files of at most N tensors each",
+           &cl.split_max_tensors, int64_t{1}, INT64_MAX);
+  f.AddInt({"--split-count"}, "N",
+           "split into exactly N files of about equal size (the first file holds all metadata; "
+           "each carries split.*)",
+           &cl.split_count, int64_t{1}, INT64_MAX);
+  f.AddInt({"--threads"}, "N", "threads that generate and quantize (default: all cores)",
+           &cl.threads, 1, kSynthMaxThreads);
+  f.AddSwitch({"--dry-run"},
+              "write nothing; print tensor count, tensors and bytes per type and file sizes",
+              &cl.dry_run);
+  f.AddSwitch({"--quiet"}, "no progress on stderr", &cl.quiet);
+  f.AddText(std::string(kWeightsAndTokenizers));
+  return f;
 }
 
 absl::StatusOr<SynthOptions> BuildOptions(const CommandLine& cl) {
@@ -551,14 +460,7 @@ class ProgressPrinter {
 
 int Run(int argc, char** argv) {
   CommandLine cl;
-  if (absl::Status s = ParseCommandLine(argc, argv, cl); !s.ok()) {
-    std::fprintf(stderr, "moetier-synth: %s (see --help)\n", std::string(s.message()).c_str());
-    return kExitUsage;
-  }
-  if (cl.help) {
-    std::fwrite(kHelp.data(), 1, kHelp.size(), stdout);
-    return 0;
-  }
+  ParseOnlyFlagsOrExit(MakeFlags(cl), "moetier-synth", kUsage, argc, argv);
   absl::StatusOr<SynthOptions> options = BuildOptions(cl);
   if (!options.ok()) {
     std::fprintf(stderr, "moetier-synth: %s (see --help)\n",
