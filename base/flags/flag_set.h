@@ -1,7 +1,9 @@
-// The command-line parser every moetier program shares: flags take their
-// value as the next argument or after '='; errors are one line naming the
-// flag. Every flag carries its help text, so `--help` lists exactly the
-// flags that parse.
+// The command-line parser of the client, the tools and the benchmarks:
+// flags take their value as the next argument or after '='; errors are one
+// line naming the flag. Every flag carries its help text, so `--help` lists
+// exactly the flags that parse. (moetier-worker keeps its own table, whose
+// usage documents a flag differently per mode, and moetierd derives its
+// flags from its config file's schema; both follow the same rules.)
 #pragma once
 
 #include <cstdint>
