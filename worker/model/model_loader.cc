@@ -339,6 +339,26 @@ absl::Status ModelLoader::ReadAttention(int il, const ModelHparams& hp, Attentio
   return absl::InternalError("unknown q/k norm");
 }
 
+absl::Status ModelLoader::ReadAttentionMoeLayers(const ModelHparams& hp,
+                                                 ModelWeights& w) const {
+  const std::array<int64_t, 4> norm_shape = {hp.n_embd, 1, 1, 1};
+  w.layers.resize(hp.n_layer);
+  for (int il = 0; il < hp.n_layer; ++il) {
+    LayerWeights& l = w.layers[il];
+    l.mixer = MixerKind::kAttention;
+    l.ffn = FfnKind::kMoe;
+    absl::StatusOr<WeightRef> norm = LayerTensor(il, "attn_norm.weight", norm_shape);
+    if (!norm.ok()) return norm.status();
+    l.attn_norm = *std::move(norm);
+    if (absl::Status s = ReadAttention(il, hp, l.attn); !s.ok()) return s;
+    norm = LayerTensor(il, "ffn_norm.weight", norm_shape);
+    if (!norm.ok()) return norm.status();
+    l.ffn_norm = *std::move(norm);
+    if (absl::Status s = ReadRoutedExperts(il, hp, l.moe); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ModelLoader::ReadRoutedExperts(int il, const ModelHparams& hp,
                                             MoeWeights& out) const {
   const int64_t n_embd = hp.n_embd;

@@ -83,6 +83,11 @@ class ModelLoader {
   // blk.<il>.ffn_gate_inp and the routed experts: ffn_gate_exps +
   // ffn_up_exps (or a fused ffn_gate_up_exps) and ffn_down_exps.
   absl::Status ReadRoutedExperts(int il, const ModelHparams& hp, MoeWeights& out) const;
+  // Every layer of an architecture whose layers are all the same pre-norm
+  // attention block and routed-expert FFN (qwen3moe, olmoe, llama): per
+  // blk.<il>, attn_norm, the attention (ReadAttention), ffn_norm and the
+  // experts (ReadRoutedExperts).
+  absl::Status ReadAttentionMoeLayers(const ModelHparams& hp, ModelWeights& w) const;
   // The shared expert of blk.<il>: ffn_gate_inp_shexp {n_embd} and
   // ffn_{gate,up,down}_shexp for hp.n_ff_shared.
   absl::Status ReadSharedExpert(int il, const ModelHparams& hp, MoeWeights& out) const;

@@ -44,21 +44,7 @@ absl::StatusOr<Model> LoadQwen3Moe(const ModelLoader& loader) {
   if (absl::Status s = loader.ReadEmbeddingAndOutput(hp, /*output_may_be_tied=*/true, w); !s.ok()) {
     return s;
   }
-  const int64_t n_embd = hp.n_embd;
-  w.layers.resize(hp.n_layer);
-  for (int il = 0; il < hp.n_layer; ++il) {
-    LayerWeights& l = w.layers[il];
-    l.mixer = MixerKind::kAttention;
-    l.ffn = FfnKind::kMoe;
-    absl::StatusOr<WeightRef> norm = loader.LayerTensor(il, "attn_norm.weight", {n_embd, 1, 1, 1});
-    if (!norm.ok()) return norm.status();
-    l.attn_norm = *std::move(norm);
-    if (absl::Status s = loader.ReadAttention(il, hp, l.attn); !s.ok()) return s;
-    norm = loader.LayerTensor(il, "ffn_norm.weight", {n_embd, 1, 1, 1});
-    if (!norm.ok()) return norm.status();
-    l.ffn_norm = *std::move(norm);
-    if (absl::Status s = loader.ReadRoutedExperts(il, hp, l.moe); !s.ok()) return s;
-  }
+  if (absl::Status s = loader.ReadAttentionMoeLayers(hp, w); !s.ok()) return s;
   return model;
 }
 
