@@ -30,7 +30,10 @@ absl::Status FlagError(std::string_view flag, std::string_view what) {
 absl::Status ParseIntFlag(std::string_view flag, std::string_view value, int64_t min, int64_t max,
                           int64_t* out) {
   int64_t v = 0;
-  if (!absl::SimpleAtoi(AbslView(value), &v)) {
+  // Digits with an optional '-': SimpleAtoi alone also takes '+' and spaces.
+  const std::string_view digits = value.substr(value.starts_with('-') ? 1 : 0);
+  if (digits.empty() || digits.find_first_not_of("0123456789") != digits.npos ||
+      !absl::SimpleAtoi(AbslView(value), &v)) {
     return FlagError(flag, absl::StrFormat("'%s' is not an integer", value));
   }
   if (v < min || v > max) {
@@ -159,6 +162,11 @@ const FlagSet::Flag* FlagSet::Find(std::string_view name) const {
   return nullptr;
 }
 
+bool FlagSet::TakesValue(std::string_view name) const {
+  const Flag* flag = Find(name);
+  return flag != nullptr && !flag->value_name.empty();
+}
+
 absl::Status FlagSet::Parse(const std::vector<std::string>& args, Parsed* parsed,
                             bool stop_at_positional) const {
   for (size_t i = 0; i < args.size(); ++i) {
@@ -279,8 +287,13 @@ std::vector<std::string> ParseFlagsOrExit(const FlagSet& flags, std::string_view
                                           std::string_view usage, int argc,
                                           const char* const* argv) {
   const std::vector<std::string> args(argv + std::min(argc, 1), argv + argc);
-  for (const std::string& arg : args) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& arg = args[i];
     if (arg == "--") break;
+    if (arg.find('=') == std::string::npos && flags.TakesValue(arg)) {
+      ++i;  // its value, whatever it looks like
+      continue;
+    }
     if (arg == "-h" || arg == "--help") {
       const std::string text = ProgramHelp(flags, usage);
       std::fwrite(text.data(), 1, text.size(), stdout);

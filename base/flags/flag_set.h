@@ -61,6 +61,9 @@ class FlagSet {
   absl::Status Parse(const std::vector<std::string>& args, Parsed* parsed,
                      bool stop_at_positional = false) const;
 
+  // Whether `name` (any spelling or alias) is a flag that takes a value.
+  bool TakesValue(std::string_view name) const;
+
   // The flags, one entry each, help text indented under the names. With
   // `help_flag`, a line for -h/--help follows the last flag.
   std::string Help(bool help_flag = false) const;
@@ -96,8 +99,9 @@ absl::Status ParseTokenIds(std::string_view flag, std::string_view value,
 // `usage`, a blank line, the flag list and the line for -h/--help.
 std::string ProgramHelp(const FlagSet& flags, std::string_view usage);
 
-// For a program's main(): parses argv[1..]. "-h" or "--help" (before any
-// "--") prints `usage`, then the flag list, to stdout and exits 0; a bad
+// For a program's main(): parses argv[1..]. "-h" or "--help" where a flag
+// stands (before any "--", and not as another flag's value) prints `usage`,
+// then the flag list, to stdout and exits 0; a bad
 // command line prints "<program>: <error>" to stderr and exits 2. Returns
 // the positional arguments.
 std::vector<std::string> ParseFlagsOrExit(const FlagSet& flags, std::string_view program,

@@ -16,6 +16,7 @@ using ::testing::IsEmpty;
 
 struct Values {
   int threads = 1;
+  uint64_t budget = 0;
   uint32_t layers = 0;
   uint64_t seed = 0;
   double prob = -1;
@@ -29,6 +30,7 @@ FlagSet MakeFlags(Values& v) {
   f.AddInt({"-t", "--threads"}, "N", "threads", &v.threads, 1, 64);
   f.AddInt({"--layers"}, "N", "layers", &v.layers, uint32_t{1}, uint32_t{4096});
   f.AddInt({"--seed"}, "N", "seed", &v.seed);
+  f.AddInt({"--budget"}, "N", "a bounded 64-bit count", &v.budget, uint64_t{2}, uint64_t{1} << 40);
   f.AddText("Model:");
   f.AddFloat({"--prob"}, "P", "a probability", &v.prob, 0.0, 1.0);
   f.AddFloat({"--temp"}, "T", "temperature", &v.temp, 0.0, 100.0);
@@ -58,6 +60,9 @@ TEST(FlagSetTest, TypedFlagsTakeTheNextArgumentOrTheValueAfterEquals) {
   EXPECT_FLOAT_EQ(v.temp, 0.7f);
   EXPECT_EQ(v.out, "x.json");
   EXPECT_TRUE(v.json);
+  ASSERT_TRUE(ParseInto(v, {"--out=a=b", "--budget", "1099511627776"}).ok());
+  EXPECT_EQ(v.out, "a=b");
+  EXPECT_EQ(v.budget, uint64_t{1} << 40);
   EXPECT_THAT(parsed.positionals, ElementsAre("in.txt", "more"));
 }
 
@@ -68,11 +73,17 @@ TEST(FlagSetTest, BadValuesAreOneLineNamingTheFlag) {
   } cases[] = {
       {{"--threads", "0"}, "flag --threads: 0 is outside 1..64"},
       {{"-t", "x"}, "flag -t: 'x' is not an integer"},
+      {{"-t", "+2"}, "flag -t: '+2' is not an integer"},
+      {{"-t", " 2"}, "flag -t: ' 2' is not an integer"},
+      {{"-t", "-"}, "flag -t: '-' is not an integer"},
+      {{"-t", "99999999999999999999"}, "flag -t: '99999999999999999999' is not an integer"},
       {{"--layers=5000"}, "flag --layers: 5000 is outside 1..4096"},
       {{"--seed", "-1"}, "flag --seed: '-1' is not an unsigned integer"},
       {{"--seed", "+1"}, "flag --seed: '+1' is not an unsigned integer"},
       {{"--seed", "18446744073709551616"},
        "flag --seed: '18446744073709551616' is not an unsigned"},
+      {{"--budget", "1"}, "flag --budget: 1 is outside 2..1099511627776"},
+      {{"--budget=1099511627777"}, "flag --budget: 1099511627777 is outside 2..1099511627776"},
       {{"--prob", "1.5"}, "flag --prob: 1.5 is outside [0, 1]"},
       {{"--prob", "nan"}, "flag --prob: 'nan' is not a finite number"},
       {{"--temp", "1e999"}, "flag --temp: '1e999' is not a finite number"},
@@ -172,6 +183,19 @@ TEST(FlagSetTest, ParseFlagsOrExitExitsZeroOnHelpWhereverItStands) {
   const FlagSet f = MakeFlags(v);
   const char* argv[] = {"prog", "--threads", "2", "-h", "--bogus"};
   EXPECT_EXIT(ParseFlagsOrExit(f, "prog", "usage", 5, argv), ::testing::ExitedWithCode(0), "");
+}
+
+TEST(FlagSetTest, ParseFlagsOrExitTakesHelpAsAValueWhereAFlagWantsOne) {
+  Values v;
+  const FlagSet f = MakeFlags(v);
+  const char* argv[] = {"prog", "--out", "--help", "-t", "2", "rest"};
+  EXPECT_THAT(ParseFlagsOrExit(f, "prog", "usage", 6, argv), ElementsAre("rest"));
+  EXPECT_EQ(v.out, "--help");
+  EXPECT_EQ(v.threads, 2);
+  EXPECT_TRUE(f.TakesValue("--threads"));
+  EXPECT_TRUE(f.TakesValue("-t"));
+  EXPECT_FALSE(f.TakesValue("--json"));
+  EXPECT_FALSE(f.TakesValue("--bogus"));
 }
 
 TEST(FlagSetTest, ParseFlagsOrExitExitsTwoWithTheProgramAndTheError) {

@@ -181,7 +181,7 @@ Options ParseOptions(int argc, char** argv) {
            1 << 16);
   f.AddInt({"--context"}, "N", "tokens in the KV cache before decoding (default 16)", &o.context, 1,
            1 << 16);
-  bench::AddRunsFlag(f, &o.runs, 1);
+  bench::AddRunsFlag(f, &o.runs, 1, "One untimed warm-up run comes first");
   bench::AddThreadsFlag(f, &o.threads);
   f.AddInt({"--copy-probe-mib"}, "N", "size of the pinned-copy probe (default 256)",
            &o.copy_probe_mib, 1, 1 << 16);

@@ -22,11 +22,11 @@ void AddThreadsFlag(FlagSet& flags, int* threads) {
                threads, 1, 1024);
 }
 
-void AddRunsFlag(FlagSet& flags, int* runs, int min) {
+void AddRunsFlag(FlagSet& flags, int* runs, int min, std::string_view note) {
   flags.AddInt({"--runs"}, "N",
                absl::StrFormat("timed runs per measurement, at least %d (default %d); the "
-                               "median is reported",
-                               min, *runs),
+                               "median is reported%s%s",
+                               min, *runs, note.empty() ? "" : ". ", note),
                runs, min, 1000);
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "base/flags/flag_set.h"
@@ -14,8 +15,9 @@ namespace moetier::bench {
 void AddModelFlag(FlagSet& flags, std::string* model);
 // --threads N, 1..1024; sets *threads to every core first, its default.
 void AddThreadsFlag(FlagSet& flags, int* threads);
-// --runs N, min..1000, with *runs as the default the help shows.
-void AddRunsFlag(FlagSet& flags, int* runs, int min);
+// --runs N, min..1000, with *runs as the default the help shows; `note`
+// ends the help (how the runs are made).
+void AddRunsFlag(FlagSet& flags, int* runs, int min, std::string_view note = "");
 // --cache-type-k T and --cache-type-v T (f32, f16, q8_0, q4_0).
 void AddKvCacheTypeFlags(FlagSet& flags, KvCacheTypes* types);
 

@@ -72,7 +72,7 @@ Options ParseOptions(int argc, char** argv) {
   FlagSet f;
   bench::AddModelFlag(f, &o.model);
   f.AddInt({"--device"}, "N", "CUDA device ordinal (default 0)", &o.device, 0, 1023);
-  bench::AddRunsFlag(f, &o.runs, 3);
+  bench::AddRunsFlag(f, &o.runs, 3, "One untimed warm-up run comes first");
   f.AddInt({"--decode-tokens"}, "N", "tokens generated per decode run (default 128)",
            &o.decode_tokens, 1, 1 << 20);
   f.AddInt({"--prompt-tokens"}, "N", "tokens per prompt-processing run (default 512)",
