@@ -9,8 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_split.h"
-#include "absl/strings/strip.h"
+#include "base/flags/flag_set.h"
 #include "generation/generation_batch.h"
 #include "store/store_layout.h"
 #include "store/worker_channel.h"
@@ -22,47 +21,22 @@ constexpr int kMaxThreads = 1024;
 constexpr int kMaxCtx = 1 << 24;
 constexpr int kMaxParallel = 256;
 constexpr int kMaxPrefixCacheMib = 1 << 20;
-constexpr size_t kMaxTokens = size_t{1} << 24;
-
-absl::Status FlagError(std::string_view flag, std::string_view what) {
-  return absl::InvalidArgumentError(absl::StrFormat("flag %s: %s", flag, what));
-}
 
 absl::StatusOr<int> ParseInt(std::string_view flag, std::string_view value, int min, int max) {
-  int v = 0;
-  if (!absl::SimpleAtoi(absl::string_view(value.data(), value.size()), &v)) {
-    return FlagError(flag, absl::StrFormat("'%s' is not an integer", value));
-  }
-  if (v < min || v > max) {
-    return FlagError(flag, absl::StrFormat("%d is outside %d..%d", v, min, max));
-  }
-  return v;
+  int64_t v = 0;
+  if (absl::Status s = ParseIntFlag(flag, value, min, max, &v); !s.ok()) return s;
+  return static_cast<int>(v);
 }
 
 absl::StatusOr<float> ParseFloat(std::string_view flag, std::string_view value) {
   float v = 0.0f;
-  if (!absl::SimpleAtof(absl::string_view(value.data(), value.size()), &v) || !std::isfinite(v)) {
-    return FlagError(flag, absl::StrFormat("'%s' is not a finite number", value));
-  }
+  if (absl::Status s = ParseFloatFlag(flag, value, &v); !s.ok()) return s;
   return v;
 }
 
 absl::StatusOr<std::vector<int32_t>> ParseTokenList(std::string_view flag, std::string_view value) {
   std::vector<int32_t> ids;
-  for (absl::string_view part :
-       absl::StrSplit(absl::string_view(value.data(), value.size()), ',')) {
-    part = absl::StripAsciiWhitespace(part);
-    int32_t id = 0;
-    if (!absl::SimpleAtoi(part, &id) || id < 0) {
-      return FlagError(flag, absl::StrFormat("'%s' is not a token id (expected "
-                                             "comma-separated non-negative integers)",
-                                             part));
-    }
-    if (ids.size() == kMaxTokens) {
-      return FlagError(flag, absl::StrFormat("more than %d tokens", kMaxTokens));
-    }
-    ids.push_back(id);
-  }
+  if (absl::Status s = ParseTokenIds(flag, value, &ids); !s.ok()) return s;
   return ids;
 }
 
@@ -275,9 +249,7 @@ std::vector<Flag> MakeFlags(WorkerOptions& o) {
       {"--seed", true,
        [&o](std::string_view f, std::string_view v) {
          uint64_t seed = 0;
-         if (!absl::SimpleAtoi(absl::string_view(v.data(), v.size()), &seed)) {
-           return FlagError(f, absl::StrFormat("'%s' is not a non-negative integer", v));
-         }
+         if (absl::Status s = ParseUint64Flag(f, v, &seed); !s.ok()) return s;
          o.sampling.seed = seed;
          o.seed_given = true;
          return absl::OkStatus();
