@@ -126,6 +126,65 @@ SynthTensor& SynthTensorTable::AddNorm(std::string name, SynthTensorKind kind, i
   return Add(std::move(name), kind, layer, {n}, SynthScales::kNormMean, SynthScales::kNormStd);
 }
 
+void SynthTensorTable::AddVocabularyEnds(const SynthShape& s, const SynthScales& scale) {
+  using K = SynthTensorKind;
+  Add("token_embd.weight", K::kTokenEmbd, -1, {s.n_embd, s.n_vocab}, 0.0f, scale.vocab);
+  AddNorm("output_norm.weight", K::kOutputNorm, -1, s.n_embd);
+  if (!s.tied_output) {
+    Add("output.weight", K::kOutput, -1, {s.n_embd, s.n_vocab}, 0.0f, scale.vocab);
+  }
+}
+
+void SynthTensorTable::AddAttentionProjections(const SynthShape& s, const SynthScales& scale,
+                                               int64_t l, int64_t q_rows) {
+  using K = SynthTensorKind;
+  const int64_t q_dim = s.n_head * s.head_dim;
+  const int64_t kv_dim = s.n_head_kv * s.head_dim;
+  Add(SynthBlockName(l, "attn_q"), K::kAttnQ, l, {s.n_embd, q_rows}, 0.0f, scale.inv_sqrt_embd);
+  Add(SynthBlockName(l, "attn_k"), K::kAttnK, l, {s.n_embd, kv_dim}, 0.0f, scale.inv_sqrt_embd);
+  Add(SynthBlockName(l, "attn_v"), K::kAttnV, l, {s.n_embd, kv_dim}, 0.0f, scale.inv_sqrt_embd);
+  Add(SynthBlockName(l, "attn_output"), K::kAttnOutput, l, {q_dim, s.n_embd}, 0.0f,
+      scale.ResidualOut(q_dim));
+}
+
+void SynthTensorTable::AddRoutedExperts(const SynthShape& s, const SynthScales& scale, int64_t l) {
+  using K = SynthTensorKind;
+  Add(SynthBlockName(l, "ffn_gate_inp"), K::kFfnGateInp, l, {s.n_embd, s.n_expert}, 0.0f,
+      scale.router);
+  Add(SynthBlockName(l, "ffn_gate_exps"), K::kFfnGateExps, l, {s.n_embd, s.n_ff_exp, s.n_expert},
+      0.0f, scale.inv_sqrt_embd);
+  Add(SynthBlockName(l, "ffn_up_exps"), K::kFfnUpExps, l, {s.n_embd, s.n_ff_exp, s.n_expert}, 0.0f,
+      scale.inv_sqrt_embd);
+  Add(SynthBlockName(l, "ffn_down_exps"), K::kFfnDownExps, l, {s.n_ff_exp, s.n_embd, s.n_expert},
+      0.0f, scale.ResidualOut(s.n_ff_exp));
+}
+
+SynthQuantRole SynthAttentionMoeRole(SynthTensorKind kind) {
+  using K = SynthTensorKind;
+  using R = SynthQuantRole;
+  switch (kind) {
+    case K::kTokenEmbd:
+      return R::kTokenEmbd;
+    case K::kOutput:
+      return R::kOutput;
+    case K::kAttnQ:
+      return R::kAttnQ;
+    case K::kAttnK:
+      return R::kAttnK;
+    case K::kAttnV:
+      return R::kAttnV;
+    case K::kAttnOutput:
+      return R::kAttnOutput;
+    case K::kFfnDownExps:
+      return R::kFfnDown;
+    case K::kFfnGateExps:
+    case K::kFfnUpExps:
+      return R::kOther;
+    default:
+      return R::kUnquantized;
+  }
+}
+
 std::string SynthMetadata::ArchKey(std::string_view suffix) const { return absl::StrCat(arch_, ".", std::string(suffix)); }
 
 void SynthMetadata::General(std::string_view model_name) {

@@ -102,6 +102,10 @@ TensorType SynthLlamaQ4KMType(const SynthLlamaQuantInput& in);
 // F32, everything else F32 or Q8_0 (SynthFitToRow).
 TensorType SynthUniformType(SynthQuant quant, SynthQuantRole role, int64_t ne0);
 
+// The role of a tensor of the attention + routed-expert layouts (llama,
+// olmoe): ffn_gate_exps and ffn_up_exps take the ftype's default.
+SynthQuantRole SynthAttentionMoeRole(SynthTensorKind kind);
+
 // The scales of the initial distributions (all elements mean + stddev *
 // N(0,1) unless noted):
 // - matrices that read the residual stream or the expert activations:
@@ -137,6 +141,16 @@ class SynthTensorTable {
                    float mean, float stddev);
   // A norm weight: {n}, 1 +- 0.05.
   SynthTensor& AddNorm(std::string name, SynthTensorKind kind, int64_t layer, int64_t n);
+
+  // The blocks every architecture spells the same way, in llama.cpp's file
+  // order. token_embd, output_norm and, unless tied, output:
+  void AddVocabularyEnds(const SynthShape& s, const SynthScales& scale);
+  // attn_q, attn_k, attn_v and attn_output of layer l. attn_q has `q_rows`
+  // rows (a gated attention's q holds its output gate too).
+  void AddAttentionProjections(const SynthShape& s, const SynthScales& scale, int64_t l,
+                               int64_t q_rows);
+  // ffn_gate_inp (the router) and the stacked ffn_gate/up/down_exps of layer l.
+  void AddRoutedExperts(const SynthShape& s, const SynthScales& scale, int64_t l);
   std::vector<SynthTensor> Take() { return std::move(tensors_); }
 
  private:

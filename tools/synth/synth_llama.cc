@@ -87,48 +87,19 @@ class Llama final : public SynthArchitecture {
   std::vector<SynthTensor> PlanTensors(const SynthShape& s, SynthQuant quant) const override {
     const SynthScales scale(s);
     const int64_t q_dim = s.n_head * s.head_dim;
-    const int64_t kv_dim = s.n_head_kv * s.head_dim;
     using K = SynthTensorKind;
-    using R = SynthQuantRole;
     SynthTensorTable table([&](const SynthTensor& t) {
-      R role = R::kOther;
-      switch (t.kind) {
-        case K::kTokenEmbd: role = R::kTokenEmbd; break;
-        case K::kOutput: role = R::kOutput; break;
-        case K::kAttnQ: role = R::kAttnQ; break;
-        case K::kAttnK: role = R::kAttnK; break;
-        case K::kAttnV: role = R::kAttnV; break;
-        case K::kAttnOutput: role = R::kAttnOutput; break;
-        case K::kFfnDownExps: role = R::kFfnDown; break;
-        case K::kFfnGateExps:
-        case K::kFfnUpExps: role = R::kOther; break;
-        default: role = R::kUnquantized; break;
-      }
+      const SynthQuantRole role = SynthAttentionMoeRole(t.kind);
       if (quant != SynthQuant::kQ4_K_M) return SynthUniformType(quant, role, t.ne[0]);
       return SynthLlamaQ4KMType({role, t.layer, s.n_layer, t.layer, s.n_layer, s.n_expert, t.ne[0],
                                  s.tied_output});
     });
-    table.Add("token_embd.weight", K::kTokenEmbd, -1, {s.n_embd, s.n_vocab}, 0.0f, scale.vocab);
-    table.AddNorm("output_norm.weight", K::kOutputNorm, -1, s.n_embd);
-    if (!s.tied_output) {
-      table.Add("output.weight", K::kOutput, -1, {s.n_embd, s.n_vocab}, 0.0f, scale.vocab);
-    }
+    table.AddVocabularyEnds(s, scale);
     for (int64_t l = 0; l < s.n_layer; ++l) {
       table.AddNorm(SynthBlockName(l, "attn_norm"), K::kAttnNorm, l, s.n_embd);
-      table.Add(SynthBlockName(l, "attn_q"), K::kAttnQ, l, {s.n_embd, q_dim}, 0.0f, scale.inv_sqrt_embd);
-      table.Add(SynthBlockName(l, "attn_k"), K::kAttnK, l, {s.n_embd, kv_dim}, 0.0f, scale.inv_sqrt_embd);
-      table.Add(SynthBlockName(l, "attn_v"), K::kAttnV, l, {s.n_embd, kv_dim}, 0.0f, scale.inv_sqrt_embd);
-      table.Add(SynthBlockName(l, "attn_output"), K::kAttnOutput, l, {q_dim, s.n_embd}, 0.0f,
-                scale.ResidualOut(q_dim));
+      table.AddAttentionProjections(s, scale, l, q_dim);
       table.AddNorm(SynthBlockName(l, "ffn_norm"), K::kFfnNorm, l, s.n_embd);
-      table.Add(SynthBlockName(l, "ffn_gate_inp"), K::kFfnGateInp, l, {s.n_embd, s.n_expert}, 0.0f,
-                scale.router);
-      table.Add(SynthBlockName(l, "ffn_gate_exps"), K::kFfnGateExps, l,
-                {s.n_embd, s.n_ff_exp, s.n_expert}, 0.0f, scale.inv_sqrt_embd);
-      table.Add(SynthBlockName(l, "ffn_up_exps"), K::kFfnUpExps, l, {s.n_embd, s.n_ff_exp, s.n_expert},
-                0.0f, scale.inv_sqrt_embd);
-      table.Add(SynthBlockName(l, "ffn_down_exps"), K::kFfnDownExps, l,
-                {s.n_ff_exp, s.n_embd, s.n_expert}, 0.0f, scale.ResidualOut(s.n_ff_exp));
+      table.AddRoutedExperts(s, scale, l);
     }
     return table.Take();
   }

@@ -209,7 +209,6 @@ class Qwen35Moe final : public SynthArchitecture {
   std::vector<SynthTensor> PlanTensors(const SynthShape& s, SynthQuant quant) const override {
     const SynthScales scale(s);
     const int64_t q_dim = s.n_head * s.head_dim;
-    const int64_t kv_dim = s.n_head_kv * s.head_dim;
     const int64_t h_v = s.ssm_time_step_rank;
     const int64_t d_v = s.ssm_inner_size / h_v;
     const int64_t key_dim = s.ssm_group_count * s.ssm_state_size;
@@ -219,22 +218,13 @@ class Qwen35Moe final : public SynthArchitecture {
 
     using K = SynthTensorKind;
     SynthTensorTable table([&](const SynthTensor& t) { return Qwen35MoeType(s, quant, t); });
-    table.Add("token_embd.weight", K::kTokenEmbd, -1, {s.n_embd, s.n_vocab}, 0.0f, scale.vocab);
-    table.AddNorm("output_norm.weight", K::kOutputNorm, -1, s.n_embd);
-    if (!s.tied_output) {
-      table.Add("output.weight", K::kOutput, -1, {s.n_embd, s.n_vocab}, 0.0f, scale.vocab);
-    }
+    table.AddVocabularyEnds(s, scale);
     for (int64_t l = 0; l < s.n_layer; ++l) {
       table.AddNorm(SynthBlockName(l, "attn_norm"), K::kAttnNorm, l, s.n_embd);
       table.AddNorm(SynthBlockName(l, "post_attention_norm"), K::kPostAttentionNorm, l, s.n_embd);
       if (IsFullAttention(s, l)) {
         // attn_q holds q and its output gate, interleaved per head.
-        table.Add(SynthBlockName(l, "attn_q"), K::kAttnQ, l, {s.n_embd, 2 * q_dim}, 0.0f,
-                  scale.inv_sqrt_embd);
-        table.Add(SynthBlockName(l, "attn_k"), K::kAttnK, l, {s.n_embd, kv_dim}, 0.0f, scale.inv_sqrt_embd);
-        table.Add(SynthBlockName(l, "attn_v"), K::kAttnV, l, {s.n_embd, kv_dim}, 0.0f, scale.inv_sqrt_embd);
-        table.Add(SynthBlockName(l, "attn_output"), K::kAttnOutput, l, {q_dim, s.n_embd}, 0.0f,
-                  scale.ResidualOut(q_dim));
+        table.AddAttentionProjections(s, scale, l, 2 * q_dim);
         table.AddNorm(SynthBlockName(l, "attn_q_norm"), K::kAttnQNorm, l, s.head_dim);
         table.AddNorm(SynthBlockName(l, "attn_k_norm"), K::kAttnKNorm, l, s.head_dim);
       } else {
@@ -254,14 +244,7 @@ class Qwen35Moe final : public SynthArchitecture {
         table.Add(SynthBlockName(l, "ssm_out"), K::kSsmOut, l, {value_dim, s.n_embd}, 0.0f,
                   scale.ResidualOut(value_dim));
       }
-      table.Add(SynthBlockName(l, "ffn_gate_inp"), K::kFfnGateInp, l, {s.n_embd, s.n_expert}, 0.0f,
-                scale.router);
-      table.Add(SynthBlockName(l, "ffn_gate_exps"), K::kFfnGateExps, l,
-                {s.n_embd, s.n_ff_exp, s.n_expert}, 0.0f, scale.inv_sqrt_embd);
-      table.Add(SynthBlockName(l, "ffn_up_exps"), K::kFfnUpExps, l, {s.n_embd, s.n_ff_exp, s.n_expert},
-                0.0f, scale.inv_sqrt_embd);
-      table.Add(SynthBlockName(l, "ffn_down_exps"), K::kFfnDownExps, l,
-                {s.n_ff_exp, s.n_embd, s.n_expert}, 0.0f, scale.ResidualOut(s.n_ff_exp));
+      table.AddRoutedExperts(s, scale, l);
       // The shared expert's gate logit dot(w, x) has unit spread.
       table.Add(SynthBlockName(l, "ffn_gate_inp_shexp"), K::kFfnGateInpShexp, l, {s.n_embd}, 0.0f,
                 scale.inv_sqrt_embd);
