@@ -189,7 +189,7 @@ TEST_F(CudaRoutingHooksTest, TheRoutersOwnChoiceGivesBitIdenticalLogits) {
 
     // The observer's recording, replayed: also the same logits, and the
     // recording itself changes nothing.
-    const std::string path = absl::StrCat(testing::TempDir(), "/cuda-hooks-", name, ".trace");
+    const std::string path = absl::StrCat(::testing::TempDir(), "/cuda-hooks-", name, ".trace");
     absl::StatusOr<std::unique_ptr<RoutingTraceRecorder>> recorder =
         RoutingTraceRecorder::Create(path, hp.n_layer, hp.n_expert, hp.n_expert_used);
     ASSERT_TRUE(recorder.ok()) << recorder.status();
@@ -434,7 +434,7 @@ TEST_F(CudaRoutingHooksTest, AReplayedTraceDrivesTheVramCache) {
   ASSERT_EQ(hp.n_expert_used, 2);
   // One token whose every layer routes to experts 3 and 6, replayed for
   // every token.
-  const std::string path = testing::TempDir() + "/cuda-hooks-two-experts.trace";
+  const std::string path = ::testing::TempDir() + "/cuda-hooks-two-experts.trace";
   {
     std::ofstream out(path);
     out << "moetier-trace v1 layers=" << hp.n_layer << " experts=" << hp.n_expert

@@ -6,9 +6,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
-#include <cstring>
-#include <fstream>
-#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,6 +15,7 @@
 #include "gguf/gguf_reader.h"
 #include "gtest/gtest.h"
 #include "model/architectures.h"
+#include "vectors.h"
 
 namespace moetier::cuda_test {
 
@@ -29,21 +27,8 @@ inline std::string VectorPath(const std::string& name) {
          name;
 }
 
-inline std::vector<int32_t> ReadIds(const std::string& path) {
-  std::ifstream in(path);
-  std::vector<int32_t> ids;
-  std::string part;
-  while (std::getline(in, part, ',')) ids.push_back(std::stoi(part));
-  return ids;
-}
-
-inline std::vector<float> ReadFloats(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  const std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::vector<float> values(bytes.size() / sizeof(float));
-  std::memcpy(values.data(), bytes.data(), values.size() * sizeof(float));
-  return values;
-}
+using testing::ReadFloats;
+using testing::ReadIds;
 
 struct Loaded {
   std::unique_ptr<GgufModel> gguf;
@@ -152,38 +137,11 @@ inline double WorstRowError(const std::vector<float>& a, const std::vector<float
   return worst;
 }
 
-struct Agreement {
-  double mean_kl = 0.0;        // KL(expected || actual), mean over positions
-  double top1_fraction = 0.0;  // positions whose argmax agrees
-};
-
+// KL(expected || actual), mean over positions, and top-1 agreement.
+using testing::Agreement;
 inline Agreement Compare(const std::vector<float>& actual, const std::vector<float>& expected,
                          size_t n_vocab) {
-  Agreement a;
-  const size_t n_pos = expected.size() / n_vocab;
-  int same = 0;
-  for (size_t p = 0; p < n_pos; ++p) {
-    const float* x = actual.data() + p * n_vocab;
-    const float* y = expected.data() + p * n_vocab;
-    const double mx = *std::max_element(x, x + n_vocab);
-    const double my = *std::max_element(y, y + n_vocab);
-    double zx = 0.0, zy = 0.0;
-    for (size_t i = 0; i < n_vocab; ++i) {
-      zx += std::exp(x[i] - mx);
-      zy += std::exp(y[i] - my);
-    }
-    double kl = 0.0;
-    for (size_t i = 0; i < n_vocab; ++i) {
-      const double log_py = y[i] - my - std::log(zy);
-      const double log_px = x[i] - mx - std::log(zx);
-      kl += std::exp(log_py) * (log_py - log_px);
-    }
-    a.mean_kl += kl / n_pos;
-    same += std::max_element(x, x + n_vocab) - x == std::max_element(y, y + n_vocab) - y;
-  }
-  a.top1_fraction = static_cast<double>(same) / n_pos;
-  if (std::isnan(a.mean_kl)) a.mean_kl = INFINITY;  // NaN logits must not pass
-  return a;
+  return testing::CompareLogits(actual, expected, n_vocab);
 }
 
 }  // namespace moetier::cuda_test
