@@ -1,40 +1,23 @@
 // moetier-policy-lab and moetier-tracegen, run as a user would run them.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <array>
 #include <cstdio>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "cache/routing_trace.h"
+#include "support/subprocess.h"
 
 namespace moetier {
 namespace {
 
+using moetier::testing::CommandResult;
 using ::testing::HasSubstr;
 
-struct CommandResult {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr together
-};
-
 CommandResult RunTool(const std::string& tool, const std::string& args) {
-  const std::string command =
-      std::string(MOETIER_BINARY_DIR) + "/tools/" + tool + " " + args + " 2>&1";
-  CommandResult result;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return result;
-  std::array<char, 4096> buffer;
-  size_t n;
-  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) {
-    result.output.append(buffer.data(), n);
-  }
-  const int status = pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
+  return moetier::testing::RunBuiltProgram("tools/" + tool, args);
 }
 
 const std::string kLab = "policy_lab/moetier-policy-lab";

@@ -1111,15 +1111,11 @@ TEST(SynthArchInteropTest, IndependentParserAgrees) {
   for (const auto& [arch, quant] : cases) {
     const fs::path path = dir / absl::StrCat(ArchName(arch), "_", QuantName(quant), ".gguf");
     WriteOrDie(Options(arch, "small", quant, 5, path));
-    const std::string cmd = absl::StrCat("python3 ", (interop / "check_model.py").string(), " --inspect ",
-                                         inspect.string(), " ", path.string(), " 2>&1");
-    FILE* pipe = popen(cmd.c_str(), "r");
-    ASSERT_NE(pipe, nullptr);
-    std::string output;
-    char buf[4096];
-    for (size_t n; (n = fread(buf, 1, sizeof(buf), pipe)) > 0;) output.append(buf, n);
-    EXPECT_EQ(pclose(pipe), 0) << output;
-    EXPECT_THAT(output, HasSubstr("tensors agree")) << path;
+    const testing::CommandResult r =
+        testing::RunCommand(absl::StrCat("python3 ", (interop / "check_model.py").string(),
+                                         " --inspect ", inspect.string(), " ", path.string()));
+    EXPECT_EQ(r.exit_code, 0) << r.output;
+    EXPECT_THAT(r.output, HasSubstr("tensors agree")) << path;
   }
   fs::remove_all(dir);
 }

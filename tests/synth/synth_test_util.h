@@ -22,6 +22,7 @@
 #include "gguf/tensor/quant_codec.h"
 #include "gguf/tensor/tensor_type.h"
 #include "gtest/gtest.h"
+#include "support/subprocess.h"
 #include "synth/synth_model.h"
 #include "synth/synth_writer.h"
 
@@ -95,23 +96,11 @@ inline double StdDev(const std::vector<float>& v) {
   return std::sqrt(acc / static_cast<double>(v.size()));
 }
 
-struct RunResult {
-  int exit_code = -1;
-  std::string output;
-};
+using RunResult = testing::CommandResult;
 
 // Runs moetier-synth with `args` (stdout and stderr together).
 inline RunResult RunTool(const std::string& args) {
-  const std::string cmd = absl::StrCat(MOETIER_BINARY_DIR, "/tools/synth/moetier-synth ", args, " 2>&1");
-  RunResult r;
-  FILE* pipe = popen(cmd.c_str(), "r");
-  if (pipe == nullptr) return r;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof(buf), pipe)) > 0) r.output.append(buf, n);
-  const int status = pclose(pipe);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  return testing::RunBuiltProgram("tools/synth/moetier-synth", args);
 }
 
 }  // namespace moetier::synth_test

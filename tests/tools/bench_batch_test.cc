@@ -2,40 +2,25 @@
 // width whose expert bytes per token fall as sequences share a layer's
 // experts, the join's figures (a start loaded from a kept state shortening
 // the time to first token), and bad flags refused.
-#include <sys/wait.h>
 
-#include <array>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <cstdlib>
-#include <cstdio>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
+#include "support/subprocess.h"
 
 namespace {
 
+using moetier::testing::CommandResult;
 using ::testing::HasSubstr;
 
-struct CommandResult {
-  int exit_code = -1;
-  std::string output;  // stdout, then stderr
-};
-
 CommandResult RunBench(const std::string& args) {
-  const std::string command = std::string(MOETIER_BINARY_DIR) +
-                              "/tools/bench_batch/moetier-bench-batch " + args + " 2>&1";
-  CommandResult result;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return result;
-  std::array<char, 4096> buffer;
-  size_t n;
-  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) result.output.append(buffer.data(), n);
-  const int status = pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
+  return moetier::testing::RunBuiltProgram("tools/bench_batch/moetier-bench-batch", args);
 }
 
 const std::string kModel = std::string(MOETIER_TEST_DATA_DIR) + "/vectors/small-q4_k_m.gguf";

@@ -1,42 +1,25 @@
 // moetier-bench-cache, run as a user would run it, on the CPU (where every
 // configuration computes the same numbers, so every row must reproduce the
 // resident configuration's tokens).
-#include <sys/wait.h>
-
-#include <array>
-#include <cmath>
-#include <cstdio>
-#include <fstream>
-#include <sstream>
-#include <string>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "support/subprocess.h"
+
 namespace {
 
+using moetier::testing::CommandResult;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-struct CommandResult {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr together
-};
-
 CommandResult RunBench(const std::string& args) {
-  const std::string command = std::string(MOETIER_BINARY_DIR) +
-                              "/tools/bench_cache/moetier-bench-cache " + args + " 2>&1";
-  CommandResult result;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return result;
-  std::array<char, 4096> buffer;
-  size_t n;
-  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) {
-    result.output.append(buffer.data(), n);
-  }
-  const int status = pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
+  return moetier::testing::RunBuiltProgram("tools/bench_cache/moetier-bench-cache", args);
 }
 
 const std::string kModel = std::string(MOETIER_TEST_DATA_DIR) + "/vectors/small-q4_k_m.gguf";

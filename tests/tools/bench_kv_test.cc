@@ -1,39 +1,24 @@
 // moetier-bench-kv, run as a user would run it: one JSON row per type, the
 // baseline at zero distance from itself, the types' bytes per token, the
 // distance growing as the rounding coarsens, and bad flags refused.
-#include <sys/wait.h>
-
-#include <array>
-#include <cstdio>
-#include <map>
-#include <sstream>
-#include <string>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <map>
 #include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+
+#include "support/subprocess.h"
 
 namespace {
 
+using moetier::testing::CommandResult;
 using ::testing::HasSubstr;
 
-struct CommandResult {
-  int exit_code = -1;
-  std::string output;  // stdout, then stderr
-};
-
 CommandResult RunBench(const std::string& args) {
-  const std::string command =
-      std::string(MOETIER_BINARY_DIR) + "/tools/bench_kv/moetier-bench-kv " + args + " 2>&1";
-  CommandResult result;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return result;
-  std::array<char, 4096> buffer;
-  size_t n;
-  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) result.output.append(buffer.data(), n);
-  const int status = pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
+  return moetier::testing::RunBuiltProgram("tools/bench_kv/moetier-bench-kv", args);
 }
 
 const std::string kModel = std::string(MOETIER_TEST_DATA_DIR) + "/vectors/small-q4_k_m.gguf";

@@ -1,36 +1,24 @@
 // moetier-inspect, run as a user would run it.
-#include <sys/wait.h>
 
-#include <array>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
 #include <cstdio>
 #include <fstream>
 #include <iterator>
 #include <string>
 
-#include <gmock/gmock.h>
-#include <gtest/gtest.h>
+#include "support/subprocess.h"
 
 namespace {
+
+using moetier::testing::CommandResult;
 
 using ::testing::EndsWith;
 using ::testing::HasSubstr;
 
-struct CommandResult {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr together
-};
-
 CommandResult RunInspect(const std::string& args) {
-  const std::string command = std::string(MOETIER_BINARY_DIR) + "/tools/inspect/moetier-inspect " + args + " 2>&1";
-  CommandResult result;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (pipe == nullptr) return result;
-  std::array<char, 4096> buffer;
-  size_t n;
-  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) result.output.append(buffer.data(), n);
-  const int status = pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
+  return moetier::testing::RunBuiltProgram("tools/inspect/moetier-inspect", args);
 }
 
 const std::string kTinyF32 = std::string(MOETIER_TEST_DATA_DIR) + "/vectors/tiny-f32.gguf";

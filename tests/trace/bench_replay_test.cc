@@ -1,13 +1,9 @@
 // moetier-bench-cpu --routing-from-trace: runs with the trace's routing and
 // labels its results.
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <fstream>
-#include <iterator>
 #include <string>
 #include <vector>
 
@@ -16,8 +12,7 @@
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-
-extern char** environ;
+#include "support/subprocess.h"
 
 namespace moetier {
 namespace {
@@ -31,34 +26,10 @@ std::string TempPath(const std::string& name) {
   return absl::StrCat(dir != nullptr ? dir : "/tmp", "/moetier_bench_replay_", getpid(), "_", name);
 }
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
 // Exit code, stdout and stderr together.
 std::pair<int, std::string> RunBench(const std::vector<std::string>& args) {
-  const std::string out_path = TempPath("out");
-  std::vector<std::string> copies = args;
-  std::string program = kBench;
-  std::vector<char*> argv = {program.data()};
-  for (std::string& a : copies) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                   0644);
-  posix_spawn_file_actions_adddup2(&actions, 1, 2);
-  pid_t pid = 0;
-  const int rc = posix_spawn(&pid, kBench, &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  EXPECT_EQ(rc, 0) << "cannot start " << kBench;
-  if (rc != 0) return {-1, ""};
-  int status = 0;
-  waitpid(pid, &status, 0);
-  std::string out = ReadFile(out_path);
-  std::remove(out_path.c_str());
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), out};
+  const testing::ProgramResult r = testing::RunProgram(kBench, args);
+  return {r.exit_code, r.out + r.err};
 }
 
 TEST(BenchReplayTest, ResultsAreLabelledAndRunsAgree) {

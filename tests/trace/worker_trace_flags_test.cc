@@ -1,8 +1,5 @@
 // moetier-worker's --routing-trace-out and --routing-from-trace, run as the
 // binary the way outside checks run it, and their parsing in daemon mode.
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,8 +18,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "standalone/options.h"
-
-extern char** environ;
+#include "support/subprocess.h"
 
 namespace moetier {
 namespace {
@@ -47,40 +43,10 @@ std::string ReadFile(const std::string& path) {
   return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
-struct Result {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
+using Result = testing::ProgramResult;
 
 Result RunWorker(const std::vector<std::string>& args) {
-  const std::string out_path = TempPath("stdout");
-  const std::string err_path = TempPath("stderr");
-  std::vector<std::string> copies = args;
-  std::string program = kWorker;
-  std::vector<char*> argv = {program.data()};
-  for (std::string& a : copies) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                   0644);
-  posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                   0644);
-  Result r;
-  pid_t pid = 0;
-  const int rc = posix_spawn(&pid, kWorker, &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  EXPECT_EQ(rc, 0) << "cannot start " << kWorker;
-  if (rc != 0) return r;
-  int status = 0;
-  waitpid(pid, &status, 0);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  r.out = ReadFile(out_path);
-  r.err = ReadFile(err_path);
-  std::remove(out_path.c_str());
-  std::remove(err_path.c_str());
-  return r;
+  return testing::RunProgram(kWorker, args);
 }
 
 const std::string& TinyModel() {

@@ -1,14 +1,7 @@
 // Runs the moetier-worker binary the way outside checks do.
-#include <fcntl.h>
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
-#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -16,18 +9,17 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "gguf/gguf_reader.h"
 #include "engine_run.h"
+#include "gguf/gguf_reader.h"
+#include "gguf/tokenizer/tokenizer.h"
 #include "gguf_edit.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/architectures.h"
 #include "reference/reference_engine.h"
 #include "sampling/sampler.h"
-#include "gguf/tokenizer/tokenizer.h"
+#include "support/subprocess.h"
 #include "vectors.h"
-
-extern char** environ;
 
 namespace moetier {
 namespace {
@@ -43,47 +35,10 @@ using testing::TestDataPath;
 
 const char kWorker[] = MOETIER_BINARY_DIR "/worker/moetier-worker";
 
-struct Result {
-  int exit_code = -1;
-  std::string out;
-  std::string err;
-};
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
+using Result = testing::ProgramResult;
 
 Result RunWorker(const std::vector<std::string>& args) {
-  const std::string out_path = TempPath("stdout");
-  const std::string err_path = TempPath("stderr");
-  std::vector<char*> argv;
-  std::string program = kWorker;
-  argv.push_back(program.data());
-  std::vector<std::string> copies = args;
-  for (std::string& a : copies) argv.push_back(a.data());
-  argv.push_back(nullptr);
-
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_addopen(&actions, 1, out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                   0644);
-  posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                   0644);
-  Result r;
-  pid_t pid = 0;
-  const int rc = posix_spawn(&pid, kWorker, &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  EXPECT_EQ(rc, 0) << "cannot start " << kWorker;
-  if (rc != 0) return r;
-  int status = 0;
-  waitpid(pid, &status, 0);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  r.out = ReadFile(out_path);
-  r.err = ReadFile(err_path);
-  std::remove(out_path.c_str());
-  std::remove(err_path.c_str());
-  return r;
+  return testing::RunProgram(kWorker, args);
 }
 
 // A one-line error message: exactly one newline, at the end.
