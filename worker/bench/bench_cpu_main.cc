@@ -155,7 +155,14 @@ class BandwidthProbe {
     pool_.ParallelFor(pool_.size(), [&](int64_t t, int) {
       const int64_t begin = t * per_thread_;
       const int64_t end = std::min(n_, begin + per_thread_);
-      sums_[t] = cpu::SumF32(buffer_.data() + begin, end - begin);
+      // In chunks summed in double: a float accumulator stops counting at
+      // 2^24, which the scalar level's four reach on a buffer of 2 GiB.
+      constexpr int64_t kChunk = int64_t{1} << 20;
+      double sum = 0.0;
+      for (int64_t c = begin; c < end; c += kChunk) {
+        sum += cpu::SumF32(buffer_.data() + c, std::min(kChunk, end - c));
+      }
+      sums_[t] = sum;
     });
     const double dt = Seconds() - t0;
     double total = 0.0;
