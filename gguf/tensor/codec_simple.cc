@@ -1,5 +1,6 @@
-// Q8_0 and Q4_0 (SPEC.md §2.3), with ggml's reference quantization rules so
-// that files written here match llama-quantize's bytes for the same input.
+// The 32-element types with a linear scale: Q8_0, Q4_0, Q4_1, Q5_0 and Q5_1
+// (SPEC.md §2.3), with ggml's reference quantization rules so that files
+// written here match llama-quantize's bytes for the same input.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -80,6 +81,142 @@ void QuantizeQ4_0(const float* src, void* dst, int64_t n_blocks) {
       block.qs[j] = static_cast<uint8_t>(level(src[j]) | (level(src[j + kHalf]) << 4));
     }
     std::memcpy(bytes + b * sizeof(BlockQ4_0), &block, sizeof(block));
+  }
+}
+
+namespace {
+
+// Element j of a 32-element block takes the low nibble of qs[j % 16] when
+// j < 16, the high nibble otherwise; the fifth bit, where there is one, is bit
+// j of the little-endian qh.
+int Nibble(const uint8_t* qs, int j) { return j < 16 ? qs[j] & 0x0F : qs[j - 16] >> 4; }
+int FifthBit(const uint8_t* qh, int j) { return (qh[j / 8] >> (j % 8)) & 1; }
+
+// Levels of an affine block, x ≈ d·L + min with L in [0, nmax]: d spans
+// [min, max] (ggml's rule, rounding half up). Returns d; levels[j] set.
+float AffineLevels(const float* x, int nmax, float* min_out, uint8_t* levels) {
+  float lo = x[0];
+  float hi = x[0];
+  for (int e = 1; e < kQK4_0; ++e) {
+    lo = std::min(lo, x[e]);
+    hi = std::max(hi, x[e]);
+  }
+  const float d = (hi - lo) / static_cast<float>(nmax);
+  const float id = d != 0.0f ? 1.0f / d : 0.0f;
+  for (int e = 0; e < kQK4_0; ++e) {
+    const float l = std::floor((x[e] - lo) * id + 0.5f);
+    levels[e] = std::isnan(l) ? uint8_t{0}
+                              : static_cast<uint8_t>(std::clamp(l, 0.0f, static_cast<float>(nmax)));
+  }
+  *min_out = lo;
+  return d;
+}
+
+void PackNibbles(const uint8_t* levels, uint8_t* qs) {
+  for (int j = 0; j < kQK4_0 / 2; ++j) {
+    qs[j] = static_cast<uint8_t>((levels[j] & 0x0F) | ((levels[j + 16] & 0x0F) << 4));
+  }
+}
+
+void PackFifthBits(const uint8_t* levels, uint8_t* qh) {
+  uint32_t bits = 0;
+  for (int j = 0; j < kQK4_0; ++j) bits |= static_cast<uint32_t>((levels[j] >> 4) & 1) << j;
+  for (int i = 0; i < 4; ++i) qh[i] = static_cast<uint8_t>(bits >> (8 * i));
+}
+
+}  // namespace
+
+void DequantizeQ4_1(const void* src, float* dst, int64_t n_blocks) {
+  const auto* bytes = static_cast<const uint8_t*>(src);
+  for (int64_t b = 0; b < n_blocks; ++b, dst += kQK4_0) {
+    BlockQ4_1 block;
+    std::memcpy(&block, bytes + b * sizeof(block), sizeof(block));
+    const float d = HalfToFloat(block.d);
+    const float m = HalfToFloat(block.m);
+    for (int j = 0; j < kQK4_0; ++j) dst[j] = d * static_cast<float>(Nibble(block.qs, j)) + m;
+  }
+}
+
+void QuantizeQ4_1(const float* src, void* dst, int64_t n_blocks) {
+  auto* bytes = static_cast<uint8_t*>(dst);
+  for (int64_t b = 0; b < n_blocks; ++b, src += kQK4_0) {
+    uint8_t levels[kQK4_0];
+    float min;
+    const float d = AffineLevels(src, 15, &min, levels);
+    BlockQ4_1 block;
+    block.d = FloatToHalf(d);
+    block.m = FloatToHalf(min);
+    PackNibbles(levels, block.qs);
+    std::memcpy(bytes + b * sizeof(block), &block, sizeof(block));
+  }
+}
+
+void DequantizeQ5_0(const void* src, float* dst, int64_t n_blocks) {
+  const auto* bytes = static_cast<const uint8_t*>(src);
+  for (int64_t b = 0; b < n_blocks; ++b, dst += kQK4_0) {
+    BlockQ5_0 block;
+    std::memcpy(&block, bytes + b * sizeof(block), sizeof(block));
+    const float d = HalfToFloat(block.d);
+    for (int j = 0; j < kQK4_0; ++j) {
+      const int q = Nibble(block.qs, j) | (FifthBit(block.qh, j) << 4);
+      dst[j] = d * static_cast<float>(q - 16);
+    }
+  }
+}
+
+void QuantizeQ5_0(const float* src, void* dst, int64_t n_blocks) {
+  auto* bytes = static_cast<uint8_t*>(dst);
+  for (int64_t b = 0; b < n_blocks; ++b, src += kQK4_0) {
+    // As Q4_0: the signed extreme takes -16, the level without a twin.
+    float amax = 0.0f;
+    float extreme = 0.0f;
+    for (int e = 0; e < kQK4_0; ++e) {
+      if (std::fabs(src[e]) > amax) {
+        amax = std::fabs(src[e]);
+        extreme = src[e];
+      }
+    }
+    const float d = extreme / -16.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    uint8_t levels[kQK4_0];
+    for (int e = 0; e < kQK4_0; ++e) {
+      const float l = std::floor(src[e] * id + 16.5f);
+      levels[e] = std::isnan(l) ? uint8_t{0} : static_cast<uint8_t>(std::clamp(l, 0.0f, 31.0f));
+    }
+    BlockQ5_0 block;
+    block.d = FloatToHalf(d);
+    PackFifthBits(levels, block.qh);
+    PackNibbles(levels, block.qs);
+    std::memcpy(bytes + b * sizeof(block), &block, sizeof(block));
+  }
+}
+
+void DequantizeQ5_1(const void* src, float* dst, int64_t n_blocks) {
+  const auto* bytes = static_cast<const uint8_t*>(src);
+  for (int64_t b = 0; b < n_blocks; ++b, dst += kQK4_0) {
+    BlockQ5_1 block;
+    std::memcpy(&block, bytes + b * sizeof(block), sizeof(block));
+    const float d = HalfToFloat(block.d);
+    const float m = HalfToFloat(block.m);
+    for (int j = 0; j < kQK4_0; ++j) {
+      const int q = Nibble(block.qs, j) | (FifthBit(block.qh, j) << 4);
+      dst[j] = d * static_cast<float>(q) + m;
+    }
+  }
+}
+
+void QuantizeQ5_1(const float* src, void* dst, int64_t n_blocks) {
+  auto* bytes = static_cast<uint8_t*>(dst);
+  for (int64_t b = 0; b < n_blocks; ++b, src += kQK4_0) {
+    uint8_t levels[kQK4_0];
+    float min;
+    const float d = AffineLevels(src, 31, &min, levels);
+    BlockQ5_1 block;
+    block.d = FloatToHalf(d);
+    block.m = FloatToHalf(min);
+    PackFifthBits(levels, block.qh);
+    PackNibbles(levels, block.qs);
+    std::memcpy(bytes + b * sizeof(block), &block, sizeof(block));
   }
 }
 

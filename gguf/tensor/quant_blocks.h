@@ -59,6 +59,78 @@ struct BlockQ6_K {
   uint16_t d;
 };
 
+// Q4_1: y[j] = d * nib + m with the nibbles of Q4_0.
+struct BlockQ4_1 {
+  uint16_t d;
+  uint16_t m;
+  uint8_t qs[kQK4_0 / 2];
+};
+
+// Q5_0: the Q4_0 nibble plus bit e of qh (a little-endian u32) as its fifth
+// bit; y = d * (q5 - 16).
+struct BlockQ5_0 {
+  uint16_t d;
+  uint8_t qh[4];
+  uint8_t qs[kQK4_0 / 2];
+};
+
+// Q5_1: the Q5_0 five-bit value without the offset; y = d * q5 + m.
+struct BlockQ5_1 {
+  uint16_t d;
+  uint16_t m;
+  uint8_t qh[4];
+  uint8_t qs[kQK4_0 / 2];
+};
+
+// IQ4_NL: y = d * kIq4NlLevels[nib] with the nibbles of Q4_0.
+struct BlockIQ4_NL {
+  uint16_t d;
+  uint8_t qs[kQK4_0 / 2];
+};
+
+// MXFP4: y = kMxfp4Levels[nib] * 2^(e - 128) with the nibbles of Q4_0; e is
+// an E8M0 exponent and the levels are E2M1 values doubled.
+struct BlockMXFP4 {
+  uint8_t e;
+  uint8_t qs[kQK4_0 / 2];
+};
+
+// Q2_K: 16 sub-blocks of 16, each with a 4-bit scale (low nibble of
+// scales[e/16]) and a 4-bit min (high nibble). h = e/128, j = (e%128)/32,
+// l = e%32: q = (qs[32h + l] >> 2j) & 3; y = d*sc*q - dmin*m.
+struct BlockQ2_K {
+  uint8_t scales[kQKK / 16];
+  uint8_t qs[kQKK / 4];
+  uint16_t d;
+  uint16_t dmin;
+};
+
+// Q3_K: Q2_K's two low bits plus a high bit (hmask[l] >> (4h + j)) & 1;
+// q = low - (high ? 0 : 4) in -4..3; y = d * (s - 32) * q with 16 six-bit
+// scales s packed in 12 bytes (SPEC.md §2.3).
+struct BlockQ3_K {
+  uint8_t hmask[kQKK / 8];
+  uint8_t qs[kQKK / 4];
+  uint8_t scales[kKScaleBytes];
+  uint16_t d;
+};
+
+// IQ4_XS: 8 sub-blocks of 32 with IQ4_NL levels and 6-bit scales ls (low 4
+// bits in scales_l, high 2 in scales_h); y = d * (ls - 32) * level.
+struct BlockIQ4_XS {
+  uint16_t d;
+  uint16_t scales_h;
+  uint8_t scales_l[kQKK / 64];
+  uint8_t qs[kQKK / 2];
+};
+
+// The non-linear levels of IQ4_NL and IQ4_XS (ggml's kvalues_iq4nl).
+inline constexpr int8_t kIq4NlLevels[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                            1,    13,   25,  38,  53,  69,  89,  113};
+// The E2M1 values of MXFP4, doubled (ggml's kvalues_mxfp4).
+inline constexpr int8_t kMxfp4Levels[16] = {0, 1,  2,  3,  4,  6,  8,  12,
+                                            0, -1, -2, -3, -4, -6, -8, -12};
+
 // Q8_K: activation blocks for dot products against K-quants. d is a float
 // (not a half); bsums[i] is the sum of qs[16i .. 16i+15], which lets a kernel
 // apply a weight block's mins without touching the activations again.
@@ -108,6 +180,36 @@ MOETIER_BLOCK_LAYOUT(BlockQ6_K);
 static_assert(sizeof(BlockQ6_K) == 210 && alignof(BlockQ6_K) == 2);
 static_assert(offsetof(BlockQ6_K, ql) == 0 && offsetof(BlockQ6_K, qh) == 128);
 static_assert(offsetof(BlockQ6_K, scales) == 192 && offsetof(BlockQ6_K, d) == 208);
+
+MOETIER_BLOCK_LAYOUT(BlockQ4_1);
+static_assert(sizeof(BlockQ4_1) == 20 && offsetof(BlockQ4_1, m) == 2 &&
+              offsetof(BlockQ4_1, qs) == 4);
+
+MOETIER_BLOCK_LAYOUT(BlockQ5_0);
+static_assert(sizeof(BlockQ5_0) == 22 && offsetof(BlockQ5_0, qh) == 2 &&
+              offsetof(BlockQ5_0, qs) == 6);
+
+MOETIER_BLOCK_LAYOUT(BlockQ5_1);
+static_assert(sizeof(BlockQ5_1) == 24 && offsetof(BlockQ5_1, qh) == 4 &&
+              offsetof(BlockQ5_1, qs) == 8);
+
+MOETIER_BLOCK_LAYOUT(BlockIQ4_NL);
+static_assert(sizeof(BlockIQ4_NL) == 18 && offsetof(BlockIQ4_NL, qs) == 2);
+
+MOETIER_BLOCK_LAYOUT(BlockMXFP4);
+static_assert(sizeof(BlockMXFP4) == 17 && offsetof(BlockMXFP4, qs) == 1);
+
+MOETIER_BLOCK_LAYOUT(BlockQ2_K);
+static_assert(sizeof(BlockQ2_K) == 84 && offsetof(BlockQ2_K, qs) == 16);
+static_assert(offsetof(BlockQ2_K, d) == 80 && offsetof(BlockQ2_K, dmin) == 82);
+
+MOETIER_BLOCK_LAYOUT(BlockQ3_K);
+static_assert(sizeof(BlockQ3_K) == 110 && offsetof(BlockQ3_K, qs) == 32);
+static_assert(offsetof(BlockQ3_K, scales) == 96 && offsetof(BlockQ3_K, d) == 108);
+
+MOETIER_BLOCK_LAYOUT(BlockIQ4_XS);
+static_assert(sizeof(BlockIQ4_XS) == 136 && offsetof(BlockIQ4_XS, scales_h) == 2);
+static_assert(offsetof(BlockIQ4_XS, scales_l) == 4 && offsetof(BlockIQ4_XS, qs) == 8);
 
 MOETIER_BLOCK_LAYOUT(BlockQ8K);
 static_assert(sizeof(BlockQ8K) == 292 && alignof(BlockQ8K) == 4);

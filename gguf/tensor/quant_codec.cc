@@ -60,6 +60,30 @@ void DequantizeRow(TensorType type, const void* src, float* dst, int64_t n_elems
     case TensorType::kQ6_K:
       ci::DequantizeQ6_K(src, dst, n_blocks);
       return;
+    case TensorType::kQ4_1:
+      ci::DequantizeQ4_1(src, dst, n_blocks);
+      return;
+    case TensorType::kQ5_0:
+      ci::DequantizeQ5_0(src, dst, n_blocks);
+      return;
+    case TensorType::kQ5_1:
+      ci::DequantizeQ5_1(src, dst, n_blocks);
+      return;
+    case TensorType::kQ2_K:
+      ci::DequantizeQ2_K(src, dst, n_blocks);
+      return;
+    case TensorType::kQ3_K:
+      ci::DequantizeQ3_K(src, dst, n_blocks);
+      return;
+    case TensorType::kIQ4_NL:
+      ci::DequantizeIQ4_NL(src, dst, n_blocks);
+      return;
+    case TensorType::kIQ4_XS:
+      ci::DequantizeIQ4_XS(src, dst, n_blocks);
+      return;
+    case TensorType::kMXFP4:
+      ci::DequantizeMXFP4(src, dst, n_blocks);
+      return;
     default:
       break;
   }
@@ -99,6 +123,30 @@ void QuantizeRow(TensorType type, const float* src, void* dst, int64_t n_elems) 
       return;
     case TensorType::kQ6_K:
       ci::QuantizeQ6_K(src, dst, n_blocks);
+      return;
+    case TensorType::kQ4_1:
+      ci::QuantizeQ4_1(src, dst, n_blocks);
+      return;
+    case TensorType::kQ5_0:
+      ci::QuantizeQ5_0(src, dst, n_blocks);
+      return;
+    case TensorType::kQ5_1:
+      ci::QuantizeQ5_1(src, dst, n_blocks);
+      return;
+    case TensorType::kQ2_K:
+      ci::QuantizeQ2_K(src, dst, n_blocks);
+      return;
+    case TensorType::kQ3_K:
+      ci::QuantizeQ3_K(src, dst, n_blocks);
+      return;
+    case TensorType::kIQ4_NL:
+      ci::QuantizeIQ4_NL(src, dst, n_blocks);
+      return;
+    case TensorType::kIQ4_XS:
+      ci::QuantizeIQ4_XS(src, dst, n_blocks);
+      return;
+    case TensorType::kMXFP4:
+      ci::QuantizeMXFP4(src, dst, n_blocks);
       return;
     default:
       break;

@@ -1,5 +1,6 @@
 // Row codecs for the tensor types moetier computes with (SPEC.md §2.2–2.3):
-// F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K. Layouts are byte-exact with
+// F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4, Q2_K, Q3_K,
+// Q4_K, Q5_K, Q6_K and IQ4_XS. Layouts are byte-exact with
 // ggml's, so the bytes read from a GGUF file are the bytes these functions see.
 #pragma once
 

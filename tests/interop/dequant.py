@@ -135,6 +135,68 @@ def dequant_q6_k(raw):
     return y.reshape(-1)
 
 
+IQ4_NL_LEVELS = np.array([-127, -104, -83, -65, -49, -35, -22, -10,
+                          1, 13, 25, 38, 53, 69, 89, 113], dtype=np.float64)
+# E2M1 values doubled; the block exponent is then e - 128.
+MXFP4_LEVELS = np.array([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], dtype=np.float64)
+
+
+def dequant_iq4_nl(raw):
+    b = _blocks(raw, 18)
+    d = _half(b, 0)
+    return (d * IQ4_NL_LEVELS[_nibbles32(b[:, 2:18])]).reshape(-1)
+
+
+def dequant_mxfp4(raw):
+    b = _blocks(raw, 17)
+    scale = np.ldexp(1.0, b[:, 0:1].astype(np.int64) - 128)
+    return (MXFP4_LEVELS[_nibbles32(b[:, 1:17])] * scale).reshape(-1)
+
+
+def _k_low_bits(qs):
+    """qs (n, 64) -> (n, 256): element 128h + 32j + l is bits 2j..2j+1 of qs[32h + l]."""
+    q = qs.reshape(-1, 2, 1, 32).astype(np.int64)
+    return ((q >> (2 * np.arange(4))[None, None, :, None]) & 3).reshape(-1, 256)
+
+
+def dequant_q2_k(raw):
+    b = _blocks(raw, 84)
+    sc = b[:, 0:16].astype(np.int64)
+    d, dmin = _half(b, 80), _half(b, 82)
+    q = _k_low_bits(b[:, 16:80]).reshape(-1, 16, 16)
+    y = (d * (sc & 0x0F))[:, :, None] * q - (dmin * (sc >> 4))[:, :, None]
+    return y.reshape(-1)
+
+
+def dequant_q3_k(raw):
+    b = _blocks(raw, 110)
+    hmask = b[:, 0:32].astype(np.int64)
+    s = b[:, 96:108].astype(np.int64)
+    d = _half(b, 108)
+    low, high = s[:, 0:8], s[:, 8:12]
+    # Scales 0..7 take the low nibbles of bytes 0..7, scales 8..15 their high
+    # nibbles; bits 4..5 of scale 4r+k are bits 2r..2r+1 of byte 8+k.
+    nib = np.concatenate([low & 0x0F, low >> 4], axis=1)  # (n, 16)
+    top = (high[:, None, :] >> (2 * np.arange(4))[None, :, None]) & 3  # (n, 4 rows, 4 k)
+    scales = nib | (top.reshape(-1, 16) << 4)
+    hb = (hmask[:, None, :] >> np.arange(8)[None, :, None]) & 1  # (n, 8 = e // 32, 32 = l)
+    q = _k_low_bits(b[:, 32:96]) - 4 * (1 - hb.reshape(-1, 256))
+    y = (d * (scales - 32))[:, :, None] * q.reshape(-1, 16, 16)
+    return y.reshape(-1)
+
+
+def dequant_iq4_xs(raw):
+    b = _blocks(raw, 136)
+    d = _half(b, 0)
+    scales_h = b[:, 2:4].copy().view("<u2").astype(np.int64)  # (n, 1)
+    scales_l = b[:, 4:8].astype(np.int64)
+    ib = np.arange(8)
+    ls = ((scales_l[:, ib // 2] >> (4 * (ib % 2))) & 0x0F) | (((scales_h >> (2 * ib)) & 3) << 4)
+    codes = _nibbles32(b[:, 8:136].reshape(-1, 16)).reshape(-1, 8, 32)
+    y = (d * (ls - 32))[:, :, None] * IQ4_NL_LEVELS[codes]
+    return y.reshape(-1)
+
+
 DEQUANTIZERS = {
     "F32": dequant_f32,
     "F16": dequant_f16,
@@ -144,9 +206,14 @@ DEQUANTIZERS = {
     "Q4_1": dequant_q4_1,
     "Q5_0": dequant_q5_0,
     "Q5_1": dequant_q5_1,
+    "IQ4_NL": dequant_iq4_nl,
+    "MXFP4": dequant_mxfp4,
+    "Q2_K": dequant_q2_k,
+    "Q3_K": dequant_q3_k,
     "Q4_K": dequant_q4_k,
     "Q5_K": dequant_q5_k,
     "Q6_K": dequant_q6_k,
+    "IQ4_XS": dequant_iq4_xs,
 }
 
 

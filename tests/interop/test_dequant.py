@@ -2,8 +2,8 @@
 """Checks the vectorized dequantizers of dequant.py against element-by-element
 loops that follow the block formulas literally (index arithmetic per element,
 as the ggml block layouts define it), on random blocks. Covers the types no
-test vector holds (F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q5_K) as well as the
-others. Exit status 77 when numpy is missing (the ctest skip code)."""
+test vector holds (F16, BF16, Q4_0, Q4_1, Q5_0, Q5_1, Q5_K, IQ4_NL, MXFP4,
+Q2_K, Q3_K, IQ4_XS) as well as the others. Exit status 77 when numpy is missing (the ctest skip code)."""
 import os
 import struct
 import sys
@@ -99,6 +99,54 @@ def s_q6_k(b):
     return out
 
 
+IQ4 = [-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113]
+MX = [0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12]
+
+
+def s_iq4_nl(b):
+    return [half(b, 0) * IQ4[nib(b[2:18], e)] for e in range(32)]
+
+
+def s_mxfp4(b):
+    return [MX[nib(b[1:17], e)] * 2.0 ** (b[0] - 128) for e in range(32)]
+
+
+def low2(qs, e):
+    h, j, l = e // 128, (e % 128) // 32, e % 32
+    return (qs[32 * h + l] >> (2 * j)) & 3
+
+
+def s_q2_k(b):
+    sc, qs, d, dmin = b[0:16], b[16:80], half(b, 80), half(b, 82)
+    return [d * (sc[e // 16] & 0x0F) * low2(qs, e) - dmin * (sc[e // 16] >> 4) for e in range(256)]
+
+
+def q3_scale(s, i):
+    k, row = i % 4, i // 4
+    low = [s[k] & 0x0F, s[4 + k] & 0x0F, s[k] >> 4, s[4 + k] >> 4][row]
+    return low | (((s[8 + k] >> (2 * row)) & 3) << 4)
+
+
+def s_q3_k(b):
+    hmask, qs, s, d = b[0:32], b[32:96], b[96:108], half(b, 108)
+    out = []
+    for e in range(256):
+        h, j, l = e // 128, (e % 128) // 32, e % 32
+        hb = (hmask[l] >> (4 * h + j)) & 1
+        out.append(d * (q3_scale(s, e // 16) - 32) * (low2(qs, e) - (0 if hb else 4)))
+    return out
+
+
+def s_iq4_xs(b):
+    d, sh, sl = half(b, 0), struct.unpack_from("<H", b, 2)[0], b[4:8]
+    out = []
+    for e in range(256):
+        ib = e // 32
+        ls = ((sl[ib // 2] >> (4 * (ib % 2))) & 0x0F) | (((sh >> (2 * ib)) & 3) << 4)
+        out.append(d * (ls - 32) * IQ4[nib(b[8 + 16 * ib:24 + 16 * ib], e % 32)])
+    return out
+
+
 SCALAR = {
     "Q8_0": (34, s_q8_0, [0]),
     "Q4_0": (18, s_q4_0, [0]),
@@ -108,6 +156,11 @@ SCALAR = {
     "Q4_K": (144, s_q4_k, [0, 2]),
     "Q5_K": (176, s_q5_k, [0, 2]),
     "Q6_K": (210, s_q6_k, [208]),
+    "IQ4_NL": (18, s_iq4_nl, [0]),
+    "MXFP4": (17, s_mxfp4, []),
+    "Q2_K": (84, s_q2_k, [80, 82]),
+    "Q3_K": (110, s_q3_k, [108]),
+    "IQ4_XS": (136, s_iq4_xs, [0]),
 }
 
 
@@ -129,7 +182,7 @@ def main():
         err = float(np.max(np.abs(got - want))) if got.shape == want.shape else float("inf")
         ok = err == 0.0
         failures += not ok
-        print(f"{name:5s} {got.size:5d} values  max |vectorized - scalar| {err:.3e}  {'ok' if ok else 'FAILED'}")
+        print(f"{name:6s} {got.size:5d} values  max |vectorized - scalar| {err:.3e}  {'ok' if ok else 'FAILED'}")
 
     values = rng.standard_normal(64).astype(np.float32)
     f16 = values.astype("<f2")

@@ -1,14 +1,15 @@
 // Byte layouts of the quant blocks: DequantizeRow against per-element decoders
 // written directly from the SPEC.md §2.3 formulas, on hand-built blocks with
 // values worked out by hand and on random blocks.
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <random>
 #include <vector>
 
-#include "gtest/gtest.h"
 #include "gguf/tensor/half.h"
 #include "gguf/tensor/quant_codec.h"
+#include "gtest/gtest.h"
 
 namespace moetier {
 namespace {
@@ -91,6 +92,86 @@ float RefQ6_K(const uint8_t* b, int e) {
   return HalfAt(b + 208) * static_cast<float>(scales[e / 16]) * static_cast<float>(q);
 }
 
+// --- the types decoded to f32 on the CPU ------------------------------------
+
+int Nibble32(const uint8_t* qs, int e) { return e < 16 ? qs[e] & 0xF : qs[e - 16] >> 4; }
+int FifthBit32(const uint8_t* qh, int e) {
+  const uint32_t bits = static_cast<uint32_t>(qh[0]) | (static_cast<uint32_t>(qh[1]) << 8) |
+                        (static_cast<uint32_t>(qh[2]) << 16) | (static_cast<uint32_t>(qh[3]) << 24);
+  return static_cast<int>((bits >> e) & 1);
+}
+constexpr int kIq4Table[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                               1,    13,   25,  38,  53,  69,  89,  113};
+constexpr int kMxfp4Table[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+float RefQ4_1(const uint8_t* b, int e) {
+  return HalfAt(b) * static_cast<float>(Nibble32(b + 4, e)) + HalfAt(b + 2);
+}
+
+float RefQ5_0(const uint8_t* b, int e) {
+  const int q = Nibble32(b + 6, e) | (FifthBit32(b + 2, e) << 4);
+  return HalfAt(b) * static_cast<float>(q - 16);
+}
+
+float RefQ5_1(const uint8_t* b, int e) {
+  const int q = Nibble32(b + 8, e) | (FifthBit32(b + 4, e) << 4);
+  return HalfAt(b) * static_cast<float>(q) + HalfAt(b + 2);
+}
+
+float RefIQ4_NL(const uint8_t* b, int e) {
+  return HalfAt(b) * static_cast<float>(kIq4Table[Nibble32(b + 2, e)]);
+}
+
+float RefMXFP4(const uint8_t* b, int e) {
+  return static_cast<float>(kMxfp4Table[Nibble32(b + 1, e)]) * std::ldexp(1.0f, b[0] - 128);
+}
+
+float RefQ2_K(const uint8_t* b, int e) {
+  const uint8_t* qs = b + 16;
+  const int h = e / 128;
+  const int j = (e % 128) / 32;
+  const int q = (qs[32 * h + e % 32] >> (2 * j)) & 3;
+  const int sc = b[e / 16];
+  return HalfAt(b + 80) * static_cast<float>(sc & 0xF) * static_cast<float>(q) -
+         HalfAt(b + 82) * static_cast<float>(sc >> 4);
+}
+
+// The SPEC's table of the 16 six-bit Q3_K scales, row by row.
+int RefQ3Scale(const uint8_t* s, int index) {
+  const int k = index % 4;
+  switch (index / 4) {
+    case 0:
+      return (s[k] & 0xF) | ((s[8 + k] & 3) << 4);
+    case 1:
+      return (s[4 + k] & 0xF) | (((s[8 + k] >> 2) & 3) << 4);
+    case 2:
+      return (s[k] >> 4) | (((s[8 + k] >> 4) & 3) << 4);
+    default:
+      return (s[4 + k] >> 4) | (((s[8 + k] >> 6) & 3) << 4);
+  }
+}
+
+float RefQ3_K(const uint8_t* b, int e) {
+  const uint8_t* hmask = b;
+  const uint8_t* qs = b + 32;
+  const int h = e / 128;
+  const int j = (e % 128) / 32;
+  const int l = e % 32;
+  const int q2 = (qs[32 * h + l] >> (2 * j)) & 3;
+  const int hb = (hmask[l] >> (4 * h + j)) & 1;
+  const int q = q2 - (hb ? 0 : 4);
+  return HalfAt(b + 108) * static_cast<float>(RefQ3Scale(b + 96, e / 16) - 32) *
+         static_cast<float>(q);
+}
+
+float RefIQ4_XS(const uint8_t* b, int e) {
+  const int ib = e / 32;
+  const int scales_h = Le16(b + 2);
+  const int ls = ((b[4 + ib / 2] >> (4 * (ib % 2))) & 0xF) | (((scales_h >> (2 * ib)) & 3) << 4);
+  const float dl = HalfAt(b) * static_cast<float>(ls - 32);
+  return dl * static_cast<float>(kIq4Table[Nibble32(b + 8 + 16 * ib, e % 32)]);
+}
+
 struct TypeCase {
   TensorType type;
   int block_elems;
@@ -106,6 +187,14 @@ std::vector<TypeCase> Cases() {
       {TensorType::kQ4_K, 256, 144, RefQ4_K, {0, 2}},
       {TensorType::kQ5_K, 256, 176, RefQ5_K, {0, 2}},
       {TensorType::kQ6_K, 256, 210, RefQ6_K, {208}},
+      {TensorType::kQ4_1, 32, 20, RefQ4_1, {0, 2}},
+      {TensorType::kQ5_0, 32, 22, RefQ5_0, {0}},
+      {TensorType::kQ5_1, 32, 24, RefQ5_1, {0, 2}},
+      {TensorType::kIQ4_NL, 32, 18, RefIQ4_NL, {0}},
+      {TensorType::kMXFP4, 32, 17, RefMXFP4, {}},
+      {TensorType::kQ2_K, 256, 84, RefQ2_K, {80, 82}},
+      {TensorType::kQ3_K, 256, 110, RefQ3_K, {108}},
+      {TensorType::kIQ4_XS, 256, 136, RefIQ4_XS, {0}},
   };
 }
 
@@ -259,6 +348,62 @@ TEST(QuantLayoutTest, Q6_KHandBuilt) {
   // 6..7 of qh[31] (0): q = -32, scale index 7 (zero).
   EXPECT_EQ(y[127], 0.0f);
   for (int e = 0; e < 256; ++e) EXPECT_EQ(y[e], RefQ6_K(blk.data(), e)) << e;
+}
+
+TEST(QuantLayoutTest, Q5_0HandBuiltFifthBitOfTheUpperHalf) {
+  std::vector<uint8_t> blk(22, 0);
+  PutHalf(blk.data(), 0.5f);
+  blk[2 + 2] = 0x01;  // qh bit 16: the fifth bit of element 16
+  blk[6 + 0] = 0x3F;  // element 0: nibble 15; element 16: nibble 3
+  const std::vector<float> y = Decode(TensorType::kQ5_0, blk, 32);
+  EXPECT_EQ(y[0], 0.5f * (15 - 16));
+  EXPECT_EQ(y[16], 0.5f * (3 + 16 - 16));
+  EXPECT_EQ(y[1], 0.5f * -16);
+}
+
+TEST(QuantLayoutTest, Q3_KHandBuiltScalesAndHighBits) {
+  std::vector<uint8_t> blk(110, 0);
+  PutHalf(blk.data() + 108, 0.5f);
+  // Scale 13 (row 3 of the SPEC table, k = 1) = 45 = 0b10'1101: low nibble in
+  // the high half of byte 5, high bits in bits 6..7 of byte 9.
+  blk[96 + 5] = 0xD0;
+  blk[96 + 9] = 0x80;
+  // Element 208 = 128 + 2*32 + 16: h = 1, j = 2, l = 16, sub-block 13.
+  blk[32 + 32 + 16] = 0x30;  // low bits 3 at bit 4
+  blk[16] = 1 << 6;          // high bit 4h + j = 6 of hmask[16]: q = 3
+  // Element 209 (l = 17): low bits 0, high bit clear: q = -4.
+  const std::vector<float> y = Decode(TensorType::kQ3_K, blk, 256);
+  EXPECT_EQ(y[208], 0.5f * (45 - 32) * 3.0f);
+  EXPECT_EQ(y[209], 0.5f * (45 - 32) * -4.0f);
+  // Every other sub-block has scale 0 - 32.
+  EXPECT_EQ(y[0], 0.5f * -32.0f * -4.0f);
+}
+
+TEST(QuantLayoutTest, IQ4_XSHandBuiltScales) {
+  std::vector<uint8_t> blk(136, 0);
+  PutHalf(blk.data(), 0.25f);
+  // Sub-block 7: ls = 0b11'0101 = 53; low nibble in the high half of
+  // scales_l[3], high bits 14..15 of scales_h.
+  blk[4 + 3] = 0x50;
+  blk[2 + 1] = 0xC0;
+  blk[8 + 16 * 7 + 0] = 0xF0;  // element 224: level 0 (-127); element 240: 15 (113)
+  const std::vector<float> y = Decode(TensorType::kIQ4_XS, blk, 256);
+  EXPECT_EQ(y[224], 0.25f * (53 - 32) * -127.0f);
+  EXPECT_EQ(y[240], 0.25f * (53 - 32) * 113.0f);
+  EXPECT_EQ(y[0], 0.25f * -32.0f * -127.0f);  // ls 0 elsewhere
+}
+
+TEST(QuantLayoutTest, MXFP4HandBuiltExponents) {
+  std::vector<uint8_t> blk(17, 0);
+  blk[0] = 128;   // 2^0: the doubled E2M1 levels as they are
+  blk[1] = 0x97;  // element 0: code 7 (12); element 16: code 9 (-1)
+  std::vector<float> y = Decode(TensorType::kMXFP4, blk, 32);
+  EXPECT_EQ(y[0], 12.0f);
+  EXPECT_EQ(y[16], -1.0f);
+  blk[0] = 0;  // 2^-128, a subnormal float
+  y = Decode(TensorType::kMXFP4, blk, 32);
+  EXPECT_EQ(y[0], 12.0f * std::ldexp(1.0f, -128));
+  EXPECT_GT(y[0], 0.0f);
 }
 
 TEST(QuantLayoutTest, PlainFloatTypes) {

@@ -69,25 +69,26 @@ class DecodableTypesTest : public ::testing::Test {
 };
 
 TEST_F(DecodableTypesTest, EveryUndecodableTypeIsNamedWithItsCountAndAnExample) {
-  const std::vector<std::string> q3 = Retype(TensorType::kQ3_K, 3);
+  const std::vector<std::string> iq3 = Retype(TensorType::kIQ3_XXS, 3);
   const std::vector<std::string> iq2 = Retype(TensorType::kIQ2_XXS, 2);
-  const std::vector<std::string> mxfp4 = Retype(TensorType::kMXFP4, 1);
+  const std::vector<std::string> tq2 = Retype(TensorType::kTQ2_0, 1);
   absl::StatusOr<Model> model = Load();
   ASSERT_FALSE(model.ok());
   EXPECT_EQ(model.status().code(), absl::StatusCode::kUnimplemented);
-  EXPECT_THAT(model.status().message(),
-              AllOf(HasSubstr(path_ + ": "),
-                    HasSubstr("Q3_K (3 tensors, e.g. '" + q3.front() + "')"),
-                    HasSubstr("IQ2_XXS (2 tensors, e.g. '" + iq2.front() + "')"),
-                    HasSubstr("MXFP4 (1 tensor, e.g. '" + mxfp4.front() + "')"),
-                    HasSubstr("supported types: F32, F16, Q4_0, Q8_0, Q4_K, Q5_K, Q6_K, BF16"),
-                    HasSubstr("llama-quantize"), HasSubstr("Q4_K_M")));
+  EXPECT_THAT(
+      model.status().message(),
+      AllOf(HasSubstr(path_ + ": "), HasSubstr("IQ3_XXS (3 tensors, e.g. '" + iq3.front() + "')"),
+            HasSubstr("IQ2_XXS (2 tensors, e.g. '" + iq2.front() + "')"),
+            HasSubstr("TQ2_0 (1 tensor, e.g. '" + tq2.front() + "')"),
+            HasSubstr("supported types: F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, "
+                      "Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, BF16, MXFP4"),
+            HasSubstr("llama-quantize"), HasSubstr("Q4_K_M")));
   // The tensors left as they were are not blamed.
   EXPECT_THAT(model.status().message(), AllOf(Not(HasSubstr("Q4_K (")), Not(HasSubstr("Q6_K ("))));
 }
 
 TEST_F(DecodableTypesTest, AnUnknownArchitectureIsReportedBeforeTheTypes) {
-  Retype(TensorType::kQ3_K, 1);
+  Retype(TensorType::kIQ3_XXS, 1);
   small_.Set("general.architecture", GgufValue::String("qwen9moe"));
   absl::StatusOr<Model> model = Load();
   ASSERT_FALSE(model.ok());
