@@ -25,14 +25,8 @@ constexpr int kSub = 16;              // sub-block of both types
 constexpr int kNumSub = kQKK / kSub;  // 16
 constexpr int kScaleMax4Bit = 15;
 
-// Two-bit planes shared by both types: element e = 128h + 32j + l sits in
+// The two-bit planes both types share: element e = 128h + 32j + l sits in
 // bits 2j of qs[32h + l].
-int LowBits(const uint8_t* qs, int e) {
-  const int h = e / 128;
-  const int j = (e % 128) / 32;
-  return (qs[32 * h + e % 32] >> (2 * j)) & 3;
-}
-
 void PackLowBits(const uint8_t* levels, uint8_t* qs) {
   for (int h = 0; h < kQKK / 128; ++h) {
     for (int l = 0; l < 32; ++l) {
@@ -71,13 +65,20 @@ void DequantizeQ2_K(const void* src, float* dst, int64_t n_blocks) {
     std::memcpy(&block, bytes + b * sizeof(block), sizeof(block));
     const float d = HalfToFloat(block.d);
     const float dmin = HalfToFloat(block.dmin);
-    for (int s = 0; s < kNumSub; ++s) {
-      // (d·sc)·q − dmin·m, each product rounded on its own as ggml does.
-      const float scale = d * static_cast<float>(block.scales[s] & 0x0F);
-      const float min = dmin * static_cast<float>(block.scales[s] >> 4);
-      for (int i = 0; i < kSub; ++i) {
-        const int e = kSub * s + i;
-        dst[e] = scale * static_cast<float>(LowBits(block.qs, e)) - min;
+    // Element 128h + 32j + l; its sub-block is 8h + 2j + l/16.
+    for (int h = 0; h < kQKK / 128; ++h) {
+      const uint8_t* qs = block.qs + 32 * h;
+      for (int j = 0; j < 4; ++j) {
+        for (int half = 0; half < 2; ++half) {
+          const uint8_t sc = block.scales[8 * h + 2 * j + half];
+          // (d·sc)·q − dmin·m, each product rounded on its own as ggml does.
+          const float scale = d * static_cast<float>(sc & 0x0F);
+          const float min = dmin * static_cast<float>(sc >> 4);
+          float* y = dst + 128 * h + 32 * j + 16 * half;
+          const uint8_t* q = qs + 16 * half;
+          for (int l = 0; l < 16; ++l)
+            y[l] = scale * static_cast<float>((q[l] >> (2 * j)) & 3) - min;
+        }
       }
     }
   }
@@ -141,13 +142,23 @@ void DequantizeQ3_K(const void* src, float* dst, int64_t n_blocks) {
     const float d = HalfToFloat(block.d);
     int s[kNumSub];
     UnpackQ3Scales(block.scales, s);
-    for (int g = 0; g < kNumSub; ++g) {
-      const float scale = d * static_cast<float>(s[g] - 32);
-      for (int i = 0; i < kSub; ++i) {
-        const int e = kSub * g + i;
-        // The high bit of element e = 128h + 32j + l is bit 4h + j of hmask[l].
-        const int high = (block.hmask[e % 32] >> (e / 32)) & 1;
-        dst[e] = scale * static_cast<float>(LowBits(block.qs, e) - (high ? 0 : 4));
+    // Element 128h + 32j + l: sub-block 8h + 2j + l/16; its high bit is bit
+    // 4h + j of hmask[l].
+    for (int h = 0; h < kQKK / 128; ++h) {
+      const uint8_t* qs = block.qs + 32 * h;
+      for (int j = 0; j < 4; ++j) {
+        const int bit = 4 * h + j;
+        for (int half = 0; half < 2; ++half) {
+          const float scale = d * static_cast<float>(s[8 * h + 2 * j + half] - 32);
+          float* y = dst + 128 * h + 32 * j + 16 * half;
+          const uint8_t* q = qs + 16 * half;
+          const uint8_t* hm = block.hmask + 16 * half;
+          for (int l = 0; l < 16; ++l) {
+            const int low = (q[l] >> (2 * j)) & 3;
+            const int high = (hm[l] >> bit) & 1;
+            y[l] = scale * static_cast<float>(low - 4 + 4 * high);
+          }
+        }
       }
     }
   }

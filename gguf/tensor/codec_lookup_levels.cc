@@ -8,6 +8,7 @@
 //   * MXFP4: the power-of-two scale 2^(floor(log2 max) - 2), or twice that
 //     where it fits the block better, and the nearest E2M1 level.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 
@@ -20,7 +21,21 @@ namespace {
 constexpr int kGroup = 32;
 constexpr int kIq4XsGroups = kQKK / kGroup;  // 8
 
-int Nibble(const uint8_t* qs, int j) { return j < 16 ? qs[j] & 0x0F : qs[j - 16] >> 4; }
+// The 16 levels times the block's scale, each product rounded as the
+// per-element formula rounds it.
+std::array<float, 16> ScaledLevels(const int8_t* levels, float scale) {
+  std::array<float, 16> out;
+  for (int i = 0; i < 16; ++i) out[i] = scale * static_cast<float>(levels[i]);
+  return out;
+}
+
+// 32 elements: the low nibbles of qs[0..15], then their high nibbles.
+void DecodeNibbles(const uint8_t* qs, const float* scaled_levels, float* y) {
+  for (int j = 0; j < 16; ++j) {
+    y[j] = scaled_levels[qs[j] & 0x0F];
+    y[j + 16] = scaled_levels[qs[j] >> 4];
+  }
+}
 
 void PackNibbles(const uint8_t* codes, uint8_t* qs) {
   for (int j = 0; j < 16; ++j) qs[j] = static_cast<uint8_t>(codes[j] | (codes[j + 16] << 4));
@@ -120,10 +135,7 @@ void DequantizeIQ4_NL(const void* src, float* dst, int64_t n_blocks) {
   for (int64_t b = 0; b < n_blocks; ++b, dst += kGroup) {
     BlockIQ4_NL block;
     std::memcpy(&block, bytes + b * sizeof(block), sizeof(block));
-    const float d = HalfToFloat(block.d);
-    for (int j = 0; j < kGroup; ++j) {
-      dst[j] = d * static_cast<float>(kIq4NlLevels[Nibble(block.qs, j)]);
-    }
+    DecodeNibbles(block.qs, ScaledLevels(kIq4NlLevels, HalfToFloat(block.d)).data(), dst);
   }
 }
 
@@ -150,10 +162,7 @@ void DequantizeIQ4_XS(const void* src, float* dst, int64_t n_blocks) {
       const int ls = ((block.scales_l[ib / 2] >> (4 * (ib % 2))) & 0x0F) |
                      (((block.scales_h >> (2 * ib)) & 3) << 4);
       const float dl = d * static_cast<float>(ls - 32);
-      const uint8_t* qs = block.qs + 16 * ib;
-      for (int j = 0; j < kGroup; ++j) {
-        dst[kGroup * ib + j] = dl * static_cast<float>(kIq4NlLevels[Nibble(qs, j)]);
-      }
+      DecodeNibbles(block.qs + 16 * ib, ScaledLevels(kIq4NlLevels, dl).data(), dst + kGroup * ib);
     }
   }
 }
@@ -196,10 +205,7 @@ void DequantizeMXFP4(const void* src, float* dst, int64_t n_blocks) {
   for (int64_t b = 0; b < n_blocks; ++b, dst += kGroup) {
     BlockMXFP4 block;
     std::memcpy(&block, bytes + b * sizeof(block), sizeof(block));
-    const float scale = Mxfp4Scale(block.e);
-    for (int j = 0; j < kGroup; ++j) {
-      dst[j] = static_cast<float>(kMxfp4Levels[Nibble(block.qs, j)]) * scale;
-    }
+    DecodeNibbles(block.qs, ScaledLevels(kMxfp4Levels, Mxfp4Scale(block.e)).data(), dst);
   }
 }
 

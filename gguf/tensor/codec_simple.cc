@@ -86,11 +86,13 @@ void QuantizeQ4_0(const float* src, void* dst, int64_t n_blocks) {
 
 namespace {
 
-// Element j of a 32-element block takes the low nibble of qs[j % 16] when
-// j < 16, the high nibble otherwise; the fifth bit, where there is one, is bit
-// j of the little-endian qh.
-int Nibble(const uint8_t* qs, int j) { return j < 16 ? qs[j] & 0x0F : qs[j - 16] >> 4; }
-int FifthBit(const uint8_t* qh, int j) { return (qh[j / 8] >> (j % 8)) & 1; }
+// Element j of a 32-element block takes the low nibble of qs[j] when j < 16,
+// the high nibble of qs[j - 16] otherwise; its fifth bit, where there is one,
+// is bit j of qh read as a little-endian u32.
+uint32_t FifthBits(const uint8_t* qh) {
+  return static_cast<uint32_t>(qh[0]) | (static_cast<uint32_t>(qh[1]) << 8) |
+         (static_cast<uint32_t>(qh[2]) << 16) | (static_cast<uint32_t>(qh[3]) << 24);
+}
 
 // Levels of an affine block, x ≈ d·L + min with L in [0, nmax]: d spans
 // [min, max] (ggml's rule, rounding half up). Returns d; levels[j] set.
@@ -133,7 +135,10 @@ void DequantizeQ4_1(const void* src, float* dst, int64_t n_blocks) {
     std::memcpy(&block, bytes + b * sizeof(block), sizeof(block));
     const float d = HalfToFloat(block.d);
     const float m = HalfToFloat(block.m);
-    for (int j = 0; j < kQK4_0; ++j) dst[j] = d * static_cast<float>(Nibble(block.qs, j)) + m;
+    for (int j = 0; j < kQK4_0 / 2; ++j) {
+      dst[j] = d * static_cast<float>(block.qs[j] & 0x0F) + m;
+      dst[j + 16] = d * static_cast<float>(block.qs[j] >> 4) + m;
+    }
   }
 }
 
@@ -157,9 +162,12 @@ void DequantizeQ5_0(const void* src, float* dst, int64_t n_blocks) {
     BlockQ5_0 block;
     std::memcpy(&block, bytes + b * sizeof(block), sizeof(block));
     const float d = HalfToFloat(block.d);
-    for (int j = 0; j < kQK4_0; ++j) {
-      const int q = Nibble(block.qs, j) | (FifthBit(block.qh, j) << 4);
-      dst[j] = d * static_cast<float>(q - 16);
+    const uint32_t qh = FifthBits(block.qh);
+    for (int j = 0; j < kQK4_0 / 2; ++j) {
+      const int lo = (block.qs[j] & 0x0F) | static_cast<int>(((qh >> j) & 1) << 4);
+      const int hi = (block.qs[j] >> 4) | static_cast<int>(((qh >> (j + 16)) & 1) << 4);
+      dst[j] = d * static_cast<float>(lo - 16);
+      dst[j + 16] = d * static_cast<float>(hi - 16);
     }
   }
 }
@@ -198,9 +206,12 @@ void DequantizeQ5_1(const void* src, float* dst, int64_t n_blocks) {
     std::memcpy(&block, bytes + b * sizeof(block), sizeof(block));
     const float d = HalfToFloat(block.d);
     const float m = HalfToFloat(block.m);
-    for (int j = 0; j < kQK4_0; ++j) {
-      const int q = Nibble(block.qs, j) | (FifthBit(block.qh, j) << 4);
-      dst[j] = d * static_cast<float>(q) + m;
+    const uint32_t qh = FifthBits(block.qh);
+    for (int j = 0; j < kQK4_0 / 2; ++j) {
+      const int lo = (block.qs[j] & 0x0F) | static_cast<int>(((qh >> j) & 1) << 4);
+      const int hi = (block.qs[j] >> 4) | static_cast<int>(((qh >> (j + 16)) & 1) << 4);
+      dst[j] = d * static_cast<float>(lo) + m;
+      dst[j + 16] = d * static_cast<float>(hi) + m;
     }
   }
 }
