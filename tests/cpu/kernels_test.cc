@@ -95,6 +95,26 @@ std::vector<uint8_t> MakeWeightRow(TensorType type, int64_t k, WeightSource sour
       case TensorType::kQ6_K:
         PutHalf(blk + offsetof(BlockQ6K, d), scale(rng));
         break;
+      case TensorType::kQ5_0:
+      case TensorType::kIQ4_NL:
+      case TensorType::kIQ4_XS:
+        PutHalf(blk, scale(rng));
+        break;
+      case TensorType::kQ4_1:
+      case TensorType::kQ5_1:
+        PutHalf(blk, scale(rng));
+        PutHalf(blk + 2, scale(rng));
+        break;
+      case TensorType::kQ2_K:
+        PutHalf(blk + 80, scale(rng));
+        PutHalf(blk + 82, scale(rng));
+        break;
+      case TensorType::kQ3_K:
+        PutHalf(blk + 108, scale(rng));
+        break;
+      case TensorType::kMXFP4:
+        blk[0] = static_cast<uint8_t>(118 + byte(rng) % 8);  // scales 2^-10 .. 2^-3
+        break;
       default:
         break;
     }
@@ -299,7 +319,7 @@ TEST(CpuKernelsTest, FormatsAndBlockSizes) {
   EXPECT_EQ(ActFormatFor(TensorType::kQ8_0), ActFormat::kQ8_0);
   EXPECT_EQ(ActFormatFor(TensorType::kQ4_0), ActFormat::kQ8_0);
   EXPECT_EQ(ActFormatFor(TensorType::kBF16), ActFormat::kF32);
-  EXPECT_FALSE(SupportsWeightType(TensorType::kQ2_K));
+  EXPECT_FALSE(SupportsWeightType(TensorType::kIQ2_XXS));
   EXPECT_EQ(WeightBlockElems(TensorType::kQ6_K), 256);
   EXPECT_EQ(WeightBlockElems(TensorType::kQ4_0), 32);
   EXPECT_EQ(WeightBlockElems(TensorType::kF16), 1);
@@ -356,6 +376,28 @@ TEST(CpuKernelsTest, KQuants) {
         }
       }
     }
+  }
+}
+
+// The types computed by decoding a tile of weight rows to f32: exact up to
+// float rounding (no activation quantization), across a row tile and with
+// more activation rows than a kernel tile.
+TEST(CpuKernelsTest, DecodedTypes) {
+  uint32_t seed = 400;
+  for (TensorType type :
+       {TensorType::kQ4_1, TensorType::kQ5_0, TensorType::kQ5_1, TensorType::kIQ4_NL,
+        TensorType::kMXFP4, TensorType::kQ2_K, TensorType::kQ3_K, TensorType::kIQ4_XS}) {
+    EXPECT_TRUE(SupportsWeightType(type));
+    EXPECT_EQ(ActFormatFor(type), ActFormat::kF32);
+    EXPECT_EQ(WeightBlockElems(type), GetTensorTypeInfo(type).block_elems);
+    for (int64_t k : {256, 768}) {
+      for (int64_t n_act : {1, 3, 10}) {
+        for (WeightSource source : {WeightSource::kQuantized, WeightSource::kRandomBytes}) {
+          RunCase({type, k, 5, n_act}, source, seed++);
+        }
+      }
+    }
+    RunCase({type, 256, 70, 2}, WeightSource::kQuantized, seed++);  // two row tiles
   }
 }
 

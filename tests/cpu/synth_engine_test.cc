@@ -1,11 +1,13 @@
 // The CPU engine against the fp32 reference engine on synthetic models from
 // moetier-synth, for every quant mix: these exercise weight types the test
 // vectors lack (Q4_0 and F16 fallbacks, tied output), a real Q4_K_M mix with
-// 32 experts, and prompt lengths longer than one batch.
+// 32 experts, prompt lengths longer than one batch, and every type the cpu
+// engine computes by decoding.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -35,6 +37,10 @@ struct Case {
   // other SIMD levels' summation order flipping near-ties).
   double max_mean_kl;
   double min_top1;
+  // When set, every matrix is of this type (SynthOptions::matrix_type): the
+  // types the cpu engine decodes to f32 and multiplies with f32 activations,
+  // as the reference does, so the logits must agree up to float rounding.
+  std::optional<TensorType> matrix_type = std::nullopt;
 };
 
 std::string TempModelPath(const std::string& name) {
@@ -56,6 +62,7 @@ TEST_P(SynthEngineTest, AgreesWithReference) {
   SynthOptions options;
   options.shape = *shape;
   options.quant = c.quant;
+  options.matrix_type = c.matrix_type;
   options.seed = 7;
   options.threads = 2;
   options.out_path = TempModelPath(c.name);
@@ -114,7 +121,7 @@ TEST_P(SynthEngineTest, AgreesWithReference) {
               mean_kl, same_top1, ids.size(), worst_range_error);
   EXPECT_LE(mean_kl, c.max_mean_kl);
   EXPECT_GE(static_cast<double>(same_top1) / ids.size(), c.min_top1);
-  if (c.quant == SynthQuant::kF32) {
+  if (c.quant == SynthQuant::kF32 || c.matrix_type.has_value()) {
     EXPECT_LT(worst_range_error, 1e-4);
   }
   std::remove(options.out_path.c_str());
@@ -122,11 +129,21 @@ TEST_P(SynthEngineTest, AgreesWithReference) {
 
 INSTANTIATE_TEST_SUITE_P(
     Mixes, SynthEngineTest,
-    ::testing::Values(Case{"tiny_f32", "tiny", SynthQuant::kF32, false, 1e-9, 1.0},
-                      Case{"tiny_f32_tied", "tiny", SynthQuant::kF32, true, 1e-9, 1.0},
-                      Case{"tiny_q8_0", "tiny", SynthQuant::kQ8_0, false, 5e-3, 0.85},
-                      Case{"tiny_q4_k_m", "tiny", SynthQuant::kQ4_K_M, false, 5e-3, 0.85},
-                      Case{"small_q4_k_m", "small", SynthQuant::kQ4_K_M, true, 5e-3, 0.85}),
+    ::testing::Values(
+        Case{"tiny_f32", "tiny", SynthQuant::kF32, false, 1e-9, 1.0},
+        Case{"tiny_f32_tied", "tiny", SynthQuant::kF32, true, 1e-9, 1.0},
+        Case{"tiny_q8_0", "tiny", SynthQuant::kQ8_0, false, 5e-3, 0.85},
+        Case{"tiny_q4_k_m", "tiny", SynthQuant::kQ4_K_M, false, 5e-3, 0.85},
+        Case{"small_q4_k_m", "small", SynthQuant::kQ4_K_M, true, 5e-3, 0.85},
+        // Rows of 32 in tiny, of 256 in small: every matrix converts.
+        Case{"tiny_q4_1", "tiny", SynthQuant::kQ8_0, false, 1e-9, 1.0, TensorType::kQ4_1},
+        Case{"tiny_q5_0", "tiny", SynthQuant::kQ8_0, false, 1e-9, 1.0, TensorType::kQ5_0},
+        Case{"tiny_q5_1", "tiny", SynthQuant::kQ8_0, false, 1e-9, 1.0, TensorType::kQ5_1},
+        Case{"tiny_iq4_nl", "tiny", SynthQuant::kQ8_0, true, 1e-9, 1.0, TensorType::kIQ4_NL},
+        Case{"tiny_mxfp4", "tiny", SynthQuant::kQ8_0, false, 1e-9, 1.0, TensorType::kMXFP4},
+        Case{"small_q2_k", "small", SynthQuant::kQ8_0, false, 1e-9, 1.0, TensorType::kQ2_K},
+        Case{"small_q3_k", "small", SynthQuant::kQ8_0, true, 1e-9, 1.0, TensorType::kQ3_K},
+        Case{"small_iq4_xs", "small", SynthQuant::kQ8_0, false, 1e-9, 1.0, TensorType::kIQ4_XS}),
     [](const ::testing::TestParamInfo<Case>& param_info) { return param_info.param.name; });
 
 // Qwen3.6's full context: an engine of 262,144 positions is made and runs,

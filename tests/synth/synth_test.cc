@@ -484,6 +484,34 @@ TEST_F(SynthFilesTest, SmallQ4KMHasOnlyKQuantMatrices) {
   EXPECT_EQ(tiny_types, (std::set<TensorType>{TensorType::kQ4_K, TensorType::kQ6_K}));
 }
 
+TEST_F(SynthFilesTest, MatrixTypeReplacesEveryBlockTypeWhoseRowsFit) {
+  SynthOptions o = Options("tiny", SynthQuant::kQ4_K_M, 1, Path("retyped.gguf"));
+  o.matrix_type = TensorType::kQ3_K;
+  absl::StatusOr<SynthPlan> plan = PlanSynthModel(o);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  const std::vector<SynthTensor> mix = PlanSynthTensors(o.shape, o.quant);
+  ASSERT_EQ(plan->tensors.size(), mix.size());
+  int retyped = 0;
+  for (size_t i = 0; i < mix.size(); ++i) {
+    const SynthTensor& before = mix[i];
+    const SynthTensor& after = plan->tensors[i];
+    const bool block_type = GetTensorTypeInfo(before.type).block_elems > 1;
+    if (block_type && before.ne[0] % 256 == 0) {
+      EXPECT_EQ(after.type, TensorType::kQ3_K) << after.name;
+      ++retyped;
+    } else {
+      EXPECT_EQ(after.type, before.type) << after.name;  // F32 norms and routers, short rows
+    }
+  }
+  EXPECT_GT(retyped, 0);
+  for (TensorType refused : {TensorType::kF16, TensorType::kIQ2_XXS, TensorType::kQ8_K}) {
+    o.matrix_type = refused;
+    absl::StatusOr<SynthPlan> bad = PlanSynthModel(o);
+    ASSERT_FALSE(bad.ok());
+    EXPECT_THAT(std::string(bad.status().message()), HasSubstr("--matrix-type"));
+  }
+}
+
 TEST_F(SynthFilesTest, SameSeedSameBytesRegardlessOfThreadsAndChunks) {
   SynthOptions a = Options("tiny", SynthQuant::kQ4_K_M, 7, Path("det_a.gguf"));
   a.threads = 1;
@@ -752,11 +780,32 @@ TEST(SynthNumericsTest, DeepModelGivesFiniteLogitsAndVariedRouting) {
 TEST(SynthCommandLineTest, HelpExplainsEveryFlag) {
   const RunResult r = RunTool("--help");
   EXPECT_EQ(r.exit_code, 0);
-  for (const char* flag :
-       {"--preset", "--quant", "--seed", "--out", "--name", "--layers", "--embd", "--experts",
-        "--experts-used", "--expert-ffn", "--heads", "--heads-kv", "--head-dim", "--vocab", "--ctx",
-        "--rope-base", "--rms-eps", "--tied-output", "--split-max-tensors", "--split-count",
-        "--threads", "--dry-run", "--quiet", "--help", "use_more_bits"}) {
+  for (const char* flag : {"--preset",
+                           "--quant",
+                           "--seed",
+                           "--out",
+                           "--name",
+                           "--layers",
+                           "--embd",
+                           "--experts",
+                           "--experts-used",
+                           "--expert-ffn",
+                           "--heads",
+                           "--heads-kv",
+                           "--head-dim",
+                           "--vocab",
+                           "--ctx",
+                           "--rope-base",
+                           "--rms-eps",
+                           "--tied-output",
+                           "--split-max-tensors",
+                           "--split-count",
+                           "--threads",
+                           "--dry-run",
+                           "--quiet",
+                           "--help",
+                           "use_more_bits",
+                           "--matrix-type"}) {
     EXPECT_THAT(r.output, HasSubstr(flag));
   }
 }
@@ -764,7 +813,8 @@ TEST(SynthCommandLineTest, HelpExplainsEveryFlag) {
 TEST(SynthCommandLineTest, BadFlagsGiveOneLineAndNonZeroExit) {
   for (const char* args : {"--bogus", "--layers abc", "--layers", "--preset huge --out x.gguf",
                            "--quant q5 --out x.gguf", "--experts 4 --experts-used 8 --out x.gguf",
-                           "--split-count 0 --out x.gguf", "--preset tiny", "stray"}) {
+                           "--split-count 0 --out x.gguf", "--preset tiny", "stray",
+                           "--matrix-type q9_k --out x.gguf", "--matrix-type f16 --out x.gguf"}) {
     const RunResult r = RunTool(args);
     EXPECT_EQ(r.exit_code, 2) << args;
     EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << args << ": " << r.output;

@@ -142,13 +142,13 @@ TEST_F(Qwen3MoeLoaderTest, WrongShapeIsNamedWithBothShapes) {
 TEST_F(Qwen3MoeLoaderTest, TypeWithoutCodecIsRejected) {
   testing::EditableTensor* q = tiny_.Find("blk.0.attn_q.weight");
   ASSERT_NE(q, nullptr);
-  q->type = TensorType::kQ4_1;  // 32 elements in 20 bytes, no codec
-  q->data.assign(64 * 2 * 20, 0);
+  q->type = TensorType::kQ8_1;  // 32 elements in 36 bytes, no codec
+  q->data.assign(64 * 2 * 36, 0);
   absl::StatusOr<Model> model = Load(tiny_);
   ASSERT_FALSE(model.ok());
   EXPECT_EQ(model.status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_THAT(model.status().message(),
-              AllOf(HasSubstr("blk.0.attn_q.weight"), HasSubstr("Q4_1"), HasSubstr("Q8_0")));
+              AllOf(HasSubstr("blk.0.attn_q.weight"), HasSubstr("Q8_1"), HasSubstr("Q8_0")));
 }
 
 TEST_F(Qwen3MoeLoaderTest, MissingOutputMeansTied) {

@@ -277,8 +277,8 @@ class WorkerEditedModelTest : public ::testing::Test {
   void WriteWithUpExpertsUndecodable() {
     testing::EditableTensor* t = gguf_.Find("blk.1.ffn_up_exps.weight");
     ASSERT_NE(t, nullptr);
-    t->type = TensorType::kQ5_1;  // 32 elements in 24 bytes
-    t->data.assign(32 * 8 * 2 * 24, 0);
+    t->type = TensorType::kQ8_1;  // 32 elements in 36 bytes, an activation type
+    t->data.assign(32 * 8 * 2 * 36, 0);
     ASSERT_TRUE(gguf_.Write(path_).ok());
   }
   EditableGguf gguf_;
@@ -300,7 +300,7 @@ TEST_F(WorkerEditedModelTest, UnsupportedTensorType) {
   const Result r = RunWorker({"--standalone", "--model", path_, "--tokenize", "x"});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_TRUE(IsOneLine(r.err));
-  EXPECT_THAT(r.err, AllOf(HasSubstr("blk.1.ffn_up_exps.weight"), HasSubstr("Q5_1")));
+  EXPECT_THAT(r.err, AllOf(HasSubstr("blk.1.ffn_up_exps.weight"), HasSubstr("Q8_1")));
 }
 
 TEST(WorkerStandaloneTest, CheckModelIsSilentForAServableFile) {
@@ -319,7 +319,7 @@ TEST_F(WorkerEditedModelTest, CheckModelRefusesUndecodableTypesWithStatusTwo) {
   EXPECT_EQ(r.out, "");
   EXPECT_TRUE(IsOneLine(r.err));
   EXPECT_THAT(r.err, AllOf(HasSubstr("moetier-worker: error: " + path_ + ": "),
-                           HasSubstr("Q5_1 (1 tensor, e.g. 'blk.1.ffn_up_exps.weight')"),
+                           HasSubstr("Q8_1 (1 tensor, e.g. 'blk.1.ffn_up_exps.weight')"),
                            HasSubstr("supported types: F32, F16"), HasSubstr("llama-quantize")));
 }
 

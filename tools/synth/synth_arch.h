@@ -61,7 +61,7 @@ absl::Status CheckSynthRange(std::string_view flag, int64_t value, int64_t lo, i
 // `desired` if ne0 is a whole number of its blocks, else the fallback moetier
 // can encode: Q4_K -> Q4_0, Q5_K and Q6_K -> Q8_0, and F16 when ne0 is not a
 // multiple of 32 either. (llama-quantize falls back to Q5_0 and Q5_1 for
-// Q4_K and Q5_K, types moetier has no codec for.)
+// Q4_K and Q5_K; these fallbacks keep to types every backend computes.)
 TensorType SynthFitToRow(TensorType desired, int64_t ne0);
 
 // What llama-quantize's type choice (llama_tensor_get_type) needs to know of

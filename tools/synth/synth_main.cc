@@ -132,6 +132,7 @@ struct CommandLine {
   std::string arch = "qwen3moe";
   std::string preset = "tiny";
   std::string quant = "f32";
+  std::string matrix_type;
   uint64_t seed = 0;
   std::string out;
   std::string name;
@@ -208,6 +209,12 @@ FlagSet MakeFlags(CommandLine& cl) {
               "Q6_K -> Q8_0, F16 if not a multiple of 32. The mixes:",
               &cl.quant);
   f.AddText(std::string(kMixes));
+  f.AddString({"--matrix-type"}, "TYPE",
+              "write every tensor the mix quantizes in TYPE instead, where its rows are whole "
+              "blocks of it (e.g. --quant q8_0 --matrix-type q3_k: all matrices Q3_K, router "
+              "and norms F32): q4_0, q4_1, q5_0, q5_1, q8_0, iq4_nl, mxfp4, q2_k, q3_k, q4_k, "
+              "q5_k, q6_k or iq4_xs. general.file_type stays the mix's",
+              &cl.matrix_type);
   f.AddInt({"--seed"}, "N",
            "weight seed, unsigned 64-bit (default 0); same arch, shape, mix and seed give a "
            "byte-identical file",
@@ -344,11 +351,19 @@ absl::StatusOr<SynthOptions> BuildOptions(const CommandLine& cl) {
   SynthOptions options;
   options.shape = s;
   options.quant = *quant;
+  if (!cl.matrix_type.empty()) {
+    const std::optional<TensorType> type = ParseTensorTypeName(cl.matrix_type);
+    if (!type.has_value()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--matrix-type: unknown tensor type '", cl.matrix_type, "'"));
+    }
+    options.matrix_type = *type;
+  }
   options.seed = cl.seed;
-  options.name = cl.name.empty()
-                     ? absl::StrCat("moetier synthetic ", cl.arch, " ", cl.preset, " ", cl.quant,
-                                    " seed ", cl.seed)
-                     : cl.name;
+  options.name = cl.name.empty() ? absl::StrCat("moetier synthetic ", cl.arch, " ", cl.preset, " ",
+                                                cl.quant, cl.matrix_type.empty() ? "" : " as ",
+                                                cl.matrix_type, " seed ", cl.seed)
+                                 : cl.name;
   if (cl.out.empty() && !cl.dry_run) return absl::InvalidArgumentError("--out FILE is required");
   options.out_path = cl.out.empty() ? "moetier-synth.gguf" : cl.out;
   options.split_max_tensors = cl.split_max_tensors;

@@ -305,6 +305,18 @@ absl::StatusOr<SynthPlan> PlanSynthModel(const SynthOptions& options) {
 
   SynthPlan plan;
   plan.tensors = PlanSynthTensors(options.shape, options.quant);
+  if (options.matrix_type.has_value()) {
+    const TensorTypeInfo& info = GetTensorTypeInfo(*options.matrix_type);
+    if (!info.has_codec || info.block_elems == 1) {
+      return absl::InvalidArgumentError(absl::StrCat("--matrix-type ", std::string(info.name),
+                                                     " is not a quantized type moetier encodes"));
+    }
+    for (SynthTensor& t : plan.tensors) {
+      if (GetTensorTypeInfo(t.type).block_elems > 1 && t.ne[0] % info.block_elems == 0) {
+        t.type = *options.matrix_type;
+      }
+    }
+  }
   const std::string name = options.name.empty()
                                ? absl::StrCat("moetier synthetic ", std::string(SynthArchName(options.shape.arch)),
                                               " ", options.shape.n_layer,

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -14,8 +15,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "gguf/gguf_value.h"
-#include "synth/synth_model.h"
 #include "gguf/tensor/tensor_type.h"
+#include "synth/synth_model.h"
 
 namespace moetier {
 
@@ -26,6 +27,11 @@ inline constexpr int64_t kSynthMaxShards = 65535;  // split.count is UINT16
 struct SynthOptions {
   SynthShape shape;
   SynthQuant quant = SynthQuant::kF32;
+  // When set, every tensor the mix writes in a block type becomes this type
+  // instead, where its rows are whole blocks of it (the others keep the
+  // mix's type): one file per quantization moetier decodes, for tests.
+  // general.file_type stays the mix's. Must be a block type with a codec.
+  std::optional<TensorType> matrix_type;
   uint64_t seed = 0;
   std::string name;      // general.name; a descriptive default when empty
   std::string out_path;  // the file, or "<prefix>.gguf" of a split set

@@ -22,7 +22,9 @@ bool CpuFfn(FfnKind) { return true; }
 constexpr BackendWeightSupport kCpuSupport = {
     .backend = "cpu",
     .matrix_type = &cpu::SupportsWeightType,
-    .type_list = "F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K and Q6_K",
+    .type_list =
+        "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4, Q2_K, Q3_K, Q4_K, "
+        "Q5_K, Q6_K and IQ4_XS",
     .alternative = "requantize the model or use --backend reference",
     .mixer = &CpuMixer,
     .ffn = &CpuFfn,

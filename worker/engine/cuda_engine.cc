@@ -41,7 +41,7 @@ constexpr BackendWeightSupport kCudaSupport = {
     .backend = "CUDA",
     .matrix_type = &cuda::CudaWeightTypeSupported,
     .type_list = "F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K and Q6_K",
-    .alternative = "requantize the model or use the cpu backend",
+    .alternative = "requantize the model, or use the cpu backend, which computes more types",
     .mixer = &CudaMixer,
     .ffn = &CudaFfn,
 };

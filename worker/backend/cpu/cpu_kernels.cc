@@ -16,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "backend/cpu/block_layouts.h"
 #include "backend/cpu/cpu_check.h"
+#include "backend/cpu/decoded_weight_gemm.h"
 #include "backend/cpu/kernel_table.h"
 
 namespace moetier::cpu {
@@ -234,7 +235,7 @@ bool SupportsWeightType(TensorType type) {
     case TensorType::kQ6_K:
       return true;
     default:
-      return false;
+      return IsDecodedWeightType(type);
   }
 }
 
@@ -254,6 +255,7 @@ ActFormat ActFormatFor(TensorType weight_type) {
 }
 
 int64_t WeightBlockElems(TensorType weight_type) {
+  if (IsDecodedWeightType(weight_type)) return GetTensorTypeInfo(weight_type).block_elems;
   switch (ActFormatFor(weight_type)) {
     case ActFormat::kF32:
       return 1;
@@ -359,6 +361,11 @@ void MatMul(TensorType weight_type, int64_t k, const void* w, size_t w_row_bytes
       reinterpret_cast<uintptr_t>(act) % kActRowAlign == 0 && act_row_bytes % kActRowAlign == 0,
       "activation rows must be 64-byte aligned");
   if (r0 == r1 || n_act == 0) return;
+  if (IsDecodedWeightType(weight_type)) {
+    DecodedWeightMatMul(weight_type, k, static_cast<const uint8_t*>(w), w_row_bytes, r0, r1,
+                        static_cast<const uint8_t*>(act), act_row_bytes, n_act, out, ldo);
+    return;
+  }
   const KernelTable& t = Table();
   GemmTileFn fn = nullptr;
   switch (weight_type) {
