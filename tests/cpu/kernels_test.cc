@@ -379,25 +379,34 @@ TEST(CpuKernelsTest, KQuants) {
   }
 }
 
-// The types computed by decoding a tile of weight rows to f32: exact up to
-// float rounding (no activation quantization), across a row tile and with
-// more activation rows than a kernel tile.
-TEST(CpuKernelsTest, DecodedTypes) {
+// The types beyond Q4_0 and the common K-quants, each with the activation
+// format llama.cpp pairs it with, at every level; more activation rows than a
+// kernel tile.
+TEST(CpuKernelsTest, LowBitTypes) {
   uint32_t seed = 400;
-  for (TensorType type :
-       {TensorType::kQ4_1, TensorType::kQ5_0, TensorType::kQ5_1, TensorType::kIQ4_NL,
-        TensorType::kMXFP4, TensorType::kQ2_K, TensorType::kQ3_K, TensorType::kIQ4_XS}) {
-    EXPECT_TRUE(SupportsWeightType(type));
-    EXPECT_EQ(ActFormatFor(type), ActFormat::kF32);
-    EXPECT_EQ(WeightBlockElems(type), GetTensorTypeInfo(type).block_elems);
+  struct TypeFormat {
+    TensorType type;
+    ActFormat format;
+  };
+  for (const TypeFormat& tf : {TypeFormat{TensorType::kQ4_1, ActFormat::kQ8_0},
+                               TypeFormat{TensorType::kQ5_0, ActFormat::kQ8_0},
+                               TypeFormat{TensorType::kQ5_1, ActFormat::kQ8_0},
+                               TypeFormat{TensorType::kIQ4_NL, ActFormat::kQ8_0},
+                               TypeFormat{TensorType::kMXFP4, ActFormat::kQ8_0},
+                               TypeFormat{TensorType::kQ2_K, ActFormat::kQ8_K},
+                               TypeFormat{TensorType::kQ3_K, ActFormat::kQ8_K},
+                               TypeFormat{TensorType::kIQ4_XS, ActFormat::kQ8_K}}) {
+    EXPECT_TRUE(SupportsWeightType(tf.type));
+    EXPECT_EQ(ActFormatFor(tf.type), tf.format);
+    EXPECT_EQ(WeightBlockElems(tf.type), GetTensorTypeInfo(tf.type).block_elems);
     for (int64_t k : {256, 768}) {
-      for (int64_t n_act : {1, 3, 10}) {
+      for (int64_t n_act : {1, 3, 4, 5, 9}) {
         for (WeightSource source : {WeightSource::kQuantized, WeightSource::kRandomBytes}) {
-          RunCase({type, k, 5, n_act}, source, seed++);
+          RunCase({tf.type, k, 5, n_act}, source, seed++);
         }
       }
     }
-    RunCase({type, 256, 70, 2}, WeightSource::kQuantized, seed++);  // two row tiles
+    RunCase({tf.type, 512, 130, 11}, WeightSource::kQuantized, seed++);  // tiled
   }
 }
 

@@ -1,8 +1,10 @@
 // The CPU engine against the fp32 reference engine on synthetic models from
 // moetier-synth, for every quant mix: these exercise weight types the test
 // vectors lack (Q4_0 and F16 fallbacks, tied output), a real Q4_K_M mix with
-// 32 experts, prompt lengths longer than one batch, and every type the cpu
-// engine computes by decoding.
+// 32 experts, prompt lengths longer than one batch, and models whose
+// matrices are all Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4, Q2_K, Q3_K or IQ4_XS.
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -12,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/cpu_kernels.h"
 #include "engine/cpu_engine.h"
 #include "engine_run.h"
 #include "gguf/gguf_reader.h"
@@ -33,18 +36,22 @@ struct Case {
   // fraction of positions whose top token agrees. The reference computes
   // with exact activations; the cpu engine quantizes them per matrix input as
   // llama.cpp does, so quantized mixes only agree in distribution (measured
-  // here: KL 4e-4 to 1e-3, top-1 at 92% or more; the bounds leave room for
-  // other SIMD levels' summation order flipping near-ties).
+  // here: KL 4e-4 to 1e-3 for the mixes, up to 2e-2 for the single-type
+  // models, where a router near-tie flipped decides most of it; top-1 at 92%
+  // or more; the bounds leave room for other SIMD levels' summation order
+  // flipping near-ties). With q8x2 activations every case must agree to
+  // float rounding.
   double max_mean_kl;
   double min_top1;
-  // When set, every matrix is of this type (SynthOptions::matrix_type): the
-  // types the cpu engine decodes to f32 and multiplies with f32 activations,
-  // as the reference does, so the logits must agree up to float rounding.
+  // When set, every matrix whose rows fit is of this type
+  // (SynthOptions::matrix_type).
   std::optional<TensorType> matrix_type = std::nullopt;
 };
 
+// With the pid: ctest runs this binary twice at once (q8 and q8x2 activations).
 std::string TempModelPath(const std::string& name) {
-  return std::string(MOETIER_BINARY_DIR) + "/cpu_synth_" + name + ".gguf";
+  return std::string(MOETIER_BINARY_DIR) + "/cpu_synth_" + name + "_" + std::to_string(getpid()) +
+         ".gguf";
 }
 
 class SynthEngineTest : public ::testing::TestWithParam<Case> {};
@@ -119,9 +126,17 @@ TEST_P(SynthEngineTest, AgreesWithReference) {
   }
   std::printf("%s: mean KL %.3g, top-1 agreement %d/%zu, worst |error| / range %.3g\n", c.name,
               mean_kl, same_top1, ids.size(), worst_range_error);
-  EXPECT_LE(mean_kl, c.max_mean_kl);
-  EXPECT_GE(static_cast<double>(same_top1) / ids.size(), c.min_top1);
-  if (c.quant == SynthQuant::kF32 || c.matrix_type.has_value()) {
+  if (cpu::ActivationsHaveResidualPlane()) {
+    // About 15-bit activations: what is left is float rounding, so a wrong
+    // block decode or scale shows here even where routing hides it in q8.
+    EXPECT_LE(mean_kl, 1e-6);
+    EXPECT_EQ(same_top1, static_cast<int>(ids.size()));
+    EXPECT_LT(worst_range_error, 1e-3);
+  } else {
+    EXPECT_LE(mean_kl, c.max_mean_kl);
+    EXPECT_GE(static_cast<double>(same_top1) / ids.size(), c.min_top1);
+  }
+  if (c.quant == SynthQuant::kF32) {
     EXPECT_LT(worst_range_error, 1e-4);
   }
   std::remove(options.out_path.c_str());
@@ -136,14 +151,14 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"tiny_q4_k_m", "tiny", SynthQuant::kQ4_K_M, false, 5e-3, 0.85},
         Case{"small_q4_k_m", "small", SynthQuant::kQ4_K_M, true, 5e-3, 0.85},
         // Rows of 32 in tiny, of 256 in small: every matrix converts.
-        Case{"tiny_q4_1", "tiny", SynthQuant::kQ8_0, false, 1e-9, 1.0, TensorType::kQ4_1},
-        Case{"tiny_q5_0", "tiny", SynthQuant::kQ8_0, false, 1e-9, 1.0, TensorType::kQ5_0},
-        Case{"tiny_q5_1", "tiny", SynthQuant::kQ8_0, false, 1e-9, 1.0, TensorType::kQ5_1},
-        Case{"tiny_iq4_nl", "tiny", SynthQuant::kQ8_0, true, 1e-9, 1.0, TensorType::kIQ4_NL},
-        Case{"tiny_mxfp4", "tiny", SynthQuant::kQ8_0, false, 1e-9, 1.0, TensorType::kMXFP4},
-        Case{"small_q2_k", "small", SynthQuant::kQ8_0, false, 1e-9, 1.0, TensorType::kQ2_K},
-        Case{"small_q3_k", "small", SynthQuant::kQ8_0, true, 1e-9, 1.0, TensorType::kQ3_K},
-        Case{"small_iq4_xs", "small", SynthQuant::kQ8_0, false, 1e-9, 1.0, TensorType::kIQ4_XS}),
+        Case{"tiny_q4_1", "tiny", SynthQuant::kQ8_0, false, 4e-2, 0.85, TensorType::kQ4_1},
+        Case{"tiny_q5_0", "tiny", SynthQuant::kQ8_0, false, 4e-2, 0.85, TensorType::kQ5_0},
+        Case{"tiny_q5_1", "tiny", SynthQuant::kQ8_0, false, 4e-2, 0.85, TensorType::kQ5_1},
+        Case{"tiny_iq4_nl", "tiny", SynthQuant::kQ8_0, true, 4e-2, 0.85, TensorType::kIQ4_NL},
+        Case{"tiny_mxfp4", "tiny", SynthQuant::kQ8_0, false, 4e-2, 0.85, TensorType::kMXFP4},
+        Case{"small_q2_k", "small", SynthQuant::kQ8_0, false, 4e-2, 0.85, TensorType::kQ2_K},
+        Case{"small_q3_k", "small", SynthQuant::kQ8_0, true, 4e-2, 0.85, TensorType::kQ3_K},
+        Case{"small_iq4_xs", "small", SynthQuant::kQ8_0, false, 4e-2, 0.85, TensorType::kIQ4_XS}),
     [](const ::testing::TestParamInfo<Case>& param_info) { return param_info.param.name; });
 
 // Qwen3.6's full context: an engine of 262,144 positions is made and runs,

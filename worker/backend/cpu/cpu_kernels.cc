@@ -16,7 +16,6 @@
 #include "absl/strings/str_format.h"
 #include "backend/cpu/block_layouts.h"
 #include "backend/cpu/cpu_check.h"
-#include "backend/cpu/decoded_weight_gemm.h"
 #include "backend/cpu/kernel_table.h"
 
 namespace moetier::cpu {
@@ -233,9 +232,17 @@ bool SupportsWeightType(TensorType type) {
     case TensorType::kQ4_K:
     case TensorType::kQ5_K:
     case TensorType::kQ6_K:
+    case TensorType::kQ4_1:
+    case TensorType::kQ5_0:
+    case TensorType::kQ5_1:
+    case TensorType::kIQ4_NL:
+    case TensorType::kMXFP4:
+    case TensorType::kQ2_K:
+    case TensorType::kQ3_K:
+    case TensorType::kIQ4_XS:
       return true;
     default:
-      return IsDecodedWeightType(type);
+      return false;
   }
 }
 
@@ -243,10 +250,18 @@ ActFormat ActFormatFor(TensorType weight_type) {
   switch (weight_type) {
     case TensorType::kQ8_0:
     case TensorType::kQ4_0:
+    case TensorType::kQ4_1:
+    case TensorType::kQ5_0:
+    case TensorType::kQ5_1:
+    case TensorType::kIQ4_NL:
+    case TensorType::kMXFP4:
       return ActFormat::kQ8_0;
+    case TensorType::kQ2_K:
+    case TensorType::kQ3_K:
     case TensorType::kQ4_K:
     case TensorType::kQ5_K:
     case TensorType::kQ6_K:
+    case TensorType::kIQ4_XS:
       return ActFormat::kQ8_K;
     default:
       MOETIER_CPU_CHECK(SupportsWeightType(weight_type), "weight type without CPU kernels");
@@ -255,7 +270,6 @@ ActFormat ActFormatFor(TensorType weight_type) {
 }
 
 int64_t WeightBlockElems(TensorType weight_type) {
-  if (IsDecodedWeightType(weight_type)) return GetTensorTypeInfo(weight_type).block_elems;
   switch (ActFormatFor(weight_type)) {
     case ActFormat::kF32:
       return 1;
@@ -361,11 +375,6 @@ void MatMul(TensorType weight_type, int64_t k, const void* w, size_t w_row_bytes
       reinterpret_cast<uintptr_t>(act) % kActRowAlign == 0 && act_row_bytes % kActRowAlign == 0,
       "activation rows must be 64-byte aligned");
   if (r0 == r1 || n_act == 0) return;
-  if (IsDecodedWeightType(weight_type)) {
-    DecodedWeightMatMul(weight_type, k, static_cast<const uint8_t*>(w), w_row_bytes, r0, r1,
-                        static_cast<const uint8_t*>(act), act_row_bytes, n_act, out, ldo);
-    return;
-  }
   const KernelTable& t = Table();
   GemmTileFn fn = nullptr;
   switch (weight_type) {
@@ -392,6 +401,30 @@ void MatMul(TensorType weight_type, int64_t k, const void* w, size_t w_row_bytes
       break;
     case TensorType::kQ6_K:
       fn = t.gemm_q6_k;
+      break;
+    case TensorType::kQ4_1:
+      fn = t.gemm_q4_1;
+      break;
+    case TensorType::kQ5_0:
+      fn = t.gemm_q5_0;
+      break;
+    case TensorType::kQ5_1:
+      fn = t.gemm_q5_1;
+      break;
+    case TensorType::kIQ4_NL:
+      fn = t.gemm_iq4_nl;
+      break;
+    case TensorType::kMXFP4:
+      fn = t.gemm_mxfp4;
+      break;
+    case TensorType::kQ2_K:
+      fn = t.gemm_q2_k;
+      break;
+    case TensorType::kQ3_K:
+      fn = t.gemm_q3_k;
+      break;
+    case TensorType::kIQ4_XS:
+      fn = t.gemm_iq4_xs;
       break;
     default:
       MOETIER_CPU_CHECK(false, "weight type without CPU kernels");

@@ -3,14 +3,13 @@
 //
 // Weights stay in the file's encoding. Activations are prepared once per
 // matrix input (QuantizeActRows) in the format the weight type pairs with,
-// as llama.cpp pairs them: Q4_K/Q5_K/Q6_K with Q8_K, Q8_0/Q4_0 with Q8_0, and
-// F32/F16/BF16 with plain f32; the rarer types are decoded and paired with
-// plain f32 too (decoded_weight_gemm.h). For quantized weights a row carries, after
-// that plane, a second one in the same format that quantizes the first
-// one's rounding error, about 15 bits a value instead of 8 (8-bit
-// activations cost llama.cpp most of its error against exact logits). The
-// prepared rows are then shared by every weight row, and MatMul over
-// disjoint row ranges can run on many threads.
+// as llama.cpp pairs them: Q2_K/Q3_K/Q4_K/Q5_K/Q6_K/IQ4_XS with Q8_K;
+// Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/IQ4_NL/MXFP4 with Q8_0 (llama.cpp's Q8_1 for Q4_1
+// and Q5_1 carries the same numbers); and F32/F16/BF16 with plain f32. For quantized weights a row
+// carries, after that plane, a second one in the same format that quantizes the first one's
+// rounding error, about 15 bits a value instead of 8 (8-bit activations cost llama.cpp most of its
+// error against exact logits). The prepared rows are then shared by every weight row, and MatMul
+// over disjoint row ranges can run on many threads.
 #pragma once
 
 #include <cstddef>
@@ -44,9 +43,8 @@ absl::Status SetSimdLevel(SimdLevel level);
 
 enum class ActFormat { kF32, kQ8_0, kQ8_K };
 
-// Whether MatMul handles weights of `type`: F32, F16, BF16, Q8_0, Q4_0, Q4_K,
-// Q5_K, Q6_K with kernels of their own; Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4,
-// Q2_K, Q3_K, IQ4_XS by decoding.
+// Whether MatMul handles weights of `type`: F32, F16, BF16, Q8_0, Q4_0, Q4_1,
+// Q5_0, Q5_1, IQ4_NL, MXFP4, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS.
 bool SupportsWeightType(TensorType type);
 // Precondition for the functions below: SupportsWeightType(weight_type).
 ActFormat ActFormatFor(TensorType weight_type);

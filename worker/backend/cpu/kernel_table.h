@@ -54,6 +54,14 @@ struct KernelTable {
   GemmTileFn gemm_q4_k;
   GemmTileFn gemm_q5_k;
   GemmTileFn gemm_q6_k;
+  GemmTileFn gemm_q4_1;
+  GemmTileFn gemm_q5_0;
+  GemmTileFn gemm_q5_1;
+  GemmTileFn gemm_iq4_nl;
+  GemmTileFn gemm_mxfp4;
+  GemmTileFn gemm_q2_k;
+  GemmTileFn gemm_q3_k;
+  GemmTileFn gemm_iq4_xs;
   QuantizeActFn quantize_q8_0;
   QuantizeActFn quantize_q8_k;
   float (*dot_f32)(const float* a, const float* b, int64_t n);

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "backend/cpu/block_layouts.h"
+#include "backend/cpu/gemm_low_bit_x86.h"
 #include "backend/cpu/kernel_table.h"
 #include "backend/cpu/kv_values_x86.h"
 
@@ -422,6 +423,14 @@ MOETIER_GEMM_KERNEL(KQ4_0, GemmQ4_0NA<NA>)
 MOETIER_GEMM_KERNEL(KQ4K, GemmQ4KNA<NA>)
 MOETIER_GEMM_KERNEL(KQ5K, GemmQ5KNA<NA>)
 MOETIER_GEMM_KERNEL(KQ6K, GemmQ6KNA<NA>)
+MOETIER_GEMM_KERNEL(KQ4_1, (low_bit_x86::GemmBlock32NA<low_bit_x86::Q4_1Weights, NA>))
+MOETIER_GEMM_KERNEL(KQ5_0, (low_bit_x86::GemmBlock32NA<low_bit_x86::Q5_0Weights, NA>))
+MOETIER_GEMM_KERNEL(KQ5_1, (low_bit_x86::GemmBlock32NA<low_bit_x86::Q5_1Weights, NA>))
+MOETIER_GEMM_KERNEL(KIQ4NL, (low_bit_x86::GemmBlock32NA<low_bit_x86::IQ4NLWeights, NA>))
+MOETIER_GEMM_KERNEL(KMXFP4, (low_bit_x86::GemmBlock32NA<low_bit_x86::MXFP4Weights, NA>))
+MOETIER_GEMM_KERNEL(KQ2K, (low_bit_x86::GemmQ23KNA<false, NA>))
+MOETIER_GEMM_KERNEL(KQ3K, (low_bit_x86::GemmQ23KNA<true, NA>))
+MOETIER_GEMM_KERNEL(KIQ4XS, low_bit_x86::GemmIQ4XSNA<NA>)
 #undef MOETIER_GEMM_KERNEL
 
 float DotF32(const float* a, const float* b, int64_t n) {
@@ -671,6 +680,14 @@ const KernelTable kAvx2Kernels = {
     .gemm_q4_k = GemmTileDispatch<KQ4K>,
     .gemm_q5_k = GemmTileDispatch<KQ5K>,
     .gemm_q6_k = GemmTileDispatch<KQ6K>,
+    .gemm_q4_1 = GemmTileDispatch<KQ4_1>,
+    .gemm_q5_0 = GemmTileDispatch<KQ5_0>,
+    .gemm_q5_1 = GemmTileDispatch<KQ5_1>,
+    .gemm_iq4_nl = GemmTileDispatch<KIQ4NL>,
+    .gemm_mxfp4 = GemmTileDispatch<KMXFP4>,
+    .gemm_q2_k = GemmTileDispatch<KQ2K>,
+    .gemm_q3_k = GemmTileDispatch<KQ3K>,
+    .gemm_iq4_xs = GemmTileDispatch<KIQ4XS>,
     .quantize_q8_0 = QuantizeQ8_0,
     .quantize_q8_k = QuantizeQ8K,
     .dot_f32 = DotF32,

@@ -230,6 +230,171 @@ float DotRowQ6K(int64_t k, const uint8_t* w, const uint8_t* act) {
   return sum;
 }
 
+// The Q8_0 activation row of block b: its int8 values, d and sum of values.
+struct Q8_0Block {
+  const int8_t* qs;
+  float d;
+  int32_t sum;
+};
+
+Q8_0Block ActQ8_0(const uint8_t* act, int64_t k, int64_t b) {
+  return {reinterpret_cast<const int8_t*>(act) + b * kQK8_0,
+          reinterpret_cast<const float*>(act + k)[b * kActRepeat],
+          -reinterpret_cast<const int32_t*>(act + 2 * k)[b * kActRepeat]};
+}
+
+// Element j of a 32-element block: low nibble of qs[j] for j < 16, high nibble
+// of qs[j - 16] otherwise; the fifth bit, where there is one, is bit j of qh.
+inline int Nibble(const uint8_t* qs, int j) { return j < 16 ? qs[j] & 0x0F : qs[j - 16] >> 4; }
+inline int FifthBit(const uint8_t* qh, int j) { return (qh[j / 8] >> (j % 8)) & 1; }
+
+float DotRowQ4_1(int64_t k, const uint8_t* w, const uint8_t* act) {
+  const BlockQ4_1* x = reinterpret_cast<const BlockQ4_1*>(w);
+  float sum = 0.0f;
+  for (int64_t b = 0; b < k / kQK8_0; ++b) {
+    const Q8_0Block a = ActQ8_0(act, k, b);
+    int32_t isum = 0;
+    for (int j = 0; j < kQK8_0; ++j) isum += Nibble(x[b].qs, j) * a.qs[j];
+    sum += a.d * (HalfToFloat(x[b].d) * static_cast<float>(isum) +
+                  HalfToFloat(x[b].m) * static_cast<float>(a.sum));
+  }
+  return sum;
+}
+
+float DotRowQ5_0(int64_t k, const uint8_t* w, const uint8_t* act) {
+  const BlockQ5_0* x = reinterpret_cast<const BlockQ5_0*>(w);
+  float sum = 0.0f;
+  for (int64_t b = 0; b < k / kQK8_0; ++b) {
+    const Q8_0Block a = ActQ8_0(act, k, b);
+    int32_t isum = 0;
+    for (int j = 0; j < kQK8_0; ++j) {
+      isum += ((Nibble(x[b].qs, j) | (FifthBit(x[b].qh, j) << 4)) - 16) * a.qs[j];
+    }
+    sum += a.d * HalfToFloat(x[b].d) * static_cast<float>(isum);
+  }
+  return sum;
+}
+
+float DotRowQ5_1(int64_t k, const uint8_t* w, const uint8_t* act) {
+  const BlockQ5_1* x = reinterpret_cast<const BlockQ5_1*>(w);
+  float sum = 0.0f;
+  for (int64_t b = 0; b < k / kQK8_0; ++b) {
+    const Q8_0Block a = ActQ8_0(act, k, b);
+    int32_t isum = 0;
+    for (int j = 0; j < kQK8_0; ++j) {
+      isum += (Nibble(x[b].qs, j) | (FifthBit(x[b].qh, j) << 4)) * a.qs[j];
+    }
+    sum += a.d * (HalfToFloat(x[b].d) * static_cast<float>(isum) +
+                  HalfToFloat(x[b].m) * static_cast<float>(a.sum));
+  }
+  return sum;
+}
+
+float DotRowIQ4NL(int64_t k, const uint8_t* w, const uint8_t* act) {
+  const BlockIQ4NL* x = reinterpret_cast<const BlockIQ4NL*>(w);
+  float sum = 0.0f;
+  for (int64_t b = 0; b < k / kQK8_0; ++b) {
+    const Q8_0Block a = ActQ8_0(act, k, b);
+    int32_t isum = 0;
+    for (int j = 0; j < kQK8_0; ++j) isum += kIq4NlValues[Nibble(x[b].qs, j)] * a.qs[j];
+    sum += a.d * HalfToFloat(x[b].d) * static_cast<float>(isum);
+  }
+  return sum;
+}
+
+float DotRowMXFP4(int64_t k, const uint8_t* w, const uint8_t* act) {
+  const BlockMXFP4* x = reinterpret_cast<const BlockMXFP4*>(w);
+  float sum = 0.0f;
+  for (int64_t b = 0; b < k / kQK8_0; ++b) {
+    const Q8_0Block a = ActQ8_0(act, k, b);
+    int32_t isum = 0;
+    for (int j = 0; j < kQK8_0; ++j) isum += kMxfp4Values[Nibble(x[b].qs, j)] * a.qs[j];
+    sum += a.d * std::ldexp(1.0f, x[b].e - 128) * static_cast<float>(isum);
+  }
+  return sum;
+}
+
+// The two low bits of element e = 128h + 32j + l of a Q2_K / Q3_K block.
+inline int LowBits(const uint8_t* qs, int e) {
+  return (qs[32 * (e / 128) + e % 32] >> (2 * ((e % 128) / 32))) & 3;
+}
+
+float DotRowQ2K(int64_t k, const uint8_t* w, const uint8_t* act) {
+  const BlockQ2K* x = reinterpret_cast<const BlockQ2K*>(w);
+  const int8_t* qa = reinterpret_cast<const int8_t*>(act);
+  const int16_t* bsums = reinterpret_cast<const int16_t*>(act + k);
+  const float* dd = reinterpret_cast<const float*>(act + k + k / 8);
+  float sum = 0.0f;
+  for (int64_t b = 0; b < k / kQK_K; ++b) {
+    const int8_t* a = qa + b * kQK_K;
+    int32_t isum = 0;
+    int32_t msum = 0;
+    for (int g = 0; g < 16; ++g) {
+      int32_t s = 0;
+      for (int t = 0; t < 16; ++t) s += LowBits(x[b].qs, 16 * g + t) * a[16 * g + t];
+      isum += (x[b].scales[g] & 0x0F) * s;
+      msum += (x[b].scales[g] >> 4) * bsums[b * 16 + g];
+    }
+    sum += dd[b] * (HalfToFloat(x[b].d) * static_cast<float>(isum) -
+                    HalfToFloat(x[b].dmin) * static_cast<float>(msum));
+  }
+  return sum;
+}
+
+// The 16 six-bit Q3_K scales, offset by 32 (SPEC §2.3 table).
+void UnpackQ3Scales(const uint8_t* s, int* out) {
+  for (int k = 0; k < 4; ++k) {
+    out[k] = ((s[k] & 0x0F) | ((s[8 + k] & 3) << 4)) - 32;
+    out[4 + k] = ((s[4 + k] & 0x0F) | (((s[8 + k] >> 2) & 3) << 4)) - 32;
+    out[8 + k] = ((s[k] >> 4) | (((s[8 + k] >> 4) & 3) << 4)) - 32;
+    out[12 + k] = ((s[4 + k] >> 4) | (((s[8 + k] >> 6) & 3) << 4)) - 32;
+  }
+}
+
+float DotRowQ3K(int64_t k, const uint8_t* w, const uint8_t* act) {
+  const BlockQ3K* x = reinterpret_cast<const BlockQ3K*>(w);
+  const int8_t* qa = reinterpret_cast<const int8_t*>(act);
+  const float* dd = reinterpret_cast<const float*>(act + k + k / 8);
+  float sum = 0.0f;
+  for (int64_t b = 0; b < k / kQK_K; ++b) {
+    const int8_t* a = qa + b * kQK_K;
+    int sc[16];
+    UnpackQ3Scales(x[b].scales, sc);
+    int32_t isum = 0;
+    for (int g = 0; g < 16; ++g) {
+      int32_t s = 0;
+      for (int t = 0; t < 16; ++t) {
+        const int e = 16 * g + t;
+        const int high = (x[b].hmask[e % 32] >> (e / 32)) & 1;
+        s += (LowBits(x[b].qs, e) - 4 + 4 * high) * a[e];
+      }
+      isum += sc[g] * s;
+    }
+    sum += dd[b] * HalfToFloat(x[b].d) * static_cast<float>(isum);
+  }
+  return sum;
+}
+
+float DotRowIQ4XS(int64_t k, const uint8_t* w, const uint8_t* act) {
+  const BlockIQ4XS* x = reinterpret_cast<const BlockIQ4XS*>(w);
+  const int8_t* qa = reinterpret_cast<const int8_t*>(act);
+  const float* dd = reinterpret_cast<const float*>(act + k + k / 8);
+  float sum = 0.0f;
+  for (int64_t b = 0; b < k / kQK_K; ++b) {
+    int32_t isum = 0;
+    for (int g = 0; g < 8; ++g) {
+      const int ls = ((x[b].scales_l[g / 2] >> (4 * (g % 2))) & 0x0F) |
+                     (((x[b].scales_h >> (2 * g)) & 3) << 4);
+      const int8_t* a = qa + b * kQK_K + 32 * g;
+      int32_t s = 0;
+      for (int j = 0; j < 32; ++j) s += kIq4NlValues[Nibble(x[b].qs + 16 * g, j)] * a[j];
+      isum += (ls - 32) * s;
+    }
+    sum += dd[b] * HalfToFloat(x[b].d) * static_cast<float>(isum);
+  }
+  return sum;
+}
+
 template <float (*kDot)(int64_t, const uint8_t*, const uint8_t*)>
 void GemmTile(int64_t k, const uint8_t* w, size_t w_stride, int64_t n_rows, const uint8_t* act,
               size_t act_stride, int n_act, float* out, int64_t ldo) {
@@ -322,6 +487,14 @@ const KernelTable kScalarKernels = {
     .gemm_q4_k = GemmTile<DotRowQ4K>,
     .gemm_q5_k = GemmTile<DotRowQ5K>,
     .gemm_q6_k = GemmTile<DotRowQ6K>,
+    .gemm_q4_1 = GemmTile<DotRowQ4_1>,
+    .gemm_q5_0 = GemmTile<DotRowQ5_0>,
+    .gemm_q5_1 = GemmTile<DotRowQ5_1>,
+    .gemm_iq4_nl = GemmTile<DotRowIQ4NL>,
+    .gemm_mxfp4 = GemmTile<DotRowMXFP4>,
+    .gemm_q2_k = GemmTile<DotRowQ2K>,
+    .gemm_q3_k = GemmTile<DotRowQ3K>,
+    .gemm_iq4_xs = GemmTile<DotRowIQ4XS>,
     .quantize_q8_0 = QuantizeQ8_0,
     .quantize_q8_k = QuantizeQ8K,
     .dot_f32 = DotF32,

@@ -1,0 +1,329 @@
+// AVX2 matrix kernels for the weight types beyond the common K-quants:
+// Q4_1, Q5_0, Q5_1, IQ4_NL and MXFP4 against Q8_0 activation rows, and Q2_K,
+// Q3_K and IQ4_XS against Q8_K rows (block_layouts.h), with integer dot
+// products per block as the Q4_0 and Q4_K kernels. Included only by the x86
+// kernel translation units, each of which compiles its own copy for its
+// instruction set (the anonymous namespace keeps them apart) and runs them
+// through its GemmTileDispatch, NA activation rows at a time.
+#pragma once
+
+#include <immintrin.h>
+
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+#include "backend/cpu/block_layouts.h"
+
+namespace moetier::cpu {
+namespace {
+namespace low_bit_x86 {
+
+#define MOETIER_LOW_BIT_UNROLL _Pragma("GCC unroll 16")
+
+inline float HsumF(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+inline float HalfF(uint16_t h) { return _cvtsh_ss(h); }
+
+// 2^(e − 128), the MXFP4 block scale for the doubled E2M1 levels; e = 0 and 1
+// give the subnormals 2^-128 and 2^-127.
+inline float E8M0Half(uint8_t e) {
+  const uint32_t bits = e < 2 ? (0x00200000u << e) : (static_cast<uint32_t>(e - 1) << 23);
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+// The 32 nibbles of a 32-element block in element order: the low nibbles of
+// qs[0..15], then their high nibbles.
+inline __m256i Nibbles32(const uint8_t* qs) {
+  const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(qs));
+  return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), _mm256_set1_epi8(0x0F));
+}
+
+// 0x10 in byte j where bit j of the little-endian u32 at qh is set.
+inline __m256i FifthBits(const uint8_t* qh) {
+  uint32_t x;
+  std::memcpy(&x, qh, sizeof(x));
+  const __m256i spread =
+      _mm256_shuffle_epi8(_mm256_set1_epi32(static_cast<int>(x)),
+                          _mm256_set_epi64x(0x0303030303030303, 0x0202020202020202,
+                                            0x0101010101010101, 0x0000000000000000));
+  // Byte i of each 8 has every bit but bit i set: all ones where bit i is.
+  const __m256i all = _mm256_or_si256(spread, _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe));
+  return _mm256_and_si256(_mm256_cmpeq_epi8(all, _mm256_set1_epi64x(-1)), _mm256_set1_epi8(0x10));
+}
+
+inline __m256i LookUp16(const int8_t* table, __m256i nibbles) {
+  const __m256i t =
+      _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(table)));
+  return _mm256_shuffle_epi8(t, nibbles);
+}
+
+// Pairwise int16 sums of w * a: unsigned weights go straight into maddubs;
+// signed ones as |w| times a with w's sign. No pair exceeds 2 · 127 · 127.
+template <bool kSigned>
+inline __m256i PairProducts(__m256i w, __m256i a) {
+  if constexpr (kSigned) {
+    return _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w));
+  } else {
+    return _mm256_maddubs_epi16(w, a);
+  }
+}
+
+// --- 32-element blocks against Q8_0 rows -------------------------------------
+// A weight format gives one block's 32 values as int8 (Values), its scale and,
+// for the affine types, its offset m: y = scale · value + m.
+
+struct Q4_1Weights {
+  using Block = BlockQ4_1;
+  static constexpr bool kSigned = false;
+  static constexpr bool kHasMin = true;
+  static __m256i Values(const Block& x) { return Nibbles32(x.qs); }
+  static float Scale(const Block& x) { return HalfF(x.d); }
+  static float Min(const Block& x) { return HalfF(x.m); }
+};
+
+struct Q5_0Weights {
+  using Block = BlockQ5_0;
+  static constexpr bool kSigned = true;
+  static constexpr bool kHasMin = false;
+  static __m256i Values(const Block& x) {
+    return _mm256_sub_epi8(_mm256_or_si256(Nibbles32(x.qs), FifthBits(x.qh)), _mm256_set1_epi8(16));
+  }
+  static float Scale(const Block& x) { return HalfF(x.d); }
+  static float Min(const Block&) { return 0.0f; }
+};
+
+struct Q5_1Weights {
+  using Block = BlockQ5_1;
+  static constexpr bool kSigned = false;
+  static constexpr bool kHasMin = true;
+  static __m256i Values(const Block& x) {
+    return _mm256_or_si256(Nibbles32(x.qs), FifthBits(x.qh));
+  }
+  static float Scale(const Block& x) { return HalfF(x.d); }
+  static float Min(const Block& x) { return HalfF(x.m); }
+};
+
+struct IQ4NLWeights {
+  using Block = BlockIQ4NL;
+  static constexpr bool kSigned = true;
+  static constexpr bool kHasMin = false;
+  static __m256i Values(const Block& x) { return LookUp16(kIq4NlValues, Nibbles32(x.qs)); }
+  static float Scale(const Block& x) { return HalfF(x.d); }
+  static float Min(const Block&) { return 0.0f; }
+};
+
+struct MXFP4Weights {
+  using Block = BlockMXFP4;
+  static constexpr bool kSigned = true;
+  static constexpr bool kHasMin = false;
+  static __m256i Values(const Block& x) { return LookUp16(kMxfp4Values, Nibbles32(x.qs)); }
+  static float Scale(const Block& x) { return E8M0Half(x.e); }
+  static float Min(const Block&) { return 0.0f; }
+};
+
+template <class W, int NA>
+void GemmBlock32NA(int64_t k, const uint8_t* w, size_t w_stride, int64_t n_rows, const uint8_t* act,
+                   size_t act_stride, float* out, int64_t ldo) {
+  const int64_t nb = k / kQK8_0;
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const auto* x = reinterpret_cast<const typename W::Block*>(w + r * w_stride);
+    __m256 acc[NA];
+    MOETIER_LOW_BIT_UNROLL
+    for (int m = 0; m < NA; ++m) acc[m] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      const __m256i wq = W::Values(x[b]);
+      const __m256 dw = _mm256_set1_ps(W::Scale(x[b]));
+      MOETIER_LOW_BIT_UNROLL
+      for (int m = 0; m < NA; ++m) {
+        const uint8_t* a = act + m * act_stride;
+        const __m256i aq = _mm256_load_si256(reinterpret_cast<const __m256i*>(a + b * kQK8_0));
+        const __m256 da = _mm256_loadu_ps(reinterpret_cast<const float*>(a + k) + b * kActRepeat);
+        const __m256i p = _mm256_madd_epi16(PairProducts<W::kSigned>(wq, aq), ones);
+        acc[m] = _mm256_fmadd_ps(_mm256_mul_ps(dw, da), _mm256_cvtepi32_ps(p), acc[m]);
+        if constexpr (W::kHasMin) {
+          // m · da · Σa: each of the 8 lanes of nsum8 holds −Σa.
+          const __m256i nsum = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(
+              reinterpret_cast<const int32_t*>(a + 2 * k) + b * kActRepeat));
+          const __m256 mw = _mm256_set1_ps(-0.125f * W::Min(x[b]));
+          acc[m] = _mm256_fmadd_ps(_mm256_mul_ps(mw, da), _mm256_cvtepi32_ps(nsum), acc[m]);
+        }
+      }
+    }
+    MOETIER_LOW_BIT_UNROLL
+    for (int m = 0; m < NA; ++m) out[m * ldo + r] = HsumF(acc[m]);
+  }
+}
+
+// --- 256-element blocks against Q8_K rows ------------------------------------
+
+struct Q8KAct {
+  const int8_t* qs;
+  const int16_t* bsums;
+  const float* d;
+};
+
+inline Q8KAct Q8KActAt(const uint8_t* a, int64_t k) {
+  return {reinterpret_cast<const int8_t*>(a), reinterpret_cast<const int16_t*>(a + k),
+          reinterpret_cast<const float*>(a + k + k / 8)};
+}
+
+// Scales i and i + 1 of 16 int8 scales, as int16 in the low and the high
+// 128-bit lane: the two 16-element sub-blocks one vector of 32 covers.
+inline __m256i TwoScales(__m128i scales8, int i) {
+  const __m128i pick = _mm_set_epi64x(static_cast<int64_t>((i + 1) * 0x0101010101010101ull),
+                                      static_cast<int64_t>(i * 0x0101010101010101ull));
+  return _mm256_cvtepi8_epi16(_mm_shuffle_epi8(scales8, pick));
+}
+
+// The 16 six-bit Q3_K scales minus 32, as int8 (SPEC §2.3 table): low
+// nibbles from bytes 0..7 (scales 0..7) and their high nibbles (8..15); bits
+// 4..5 of scale 4r + k are bits 2r..2r+1 of byte 8 + k.
+inline __m128i Q3Scales(const uint8_t* s) {
+  uint64_t low;
+  uint32_t high;
+  std::memcpy(&low, s, sizeof(low));
+  std::memcpy(&high, s + 8, sizeof(high));
+  const __m128i v = _mm_cvtsi64_si128(static_cast<int64_t>(low));
+  const __m128i m4 = _mm_set1_epi8(0x0F);
+  const __m128i nibbles =
+      _mm_unpacklo_epi64(_mm_and_si128(v, m4), _mm_and_si128(_mm_srli_epi16(v, 4), m4));
+  const __m128i top = _mm_and_si128(
+      _mm_srlv_epi32(_mm_set1_epi32(static_cast<int>(high)), _mm_setr_epi32(0, 2, 4, 6)),
+      _mm_set1_epi8(0x03));
+  return _mm_sub_epi8(_mm_or_si128(nibbles, _mm_slli_epi16(top, 4)), _mm_set1_epi8(32));
+}
+
+// Q2_K and Q3_K share the element order: the 32 elements 128h + 32j + l
+// (l = 0..31) are bits 2j of qs[32h + l], sub-blocks 8h + 2j and 8h + 2j + 1.
+// Both run unsigned: Q2_K's levels are 0..3 with a min per sub-block; Q3_K's
+// q = (low + 4·high) − 4 contributes Σ s·(low + 4·high)·a − 4·Σ s·Σa, the
+// second sum from the activation row's 16-element sums, like Q2_K's mins.
+template <bool kQ3, int NA>
+void GemmQ23KNA(int64_t k, const uint8_t* w, size_t w_stride, int64_t n_rows, const uint8_t* act,
+                size_t act_stride, float* out, int64_t ldo) {
+  using Block = std::conditional_t<kQ3, BlockQ3K, BlockQ2K>;
+  const int64_t nb = k / kQK_K;
+  const __m256i m2 = _mm256_set1_epi8(0x03);
+  Q8KAct rows[NA];
+  MOETIER_LOW_BIT_UNROLL
+  for (int m = 0; m < NA; ++m) rows[m] = Q8KActAt(act + m * act_stride, k);
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const Block* x = reinterpret_cast<const Block*>(w + r * w_stride);
+    __m256 acc[NA], accm[NA];
+    MOETIER_LOW_BIT_UNROLL
+    for (int m = 0; m < NA; ++m) {
+      acc[m] = _mm256_setzero_ps();
+      accm[m] = _mm256_setzero_ps();
+    }
+    for (int64_t b = 0; b < nb; ++b) {
+      __m128i scales8;  // the 16 sub-block scales
+      __m256i mins;     // what multiplies the 16-element activation sums
+      float min_unit;   // and its factor
+      if constexpr (kQ3) {
+        scales8 = Q3Scales(x[b].scales);
+        mins = _mm256_cvtepi8_epi16(scales8);
+        min_unit = 4.0f * HalfF(x[b].d);
+      } else {
+        const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].scales));
+        scales8 = _mm_and_si128(packed, _mm_set1_epi8(0x0F));
+        mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), _mm_set1_epi8(0x0F)));
+        min_unit = HalfF(x[b].dmin);
+      }
+      __m256i hmask = _mm256_setzero_si256();
+      if constexpr (kQ3) hmask = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].hmask));
+      __m256i sumi[NA];
+      MOETIER_LOW_BIT_UNROLL
+      for (int m = 0; m < NA; ++m) sumi[m] = _mm256_setzero_si256();
+      MOETIER_LOW_BIT_UNROLL
+      for (int h = 0; h < 2; ++h) {
+        const __m256i q = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs + 32 * h));
+        MOETIER_LOW_BIT_UNROLL
+        for (int j = 0; j < 4; ++j) {
+          // 16-bit shifts, then a byte mask: bits never cross into a byte's
+          // low bits from its neighbour.
+          __m256i wq = _mm256_and_si256(_mm256_srli_epi16(q, 2 * j), m2);
+          if constexpr (kQ3) {
+            const __m256i high =
+                _mm256_and_si256(_mm256_srli_epi16(hmask, 4 * h + j), _mm256_set1_epi8(0x01));
+            wq = _mm256_or_si256(wq, _mm256_slli_epi16(high, 2));  // 0..7
+          }
+          const __m256i sc = TwoScales(scales8, 8 * h + 2 * j);
+          MOETIER_LOW_BIT_UNROLL
+          for (int m = 0; m < NA; ++m) {
+            const __m256i a = _mm256_load_si256(
+                reinterpret_cast<const __m256i*>(rows[m].qs + b * kQK_K + 128 * h + 32 * j));
+            sumi[m] = _mm256_add_epi32(sumi[m], _mm256_madd_epi16(PairProducts<false>(wq, a), sc));
+          }
+        }
+      }
+      const float dw = HalfF(x[b].d);
+      MOETIER_LOW_BIT_UNROLL
+      for (int m = 0; m < NA; ++m) {
+        const float da = rows[m].d[b];
+        acc[m] = _mm256_fmadd_ps(_mm256_set1_ps(dw * da), _mm256_cvtepi32_ps(sumi[m]), acc[m]);
+        const __m256i bs =
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[m].bsums + b * 16));
+        accm[m] = _mm256_fmadd_ps(_mm256_set1_ps(min_unit * da),
+                                  _mm256_cvtepi32_ps(_mm256_madd_epi16(bs, mins)), accm[m]);
+      }
+    }
+    MOETIER_LOW_BIT_UNROLL
+    for (int m = 0; m < NA; ++m) out[m * ldo + r] = HsumF(_mm256_sub_ps(acc[m], accm[m]));
+  }
+}
+
+template <int NA>
+void GemmIQ4XSNA(int64_t k, const uint8_t* w, size_t w_stride, int64_t n_rows, const uint8_t* act,
+                 size_t act_stride, float* out, int64_t ldo) {
+  const int64_t nb = k / kQK_K;
+  Q8KAct rows[NA];
+  MOETIER_LOW_BIT_UNROLL
+  for (int m = 0; m < NA; ++m) rows[m] = Q8KActAt(act + m * act_stride, k);
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const BlockIQ4XS* x = reinterpret_cast<const BlockIQ4XS*>(w + r * w_stride);
+    __m256 acc[NA];
+    MOETIER_LOW_BIT_UNROLL
+    for (int m = 0; m < NA; ++m) acc[m] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      __m256i sumi[NA];
+      MOETIER_LOW_BIT_UNROLL
+      for (int m = 0; m < NA; ++m) sumi[m] = _mm256_setzero_si256();
+      MOETIER_LOW_BIT_UNROLL
+      for (int g = 0; g < 8; ++g) {
+        const int ls = ((x[b].scales_l[g / 2] >> (4 * (g % 2))) & 0x0F) |
+                       (((x[b].scales_h >> (2 * g)) & 3) << 4);
+        const __m256i sc = _mm256_set1_epi16(static_cast<int16_t>(ls - 32));
+        const __m256i wq = LookUp16(kIq4NlValues, Nibbles32(x[b].qs + 16 * g));
+        MOETIER_LOW_BIT_UNROLL
+        for (int m = 0; m < NA; ++m) {
+          const __m256i a =
+              _mm256_load_si256(reinterpret_cast<const __m256i*>(rows[m].qs + b * kQK_K + 32 * g));
+          sumi[m] = _mm256_add_epi32(sumi[m], _mm256_madd_epi16(PairProducts<true>(wq, a), sc));
+        }
+      }
+      const float dw = HalfF(x[b].d);
+      MOETIER_LOW_BIT_UNROLL
+      for (int m = 0; m < NA; ++m) {
+        acc[m] =
+            _mm256_fmadd_ps(_mm256_set1_ps(dw * rows[m].d[b]), _mm256_cvtepi32_ps(sumi[m]), acc[m]);
+      }
+    }
+    MOETIER_LOW_BIT_UNROLL
+    for (int m = 0; m < NA; ++m) out[m * ldo + r] = HsumF(acc[m]);
+  }
+}
+
+#undef MOETIER_LOW_BIT_UNROLL
+
+}  // namespace low_bit_x86
+}  // namespace
+}  // namespace moetier::cpu
