@@ -85,8 +85,20 @@ int Run(const DaemonConfig& config) {
                                       ? DefaultWorkerPath()
                                       : config.worker_executable_path();
   // Before the store: a model the workers refuse must not cost a preload
-  // and then restart them forever.
-  if (absl::Status check = CheckModelWithWorker(worker_path, config.model_path()); !check.ok()) {
+  // and then restart them forever. One check per kind of engine the workers
+  // run (every cuda:N runs the same one), since their tensor types differ.
+  std::vector<std::string> engine_kinds;
+  for (const std::string& device : config.devices()) {
+    const bool cpu = device == "cpu";
+    if (std::none_of(engine_kinds.begin(), engine_kinds.end(),
+                     [cpu](const std::string& seen) { return (seen == "cpu") == cpu; })) {
+      engine_kinds.push_back(device);
+    }
+  }
+  if (engine_kinds.empty()) engine_kinds.push_back("");
+  for (const std::string& device : engine_kinds) {
+    absl::Status check = CheckModelWithWorker(worker_path, config.model_path(), device);
+    if (check.ok()) continue;
     if (check.code() == absl::StatusCode::kFailedPrecondition) {
       LogError("model %s cannot be served: %s", config.model_path(), check.message());
       return kExitConfigError;

@@ -7,8 +7,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "model/architectures.h"
 #include "serve/daemon_mode.h"
+#include "setup/worker_engine.h"
 #include "standalone/options.h"
 #include "standalone/standalone.h"
 #include "store/worker_channel.h"
@@ -38,7 +38,8 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (!options->check_model_path.empty()) {
-    const absl::Status status = moetier::CheckModelFile(options->check_model_path);
+    const absl::Status status =
+        moetier::CheckModelForDevice(options->check_model_path, options->device);
     if (!status.ok()) {
       PrintError(status.message());
       return moetier::store::kWorkerCheckModelRefused;

@@ -18,10 +18,11 @@ constexpr size_t kReasonBytesMax = 64 * 1024;
 }  // namespace
 
 absl::Status CheckModelWithWorker(const std::string& worker_executable_path,
-                                  const std::string& model_path, int64_t timeout_ms) {
-  const std::vector<std::string> argv = {
-      worker_executable_path,
-      absl::StrFormat("%s=%s", store::kWorkerFlagCheckModel, model_path)};
+                                  const std::string& model_path, const std::string& device,
+                                  int64_t timeout_ms) {
+  std::vector<std::string> argv = {
+      worker_executable_path, absl::StrFormat("%s=%s", store::kWorkerFlagCheckModel, model_path)};
+  if (!device.empty()) argv.push_back(absl::StrFormat("%s=%s", store::kWorkerFlagDevice, device));
   absl::StatusOr<ProcessOutcome> outcome = RunAndCapture(argv, timeout_ms, kReasonBytesMax);
   if (!outcome.ok()) return absl::UnavailableError(outcome.status().message());
   absl::string_view reason = absl::StripAsciiWhitespace(outcome->output);

@@ -16,8 +16,10 @@ inline constexpr int64_t kModelCheckTimeoutMs = 120'000;
 // Ok when the worker accepts the model. FailedPrecondition with the
 // worker's own reason when it refuses it; Unavailable when the check could
 // not run (the executable cannot be started, crashed or timed out).
+// `device` ("cpu", "cuda:N"; empty: none) also asks whether that device's
+// engine computes every tensor.
 absl::Status CheckModelWithWorker(const std::string& worker_executable_path,
-                                  const std::string& model_path,
+                                  const std::string& model_path, const std::string& device = "",
                                   int64_t timeout_ms = kModelCheckTimeoutMs);
 
 }  // namespace moetier

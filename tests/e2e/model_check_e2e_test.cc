@@ -15,6 +15,8 @@
 #include "daemon_harness.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "synth/synth_model.h"
+#include "synth/synth_writer.h"
 
 namespace moetier::e2e {
 namespace {
@@ -67,6 +69,54 @@ TEST(ModelCheckE2eTest, AnUnknownArchitectureStopsTheDaemonBeforeTheStore) {
                          HasSubstr("qwen3moe ("), HasSubstr("qwen35moe ("), HasSubstr("llama ("),
                          HasSubstr("olmoe (")));
   // The check ran before the store and the workers.
+  EXPECT_THAT(log, AllOf(Not(HasSubstr("preloading")), Not(HasSubstr("started worker"))));
+}
+
+// A tiny qwen3moe whose matrices are all Q4_1: the cpu engine computes it,
+// the CUDA engine does not.
+std::string WriteQ4_1Model(const std::string& path) {
+  absl::StatusOr<SynthShape> shape = SynthPreset(SynthArch::kQwen3Moe, "tiny");
+  EXPECT_TRUE(shape.ok()) << shape.status();
+  if (!shape.ok()) return "";
+  SynthOptions options;
+  options.shape = *shape;
+  options.quant = SynthQuant::kQ8_0;
+  options.matrix_type = TensorType::kQ4_1;
+  options.threads = 2;
+  options.out_path = path;
+  absl::StatusOr<SynthPlan> plan = PlanSynthModel(options);
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  if (!plan.ok() || !WriteSynthModel(*plan, options).ok()) return "";
+  return path;
+}
+
+// The check asks each kind of engine configured: here the cpu one accepts the
+// file and a CUDA worker would not, so the daemon stops, naming the device
+// and the tensor (or, in a build without CUDA, saying so).
+TEST(ModelCheckE2eTest, AModelOneDeviceCannotComputeStopsTheDaemonNamingIt) {
+  char tmpl[] = "/tmp/moetier_q4_1_XXXXXX.gguf";
+  const int fd = mkstemps(tmpl, 5);
+  ASSERT_GE(fd, 0);
+  close(fd);
+  const std::string model = WriteQ4_1Model(tmpl);
+  ASSERT_FALSE(model.empty());
+
+  std::string error;
+  DaemonSetup setup;
+  setup.model_path = model;
+  setup.extra_config = {"devices: \"cuda:0\""};
+  std::unique_ptr<RunningDaemon> daemon = RunningDaemon::Launch(setup, &error);
+  ASSERT_NE(daemon, nullptr) << error;
+  const int status = daemon->WaitForExit(20000);
+  const std::string log = daemon->Log();
+  std::remove(model.c_str());
+  ASSERT_NE(status, -1) << "moetierd still runs after 20 s; log:\n" << log;
+  ASSERT_TRUE(WIFEXITED(status)) << log;
+  EXPECT_EQ(WEXITSTATUS(status), 2) << log;
+  EXPECT_THAT(log, AllOf(HasSubstr("model " + model + " cannot be served"),
+                         HasSubstr(model + " on cuda:0: ")));
+  EXPECT_THAT(log, ::testing::AnyOf(HasSubstr("is Q4_1, which the CUDA backend cannot compute"),
+                                    HasSubstr("built without CUDA")));
   EXPECT_THAT(log, AllOf(Not(HasSubstr("preloading")), Not(HasSubstr("started worker"))));
 }
 

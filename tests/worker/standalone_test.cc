@@ -273,7 +273,7 @@ class WorkerEditedModelTest : public ::testing::Test {
     path_ = TempPath("edited.gguf");
   }
   void TearDown() override { std::remove(path_.c_str()); }
-  // blk.1.ffn_up_exps.weight becomes Q5_1, a type without a codec.
+  // blk.1.ffn_up_exps.weight becomes Q8_1, a type without a codec.
   void WriteWithUpExpertsUndecodable() {
     testing::EditableTensor* t = gguf_.Find("blk.1.ffn_up_exps.weight");
     ASSERT_NE(t, nullptr);
@@ -321,6 +321,31 @@ TEST_F(WorkerEditedModelTest, CheckModelRefusesUndecodableTypesWithStatusTwo) {
   EXPECT_THAT(r.err, AllOf(HasSubstr("moetier-worker: error: " + path_ + ": "),
                            HasSubstr("Q8_1 (1 tensor, e.g. 'blk.1.ffn_up_exps.weight')"),
                            HasSubstr("supported types: F32, F16"), HasSubstr("llama-quantize")));
+}
+
+TEST_F(WorkerEditedModelTest, CheckModelWithADeviceAsksThatDevicesEngine) {
+  testing::EditableTensor* t = gguf_.Find("blk.1.ffn_up_exps.weight");
+  ASSERT_NE(t, nullptr);
+  t->type = TensorType::kQ4_1;  // the cpu engine computes it, the CUDA engine does not
+  t->data.assign(32 * 8 * 2 * 20, 0);
+  ASSERT_TRUE(gguf_.Write(path_).ok());
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"--check-model", path_},
+        std::vector<std::string>{"--check-model", path_, "--device", "cpu"}}) {
+    const Result r = RunWorker(args);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_EQ(r.err, "");
+  }
+  Result r = RunWorker({"--check-model=" + path_, "--device=cuda:0"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_TRUE(IsOneLine(r.err));
+  EXPECT_THAT(r.err, HasSubstr(path_ + " on cuda:0: "));
+  EXPECT_THAT(
+      r.err, ::testing::AnyOf(HasSubstr("blk.1.ffn_up_exps.weight is Q4_1, which the CUDA backend"),
+                              HasSubstr("built without CUDA")));
+  r = RunWorker({"--check-model", path_, "--threads", "2"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--check-model FILE takes no other flag than --device"));
 }
 
 TEST_F(WorkerEditedModelTest, CheckModelRefusesAnUnknownArchitectureWithStatusTwo) {

@@ -64,6 +64,10 @@ absl::Status CheckSequenceStateFits(const Model& model, const CpuEngineConfig& c
 
 }  // namespace
 
+absl::Status CpuEngine::CheckModel(const Model& model) {
+  return CheckModelForBackend(model, kCpuSupport);
+}
+
 absl::StatusOr<std::unique_ptr<CpuEngine>> CpuEngine::Create(const Model& model,
                                                              const CpuEngineConfig& config) {
   const ModelHparams& hp = model.hparams;
@@ -84,7 +88,7 @@ absl::StatusOr<std::unique_ptr<CpuEngine>> CpuEngine::Create(const Model& model,
     return absl::InvalidArgumentError(
         absl::StrFormat("batch size %d is outside 1..8192", config.max_batch));
   }
-  if (absl::Status s = CheckModelForBackend(model, kCpuSupport); !s.ok()) return s;
+  if (absl::Status s = CheckModel(model); !s.ok()) return s;
   if (absl::Status s = CheckKvCacheTypes(config.kv_types, hp.head_dim, kKvCacheTypeChoices, "cpu");
       !s.ok()) {
     return s;

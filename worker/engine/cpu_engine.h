@@ -75,6 +75,9 @@ class CpuEngine final : public ForwardEngine {
   // batch) when the expert source or a routing hook fails.
   static absl::StatusOr<std::unique_ptr<CpuEngine>> Create(const Model& model,
                                                            const CpuEngineConfig& config);
+  // The part of Create's checks that needs only the model: weight types,
+  // blocks and shapes the cpu kernels handle.
+  static absl::Status CheckModel(const Model& model);
   ~CpuEngine() override;
 
   absl::StatusOr<std::unique_ptr<Sequence>> NewSequence() override;

@@ -119,6 +119,31 @@ class ResidentExperts final : public DeviceExperts {
 
 // ------------------------------------------------------------------ creation
 
+absl::Status CudaEngine::CheckModel(const Model& model) {
+  const ModelHparams& hp = model.hparams;
+  if (hp.head_dim > kMaxHeadDim || hp.n_expert > kMaxExperts || hp.n_expert_used > kMaxTopK) {
+    return absl::UnimplementedError(absl::StrFormat(
+        "the CUDA engine handles head_dim up to %d, %d experts and top-%d routing; this model "
+        "has head_dim %d, %d experts, top-%d (use the cpu backend)",
+        kMaxHeadDim, kMaxExperts, kMaxTopK, hp.head_dim, hp.n_expert, hp.n_expert_used));
+  }
+  const bool recurrent =
+      std::any_of(model.weights.layers.begin(), model.weights.layers.end(),
+                  [](const LayerWeights& l) { return l.mixer == MixerKind::kGatedDeltaNet; });
+  const DeltaNetParams& dn = hp.deltanet;
+  if (recurrent &&
+      (dn.d_k < 1 || dn.d_k > kMaxDeltaNetKeyDim || dn.d_v < 1 || dn.conv_kernel < 1 ||
+       dn.conv_kernel > kMaxConvKernel || dn.n_k_heads < 1 || dn.n_v_heads % dn.n_k_heads != 0)) {
+    return absl::UnimplementedError(absl::StrFormat(
+        "the CUDA engine's Gated DeltaNet handles key heads of up to %d values and conv "
+        "kernels of up to %d taps, with value heads a multiple of key heads; this model has "
+        "d_k %d, d_v %d, a %d-tap conv, %d key and %d value heads (use the cpu backend)",
+        kMaxDeltaNetKeyDim, kMaxConvKernel, dn.d_k, dn.d_v, dn.conv_kernel, dn.n_k_heads,
+        dn.n_v_heads));
+  }
+  return CheckModelForBackend(model, kCudaSupport);
+}
+
 absl::StatusOr<std::unique_ptr<CudaEngine>> CudaEngine::Create(const Model& model,
                                                                const CudaEngineConfig& config) {
   const ModelHparams& hp = model.hparams;
@@ -165,27 +190,7 @@ absl::StatusOr<std::unique_ptr<CudaEngine>> CudaEngine::Create(const Model& mode
           c.static_host_layers, hp.n_layer));
     }
   }
-  if (hp.head_dim > kMaxHeadDim || hp.n_expert > kMaxExperts || hp.n_expert_used > kMaxTopK) {
-    return absl::UnimplementedError(absl::StrFormat(
-        "the CUDA engine handles head_dim up to %d, %d experts and top-%d routing; this model "
-        "has head_dim %d, %d experts, top-%d (use the cpu backend)",
-        kMaxHeadDim, kMaxExperts, kMaxTopK, hp.head_dim, hp.n_expert, hp.n_expert_used));
-  }
-  const bool recurrent = std::any_of(
-      model.weights.layers.begin(), model.weights.layers.end(),
-      [](const LayerWeights& l) { return l.mixer == MixerKind::kGatedDeltaNet; });
-  const DeltaNetParams& dn = hp.deltanet;
-  if (recurrent && (dn.d_k < 1 || dn.d_k > kMaxDeltaNetKeyDim || dn.d_v < 1 ||
-                    dn.conv_kernel < 1 || dn.conv_kernel > kMaxConvKernel ||
-                    dn.n_k_heads < 1 || dn.n_v_heads % dn.n_k_heads != 0)) {
-    return absl::UnimplementedError(absl::StrFormat(
-        "the CUDA engine's Gated DeltaNet handles key heads of up to %d values and conv "
-        "kernels of up to %d taps, with value heads a multiple of key heads; this model has "
-        "d_k %d, d_v %d, a %d-tap conv, %d key and %d value heads (use the cpu backend)",
-        kMaxDeltaNetKeyDim, kMaxConvKernel, dn.d_k, dn.d_v, dn.conv_kernel, dn.n_k_heads,
-        dn.n_v_heads));
-  }
-  if (absl::Status s = CheckModelForBackend(model, kCudaSupport); !s.ok()) return s;
+  if (absl::Status s = CheckModel(model); !s.ok()) return s;
 
   // Only the count: listing the devices would create a context on each.
   const int n_devices = CudaDeviceCount();

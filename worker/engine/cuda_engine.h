@@ -130,6 +130,9 @@ class CudaEngine final : public ForwardEngine, public ExpertCacheControl, public
   // reads.
   static absl::StatusOr<std::unique_ptr<CudaEngine>> Create(const Model& model,
                                                             const CudaEngineConfig& config);
+  // The part of Create's checks that needs only the model, not a device:
+  // weight types, blocks and shapes the CUDA kernels handle.
+  static absl::Status CheckModel(const Model& model);
   ~CudaEngine() override;
   CudaEngine(const CudaEngine&) = delete;
   CudaEngine& operator=(const CudaEngine&) = delete;

@@ -59,6 +59,8 @@ absl::StatusOr<double> MeasurePinnedCopyBytesPerS(int device, uint64_t bytes, in
   return rates[rates.size() / 2];
 }
 
+absl::Status CheckModelForCudaWorker(const Model& model) { return CudaEngine::CheckModel(model); }
+
 absl::StatusOr<CudaWorkerEngine> CreateCudaWorkerEngine(const Model& model,
                                                         const CudaWorkerEngineOptions& options) {
   if (absl::Status s = CheckCudaDevice(options.device); !s.ok()) return s;

@@ -99,6 +99,11 @@ absl::Status CheckCudaDevice(int ordinal);
 // The ceiling for an expert cache's fills.
 absl::StatusOr<double> MeasurePinnedCopyBytesPerS(int device, uint64_t bytes, int passes);
 
+// Whether the CUDA engine computes `model` (weight types, blocks, shapes),
+// without touching a device; Unimplemented naming what it lacks, or in a
+// build without CUDA.
+absl::Status CheckModelForCudaWorker(const Model& model);
+
 // Fails with Unimplemented in a build without CUDA, Unavailable without a
 // usable device, and otherwise as the engine's creation does (names the
 // tensor, buffer or option).

@@ -17,6 +17,8 @@ absl::Status NotBuilt() {
 
 absl::Status CheckCudaDevice(int) { return NotBuilt(); }
 
+absl::Status CheckModelForCudaWorker(const Model&) { return NotBuilt(); }
+
 absl::StatusOr<double> MeasurePinnedCopyBytesPerS(int, uint64_t, int) { return NotBuilt(); }
 
 absl::StatusOr<CudaWorkerEngine> CreateCudaWorkerEngine(const Model&,

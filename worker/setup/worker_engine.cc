@@ -3,10 +3,12 @@
 #include <cmath>
 #include <thread>
 
-#include "backend/cpu/cpu_kernels.h"
-#include "reference/reference_engine.h"
-
 #include "absl/strings/str_format.h"
+#include "backend/cpu/cpu_kernels.h"
+#include "engine/cpu_engine.h"
+#include "gguf/gguf_reader.h"
+#include "model/architectures.h"
+#include "reference/reference_engine.h"
 
 namespace moetier {
 
@@ -201,6 +203,22 @@ absl::StatusOr<WorkerEngine> MakeWorkerEngine(const WorkerOptions& options, cons
     }
   }
   return absl::InternalError("unknown backend");
+}
+
+absl::Status CheckModelForDevice(const std::string& path, const std::string& device) {
+  absl::StatusOr<std::unique_ptr<GgufModel>> gguf = GgufModel::Open(path);
+  if (!gguf.ok()) return gguf.status();
+  absl::StatusOr<Model> model = LoadModel(**gguf);
+  if (!model.ok()) return model.status();
+  absl::Status backend;
+  if (device == "cpu") {
+    backend = CpuEngine::CheckModel(*model);
+  } else if (!device.empty()) {
+    backend = CheckModelForCudaWorker(*model);
+  }
+  if (backend.ok()) return backend;
+  return absl::Status(backend.code(),
+                      absl::StrFormat("%s on %s: %s", path, device, backend.message()));
 }
 
 }  // namespace moetier

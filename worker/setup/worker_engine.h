@@ -71,6 +71,12 @@ absl::StatusOr<WorkerEngine> MakeWorkerEngine(const WorkerOptions& options, cons
 absl::StatusOr<std::unique_ptr<SlotCachedExpertSource>> MakeWorkerExpertCache(
     const WorkerOptions& options, const Model& model, ExpertWeightSource& inner, std::FILE* err);
 
+// Whether this build serves the model at `path` on `device` ("cpu",
+// "cuda:N", or empty for any backend: the architecture and that every tensor
+// type decodes): what `moetier-worker --check-model FILE [--device DEV]`
+// answers. Reads the header and tensor table only and touches no GPU.
+absl::Status CheckModelForDevice(const std::string& path, const std::string& device);
+
 // One line of the cache's counters, for logs.
 std::string ExpertCacheSummary(const ExpertCacheReport& cache);
 

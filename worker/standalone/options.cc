@@ -512,8 +512,10 @@ absl::StatusOr<WorkerOptions> ParseWorkerArgs(int argc, const char* const* argv)
   }
   if (options.help) return options;
   if (!options.check_model_path.empty()) {
-    if (given.size() != 1) {
-      return absl::InvalidArgumentError("--check-model FILE takes no other flag");
+    for (std::string_view flag : given) {
+      if (flag != store::kWorkerFlagCheckModel && flag != store::kWorkerFlagDevice) {
+        return absl::InvalidArgumentError("--check-model FILE takes no other flag than --device");
+      }
     }
     return options;
   }
@@ -561,7 +563,7 @@ Usage:
                  [--prefix-cache-mib N]
                  [--cache-type-k T] [--cache-type-v T] [--activations A]
                  [--huge-pages MODE] [routing trace flags] [expert cache flags]
-  moetier-worker --check-model FILE
+  moetier-worker --check-model FILE [--device DEV]
   moetier-worker --standalone --model FILE --tokens 1,2,3 --logits-out OUT
   moetier-worker --standalone --model FILE --tokenize TEXT
   moetier-worker --standalone --model FILE --prompt TEXT [-n N] [--chat] [sampling flags]
@@ -727,9 +729,11 @@ copied into a slot or computed from the store, as --miss-policy says.
 Other:
   --check-model FILE   whether this build can serve FILE: its architecture,
                        tensor types, names and shapes (reads the header and
-                       tensor table only). Prints nothing and exits 0 when it
-                       can, else prints why and exits 2; moetierd runs it
-                       before it fills its store
+                       tensor table only); with --device DEV, also whether
+                       that device's engine computes every tensor (no GPU is
+                       touched). Prints nothing and exits 0 when it can, else
+                       prints why and exits 2; moetierd runs it, per kind of
+                       device it is configured with, before it fills its store
   --standalone         run without moetierd (required for the modes above)
   -h, --help           this text
 
