@@ -216,15 +216,30 @@ std::vector<uint8_t> RandomMatrix(TensorType type, int64_t k, int64_t rows, std:
     switch (type) {
       case TensorType::kQ8_0:
       case TensorType::kQ4_0:
+      case TensorType::kQ5_0:
+      case TensorType::kIQ4_NL:
+      case TensorType::kIQ4_XS:
         std::memcpy(blk, &small_half, 2);
         break;
       case TensorType::kQ4_K:
       case TensorType::kQ5_K:
+      case TensorType::kQ4_1:
+      case TensorType::kQ5_1:
         std::memcpy(blk, &small_half, 2);
         std::memcpy(blk + 2, &small_half, 2);
         break;
       case TensorType::kQ6_K:
         std::memcpy(blk + 208, &small_half, 2);
+        break;
+      case TensorType::kQ2_K:
+        std::memcpy(blk + 80, &small_half, 2);
+        std::memcpy(blk + 82, &small_half, 2);
+        break;
+      case TensorType::kQ3_K:
+        std::memcpy(blk + 108, &small_half, 2);
+        break;
+      case TensorType::kMXFP4:
+        blk[0] = 120;  // 2^-8: no subnormal scales
         break;
       case TensorType::kF16:
       case TensorType::kBF16:
@@ -302,7 +317,9 @@ int RunKernels(const Options& o) {
   const int64_t k = 2048;
   for (TensorType type :
        {TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K, TensorType::kQ8_0,
-        TensorType::kQ4_0, TensorType::kF16, TensorType::kBF16, TensorType::kF32}) {
+        TensorType::kQ4_0, TensorType::kQ2_K, TensorType::kQ3_K, TensorType::kIQ4_XS,
+        TensorType::kQ4_1, TensorType::kQ5_0, TensorType::kQ5_1, TensorType::kIQ4_NL,
+        TensorType::kMXFP4, TensorType::kF16, TensorType::kBF16, TensorType::kF32}) {
     const int64_t row_bytes = TensorRowBytes(type, k);
     const int64_t big_rows = o.bandwidth_mib * 1024 * 1024 / 4 / row_bytes;
     const int64_t small_rows = std::max<int64_t>(16, 256 * 1024 / row_bytes / 16 * 16);
