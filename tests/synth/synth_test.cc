@@ -512,6 +512,41 @@ TEST_F(SynthFilesTest, MatrixTypeReplacesEveryBlockTypeWhoseRowsFit) {
   }
 }
 
+TEST_F(SynthFilesTest, TensorTypeRulesApplyFirstMatchAndRefuseWhatCannotBe) {
+  SynthOptions o = Options("tiny", SynthQuant::kQ8_0, 1, Path("rules.gguf"));
+  o.shape.n_embd = 256;
+  // The attn_output tensors also contain "output.weight": their own rules,
+  // first, win (their rows of 128 could not be IQ4_XS).
+  o.tensor_types = {{"blk.0.attn_output.weight", TensorType::kIQ4_NL},
+                    {"blk.1.attn_output.weight", TensorType::kQ8_0},
+                    {"output.weight", TensorType::kIQ4_XS},
+                    {"ffn_down_exps", TensorType::kQ3_K}};
+  absl::StatusOr<SynthPlan> plan = PlanSynthModel(o);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  std::map<std::string, TensorType> types;
+  for (const SynthTensor& t : plan->tensors) types[t.name] = t.type;
+  EXPECT_EQ(types["blk.0.attn_output.weight"], TensorType::kIQ4_NL);
+  EXPECT_EQ(types["output.weight"], TensorType::kIQ4_XS);
+  EXPECT_EQ(types["blk.0.ffn_down_exps.weight"], TensorType::kQ3_K);
+  EXPECT_EQ(types["blk.1.ffn_down_exps.weight"], TensorType::kQ3_K);
+  EXPECT_EQ(types["blk.1.attn_q.weight"], TensorType::kQ8_0);
+
+  // blk.1.attn_output.weight has rows of 128: not whole Q3_K blocks.
+  o.tensor_types = {{"attn_output", TensorType::kQ3_K}};
+  absl::StatusOr<SynthPlan> bad = PlanSynthModel(o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()),
+              AllOf(HasSubstr("--tensor-type attn_output=Q3_K"), HasSubstr("rows of 128")));
+  o.tensor_types = {{"no_such_tensor", TensorType::kQ4_1}};
+  bad = PlanSynthModel(o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("no tensor name contains"));
+  o.tensor_types = {{"attn_q.weight", TensorType::kIQ2_XXS}};
+  bad = PlanSynthModel(o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("cannot encode IQ2_XXS"));
+}
+
 TEST_F(SynthFilesTest, SameSeedSameBytesRegardlessOfThreadsAndChunks) {
   SynthOptions a = Options("tiny", SynthQuant::kQ4_K_M, 7, Path("det_a.gguf"));
   a.threads = 1;
@@ -811,10 +846,12 @@ TEST(SynthCommandLineTest, HelpExplainsEveryFlag) {
 }
 
 TEST(SynthCommandLineTest, BadFlagsGiveOneLineAndNonZeroExit) {
-  for (const char* args : {"--bogus", "--layers abc", "--layers", "--preset huge --out x.gguf",
-                           "--quant q5 --out x.gguf", "--experts 4 --experts-used 8 --out x.gguf",
-                           "--split-count 0 --out x.gguf", "--preset tiny", "stray",
-                           "--matrix-type q9_k --out x.gguf", "--matrix-type f16 --out x.gguf"}) {
+  for (const char* args :
+       {"--bogus", "--layers abc", "--layers", "--preset huge --out x.gguf",
+        "--quant q5 --out x.gguf", "--experts 4 --experts-used 8 --out x.gguf",
+        "--split-count 0 --out x.gguf", "--preset tiny", "stray", "--matrix-type q9_k --out x.gguf",
+        "--matrix-type f16 --out x.gguf", "--tensor-type attn_q --out x.gguf",
+        "--tensor-type =q4_1 --out x.gguf", "--tensor-type attn_q=q9 --out x.gguf"}) {
     const RunResult r = RunTool(args);
     EXPECT_EQ(r.exit_code, 2) << args;
     EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << args << ": " << r.output;

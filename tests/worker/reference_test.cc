@@ -92,16 +92,14 @@ TEST_P(ReferenceVectorTest, LogitsWithinOneThousandthOfRowRange) {
 
 INSTANTIATE_TEST_SUITE_P(
     Vectors, ReferenceVectorTest,
-    ::testing::Values(VectorCase{"tiny-f32", "exact"}, VectorCase{"tiny-f32", "llamacpp"},
-                      VectorCase{"tiny-q8_0", "exact"}, VectorCase{"small-q4_k_m", "exact"},
-                      VectorCase{"mixtral-tiny-f32", "exact"},
-                      VectorCase{"mixtral-tiny-f32", "llamacpp"},
-                      VectorCase{"mixtral-small-q4_k_m", "exact"},
-                      VectorCase{"olmoe-tiny-f32", "exact"},
-                      VectorCase{"olmoe-tiny-f32", "llamacpp"},
-                      VectorCase{"qwen35moe-tiny-f32", "exact"},
-                      VectorCase{"qwen35moe-tiny-f32", "llamacpp"},
-                      VectorCase{"qwen35moe-small-q4_k_m", "exact"}),
+    ::testing::Values(
+        VectorCase{"tiny-f32", "exact"}, VectorCase{"tiny-f32", "llamacpp"},
+        VectorCase{"tiny-q8_0", "exact"}, VectorCase{"small-q4_k_m", "exact"},
+        VectorCase{"mixtral-tiny-f32", "exact"}, VectorCase{"mixtral-tiny-f32", "llamacpp"},
+        VectorCase{"mixtral-small-q4_k_m", "exact"}, VectorCase{"olmoe-tiny-f32", "exact"},
+        VectorCase{"olmoe-tiny-f32", "llamacpp"}, VectorCase{"qwen35moe-tiny-f32", "exact"},
+        VectorCase{"qwen35moe-tiny-f32", "llamacpp"}, VectorCase{"qwen35moe-small-q4_k_m", "exact"},
+        VectorCase{"mixed-low-bit", "exact"}),
     [](const ::testing::TestParamInfo<VectorCase>& param_info) {
       std::string name = std::string(param_info.param.model) + "_" + param_info.param.expected;
       for (char& ch : name) {

@@ -57,6 +57,7 @@ inline RowError CompareRow(const float* actual, const float* expected, size_t n)
 // the share of rows whose argmax agrees.
 struct Agreement {
   double mean_kl = 0.0;
+  double median_kl = 0.0;  // over positions: what a router flip or two leave alone
   double top1_fraction = 0.0;
 };
 
@@ -64,6 +65,7 @@ inline Agreement CompareLogits(const std::vector<float>& actual,
                                const std::vector<float>& expected, size_t n_vocab) {
   Agreement a;
   const size_t n_pos = expected.size() / n_vocab;
+  std::vector<double> kls;
   int same = 0;
   for (size_t p = 0; p < n_pos; ++p) {
     const float* x = actual.data() + p * n_vocab;
@@ -82,10 +84,16 @@ inline Agreement CompareLogits(const std::vector<float>& actual,
       kl += std::exp(log_py) * (log_py - log_px);
     }
     a.mean_kl += kl / n_pos;
+    kls.push_back(kl);
     same += std::max_element(x, x + n_vocab) - x == std::max_element(y, y + n_vocab) - y;
   }
   a.top1_fraction = static_cast<double>(same) / n_pos;
+  if (!kls.empty()) {
+    std::nth_element(kls.begin(), kls.begin() + kls.size() / 2, kls.end());
+    a.median_kl = kls[kls.size() / 2];
+  }
   if (std::isnan(a.mean_kl)) a.mean_kl = INFINITY;  // NaN logits must not pass
+  if (std::isnan(a.median_kl)) a.median_kl = INFINITY;
   return a;
 }
 

@@ -133,6 +133,7 @@ struct CommandLine {
   std::string preset = "tiny";
   std::string quant = "f32";
   std::string matrix_type;
+  std::vector<SynthOptions::TensorTypeRule> tensor_types;
   uint64_t seed = 0;
   std::string out;
   std::string name;
@@ -215,6 +216,24 @@ FlagSet MakeFlags(CommandLine& cl) {
               "and norms F32): q4_0, q4_1, q5_0, q5_1, q8_0, iq4_nl, mxfp4, q2_k, q3_k, q4_k, "
               "q5_k, q6_k or iq4_xs. general.file_type stays the mix's",
               &cl.matrix_type);
+  f.Add({"--tensor-type"}, "PART=TYPE",
+        "then write every tensor whose name contains PART in TYPE (any type moetier encodes, "
+        "e.g. --tensor-type attn_v=q6_k --tensor-type blk.1.ffn_down=iq4_xs); repeatable, the "
+        "first matching rule wins, like llama-quantize's flag. A rule no tensor matches, or a "
+        "tensor whose rows are not whole blocks of TYPE, is an error",
+        [&cl](std::string_view flag, std::string_view value) -> absl::Status {
+          const size_t eq = value.find('=');
+          const std::optional<TensorType> type = eq == std::string_view::npos
+                                                     ? std::nullopt
+                                                     : ParseTensorTypeName(value.substr(eq + 1));
+          if (eq == 0 || !type.has_value()) {
+            return absl::InvalidArgumentError(
+                absl::StrCat(std::string(flag), ": '", std::string(value),
+                             "' is not PART=TYPE with a known tensor type"));
+          }
+          cl.tensor_types.push_back({std::string(value.substr(0, eq)), *type});
+          return absl::OkStatus();
+        });
   f.AddInt({"--seed"}, "N",
            "weight seed, unsigned 64-bit (default 0); same arch, shape, mix and seed give a "
            "byte-identical file",
@@ -359,6 +378,7 @@ absl::StatusOr<SynthOptions> BuildOptions(const CommandLine& cl) {
     }
     options.matrix_type = *type;
   }
+  options.tensor_types = cl.tensor_types;
   options.seed = cl.seed;
   options.name = cl.name.empty() ? absl::StrCat("moetier synthetic ", cl.arch, " ", cl.preset, " ",
                                                 cl.quant, cl.matrix_type.empty() ? "" : " as ",

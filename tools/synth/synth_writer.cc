@@ -317,6 +317,35 @@ absl::StatusOr<SynthPlan> PlanSynthModel(const SynthOptions& options) {
       }
     }
   }
+  std::vector<bool> rule_used(options.tensor_types.size(), false);
+  for (SynthTensor& t : plan.tensors) {
+    for (size_t r = 0; r < options.tensor_types.size(); ++r) {
+      const SynthOptions::TensorTypeRule& rule = options.tensor_types[r];
+      if (t.name.find(rule.name_part) == std::string::npos) continue;
+      const TensorTypeInfo& info = GetTensorTypeInfo(rule.type);
+      const std::string flag =
+          absl::StrCat("--tensor-type ", rule.name_part, "=", std::string(info.name));
+      if (!info.has_codec) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(flag, ": moetier cannot encode ", std::string(info.name)));
+      }
+      if (t.ne[0] % info.block_elems != 0) {
+        return absl::InvalidArgumentError(absl::StrCat(flag, ": ", t.name, " has rows of ", t.ne[0],
+                                                       " values, not whole blocks of ",
+                                                       info.block_elems));
+      }
+      t.type = rule.type;
+      rule_used[r] = true;
+      break;
+    }
+  }
+  for (size_t r = 0; r < options.tensor_types.size(); ++r) {
+    if (!rule_used[r]) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--tensor-type ", options.tensor_types[r].name_part,
+                       "=...: no tensor name contains '", options.tensor_types[r].name_part, "'"));
+    }
+  }
   const std::string name = options.name.empty()
                                ? absl::StrCat("moetier synthetic ", std::string(SynthArchName(options.shape.arch)),
                                               " ", options.shape.n_layer,

@@ -32,6 +32,15 @@ struct SynthOptions {
   // mix's type): one file per quantization moetier decodes, for tests.
   // general.file_type stays the mix's. Must be a block type with a codec.
   std::optional<TensorType> matrix_type;
+  // Then, per tensor, the first rule whose name_part occurs in its name sets
+  // its type (llama-quantize's --tensor-type): any type with a codec whose
+  // block divides the tensor's rows. A rule that matches no tensor, or a
+  // tensor whose rows do not fit, is an error.
+  struct TensorTypeRule {
+    std::string name_part;
+    TensorType type;
+  };
+  std::vector<TensorTypeRule> tensor_types;
   uint64_t seed = 0;
   std::string name;      // general.name; a descriptive default when empty
   std::string out_path;  // the file, or "<prefix>.gguf" of a split set
