@@ -41,22 +41,32 @@ void PackNibbles(const uint8_t* codes, uint8_t* qs) {
   for (int j = 0; j < 16; ++j) qs[j] = static_cast<uint8_t>(codes[j] | (codes[j + 16] << 4));
 }
 
+// For each integer n in [-128, 127], the last level index whose value is at
+// most n (0 below the first level): the bracket of a value in one lookup.
+constexpr std::array<uint8_t, 256> BuildIq4Floor() {
+  std::array<uint8_t, 256> table{};
+  for (int n = -128; n < 128; ++n) {
+    int i = 0;
+    while (i < 15 && kIq4NlLevels[i + 1] <= n) ++i;
+    table[static_cast<size_t>(n + 128)] = static_cast<uint8_t>(i);
+  }
+  return table;
+}
+constexpr std::array<uint8_t, 256> kIq4Floor = BuildIq4Floor();
+
 // Index of the IQ4_NL level nearest v (the lower one on a tie, as ggml's
 // best_index_int8).
 uint8_t NearestIq4Level(float v) {
   const int8_t* t = kIq4NlLevels;
   if (!(v > t[0])) return 0;  // also NaN
   if (v >= t[15]) return 15;
-  int lo = 0;
-  int hi = 15;
-  while (hi - lo > 1) {
-    const int mid = (lo + hi) / 2;
-    if (v < t[mid]) {
-      hi = mid;
-    } else {
-      lo = mid;
-    }
-  }
+  // t[0] < v < t[15]: floor(v) is in [-127, 112] and t[lo] <= v < t[lo + 1].
+  // v + 128 is positive, so truncation floors it (std::floor is a library
+  // call on baseline x86-64); where the sum rounds up to the next integer lo
+  // may be one too high, which the comparison below still settles, except
+  // past the last level.
+  const int lo = std::min<int>(kIq4Floor[static_cast<size_t>(static_cast<int>(v + 128.0f))], 14);
+  const int hi = lo + 1;
   return static_cast<uint8_t>(v - t[lo] <= t[hi] - v ? lo : hi);
 }
 
