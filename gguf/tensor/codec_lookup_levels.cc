@@ -54,7 +54,7 @@ constexpr std::array<uint8_t, 256> BuildIq4Floor() {
 }
 constexpr std::array<uint8_t, 256> kIq4Floor = BuildIq4Floor();
 
-// Index of the IQ4_NL level nearest v (the lower one on a tie, as ggml's
+// Index of the IQ4_NL level nearest v (the upper one on a tie, as ggml's
 // best_index_int8).
 uint8_t NearestIq4Level(float v) {
   const int8_t* t = kIq4NlLevels;
@@ -67,7 +67,7 @@ uint8_t NearestIq4Level(float v) {
   // past the last level.
   const int lo = std::min<int>(kIq4Floor[static_cast<size_t>(static_cast<int>(v + 128.0f))], 14);
   const int hi = lo + 1;
-  return static_cast<uint8_t>(v - t[lo] <= t[hi] - v ? lo : hi);
+  return static_cast<uint8_t>(v - t[lo] < t[hi] - v ? lo : hi);
 }
 
 // The IQ4_NL scale of one group: the best of the start max/-127 and 15
@@ -228,7 +228,11 @@ void QuantizeMXFP4(const float* src, void* dst, int64_t n_blocks) {
     // ggml's exponent puts the largest level, 12, at 1.5·2^floor(log2 max), so
     // a block whose largest value is above that clips it; the next exponent
     // up is taken when it loses less over the block.
-    const int e = amax > 0.0f ? static_cast<int>(std::floor(std::log2(amax))) - 2 + 127 : 0;
+    // (A non-finite block, outside the encoders' contract, gets the largest
+    // exponent rather than undefined behaviour.)
+    const int e = !(amax <= 3.0e38f) ? 254
+                  : amax > 0.0f      ? static_cast<int>(std::floor(std::log2(amax))) - 2 + 127
+                                     : 0;
     uint8_t codes[kGroup] = {};
     block.e = 0;
     float best_error = INFINITY;

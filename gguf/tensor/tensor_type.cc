@@ -48,6 +48,7 @@ constexpr std::array<TensorTypeInfo, 32> kTypes = {{
 
 // Ids run 0..39; a dense index keeps lookups O(1) without a hash map.
 constexpr uint32_t kMaxId = 39;
+static_assert(kMaxId < kTensorTypeIdLimit);
 
 constexpr std::array<int8_t, kMaxId + 1> BuildIndex() {
   std::array<int8_t, kMaxId + 1> index{};

@@ -46,6 +46,10 @@ enum class TensorType : uint32_t {
 
 inline constexpr int64_t kQK_K = 256;  // elements per K-quant super-block
 
+// Every known id is below this; a loop over 0..limit-1 with LookupTensorType
+// visits each type once.
+inline constexpr uint32_t kTensorTypeIdLimit = 64;
+
 struct TensorTypeInfo {
   TensorType type;
   std::string_view name;   // as ggml spells it: "F32", "Q4_K", ...

@@ -7,15 +7,16 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "backend/cpu/block_layouts.h"
 #include "backend/cpu/cpu_kernels.h"
-#include "gtest/gtest.h"
 #include "gguf/tensor/half.h"
 #include "gguf/tensor/quant_codec.h"
+#include "gtest/gtest.h"
 
 namespace moetier::cpu {
 namespace {
@@ -112,9 +113,13 @@ std::vector<uint8_t> MakeWeightRow(TensorType type, int64_t k, WeightSource sour
       case TensorType::kQ3_K:
         PutHalf(blk + 108, scale(rng));
         break;
-      case TensorType::kMXFP4:
-        blk[0] = static_cast<uint8_t>(118 + byte(rng) % 8);  // scales 2^-10 .. 2^-3
+      case TensorType::kMXFP4: {
+        // Mostly scales 2^-10 .. 2^-3; also the subnormal ones (e = 0, 1) and
+        // a large one.
+        constexpr uint8_t kExponents[] = {118, 119, 120, 121, 122, 123, 124, 125, 0, 1, 200};
+        blk[0] = kExponents[byte(rng) % std::size(kExponents)];
         break;
+      }
       default:
         break;
     }

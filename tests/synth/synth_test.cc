@@ -504,6 +504,12 @@ TEST_F(SynthFilesTest, MatrixTypeReplacesEveryBlockTypeWhoseRowsFit) {
     }
   }
   EXPECT_GT(retyped, 0);
+  // A mix without block types (f32) leaves nothing to replace.
+  SynthOptions f32 = Options("tiny", SynthQuant::kF32, 1, Path("retyped_f32.gguf"));
+  f32.matrix_type = TensorType::kQ4_1;
+  absl::StatusOr<SynthPlan> none = PlanSynthModel(f32);
+  ASSERT_FALSE(none.ok());
+  EXPECT_THAT(std::string(none.status().message()), HasSubstr("changed no tensor"));
   for (TensorType refused : {TensorType::kF16, TensorType::kIQ2_XXS, TensorType::kQ8_K}) {
     o.matrix_type = refused;
     absl::StatusOr<SynthPlan> bad = PlanSynthModel(o);
@@ -537,6 +543,10 @@ TEST_F(SynthFilesTest, TensorTypeRulesApplyFirstMatchAndRefuseWhatCannotBe) {
   ASSERT_FALSE(bad.ok());
   EXPECT_THAT(std::string(bad.status().message()),
               AllOf(HasSubstr("--tensor-type attn_output=Q3_K"), HasSubstr("rows of 128")));
+  o.tensor_types = {{"ffn", TensorType::kQ8_0}, {"ffn_down", TensorType::kQ6_K}};
+  bad = PlanSynthModel(o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("already set by an earlier rule"));
   o.tensor_types = {{"no_such_tensor", TensorType::kQ4_1}};
   bad = PlanSynthModel(o);
   ASSERT_FALSE(bad.ok());

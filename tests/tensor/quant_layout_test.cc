@@ -92,7 +92,7 @@ float RefQ6_K(const uint8_t* b, int e) {
   return HalfAt(b + 208) * static_cast<float>(scales[e / 16]) * static_cast<float>(q);
 }
 
-// --- the types decoded to f32 on the CPU ------------------------------------
+// --- the types beyond Q4_0 and the common K-quants ---------------------------
 
 int Nibble32(const uint8_t* qs, int e) { return e < 16 ? qs[e] & 0xF : qs[e - 16] >> 4; }
 int FifthBit32(const uint8_t* qh, int e) {

@@ -311,14 +311,29 @@ absl::StatusOr<SynthPlan> PlanSynthModel(const SynthOptions& options) {
       return absl::InvalidArgumentError(absl::StrCat("--matrix-type ", std::string(info.name),
                                                      " is not a quantized type moetier encodes"));
     }
+    int retyped = 0;
     for (SynthTensor& t : plan.tensors) {
       if (GetTensorTypeInfo(t.type).block_elems > 1 && t.ne[0] % info.block_elems == 0) {
         t.type = *options.matrix_type;
+        ++retyped;
       }
+    }
+    if (retyped == 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--matrix-type ", std::string(info.name),
+          " changed no tensor: it replaces the quantized types of a --quant mix (not f32), in "
+          "rows that are multiples of ",
+          info.block_elems));
     }
   }
   std::vector<bool> rule_used(options.tensor_types.size(), false);
+  std::vector<bool> rule_matched(options.tensor_types.size(), false);
   for (SynthTensor& t : plan.tensors) {
+    for (size_t r = 0; r < options.tensor_types.size(); ++r) {
+      if (t.name.find(options.tensor_types[r].name_part) != std::string::npos) {
+        rule_matched[r] = true;
+      }
+    }
     for (size_t r = 0; r < options.tensor_types.size(); ++r) {
       const SynthOptions::TensorTypeRule& rule = options.tensor_types[r];
       if (t.name.find(rule.name_part) == std::string::npos) continue;
@@ -340,11 +355,13 @@ absl::StatusOr<SynthPlan> PlanSynthModel(const SynthOptions& options) {
     }
   }
   for (size_t r = 0; r < options.tensor_types.size(); ++r) {
-    if (!rule_used[r]) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--tensor-type ", options.tensor_types[r].name_part,
-                       "=...: no tensor name contains '", options.tensor_types[r].name_part, "'"));
-    }
+    if (rule_used[r]) continue;
+    const std::string& part = options.tensor_types[r].name_part;
+    return absl::InvalidArgumentError(
+        rule_matched[r]
+            ? absl::StrCat("--tensor-type ", part, "=...: every tensor whose name contains '", part,
+                           "' was already set by an earlier rule (the first match wins)")
+            : absl::StrCat("--tensor-type ", part, "=...: no tensor name contains '", part, "'"));
   }
   const std::string name = options.name.empty()
                                ? absl::StrCat("moetier synthetic ", std::string(SynthArchName(options.shape.arch)),

@@ -156,7 +156,7 @@ class BandwidthProbe {
       const int64_t begin = t * per_thread_;
       const int64_t end = std::min(n_, begin + per_thread_);
       // In chunks summed in double: a float accumulator stops counting at
-      // 2^24, which the scalar level's four reach on a buffer of 2 GiB.
+      // 2^24, which the scalar level's four reach past 256 MiB per thread.
       constexpr int64_t kChunk = int64_t{1} << 20;
       double sum = 0.0;
       for (int64_t c = begin; c < end; c += kChunk) {

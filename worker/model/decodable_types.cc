@@ -14,9 +14,6 @@
 namespace moetier {
 namespace {
 
-// Ids are below 64 now and for the foreseeable future of ggml.
-constexpr uint32_t kTypeIdLimit = 64;
-
 struct Undecodable {
   int64_t tensor_count = 0;
   std::string example;  // the first such tensor in file order
@@ -26,7 +23,7 @@ struct Undecodable {
 
 std::string SupportedTypeNames() {
   std::vector<std::string> names;
-  for (uint32_t id = 0; id < kTypeIdLimit; ++id) {
+  for (uint32_t id = 0; id < kTensorTypeIdLimit; ++id) {
     const std::optional<TensorTypeInfo> info = LookupTensorType(id);
     if (info.has_value() && info->has_codec) names.emplace_back(info->name);
   }

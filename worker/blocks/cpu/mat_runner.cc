@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <utility>
 
 #include "backend/cpu/cpu_check.h"
@@ -48,11 +49,12 @@ AlignedBytes& AlignedBytes::operator=(AlignedBytes&& other) noexcept {
 
 size_t MaxActRowBytes(int64_t k) {
   size_t most = 0;
-  for (const TensorType t : {TensorType::kF32, TensorType::kF16, TensorType::kBF16,
-                             TensorType::kQ8_0, TensorType::kQ4_0, TensorType::kQ4_K,
-                             TensorType::kQ5_K, TensorType::kQ6_K}) {
-    if (cpu::SupportsWeightType(t) && k % cpu::WeightBlockElems(t) == 0) {
-      most = std::max(most, cpu::ActRowBytes(t, k));
+  // Every type the kernels take, so that a new one cannot undersize buffers.
+  for (uint32_t id = 0; id < kTensorTypeIdLimit; ++id) {
+    const std::optional<TensorTypeInfo> info = LookupTensorType(id);
+    if (!info.has_value() || !cpu::SupportsWeightType(info->type)) continue;
+    if (k % cpu::WeightBlockElems(info->type) == 0) {
+      most = std::max(most, cpu::ActRowBytes(info->type, k));
     }
   }
   return most;
