@@ -404,7 +404,11 @@ TEST(CpuKernelsTest, LowBitTypes) {
     EXPECT_TRUE(SupportsWeightType(tf.type));
     EXPECT_EQ(ActFormatFor(tf.type), tf.format);
     EXPECT_EQ(WeightBlockElems(tf.type), GetTensorTypeInfo(tf.type).block_elems);
-    for (int64_t k : {256, 768}) {
+    // Odd block counts too: the AVX-512 kernels take two blocks at a time.
+    const std::vector<int64_t> ks = GetTensorTypeInfo(tf.type).block_elems == 32
+                                        ? std::vector<int64_t>{32, 96, 256, 768}
+                                        : std::vector<int64_t>{256, 768};
+    for (int64_t k : ks) {
       for (int64_t n_act : {1, 3, 4, 5, 9}) {
         for (WeightSource source : {WeightSource::kQuantized, WeightSource::kRandomBytes}) {
           RunCase({tf.type, k, 5, n_act}, source, seed++);

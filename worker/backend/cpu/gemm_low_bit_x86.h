@@ -9,6 +9,7 @@
 
 #include <immintrin.h>
 
+#include <bit>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
@@ -80,11 +81,15 @@ inline __m256i PairProducts(__m256i w, __m256i a) {
 // A weight format gives one block's 32 values as int8 (Values), its scale and,
 // for the affine types, its offset m: y = scale · value + m.
 
+// Unsigned: the values plus kOffset (a multiple of 8) as unsigned bytes, for
+// instructions that take one operand unsigned (VNNI).
 struct Q4_1Weights {
   using Block = BlockQ4_1;
   static constexpr bool kSigned = false;
   static constexpr bool kHasMin = true;
+  static constexpr int kOffset = 0;
   static __m256i Values(const Block& x) { return Nibbles32(x.qs); }
+  static __m256i Unsigned(const Block& x) { return Values(x); }
   static float Scale(const Block& x) { return HalfF(x.d); }
   static float Min(const Block& x) { return HalfF(x.m); }
 };
@@ -93,8 +98,12 @@ struct Q5_0Weights {
   using Block = BlockQ5_0;
   static constexpr bool kSigned = true;
   static constexpr bool kHasMin = false;
+  static constexpr int kOffset = 16;
+  static __m256i Unsigned(const Block& x) {
+    return _mm256_or_si256(Nibbles32(x.qs), FifthBits(x.qh));
+  }
   static __m256i Values(const Block& x) {
-    return _mm256_sub_epi8(_mm256_or_si256(Nibbles32(x.qs), FifthBits(x.qh)), _mm256_set1_epi8(16));
+    return _mm256_sub_epi8(Unsigned(x), _mm256_set1_epi8(kOffset));
   }
   static float Scale(const Block& x) { return HalfF(x.d); }
   static float Min(const Block&) { return 0.0f; }
@@ -104,9 +113,11 @@ struct Q5_1Weights {
   using Block = BlockQ5_1;
   static constexpr bool kSigned = false;
   static constexpr bool kHasMin = true;
+  static constexpr int kOffset = 0;
   static __m256i Values(const Block& x) {
     return _mm256_or_si256(Nibbles32(x.qs), FifthBits(x.qh));
   }
+  static __m256i Unsigned(const Block& x) { return Values(x); }
   static float Scale(const Block& x) { return HalfF(x.d); }
   static float Min(const Block& x) { return HalfF(x.m); }
 };
@@ -115,7 +126,11 @@ struct IQ4NLWeights {
   using Block = BlockIQ4NL;
   static constexpr bool kSigned = true;
   static constexpr bool kHasMin = false;
+  static constexpr int kOffset = 128;
   static __m256i Values(const Block& x) { return LookUp16(kIq4NlValues, Nibbles32(x.qs)); }
+  static __m256i Unsigned(const Block& x) {  // + 128: the sign bit flipped
+    return _mm256_xor_si256(Values(x), _mm256_set1_epi8(static_cast<char>(0x80)));
+  }
   static float Scale(const Block& x) { return HalfF(x.d); }
   static float Min(const Block&) { return 0.0f; }
 };
@@ -124,7 +139,11 @@ struct MXFP4Weights {
   using Block = BlockMXFP4;
   static constexpr bool kSigned = true;
   static constexpr bool kHasMin = false;
+  static constexpr int kOffset = 16;
   static __m256i Values(const Block& x) { return LookUp16(kMxfp4Values, Nibbles32(x.qs)); }
+  static __m256i Unsigned(const Block& x) {
+    return _mm256_add_epi8(Values(x), _mm256_set1_epi8(kOffset));
+  }
   static float Scale(const Block& x) { return E8M0Half(x.e); }
   static float Min(const Block&) { return 0.0f; }
 };
@@ -162,6 +181,70 @@ void GemmBlock32NA(int64_t k, const uint8_t* w, size_t w_stride, int64_t n_rows,
     for (int m = 0; m < NA; ++m) out[m * ldo + r] = HsumF(acc[m]);
   }
 }
+
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && \
+    defined(__AVX512VNNI__)
+// GemmBlock32NA for the AVX-512 table: two blocks per 512-bit vector and one
+// VNNI instruction per 64 products. VNNI takes the weights unsigned, so each
+// block's int32 lanes start from kOffset/8 times the activation row's −Σa
+// (8 lanes a block), which takes the offset back out: Σ (w + o)·a − o·Σa.
+template <class W, int NA>
+void GemmBlock32x2NA(int64_t k, const uint8_t* w, size_t w_stride, int64_t n_rows,
+                     const uint8_t* act, size_t act_stride, float* out, int64_t ldo) {
+  static_assert(W::kOffset % 8 == 0);
+  constexpr int kOffsetShift = std::countr_zero(static_cast<unsigned>(W::kOffset / 8 + 0));
+  static_assert(W::kOffset == 0 || W::kOffset / 8 == (1 << kOffsetShift));
+  const int64_t nb = k / kQK8_0;
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const auto* x = reinterpret_cast<const typename W::Block*>(w + r * w_stride);
+    __m512 acc[NA];
+    MOETIER_LOW_BIT_UNROLL
+    for (int m = 0; m < NA; ++m) acc[m] = _mm512_setzero_ps();
+    int64_t b = 0;
+    for (; b + 2 <= nb; b += 2) {
+      const __m512i u =
+          _mm512_inserti64x4(_mm512_castsi256_si512(W::Unsigned(x[b])), W::Unsigned(x[b + 1]), 1);
+      const __m512 dw =
+          _mm512_insertf32x8(_mm512_set1_ps(W::Scale(x[b])), _mm256_set1_ps(W::Scale(x[b + 1])), 1);
+      MOETIER_LOW_BIT_UNROLL
+      for (int m = 0; m < NA; ++m) {
+        const uint8_t* a = act + m * act_stride;
+        const __m512i aq = _mm512_load_si512(a + b * kQK8_0);
+        const __m512 da = _mm512_loadu_ps(reinterpret_cast<const float*>(a + k) + b * kActRepeat);
+        const __m512i nsum =
+            _mm512_loadu_si512(reinterpret_cast<const int32_t*>(a + 2 * k) + b * kActRepeat);
+        const __m512i start =
+            W::kOffset == 0 ? _mm512_setzero_si512() : _mm512_slli_epi32(nsum, kOffsetShift);
+        const __m512i p = _mm512_dpbusd_epi32(start, u, aq);
+        acc[m] = _mm512_fmadd_ps(_mm512_mul_ps(dw, da), _mm512_cvtepi32_ps(p), acc[m]);
+        if constexpr (W::kHasMin) {
+          const __m512 mw = _mm512_insertf32x8(_mm512_set1_ps(-0.125f * W::Min(x[b])),
+                                               _mm256_set1_ps(-0.125f * W::Min(x[b + 1])), 1);
+          acc[m] = _mm512_fmadd_ps(_mm512_mul_ps(mw, da), _mm512_cvtepi32_ps(nsum), acc[m]);
+        }
+      }
+    }
+    float tail[NA] = {};
+    if (b < nb) {  // an odd last block, at 256 bits
+      const __m256i wq = W::Values(x[b]);
+      MOETIER_LOW_BIT_UNROLL
+      for (int m = 0; m < NA; ++m) {
+        const uint8_t* a = act + m * act_stride;
+        const __m256i aq = _mm256_load_si256(reinterpret_cast<const __m256i*>(a + b * kQK8_0));
+        const __m256i p = _mm256_madd_epi16(PairProducts<W::kSigned>(wq, aq), _mm256_set1_epi16(1));
+        const float da = reinterpret_cast<const float*>(a + k)[b * kActRepeat];
+        tail[m] = W::Scale(x[b]) * da * HsumF(_mm256_cvtepi32_ps(p));
+        if constexpr (W::kHasMin) {
+          const int32_t sum = -reinterpret_cast<const int32_t*>(a + 2 * k)[b * kActRepeat];
+          tail[m] += W::Min(x[b]) * da * static_cast<float>(sum);
+        }
+      }
+    }
+    MOETIER_LOW_BIT_UNROLL
+    for (int m = 0; m < NA; ++m) out[m * ldo + r] = _mm512_reduce_add_ps(acc[m]) + tail[m];
+  }
+}
+#endif
 
 // --- 256-element blocks against Q8_K rows ------------------------------------
 
