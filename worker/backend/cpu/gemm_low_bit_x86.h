@@ -364,6 +364,102 @@ void GemmQ23KNA(int64_t k, const uint8_t* w, size_t w_stride, int64_t n_rows, co
   }
 }
 
+#if defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__)
+// GemmQ23KNA for the AVX-512 table: the 64 elements of j and j + 1 (same qs
+// bytes, shifted two bits further; contiguous activations) per vector, with
+// four sub-block scales.
+template <bool kQ3, int NA>
+void GemmQ23Kx2NA(int64_t k, const uint8_t* w, size_t w_stride, int64_t n_rows, const uint8_t* act,
+                  size_t act_stride, float* out, int64_t ldo) {
+  using Block = std::conditional_t<kQ3, BlockQ3K, BlockQ2K>;
+  const int64_t nb = k / kQK_K;
+  const __m512i m2 = _mm512_set1_epi8(0x03);
+  Q8KAct rows[NA];
+  MOETIER_LOW_BIT_UNROLL
+  for (int m = 0; m < NA; ++m) rows[m] = Q8KActAt(act + m * act_stride, k);
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const Block* x = reinterpret_cast<const Block*>(w + r * w_stride);
+    __m512 acc[NA];
+    __m256 accm[NA];
+    MOETIER_LOW_BIT_UNROLL
+    for (int m = 0; m < NA; ++m) {
+      acc[m] = _mm512_setzero_ps();
+      accm[m] = _mm256_setzero_ps();
+    }
+    for (int64_t b = 0; b < nb; ++b) {
+      __m128i scales8;
+      __m256i mins;
+      float min_unit;
+      if constexpr (kQ3) {
+        scales8 = Q3Scales(x[b].scales);
+        mins = _mm256_cvtepi8_epi16(scales8);
+        min_unit = 4.0f * HalfF(x[b].d);
+      } else {
+        const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].scales));
+        scales8 = _mm_and_si128(packed, _mm_set1_epi8(0x0F));
+        mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), _mm_set1_epi8(0x0F)));
+        min_unit = HalfF(x[b].dmin);
+      }
+      const __m256i scales8x2 = _mm256_broadcastsi128_si256(scales8);
+      __m512i hmask = _mm512_setzero_si512();
+      if constexpr (kQ3) {
+        hmask = _mm512_broadcast_i64x4(
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].hmask)));
+      }
+      __m512i sumi[NA];
+      MOETIER_LOW_BIT_UNROLL
+      for (int m = 0; m < NA; ++m) sumi[m] = _mm512_setzero_si512();
+      MOETIER_LOW_BIT_UNROLL
+      for (int h = 0; h < 2; ++h) {
+        const __m512i q = _mm512_broadcast_i64x4(
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs + 32 * h)));
+        MOETIER_LOW_BIT_UNROLL
+        for (int j = 0; j < 4; j += 2) {
+          // Low half: j, high half: j + 1 (16-bit shifts, then a byte mask).
+          const __m512i shift =
+              _mm512_inserti64x4(_mm512_set1_epi16(static_cast<int16_t>(2 * j)),
+                                 _mm256_set1_epi16(static_cast<int16_t>(2 * j + 2)), 1);
+          __m512i wq = _mm512_and_si512(_mm512_srlv_epi16(q, shift), m2);
+          if constexpr (kQ3) {
+            const __m512i bit =
+                _mm512_inserti64x4(_mm512_set1_epi16(static_cast<int16_t>(4 * h + j)),
+                                   _mm256_set1_epi16(static_cast<int16_t>(4 * h + j + 1)), 1);
+            const __m512i high =
+                _mm512_and_si512(_mm512_srlv_epi16(hmask, bit), _mm512_set1_epi8(0x01));
+            wq = _mm512_or_si512(wq, _mm512_slli_epi16(high, 2));  // 0..7
+          }
+          // Sub-blocks i .. i + 3, eight int16 lanes each.
+          const int i = 8 * h + 2 * j;
+          const __m256i pick =
+              _mm256_set_epi64x(static_cast<int64_t>((i + 3) * 0x0101010101010101ull),
+                                static_cast<int64_t>((i + 2) * 0x0101010101010101ull),
+                                static_cast<int64_t>((i + 1) * 0x0101010101010101ull),
+                                static_cast<int64_t>(i * 0x0101010101010101ull));
+          const __m512i sc = _mm512_cvtepi8_epi16(_mm256_shuffle_epi8(scales8x2, pick));
+          MOETIER_LOW_BIT_UNROLL
+          for (int m = 0; m < NA; ++m) {
+            const __m512i a = _mm512_load_si512(rows[m].qs + b * kQK_K + 128 * h + 32 * j);
+            sumi[m] = _mm512_add_epi32(sumi[m], _mm512_madd_epi16(_mm512_maddubs_epi16(wq, a), sc));
+          }
+        }
+      }
+      const float dw = HalfF(x[b].d);
+      MOETIER_LOW_BIT_UNROLL
+      for (int m = 0; m < NA; ++m) {
+        const float da = rows[m].d[b];
+        acc[m] = _mm512_fmadd_ps(_mm512_set1_ps(dw * da), _mm512_cvtepi32_ps(sumi[m]), acc[m]);
+        const __m256i bs =
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[m].bsums + b * 16));
+        accm[m] = _mm256_fmadd_ps(_mm256_set1_ps(min_unit * da),
+                                  _mm256_cvtepi32_ps(_mm256_madd_epi16(bs, mins)), accm[m]);
+      }
+    }
+    MOETIER_LOW_BIT_UNROLL
+    for (int m = 0; m < NA; ++m) out[m * ldo + r] = _mm512_reduce_add_ps(acc[m]) - HsumF(accm[m]);
+  }
+}
+#endif
+
 template <int NA>
 void GemmIQ4XSNA(int64_t k, const uint8_t* w, size_t w_stride, int64_t n_rows, const uint8_t* act,
                  size_t act_stride, float* out, int64_t ldo) {

@@ -427,8 +427,8 @@ MOETIER_GEMM_KERNEL(KQ5_0, (low_bit_x86::GemmBlock32x2NA<low_bit_x86::Q5_0Weight
 MOETIER_GEMM_KERNEL(KQ5_1, (low_bit_x86::GemmBlock32x2NA<low_bit_x86::Q5_1Weights, NA>))
 MOETIER_GEMM_KERNEL(KIQ4NL, (low_bit_x86::GemmBlock32x2NA<low_bit_x86::IQ4NLWeights, NA>))
 MOETIER_GEMM_KERNEL(KMXFP4, (low_bit_x86::GemmBlock32x2NA<low_bit_x86::MXFP4Weights, NA>))
-MOETIER_GEMM_KERNEL(KQ2K, (low_bit_x86::GemmQ23KNA<false, NA>))
-MOETIER_GEMM_KERNEL(KQ3K, (low_bit_x86::GemmQ23KNA<true, NA>))
+MOETIER_GEMM_KERNEL(KQ2K, (low_bit_x86::GemmQ23Kx2NA<false, NA>))
+MOETIER_GEMM_KERNEL(KQ3K, (low_bit_x86::GemmQ23Kx2NA<true, NA>))
 MOETIER_GEMM_KERNEL(KIQ4XS, low_bit_x86::GemmIQ4XSNA<NA>)
 #undef MOETIER_GEMM_KERNEL
 
