@@ -23,6 +23,26 @@ inline int RoundClamp(float v, int lo, int hi) {
   return std::bit_cast<int32_t>(shifted) - 0x4B400000;
 }
 
+// The value of largest magnitude among x[0..n) (the first of equals) and that
+// magnitude; both 0 when every value is 0 (NaNs never win). The formats
+// whose levels are symmetric but for one extra negative level map this
+// value onto that level.
+struct SignedExtreme {
+  float magnitude = 0.0f;
+  float value = 0.0f;
+};
+
+inline SignedExtreme FindSignedExtreme(const float* x, int n) {
+  SignedExtreme e;
+  for (int i = 0; i < n; ++i) {
+    if (std::fabs(x[i]) > e.magnitude) {
+      e.magnitude = std::fabs(x[i]);
+      e.value = x[i];
+    }
+  }
+  return e;
+}
+
 // Per-type row codecs over n_blocks whole blocks. Blocks are copied in and out
 // with memcpy, so rows need no particular alignment.
 void DequantizeQ8_0(const void* src, float* dst, int64_t n_blocks);

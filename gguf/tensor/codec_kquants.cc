@@ -244,24 +244,17 @@ void QuantizeQ6_K(const float* src, void* dst, int64_t n_blocks) {
   for (int64_t b = 0; b < n_blocks; ++b, src += kQKK) {
     uint8_t levels[kQKK];  // 0..63, value + 32
     float scale[kNumSubQ6];
-    float max_abs_scale = 0.0f;
-    float extreme_scale = 0.0f;
-    for (int s = 0; s < kNumSubQ6; ++s) {
-      scale[s] = FitSignedScale(src + s * kSubQ6, kSubQ6, kNmax);
-      if (std::fabs(scale[s]) > max_abs_scale) {
-        max_abs_scale = std::fabs(scale[s]);
-        extreme_scale = scale[s];
-      }
-    }
+    for (int s = 0; s < kNumSubQ6; ++s) scale[s] = FitSignedScale(src + s * kSubQ6, kSubQ6, kNmax);
+    const SignedExtreme extreme = FindSignedExtreme(scale, kNumSubQ6);
 
     BlockQ6_K block;
-    if (max_abs_scale < kTinyRange) {
+    if (extreme.magnitude < kTinyRange) {
       std::memset(&block, 0, sizeof(block));
       std::memcpy(bytes + b * sizeof(BlockQ6_K), &block, sizeof(block));
       continue;
     }
     // As with Q4_0, the extreme scale takes the int8 level without a twin.
-    block.d = SuperBlockScale(-extreme_scale, 128.0f);
+    block.d = SuperBlockScale(-extreme.value, 128.0f);
     const float d = HalfToFloat(block.d);
     for (int s = 0; s < kNumSubQ6; ++s) {
       // Against d as stored, as for the Q4_K scales.

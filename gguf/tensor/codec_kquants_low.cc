@@ -169,26 +169,19 @@ void QuantizeQ3_K(const float* src, void* dst, int64_t n_blocks) {
   constexpr int kNmax = 4;
   for (int64_t b = 0; b < n_blocks; ++b, src += kQKK) {
     float scale[kNumSub];
-    float max_abs_scale = 0.0f;
-    float extreme_scale = 0.0f;
-    for (int g = 0; g < kNumSub; ++g) {
-      scale[g] = FitSignedScale(src + kSub * g, kSub, kNmax);
-      if (std::fabs(scale[g]) > max_abs_scale) {
-        max_abs_scale = std::fabs(scale[g]);
-        extreme_scale = scale[g];
-      }
-    }
+    for (int g = 0; g < kNumSub; ++g) scale[g] = FitSignedScale(src + kSub * g, kSub, kNmax);
+    const SignedExtreme extreme = FindSignedExtreme(scale, kNumSub);
     BlockQ3_K block;
     std::memset(&block, 0, sizeof(block));
     int stored[kNumSub];
     uint8_t levels[kQKK];  // 0..7, value + 4
-    if (max_abs_scale < kTinyRange) {
+    if (extreme.magnitude < kTinyRange) {
       // All scales decode to d·(32 − 32) = 0.
       std::fill(stored, stored + kNumSub, 32);
       std::fill(levels, levels + kQKK, static_cast<uint8_t>(kNmax));
     } else {
       // The extreme scale takes the six-bit level without a twin, −32.
-      block.d = SuperBlockScale(-extreme_scale, 32.0f);
+      block.d = SuperBlockScale(-extreme.value, 32.0f);
       const float d = HalfToFloat(block.d);
       for (int g = 0; g < kNumSub; ++g) {
         const int l = d != 0.0f ? RoundClamp(scale[g] / d, -32, 31) : 0;

@@ -73,15 +73,9 @@ uint8_t NearestIq4Level(float v) {
 // The IQ4_NL scale of one group: the best of the start max/-127 and 15
 // candidates (itry - 127)/max, itry in -7..7, by Σw·x·q)² / Σw·q² with w = x².
 float FitIq4Scale(const float* x) {
-  float amax = 0.0f;
-  float extreme = 0.0f;
-  for (int j = 0; j < kGroup; ++j) {
-    if (std::fabs(x[j]) > amax) {
-      amax = std::fabs(x[j]);
-      extreme = x[j];
-    }
-  }
-  if (amax < kTinyRange) return 0.0f;
+  const SignedExtreme e = FindSignedExtreme(x, kGroup);
+  if (e.magnitude < kTinyRange) return 0.0f;
+  const float extreme = e.value;
   auto evaluate = [x](float id, float* sum_qx, float* sum_q2) {
     float qx = 0.0f;
     float q2 = 0.0f;
@@ -181,15 +175,8 @@ void QuantizeIQ4_XS(const float* src, void* dst, int64_t n_blocks) {
   auto* bytes = static_cast<uint8_t*>(dst);
   for (int64_t b = 0; b < n_blocks; ++b, src += kQKK) {
     float scale[kIq4XsGroups];
-    float max_abs = 0.0f;
-    float extreme = 0.0f;
-    for (int ib = 0; ib < kIq4XsGroups; ++ib) {
-      scale[ib] = FitIq4Scale(src + kGroup * ib);
-      if (std::fabs(scale[ib]) > max_abs) {
-        max_abs = std::fabs(scale[ib]);
-        extreme = scale[ib];
-      }
-    }
+    for (int ib = 0; ib < kIq4XsGroups; ++ib) scale[ib] = FitIq4Scale(src + kGroup * ib);
+    const float extreme = FindSignedExtreme(scale, kIq4XsGroups).value;
     BlockIQ4_XS block;
     std::memset(&block, 0, sizeof(block));
     // The extreme group scale takes the six-bit level without a twin, −32

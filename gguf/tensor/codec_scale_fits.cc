@@ -132,15 +132,9 @@ uint16_t SuperBlockScale(float value, float steps) {
 }
 
 float FitSignedScale(const float* x, int n, int nmax) {
-  float amax = 0.0f;
-  float extreme = 0.0f;
-  for (int i = 0; i < n; ++i) {
-    if (std::fabs(x[i]) > amax) {
-      amax = std::fabs(x[i]);
-      extreme = x[i];
-    }
-  }
-  if (amax < kTinyRange) return 0.0f;
+  const SignedExtreme e = FindSignedExtreme(x, n);
+  if (e.magnitude < kTinyRange) return 0.0f;
+  const float extreme = e.value;
   // With L fixed, the best scale is Σwxl/Σwl² and the error it leaves is
   // Σwx² − (Σwxl)²/Σwl², so maximizing (Σwxl)²/Σwl² picks the best candidate.
   const float level_lo = -static_cast<float>(nmax);

@@ -59,15 +59,7 @@ void QuantizeQ4_0(const float* src, void* dst, int64_t n_blocks) {
   for (int64_t b = 0; b < n_blocks; ++b, src += kQK4_0) {
     // The signed extreme maps to -8, the one level without a positive twin,
     // so the whole range [-8, 7] is used on the side where the extreme lies.
-    float amax = 0.0f;
-    float extreme = 0.0f;
-    for (int e = 0; e < kQK4_0; ++e) {
-      if (std::fabs(src[e]) > amax) {
-        amax = std::fabs(src[e]);
-        extreme = src[e];
-      }
-    }
-    const float d = extreme / -8.0f;
+    const float d = FindSignedExtreme(src, kQK4_0).value / -8.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     BlockQ4_0 block;
     block.d = FloatToHalf(d);
@@ -86,12 +78,17 @@ void QuantizeQ4_0(const float* src, void* dst, int64_t n_blocks) {
 
 namespace {
 
-// Element j of a 32-element block takes the low nibble of qs[j] when j < 16,
-// the high nibble of qs[j - 16] otherwise; its fifth bit, where there is one,
-// is bit j of qh read as a little-endian u32.
-uint32_t FifthBits(const uint8_t* qh) {
-  return static_cast<uint32_t>(qh[0]) | (static_cast<uint32_t>(qh[1]) << 8) |
-         (static_cast<uint32_t>(qh[2]) << 16) | (static_cast<uint32_t>(qh[3]) << 24);
+// The 5-bit values of a Q5_0 / Q5_1 block in element order: element j takes
+// the low nibble of qs[j] when j < 16, the high nibble of qs[j - 16]
+// otherwise, and as its fifth bit bit j of qh read as a little-endian u32.
+void FiveBitValues(const uint8_t* qs, const uint8_t* qh_bytes, int* q) {
+  const uint32_t qh =
+      static_cast<uint32_t>(qh_bytes[0]) | (static_cast<uint32_t>(qh_bytes[1]) << 8) |
+      (static_cast<uint32_t>(qh_bytes[2]) << 16) | (static_cast<uint32_t>(qh_bytes[3]) << 24);
+  for (int j = 0; j < kQK4_0 / 2; ++j) {
+    q[j] = (qs[j] & 0x0F) | static_cast<int>(((qh >> j) & 1) << 4);
+    q[j + 16] = (qs[j] >> 4) | static_cast<int>(((qh >> (j + 16)) & 1) << 4);
+  }
 }
 
 // Levels of an affine block, x ≈ d·L + min with L in [0, nmax]: d spans
@@ -162,13 +159,9 @@ void DequantizeQ5_0(const void* src, float* dst, int64_t n_blocks) {
     BlockQ5_0 block;
     std::memcpy(&block, bytes + b * sizeof(block), sizeof(block));
     const float d = HalfToFloat(block.d);
-    const uint32_t qh = FifthBits(block.qh);
-    for (int j = 0; j < kQK4_0 / 2; ++j) {
-      const int lo = (block.qs[j] & 0x0F) | static_cast<int>(((qh >> j) & 1) << 4);
-      const int hi = (block.qs[j] >> 4) | static_cast<int>(((qh >> (j + 16)) & 1) << 4);
-      dst[j] = d * static_cast<float>(lo - 16);
-      dst[j + 16] = d * static_cast<float>(hi - 16);
-    }
+    int q[kQK4_0];
+    FiveBitValues(block.qs, block.qh, q);
+    for (int j = 0; j < kQK4_0; ++j) dst[j] = d * static_cast<float>(q[j] - 16);
   }
 }
 
@@ -176,15 +169,7 @@ void QuantizeQ5_0(const float* src, void* dst, int64_t n_blocks) {
   auto* bytes = static_cast<uint8_t*>(dst);
   for (int64_t b = 0; b < n_blocks; ++b, src += kQK4_0) {
     // As Q4_0: the signed extreme takes -16, the level without a twin.
-    float amax = 0.0f;
-    float extreme = 0.0f;
-    for (int e = 0; e < kQK4_0; ++e) {
-      if (std::fabs(src[e]) > amax) {
-        amax = std::fabs(src[e]);
-        extreme = src[e];
-      }
-    }
-    const float d = extreme / -16.0f;
+    const float d = FindSignedExtreme(src, kQK4_0).value / -16.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     uint8_t levels[kQK4_0];
     for (int e = 0; e < kQK4_0; ++e) {
@@ -206,13 +191,9 @@ void DequantizeQ5_1(const void* src, float* dst, int64_t n_blocks) {
     std::memcpy(&block, bytes + b * sizeof(block), sizeof(block));
     const float d = HalfToFloat(block.d);
     const float m = HalfToFloat(block.m);
-    const uint32_t qh = FifthBits(block.qh);
-    for (int j = 0; j < kQK4_0 / 2; ++j) {
-      const int lo = (block.qs[j] & 0x0F) | static_cast<int>(((qh >> j) & 1) << 4);
-      const int hi = (block.qs[j] >> 4) | static_cast<int>(((qh >> (j + 16)) & 1) << 4);
-      dst[j] = d * static_cast<float>(lo) + m;
-      dst[j + 16] = d * static_cast<float>(hi) + m;
-    }
+    int q[kQK4_0];
+    FiveBitValues(block.qs, block.qh, q);
+    for (int j = 0; j < kQK4_0; ++j) dst[j] = d * static_cast<float>(q[j]) + m;
   }
 }
 

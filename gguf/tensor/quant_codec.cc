@@ -159,15 +159,8 @@ void QuantizeRowQ8K(const float* src, BlockQ8K* dst, int64_t n_elems) {
   const int64_t n_blocks = n_elems / kQKK;
   for (int64_t b = 0; b < n_blocks; ++b, src += kQKK) {
     BlockQ8K& out = dst[b];
-    float amax = 0.0f;
-    float extreme = 0.0f;
-    for (int e = 0; e < kQKK; ++e) {
-      if (std::fabs(src[e]) > amax) {
-        amax = std::fabs(src[e]);
-        extreme = src[e];
-      }
-    }
-    if (amax == 0.0f) {
+    const float extreme = ci::FindSignedExtreme(src, kQKK).value;
+    if (extreme == 0.0f) {
       out.d = 0.0f;
       std::memset(out.qs, 0, sizeof(out.qs));
       std::memset(out.bsums, 0, sizeof(out.bsums));
