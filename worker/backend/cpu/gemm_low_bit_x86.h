@@ -285,6 +285,28 @@ inline __m128i Q3Scales(const uint8_t* s) {
   return _mm_sub_epi8(_mm_or_si128(nibbles, _mm_slli_epi16(top, 4)), _mm_set1_epi8(32));
 }
 
+// A Q2_K / Q3_K block's 16 sub-block scales as int8, what multiplies its
+// 16-element activation sums (Q2_K: the mins; Q3_K: the scales, for the −4
+// taken back out) and that product's factor.
+struct Q23Scales {
+  __m128i scales8;
+  __m256i mins;
+  float min_unit;
+};
+
+template <bool kQ3, class Block>
+inline Q23Scales Q23BlockScales(const Block& x) {
+  if constexpr (kQ3) {
+    const __m128i scales8 = Q3Scales(x.scales);
+    return {scales8, _mm256_cvtepi8_epi16(scales8), 4.0f * HalfF(x.d)};
+  } else {
+    const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x.scales));
+    const __m128i m4 = _mm_set1_epi8(0x0F);
+    return {_mm_and_si128(packed, m4),
+            _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), m4)), HalfF(x.dmin)};
+  }
+}
+
 // Q2_K and Q3_K share the element order: the 32 elements 128h + 32j + l
 // (l = 0..31) are bits 2j of qs[32h + l], sub-blocks 8h + 2j and 8h + 2j + 1.
 // Both run unsigned: Q2_K's levels are 0..3 with a min per sub-block; Q3_K's
@@ -308,19 +330,7 @@ void GemmQ23KNA(int64_t k, const uint8_t* w, size_t w_stride, int64_t n_rows, co
       accm[m] = _mm256_setzero_ps();
     }
     for (int64_t b = 0; b < nb; ++b) {
-      __m128i scales8;  // the 16 sub-block scales
-      __m256i mins;     // what multiplies the 16-element activation sums
-      float min_unit;   // and its factor
-      if constexpr (kQ3) {
-        scales8 = Q3Scales(x[b].scales);
-        mins = _mm256_cvtepi8_epi16(scales8);
-        min_unit = 4.0f * HalfF(x[b].d);
-      } else {
-        const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].scales));
-        scales8 = _mm_and_si128(packed, _mm_set1_epi8(0x0F));
-        mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), _mm_set1_epi8(0x0F)));
-        min_unit = HalfF(x[b].dmin);
-      }
+      const auto [scales8, mins, min_unit] = Q23BlockScales<kQ3>(x[b]);
       __m256i hmask = _mm256_setzero_si256();
       if constexpr (kQ3) hmask = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].hmask));
       __m256i sumi[NA];
@@ -387,19 +397,7 @@ void GemmQ23Kx2NA(int64_t k, const uint8_t* w, size_t w_stride, int64_t n_rows, 
       accm[m] = _mm256_setzero_ps();
     }
     for (int64_t b = 0; b < nb; ++b) {
-      __m128i scales8;
-      __m256i mins;
-      float min_unit;
-      if constexpr (kQ3) {
-        scales8 = Q3Scales(x[b].scales);
-        mins = _mm256_cvtepi8_epi16(scales8);
-        min_unit = 4.0f * HalfF(x[b].d);
-      } else {
-        const __m128i packed = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].scales));
-        scales8 = _mm_and_si128(packed, _mm_set1_epi8(0x0F));
-        mins = _mm256_cvtepu8_epi16(_mm_and_si128(_mm_srli_epi16(packed, 4), _mm_set1_epi8(0x0F)));
-        min_unit = HalfF(x[b].dmin);
-      }
+      const auto [scales8, mins, min_unit] = Q23BlockScales<kQ3>(x[b]);
       const __m256i scales8x2 = _mm256_broadcastsi128_si256(scales8);
       __m512i hmask = _mm512_setzero_si512();
       if constexpr (kQ3) {

@@ -248,68 +248,60 @@ Q8_0Block ActQ8_0(const uint8_t* act, int64_t k, int64_t b) {
 inline int Nibble(const uint8_t* qs, int j) { return j < 16 ? qs[j] & 0x0F : qs[j - 16] >> 4; }
 inline int FifthBit(const uint8_t* qh, int j) { return (qh[j / 8] >> (j % 8)) & 1; }
 
-float DotRowQ4_1(int64_t k, const uint8_t* w, const uint8_t* act) {
-  const BlockQ4_1* x = reinterpret_cast<const BlockQ4_1*>(w);
-  float sum = 0.0f;
-  for (int64_t b = 0; b < k / kQK8_0; ++b) {
-    const Q8_0Block a = ActQ8_0(act, k, b);
-    int32_t isum = 0;
-    for (int j = 0; j < kQK8_0; ++j) isum += Nibble(x[b].qs, j) * a.qs[j];
-    sum += a.d * (HalfToFloat(x[b].d) * static_cast<float>(isum) +
-                  HalfToFloat(x[b].m) * static_cast<float>(a.sum));
+// The 32-element types against Q8_0 rows: y = scale · value (+ min for the
+// affine ones), so the dot is da · (scale · Σ value·a (+ min · Σa)).
+struct Q4_1Format {
+  using Block = BlockQ4_1;
+  static constexpr bool kHasMin = true;
+  static int Value(const Block& x, int j) { return Nibble(x.qs, j); }
+  static float Scale(const Block& x) { return HalfToFloat(x.d); }
+  static float Min(const Block& x) { return HalfToFloat(x.m); }
+};
+struct Q5_0Format {
+  using Block = BlockQ5_0;
+  static constexpr bool kHasMin = false;
+  static int Value(const Block& x, int j) {
+    return (Nibble(x.qs, j) | (FifthBit(x.qh, j) << 4)) - 16;
   }
-  return sum;
-}
+  static float Scale(const Block& x) { return HalfToFloat(x.d); }
+  static float Min(const Block&) { return 0.0f; }
+};
+struct Q5_1Format {
+  using Block = BlockQ5_1;
+  static constexpr bool kHasMin = true;
+  static int Value(const Block& x, int j) { return Nibble(x.qs, j) | (FifthBit(x.qh, j) << 4); }
+  static float Scale(const Block& x) { return HalfToFloat(x.d); }
+  static float Min(const Block& x) { return HalfToFloat(x.m); }
+};
+struct IQ4NLFormat {
+  using Block = BlockIQ4NL;
+  static constexpr bool kHasMin = false;
+  static int Value(const Block& x, int j) { return kIq4NlValues[Nibble(x.qs, j)]; }
+  static float Scale(const Block& x) { return HalfToFloat(x.d); }
+  static float Min(const Block&) { return 0.0f; }
+};
+struct MXFP4Format {
+  using Block = BlockMXFP4;
+  static constexpr bool kHasMin = false;
+  static int Value(const Block& x, int j) { return kMxfp4Values[Nibble(x.qs, j)]; }
+  static float Scale(const Block& x) { return std::ldexp(1.0f, x.e - 128); }
+  static float Min(const Block&) { return 0.0f; }
+};
 
-float DotRowQ5_0(int64_t k, const uint8_t* w, const uint8_t* act) {
-  const BlockQ5_0* x = reinterpret_cast<const BlockQ5_0*>(w);
+template <class F>
+float DotRowBlock32(int64_t k, const uint8_t* w, const uint8_t* act) {
+  const auto* x = reinterpret_cast<const typename F::Block*>(w);
   float sum = 0.0f;
   for (int64_t b = 0; b < k / kQK8_0; ++b) {
     const Q8_0Block a = ActQ8_0(act, k, b);
     int32_t isum = 0;
-    for (int j = 0; j < kQK8_0; ++j) {
-      isum += ((Nibble(x[b].qs, j) | (FifthBit(x[b].qh, j) << 4)) - 16) * a.qs[j];
+    for (int j = 0; j < kQK8_0; ++j) isum += F::Value(x[b], j) * a.qs[j];
+    if constexpr (F::kHasMin) {
+      sum += a.d * (F::Scale(x[b]) * static_cast<float>(isum) +
+                    F::Min(x[b]) * static_cast<float>(a.sum));
+    } else {
+      sum += a.d * F::Scale(x[b]) * static_cast<float>(isum);
     }
-    sum += a.d * HalfToFloat(x[b].d) * static_cast<float>(isum);
-  }
-  return sum;
-}
-
-float DotRowQ5_1(int64_t k, const uint8_t* w, const uint8_t* act) {
-  const BlockQ5_1* x = reinterpret_cast<const BlockQ5_1*>(w);
-  float sum = 0.0f;
-  for (int64_t b = 0; b < k / kQK8_0; ++b) {
-    const Q8_0Block a = ActQ8_0(act, k, b);
-    int32_t isum = 0;
-    for (int j = 0; j < kQK8_0; ++j) {
-      isum += (Nibble(x[b].qs, j) | (FifthBit(x[b].qh, j) << 4)) * a.qs[j];
-    }
-    sum += a.d * (HalfToFloat(x[b].d) * static_cast<float>(isum) +
-                  HalfToFloat(x[b].m) * static_cast<float>(a.sum));
-  }
-  return sum;
-}
-
-float DotRowIQ4NL(int64_t k, const uint8_t* w, const uint8_t* act) {
-  const BlockIQ4NL* x = reinterpret_cast<const BlockIQ4NL*>(w);
-  float sum = 0.0f;
-  for (int64_t b = 0; b < k / kQK8_0; ++b) {
-    const Q8_0Block a = ActQ8_0(act, k, b);
-    int32_t isum = 0;
-    for (int j = 0; j < kQK8_0; ++j) isum += kIq4NlValues[Nibble(x[b].qs, j)] * a.qs[j];
-    sum += a.d * HalfToFloat(x[b].d) * static_cast<float>(isum);
-  }
-  return sum;
-}
-
-float DotRowMXFP4(int64_t k, const uint8_t* w, const uint8_t* act) {
-  const BlockMXFP4* x = reinterpret_cast<const BlockMXFP4*>(w);
-  float sum = 0.0f;
-  for (int64_t b = 0; b < k / kQK8_0; ++b) {
-    const Q8_0Block a = ActQ8_0(act, k, b);
-    int32_t isum = 0;
-    for (int j = 0; j < kQK8_0; ++j) isum += kMxfp4Values[Nibble(x[b].qs, j)] * a.qs[j];
-    sum += a.d * std::ldexp(1.0f, x[b].e - 128) * static_cast<float>(isum);
   }
   return sum;
 }
@@ -487,11 +479,11 @@ const KernelTable kScalarKernels = {
     .gemm_q4_k = GemmTile<DotRowQ4K>,
     .gemm_q5_k = GemmTile<DotRowQ5K>,
     .gemm_q6_k = GemmTile<DotRowQ6K>,
-    .gemm_q4_1 = GemmTile<DotRowQ4_1>,
-    .gemm_q5_0 = GemmTile<DotRowQ5_0>,
-    .gemm_q5_1 = GemmTile<DotRowQ5_1>,
-    .gemm_iq4_nl = GemmTile<DotRowIQ4NL>,
-    .gemm_mxfp4 = GemmTile<DotRowMXFP4>,
+    .gemm_q4_1 = GemmTile<DotRowBlock32<Q4_1Format>>,
+    .gemm_q5_0 = GemmTile<DotRowBlock32<Q5_0Format>>,
+    .gemm_q5_1 = GemmTile<DotRowBlock32<Q5_1Format>>,
+    .gemm_iq4_nl = GemmTile<DotRowBlock32<IQ4NLFormat>>,
+    .gemm_mxfp4 = GemmTile<DotRowBlock32<MXFP4Format>>,
     .gemm_q2_k = GemmTile<DotRowQ2K>,
     .gemm_q3_k = GemmTile<DotRowQ3K>,
     .gemm_iq4_xs = GemmTile<DotRowIQ4XS>,
