@@ -11,10 +11,12 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "backend/cpu/cpu_kernels.h"
 #include "engine/cpu_engine.h"
 #include "engine_run.h"
 #include "gguf/gguf_reader.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/architectures.h"
 #include "reference/reference_engine.h"
@@ -22,6 +24,8 @@
 
 namespace moetier {
 namespace {
+
+using ::testing::HasSubstr;
 
 std::string VectorPath(const std::string& name) {
   return std::string(MOETIER_TEST_DATA_DIR) + "/vectors/" + name;
@@ -470,6 +474,16 @@ TEST(CpuEngineTest, RejectsBadInputsWithStatus) {
   config.n_threads = 1;
   config.max_sequences = 0;
   EXPECT_FALSE(CpuEngine::Create(m->model, config).ok());
+  config.max_sequences = 1;
+  for (int bad_batch : {0, 8193}) {
+    config.max_batch = bad_batch;
+    const absl::Status s = CpuEngine::Create(m->model, config).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(s.message(),
+                HasSubstr(absl::StrCat("batch size ", bad_batch, " is outside 1..8192")));
+  }
+  config.max_batch = 8192;
+  EXPECT_TRUE(CpuEngine::Create(m->model, config).ok());
 }
 
 TEST(CpuEngineTest, FactoryFromEngineOptions) {

@@ -71,22 +71,14 @@ absl::Status CpuEngine::CheckModel(const Model& model) {
 absl::StatusOr<std::unique_ptr<CpuEngine>> CpuEngine::Create(const Model& model,
                                                              const CpuEngineConfig& config) {
   const ModelHparams& hp = model.hparams;
-  if (config.max_ctx < 1 || config.max_ctx > hp.n_ctx_train) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("context length %d is outside 1..%d (the model's training context)",
-                        config.max_ctx, hp.n_ctx_train));
-  }
-  if (config.max_sequences < 1 || config.max_sequences > 1024) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("sequence count %d is outside 1..1024", config.max_sequences));
+  if (absl::Status s = CheckEngineSizes(hp, config.max_ctx, config.max_sequences, config.max_batch,
+                                        /*batch_limit=*/8192);
+      !s.ok()) {
+    return s;
   }
   if (config.n_threads < 1 || config.n_threads > 1024) {
     return absl::InvalidArgumentError(
         absl::StrFormat("thread count %d is outside 1..1024", config.n_threads));
-  }
-  if (config.max_batch < 1 || config.max_batch > 8192) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("batch size %d is outside 1..8192", config.max_batch));
   }
   if (absl::Status s = CheckModel(model); !s.ok()) return s;
   if (absl::Status s = CheckKvCacheTypes(config.kv_types, hp.head_dim, kKvCacheTypeChoices, "cpu");

@@ -147,18 +147,10 @@ absl::Status CudaEngine::CheckModel(const Model& model) {
 absl::StatusOr<std::unique_ptr<CudaEngine>> CudaEngine::Create(const Model& model,
                                                                const CudaEngineConfig& config) {
   const ModelHparams& hp = model.hparams;
-  if (config.max_ctx < 1 || config.max_ctx > hp.n_ctx_train) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("context length %d is outside 1..%d (the model's training context)",
-                        config.max_ctx, hp.n_ctx_train));
-  }
-  if (config.max_sequences < 1 || config.max_sequences > 1024) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("sequence count %d is outside 1..1024", config.max_sequences));
-  }
-  if (config.max_batch < 1 || config.max_batch > kMaxBatch) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("batch size %d is outside 1..%d", config.max_batch, kMaxBatch));
+  if (absl::Status s =
+          CheckEngineSizes(hp, config.max_ctx, config.max_sequences, config.max_batch, kMaxBatch);
+      !s.ok()) {
+    return s;
   }
   if (config.gemv_max_rows < 0) {
     return absl::InvalidArgumentError(

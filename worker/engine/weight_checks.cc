@@ -135,4 +135,22 @@ absl::Status CheckModelForBackend(const Model& model, const BackendWeightSupport
   return status;
 }
 
+absl::Status CheckEngineSizes(const ModelHparams& hp, int max_ctx, int max_sequences, int max_batch,
+                              int batch_limit) {
+  if (max_ctx < 1 || max_ctx > hp.n_ctx_train) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("context length %d is outside 1..%d (the model's training context)",
+                        max_ctx, hp.n_ctx_train));
+  }
+  if (max_sequences < 1 || max_sequences > 1024) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("sequence count %d is outside 1..1024", max_sequences));
+  }
+  if (max_batch < 1 || max_batch > batch_limit) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("batch size %d is outside 1..%d", max_batch, batch_limit));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace moetier

@@ -25,4 +25,9 @@ struct BackendWeightSupport {
 
 absl::Status CheckModelForBackend(const Model& model, const BackendWeightSupport& support);
 
+// The sizes every engine accepts: a context within the model's training
+// length, 1..1024 sequences and 1..batch_limit tokens a forward pass.
+absl::Status CheckEngineSizes(const ModelHparams& hp, int max_ctx, int max_sequences, int max_batch,
+                              int batch_limit);
+
 }  // namespace moetier
