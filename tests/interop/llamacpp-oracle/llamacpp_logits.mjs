@@ -1,19 +1,43 @@
-// node llamacpp_logits.mjs MODEL.gguf IDS_FILE OUT.f32
+// node llamacpp_logits.mjs MODEL.gguf IDS_FILE OUT.f32 [--cache-type T] [--flash-attention]
 //
 // llama.cpp's logits for one sequence (IDS_FILE: comma-separated token ids,
 // positions 0..n-1), written as raw little-endian float32, one row of n_vocab
 // per position: the layout of moetier-worker --logits-out and of the
 // test vectors' M.llamacpp.f32. CPU only, flash attention off, F32 keys and
 // values, the whole sequence in one batch, as the shared vectors were made.
+// --cache-type stores keys and values as f16, q8_0 or q4_0 instead (with
+// --flash-attention, which llama.cpp needs for quantized values), to see
+// what a KV cache type costs llama.cpp itself.
 // Uses node-llama-cpp's prebuilt binaries; it never downloads or compiles.
 import fs from "node:fs";
 import path from "node:path";
 import { getLlama, LlamaLogLevel } from "node-llama-cpp";
 
-const [modelPath, idsPath, outPath] = process.argv.slice(2);
+const usage = "usage: node llamacpp_logits.mjs MODEL.gguf IDS_FILE OUT.f32 " +
+              "[--cache-type f32|f16|q8_0|q4_0] [--flash-attention]";
+const [modelPath, idsPath, outPath, ...flags] = process.argv.slice(2);
 if (!modelPath || !idsPath || !outPath) {
-  console.error("usage: node llamacpp_logits.mjs MODEL.gguf IDS_FILE OUT.f32");
+  console.error(usage);
   process.exit(2);
+}
+const kvTypes = { f32: "F32", f16: "F16", q8_0: "Q8_0", q4_0: "Q4_0" };
+let kvType = "F32";
+let flashAttention = false;
+for (let i = 0; i < flags.length; ++i) {
+  if (flags[i] === "--flash-attention") {
+    flashAttention = true;
+  } else if (flags[i] === "--cache-type") {
+    const name = flags[++i];
+    if (!(name in kvTypes)) {
+      console.error(`llamacpp_logits: --cache-type ${JSON.stringify(name)} is not one of ` +
+                    `${Object.keys(kvTypes).join(", ")}\n${usage}`);
+      process.exit(2);
+    }
+    kvType = kvTypes[name];
+  } else {
+    console.error(`llamacpp_logits: bad argument ${JSON.stringify(flags[i])}\n${usage}`);
+    process.exit(2);
+  }
 }
 const ids = fs.readFileSync(idsPath, "utf8").split(/[,\s]+/).filter((s) => s !== "").map((s) => {
   const id = Number(s);
@@ -35,11 +59,13 @@ const context = await model.createContext({
   contextSize: ids.length,
   batchSize: ids.length,
   sequences: 1,
-  flashAttention: false,
-  experimentalKvCacheKeyType: "F32",
-  experimentalKvCacheValueType: "F32",
+  flashAttention,
+  experimentalKvCacheKeyType: kvType,
+  experimentalKvCacheValueType: kvType,
 });
-if (context.flashAttention !== false) throw new Error("flash attention could not be turned off");
+if (context.flashAttention !== flashAttention) {
+  throw new Error(`flash attention could not be turned ${flashAttention ? "on" : "off"}`);
+}
 
 // Greedy sampling with no penalties leaves llama_get_logits_ith's values as they are.
 const results = await context.getSequence().controlledEvaluate(
