@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <string_view>
 #include <thread>
 
@@ -60,6 +61,32 @@ RunStats Summarize(std::vector<double> values) {
 
 double Median(std::vector<double> values) {
   return values.empty() ? 0 : Summarize(std::move(values)).median;
+}
+
+double PrintDecodeRoofline(const Model& model, const KvCacheTypes& kv_types, int context,
+                           int decode_tokens, double bandwidth_gbs) {
+  const double bytes_per_token = static_cast<double>(DecodeWeightBytesPerToken(model));
+  const double roofline = bandwidth_gbs * 1e9 / bytes_per_token;
+  std::printf("weights read per decode token: %.1f MiB -> roofline %.2f tok/s\n",
+              bytes_per_token / 1048576.0, roofline);
+  const SequenceStateSize state = SequenceStateSizeOf(model, kv_types);
+  const double kv_bytes =
+      static_cast<double>(state.kv_bytes_per_token) * (context + 0.5 * decode_tokens);
+  std::printf("KV cache: keys %s, values %s, %llu bytes per token of context\n",
+              KvCacheTypeName(kv_types.k).c_str(), KvCacheTypeName(kv_types.v).c_str(),
+              static_cast<unsigned long long>(state.kv_bytes_per_token));
+  std::printf(
+      "KV cache read per decode token (mean over the run, not in the roofline): %.1f MiB "
+      "(roofline with it: %.2f tok/s)\n",
+      kv_bytes / 1048576.0, bandwidth_gbs * 1e9 / (bytes_per_token + kv_bytes));
+  if (state.recurrent_bytes > 0) {
+    std::printf(
+        "recurrent state read and written per decode token (not in the roofline): 2 x %.1f MiB "
+        "(roofline with it: %.2f tok/s)\n",
+        state.recurrent_bytes / 1048576.0,
+        bandwidth_gbs * 1e9 / (bytes_per_token + 2.0 * state.recurrent_bytes));
+  }
+  return roofline;
 }
 
 }  // namespace moetier::bench

@@ -8,6 +8,7 @@
 
 #include "base/flags/flag_set.h"
 #include "model/kv_cache_types.h"
+#include "model/model.h"
 
 namespace moetier::bench {
 
@@ -20,6 +21,14 @@ void AddThreadsFlag(FlagSet& flags, int* threads);
 void AddRunsFlag(FlagSet& flags, int* runs, int min, std::string_view note = "");
 // --cache-type-k T and --cache-type-v T (f32, f16, q8_0, q4_0).
 void AddKvCacheTypeFlags(FlagSet& flags, KvCacheTypes* types);
+
+// Prints the weight bytes one decode token reads and the roofline they give
+// at `bandwidth_gbs`, then what the roofline leaves out: the KV cache read
+// per token over a run of `decode_tokens` after `context` (small at short
+// contexts, comparable to the weights at long ones) and the recurrent state a
+// recurrent layer reads and writes every token. Returns the roofline in tok/s.
+double PrintDecodeRoofline(const Model& model, const KvCacheTypes& kv_types, int context,
+                           int decode_tokens, double bandwidth_gbs);
 
 // Seconds on the steady clock.
 double Seconds();

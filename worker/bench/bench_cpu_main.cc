@@ -116,6 +116,7 @@ Options ParseOptions(int argc, char** argv) {
   return o;
 }
 
+using bench::PrintDecodeRoofline;
 using bench::RunStats;
 using bench::Seconds;
 using bench::Summarize;
@@ -429,31 +430,9 @@ int Run(const Options& o) {
   BandwidthProbe probe(pool, o.bandwidth_mib);
   const double bw = probe.Best(o.runs);
   const uint64_t bytes_per_token = DecodeWeightBytesPerToken(*model);
-  const double roofline = bw * 1e9 / static_cast<double>(bytes_per_token);
   std::printf("RAM read bandwidth: %.2f GB/s (best of %d passes over %lld MiB)\n", bw, o.runs,
               static_cast<long long>(o.bandwidth_mib));
-  std::printf("weights read per decode token: %.1f MiB -> roofline %.2f tok/s\n",
-              bytes_per_token / 1048576.0, roofline);
-  // Attention also reads the KV cache, which the roofline leaves out:
-  // small at short contexts, comparable to the weights at long ones. A
-  // recurrent layer reads and writes its whole state every token instead.
-  const SequenceStateSize state = SequenceStateSizeOf(*model, o.kv_types);
-  const double kv_bytes =
-      static_cast<double>(state.kv_bytes_per_token) * (o.context + 0.5 * o.decode_tokens);
-  std::printf("KV cache: keys %s, values %s, %llu bytes per token of context\n",
-              KvCacheTypeName(o.kv_types.k).c_str(), KvCacheTypeName(o.kv_types.v).c_str(),
-              static_cast<unsigned long long>(state.kv_bytes_per_token));
-  std::printf(
-      "KV cache read per decode token (mean over the run, not in the roofline): %.1f MiB "
-      "(roofline with it: %.2f tok/s)\n",
-      kv_bytes / 1048576.0, bw * 1e9 / (static_cast<double>(bytes_per_token) + kv_bytes));
-  if (state.recurrent_bytes > 0) {
-    std::printf(
-        "recurrent state read and written per decode token (not in the roofline): 2 x %.1f MiB "
-        "(roofline with it: %.2f tok/s)\n",
-        state.recurrent_bytes / 1048576.0,
-        bw * 1e9 / (static_cast<double>(bytes_per_token) + 2.0 * state.recurrent_bytes));
-  }
+  const double roofline = PrintDecodeRoofline(*model, o.kv_types, o.context, o.decode_tokens, bw);
 
   std::mt19937 rng(1234);
   std::uniform_int_distribution<int32_t> token(0, n_vocab - 1);

@@ -131,6 +131,7 @@ Options ParseOptions(int argc, char** argv) {
   return o;
 }
 
+using bench::PrintDecodeRoofline;
 using bench::RunStats;
 using bench::Seconds;
 using bench::Summarize;
@@ -263,22 +264,12 @@ int Run(const Options& o) {
   absl::StatusOr<RunStats> bw = MeasureBandwidth(o.bandwidth_mib, o.runs);
   if (!bw.ok()) return Fail(bw.status());
   const uint64_t bytes_per_token = DecodeWeightBytesPerToken(*model);
-  const double roofline = bw->median * 1e9 / static_cast<double>(bytes_per_token);
   std::printf(
       "device memory bandwidth: %.1f GB/s median (%.1f..%.1f) of %d device-to-device copies of "
       "%lld MiB (read + write)\n",
       bw->median, bw->min, bw->max, o.runs, static_cast<long long>(o.bandwidth_mib));
-  std::printf("weights read per decode token: %.1f MiB -> roofline %.1f tok/s\n",
-              bytes_per_token / 1048576.0, roofline);
-  // Attention also reads the KV cache, which the roofline leaves out.
-  const SequenceStateSize state_size = SequenceStateSizeOf(*model, o.kv_types);
-  const double kv_bytes =
-      static_cast<double>(state_size.kv_bytes_per_token) * (o.context + 0.5 * o.decode_tokens);
-  std::printf("KV cache: keys %s, values %s, %llu bytes per token of context\n",
-              KvCacheTypeName(o.kv_types.k).c_str(), KvCacheTypeName(o.kv_types.v).c_str(),
-              static_cast<unsigned long long>(state_size.kv_bytes_per_token));
-  std::printf("KV cache read per decode token (mean over the run, not in the roofline): %.1f MiB\n",
-              kv_bytes / 1048576.0);
+  const double roofline =
+      PrintDecodeRoofline(*model, o.kv_types, o.context, o.decode_tokens, bw->median);
 
   std::mt19937 rng(1234);
   std::uniform_int_distribution<int32_t> token(0, n_vocab - 1);
