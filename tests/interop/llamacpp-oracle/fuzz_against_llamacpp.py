@@ -1,0 +1,190 @@
+#!/usr/bin/env python3
+"""Random model shapes, moetier's logits against llama.cpp's.
+
+Each case draws an architecture and a shape (layers, widths, expert counts
+and top-k, heads and KV heads, head size, vocabulary, RoPE base and norm
+epsilon, tied output; for qwen35moe also the RoPE sections, the DeltaNet
+sizes and the attention interval), writes it with moetier-synth, runs a
+seeded random token sequence through llama.cpp (llamacpp_logits.mjs) and
+through moetier-worker on the reference and the CPU backend, and compares
+every position's logits: max |diff| / row range, and KL. A case fails past
+--tolerance; its synth command line is printed so that it can be made again,
+and with --keep DIR its files stay there.
+
+The files are F32, so both sides compute in f32 and only rounding separates
+them (about 3e-7 of the row range). Quantized files make no sharp test here:
+llama.cpp rounds activations to 8 bits for them, which alone moves logits by
+1e-2 of the range and flips router near-ties; the block formats are checked
+against llama.cpp another way (tests/data/vectors/README.md, mixed-low-bit).
+"""
+
+import argparse
+import os
+import random
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+from logit_compare import compare, read_logits  # noqa: E402
+
+ARCHS = ("qwen3moe", "qwen35moe", "llama", "olmoe")
+
+
+def parse_args():
+    p = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--build", default="build", metavar="DIR",
+                   help="moetier build folder (default: build)")
+    p.add_argument("--cases", type=int, default=20, metavar="N", help="cases (default 20)")
+    p.add_argument("--seed", type=int, default=1, metavar="N",
+                   help="seed of the whole campaign (default 1)")
+    p.add_argument("--arch", action="append", choices=ARCHS,
+                   help="architectures to draw from (repeatable; default all)")
+    p.add_argument("--tolerance", type=float, default=1e-4, metavar="X",
+                   help="largest max |diff| / row range that passes (default 1e-4)")
+    p.add_argument("--threads", type=int, default=os.cpu_count(), metavar="N",
+                   help="moetier-worker threads (default: all cores)")
+    p.add_argument("--keep", metavar="DIR", help="copy each failing case's files here")
+    a = p.parse_args()
+    if a.cases < 1:
+        p.error("--cases must be at least 1")
+    a.arch = a.arch or list(ARCHS)
+    return a
+
+
+def draw_shape(rng, arch):
+    """moetier-synth shape flags for one random model of `arch`."""
+    heads_kv = rng.choice([1, 2, 4])
+    heads = heads_kv * rng.choice([1, 2, 4])
+    head_dim = rng.choice([16, 32, 64])
+    experts = rng.choice([2, 4, 8, 16])
+    flags = {
+        "--layers": rng.randint(1, 4),
+        "--embd": rng.choice([64, 128, 256]),
+        "--experts": experts,
+        "--experts-used": rng.randint(1, min(experts, 8)),
+        "--expert-ffn": rng.choice([32, 64, 96, 256]),
+        "--heads": heads,
+        "--heads-kv": heads_kv,
+        "--head-dim": head_dim,
+        "--vocab": rng.choice([300, 512, 1000, 2048]),
+        "--rope-base": rng.choice([1e4, 5e5, 1e6, 1e7]),
+        "--rms-eps": rng.choice([1e-6, 1e-5]),
+    }
+    if arch == "olmoe":
+        # llama.cpp's olmoe graph takes queries and keys to be embd wide
+        # (attn_q embd x embd, attn_k_norm of embd): no GQA, heads of
+        # embd / heads values. So is OLMoE-1B-7B.
+        flags["--heads-kv"] = heads
+        flags["--head-dim"] = flags["--embd"] // heads
+    if arch == "qwen35moe":
+        rope_dims = rng.choice([d for d in (8, 16, 32, 64) if d <= head_dim])
+        half = rope_dims // 2
+        a = rng.randint(0, half)
+        b = rng.randint(0, half - a)
+        c = half - a - b
+        key_heads = rng.choice([1, 2, 4])
+        value_heads = key_heads * rng.choice([1, 2])
+        state = rng.choice([16, 32, 64])
+        interval = rng.randint(2, 4)
+        flags["--layers"] = max(flags["--layers"], interval)
+        flags.update({
+            "--rope-dims": rope_dims,
+            "--rope-sections": f"{a},{b},{c},0",
+            "--shared-ffn": rng.choice([32, 64, 256]),
+            # llama.cpp needs a DeltaNet layer and an attention layer
+            # (interval 2 or more makes layer 0 the first, at least that many
+            # layers give the second), and value heads as wide as key heads
+            # (inner = value heads x state), as Qwen3.6's are.
+            "--full-attention-interval": interval,
+            "--ssm-conv-kernel": rng.choice([2, 4]),
+            "--ssm-state-size": state,
+            "--ssm-group-count": key_heads,
+            "--ssm-time-step-rank": value_heads,
+            "--ssm-inner-size": value_heads * state,
+        })
+    args = [str(x) for kv in flags.items() for x in kv]
+    if arch != "olmoe" and rng.random() < 0.3:
+        args.append("--tied-output")
+    return args
+
+
+def run(cmd, what):
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{what} failed (exit {proc.returncode}): {shlex.join(cmd)}\n"
+                           f"{proc.stdout}{proc.stderr}")
+
+
+def main():
+    a = parse_args()
+    synth = os.path.join(a.build, "tools", "synth", "moetier-synth")
+    worker = os.path.join(a.build, "worker", "moetier-worker")
+    for tool in (synth, worker):
+        if not os.access(tool, os.X_OK):
+            sys.exit(f"fuzz_against_llamacpp: {tool} not found; build moetier first")
+    if not os.path.isdir(os.path.join(HERE, "node_modules", "node-llama-cpp")):
+        subprocess.run(["npm", "install", "--prefix", HERE, "--ignore-scripts", "--no-audit",
+                        "--no-fund"], check=True)
+    rng = random.Random(a.seed)
+    failures = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for case in range(1, a.cases + 1):
+            arch = rng.choice(a.arch)
+            shape = draw_shape(rng, arch)
+            model = os.path.join(tmp, f"case{case}.gguf")
+            synth_cmd = [synth, "--arch", arch, "--quant", "f32", "--seed", str(case),
+                         "--quiet", "--out", model] + shape
+            ids = None
+            try:
+                run(synth_cmd, "moetier-synth")
+                n_vocab = int(shape[shape.index("--vocab") + 1])
+                # Mostly short sequences; one in five long enough that RoPE
+                # angles and attention spans go well past a few dozen.
+                length = rng.randint(4, 40) if rng.random() < 0.8 else rng.randint(100, 600)
+                ids = [rng.randrange(n_vocab) for _ in range(length)]
+                ids_path = os.path.join(tmp, f"case{case}.ids")
+                with open(ids_path, "w") as f:
+                    f.write(",".join(map(str, ids)))
+                theirs = os.path.join(tmp, f"case{case}.llamacpp.f32")
+                run(["node", os.path.join(HERE, "llamacpp_logits.mjs"), model, ids_path, theirs],
+                    "llamacpp_logits.mjs")
+                results = []
+                for backend in ("reference", "cpu"):
+                    ours = os.path.join(tmp, f"case{case}.{backend}.f32")
+                    cmd = [worker, "--standalone", "--backend", backend, "--model", model,
+                           "--tokens", ",".join(map(str, ids)), "--logits-out", ours,
+                           "--threads", str(a.threads)]
+                    run(cmd, f"moetier-worker --backend {backend}")
+                    rel, kl = compare(read_logits(ours, n_vocab), read_logits(theirs, n_vocab))
+                    results.append((backend, float(np.max(rel)), float(np.mean(kl))))
+                ok = all(r <= a.tolerance for _, r, _ in results)
+                detail = ", ".join(f"{b} max|diff|/range {r:.2e} mean KL {k:.1e}"
+                                   for b, r, k in results)
+            except RuntimeError as e:
+                ok, detail = False, str(e).strip()
+            print(f"case {case} {arch} {len(ids) if ids else 0} tokens: "
+                  f"{'ok' if ok else 'FAILED'}: {detail}", flush=True)
+            if not ok:
+                failures += 1
+                print(f"  made by: {shlex.join(synth_cmd)}", flush=True)
+                if a.keep:
+                    os.makedirs(a.keep, exist_ok=True)
+                    for name in os.listdir(tmp):
+                        if name.startswith(f"case{case}."):
+                            shutil.copy(os.path.join(tmp, name), a.keep)
+            for name in os.listdir(tmp):
+                if name.startswith(f"case{case}."):
+                    os.remove(os.path.join(tmp, name))
+    print(f"{a.cases - failures} of {a.cases} cases agree within {a.tolerance:g} of the row range")
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
