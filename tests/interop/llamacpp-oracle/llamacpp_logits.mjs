@@ -52,7 +52,9 @@ const llama = await getLlama({
   usePrebuiltBinaries: true,
   skipDownload: true,
   progressLogs: false,
-  logLevel: LlamaLogLevel.warn,
+  // MOETIER_LLAMACPP_LOG=debug shows llama.cpp's own reasons, e.g. the tensor
+  // whose shape it refuses when a model does not load.
+  logLevel: process.env.MOETIER_LLAMACPP_LOG === "debug" ? LlamaLogLevel.debug : LlamaLogLevel.warn,
 });
 const model = await llama.loadModel({ modelPath: path.resolve(modelPath), gpuLayers: 0 });
 const context = await model.createContext({
