@@ -147,5 +147,6 @@ def main():
         sys.exit(f"bench_against_llamacpp: {e}")
     print("\n".join(summary_lines(rows)))
 
+
 if __name__ == "__main__":
     main()
