@@ -1,8 +1,9 @@
 // Byte layouts of the weight blocks the CPU kernels read (SPEC.md §2.2) and of
-// the quantized activation rows they pair them with. Plain structs only: this
-// header is included by translation units compiled for different instruction
-// sets, so it must not define inline functions (their out-of-line copies
-// could be merged across those units by the linker).
+// the quantized activation rows they pair them with. Plain structs, and
+// functions only with internal linkage (static): this header is included by
+// translation units compiled for different instruction sets, and the
+// out-of-line copies of an inline function could be merged across those
+// units by the linker.
 #pragma once
 
 #include <cstddef>
@@ -137,5 +138,17 @@ inline constexpr int8_t kMxfp4Values[16] = {0, 1,  2,  3,  4,  6,  8,  12,
 // one load instead of broadcasting a scalar per block per row.
 inline constexpr size_t kActRowAlign = 64;
 inline constexpr int kActRepeat = 8;
+
+// The three arrays of a Q8_K row of k activations.
+struct Q8KRow {
+  const int8_t* qs;
+  const int16_t* bsums;
+  const float* d;
+};
+
+static inline Q8KRow Q8KRowAt(const uint8_t* a, int64_t k) {
+  return {reinterpret_cast<const int8_t*>(a), reinterpret_cast<const int16_t*>(a + k),
+          reinterpret_cast<const float*>(a + k + k / 8)};
+}
 
 }  // namespace moetier::cpu

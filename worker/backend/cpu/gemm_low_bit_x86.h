@@ -248,17 +248,6 @@ void GemmBlock32x2NA(int64_t k, const uint8_t* w, size_t w_stride, int64_t n_row
 
 // --- 256-element blocks against Q8_K rows ------------------------------------
 
-struct Q8KAct {
-  const int8_t* qs;
-  const int16_t* bsums;
-  const float* d;
-};
-
-inline Q8KAct Q8KActAt(const uint8_t* a, int64_t k) {
-  return {reinterpret_cast<const int8_t*>(a), reinterpret_cast<const int16_t*>(a + k),
-          reinterpret_cast<const float*>(a + k + k / 8)};
-}
-
 // Scales i and i + 1 of 16 int8 scales, as int16 in the low and the high
 // 128-bit lane: the two 16-element sub-blocks one vector of 32 covers.
 inline __m256i TwoScales(__m128i scales8, int i) {
@@ -318,9 +307,9 @@ void GemmQ23KNA(int64_t k, const uint8_t* w, size_t w_stride, int64_t n_rows, co
   using Block = std::conditional_t<kQ3, BlockQ3K, BlockQ2K>;
   const int64_t nb = k / kQK_K;
   const __m256i m2 = _mm256_set1_epi8(0x03);
-  Q8KAct rows[NA];
+  Q8KRow rows[NA];
   MOETIER_LOW_BIT_UNROLL
-  for (int m = 0; m < NA; ++m) rows[m] = Q8KActAt(act + m * act_stride, k);
+  for (int m = 0; m < NA; ++m) rows[m] = Q8KRowAt(act + m * act_stride, k);
   for (int64_t r = 0; r < n_rows; ++r) {
     const Block* x = reinterpret_cast<const Block*>(w + r * w_stride);
     __m256 acc[NA], accm[NA];
@@ -384,9 +373,9 @@ void GemmQ23Kx2NA(int64_t k, const uint8_t* w, size_t w_stride, int64_t n_rows, 
   using Block = std::conditional_t<kQ3, BlockQ3K, BlockQ2K>;
   const int64_t nb = k / kQK_K;
   const __m512i m2 = _mm512_set1_epi8(0x03);
-  Q8KAct rows[NA];
+  Q8KRow rows[NA];
   MOETIER_LOW_BIT_UNROLL
-  for (int m = 0; m < NA; ++m) rows[m] = Q8KActAt(act + m * act_stride, k);
+  for (int m = 0; m < NA; ++m) rows[m] = Q8KRowAt(act + m * act_stride, k);
   for (int64_t r = 0; r < n_rows; ++r) {
     const Block* x = reinterpret_cast<const Block*>(w + r * w_stride);
     __m512 acc[NA];
@@ -462,9 +451,9 @@ template <int NA>
 void GemmIQ4XSNA(int64_t k, const uint8_t* w, size_t w_stride, int64_t n_rows, const uint8_t* act,
                  size_t act_stride, float* out, int64_t ldo) {
   const int64_t nb = k / kQK_K;
-  Q8KAct rows[NA];
+  Q8KRow rows[NA];
   MOETIER_LOW_BIT_UNROLL
-  for (int m = 0; m < NA; ++m) rows[m] = Q8KActAt(act + m * act_stride, k);
+  for (int m = 0; m < NA; ++m) rows[m] = Q8KRowAt(act + m * act_stride, k);
   for (int64_t r = 0; r < n_rows; ++r) {
     const BlockIQ4XS* x = reinterpret_cast<const BlockIQ4XS*>(w + r * w_stride);
     __m256 acc[NA];

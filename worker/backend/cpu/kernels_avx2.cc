@@ -182,17 +182,6 @@ void GemmQ4_0NA(int64_t k, const uint8_t* w, size_t w_stride, int64_t n_rows, co
 
 // ---------------------------------------------------------------- K-quants
 
-struct Q8KRow {
-  const int8_t* qs;
-  const int16_t* bsums;
-  const float* d;
-};
-
-inline Q8KRow Q8KRowAt(const uint8_t* a, int64_t k) {
-  return {reinterpret_cast<const int8_t*>(a), reinterpret_cast<const int16_t*>(a + k),
-          reinterpret_cast<const float*>(a + k + k / 8)};
-}
-
 template <int NA>
 void GemmQ4KNA(int64_t k, const uint8_t* w, size_t w_stride, int64_t n_rows, const uint8_t* act,
                size_t act_stride, float* out, int64_t ldo) {

@@ -224,17 +224,6 @@ void GemmQ4_0NA(int64_t k, const uint8_t* w, size_t w_stride, int64_t n_rows, co
 
 // ---------------------------------------------------------------- K-quants
 
-struct Q8KRow {
-  const int8_t* qs;
-  const int16_t* bsums;
-  const float* d;
-};
-
-inline Q8KRow Q8KRowAt(const uint8_t* a, int64_t k) {
-  return {reinterpret_cast<const int8_t*>(a), reinterpret_cast<const int16_t*>(a + k),
-          reinterpret_cast<const float*>(a + k + k / 8)};
-}
-
 // Lane indices [2c x 8, 2c+1 x 8] that spread sub-block scales 2c, 2c+1 over
 // the two 256-bit halves.
 inline __m512i PairIndex(int c) {

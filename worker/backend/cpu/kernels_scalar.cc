@@ -150,9 +150,10 @@ void UnpackScalesMins(const uint8_t* b, uint8_t* sc, uint8_t* mn) {
 
 float DotRowQ4K(int64_t k, const uint8_t* w, const uint8_t* act) {
   const BlockQ4K* x = reinterpret_cast<const BlockQ4K*>(w);
-  const int8_t* qa = reinterpret_cast<const int8_t*>(act);
-  const int16_t* bsums = reinterpret_cast<const int16_t*>(act + k);
-  const float* dd = reinterpret_cast<const float*>(act + k + k / 8);
+  const Q8KRow row = Q8KRowAt(act, k);
+  const int8_t* qa = row.qs;
+  const int16_t* bsums = row.bsums;
+  const float* dd = row.d;
   float sum = 0.0f;
   for (int64_t b = 0; b < k / kQK_K; ++b) {
     uint8_t sc[8], mn[8];
@@ -176,9 +177,10 @@ float DotRowQ4K(int64_t k, const uint8_t* w, const uint8_t* act) {
 
 float DotRowQ5K(int64_t k, const uint8_t* w, const uint8_t* act) {
   const BlockQ5K* x = reinterpret_cast<const BlockQ5K*>(w);
-  const int8_t* qa = reinterpret_cast<const int8_t*>(act);
-  const int16_t* bsums = reinterpret_cast<const int16_t*>(act + k);
-  const float* dd = reinterpret_cast<const float*>(act + k + k / 8);
+  const Q8KRow row = Q8KRowAt(act, k);
+  const int8_t* qa = row.qs;
+  const int16_t* bsums = row.bsums;
+  const float* dd = row.d;
   float sum = 0.0f;
   for (int64_t b = 0; b < k / kQK_K; ++b) {
     uint8_t sc[8], mn[8];
@@ -205,8 +207,9 @@ float DotRowQ5K(int64_t k, const uint8_t* w, const uint8_t* act) {
 
 float DotRowQ6K(int64_t k, const uint8_t* w, const uint8_t* act) {
   const BlockQ6K* x = reinterpret_cast<const BlockQ6K*>(w);
-  const int8_t* qa = reinterpret_cast<const int8_t*>(act);
-  const float* dd = reinterpret_cast<const float*>(act + k + k / 8);
+  const Q8KRow row = Q8KRowAt(act, k);
+  const int8_t* qa = row.qs;
+  const float* dd = row.d;
   float sum = 0.0f;
   for (int64_t b = 0; b < k / kQK_K; ++b) {
     const int8_t* a = qa + b * kQK_K;
@@ -313,9 +316,10 @@ inline int LowBits(const uint8_t* qs, int e) {
 
 float DotRowQ2K(int64_t k, const uint8_t* w, const uint8_t* act) {
   const BlockQ2K* x = reinterpret_cast<const BlockQ2K*>(w);
-  const int8_t* qa = reinterpret_cast<const int8_t*>(act);
-  const int16_t* bsums = reinterpret_cast<const int16_t*>(act + k);
-  const float* dd = reinterpret_cast<const float*>(act + k + k / 8);
+  const Q8KRow row = Q8KRowAt(act, k);
+  const int8_t* qa = row.qs;
+  const int16_t* bsums = row.bsums;
+  const float* dd = row.d;
   float sum = 0.0f;
   for (int64_t b = 0; b < k / kQK_K; ++b) {
     const int8_t* a = qa + b * kQK_K;
@@ -345,8 +349,9 @@ void UnpackQ3Scales(const uint8_t* s, int* out) {
 
 float DotRowQ3K(int64_t k, const uint8_t* w, const uint8_t* act) {
   const BlockQ3K* x = reinterpret_cast<const BlockQ3K*>(w);
-  const int8_t* qa = reinterpret_cast<const int8_t*>(act);
-  const float* dd = reinterpret_cast<const float*>(act + k + k / 8);
+  const Q8KRow row = Q8KRowAt(act, k);
+  const int8_t* qa = row.qs;
+  const float* dd = row.d;
   float sum = 0.0f;
   for (int64_t b = 0; b < k / kQK_K; ++b) {
     const int8_t* a = qa + b * kQK_K;
@@ -369,8 +374,9 @@ float DotRowQ3K(int64_t k, const uint8_t* w, const uint8_t* act) {
 
 float DotRowIQ4XS(int64_t k, const uint8_t* w, const uint8_t* act) {
   const BlockIQ4XS* x = reinterpret_cast<const BlockIQ4XS*>(w);
-  const int8_t* qa = reinterpret_cast<const int8_t*>(act);
-  const float* dd = reinterpret_cast<const float*>(act + k + k / 8);
+  const Q8KRow row = Q8KRowAt(act, k);
+  const int8_t* qa = row.qs;
+  const float* dd = row.d;
   float sum = 0.0f;
   for (int64_t b = 0; b < k / kQK_K; ++b) {
     int32_t isum = 0;
