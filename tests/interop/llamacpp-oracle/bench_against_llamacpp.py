@@ -15,7 +15,7 @@ import statistics
 import subprocess
 import sys
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+import node_llama
 RATE = re.compile(r"^(decode|prompt):\s+([0-9.]+) tok/s median")
 PHASES = ("decode", "prompt")
 
@@ -118,18 +118,14 @@ def main():
     if not os.access(bench_cpu, os.X_OK):
         sys.exit(f"bench_against_llamacpp: {bench_cpu} not found; build moetier first "
                  "(or pass --build)")
-    if not os.path.isdir(os.path.join(HERE, "node_modules", "node-llama-cpp")):
-        print("installing node-llama-cpp and its prebuilt llama.cpp (about 700 MB) into "
-              f"{HERE}/node_modules", flush=True)
-        subprocess.run(["npm", "install", "--prefix", HERE, "--ignore-scripts", "--no-audit",
-                        "--no-fund"], check=True)
+    node_llama.ensure_installed()
     common = ["--threads", str(a.threads), "--runs", str(a.runs), "--context", str(a.context),
               "--decode-tokens", str(a.decode_tokens), "--prompt-tokens", str(a.prompt_tokens),
               "--batch", str(a.batch)]
     moetier_cmd = [bench_cpu, "--model", a.model, *common, "--cache-type-k", a.cache_type,
                    "--cache-type-v", a.cache_type] + (["--huge-pages"] if a.huge_pages else [])
-    llamacpp_cmd = ["node", os.path.join(HERE, "llamacpp_bench.mjs"), "--model", a.model, *common,
-                    "--cache-type", a.cache_type]
+    llamacpp_cmd = node_llama.node_command("llamacpp_bench.mjs", "--model", a.model, *common,
+                                           "--cache-type", a.cache_type)
 
     print(f"model {a.model}: {a.threads} threads, KV {a.cache_type}, decode {a.decode_tokens} "
           f"tokens after {a.context}, prompt {a.prompt_tokens} tokens in batches of {a.batch}, "

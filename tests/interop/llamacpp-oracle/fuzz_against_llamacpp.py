@@ -32,6 +32,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 from logit_compare import compare, read_logits  # noqa: E402
+import node_llama  # noqa: E402
 
 ARCHS = ("qwen3moe", "qwen35moe", "llama", "olmoe")
 
@@ -129,9 +130,7 @@ def main():
     for tool in (synth, worker):
         if not os.access(tool, os.X_OK):
             sys.exit(f"fuzz_against_llamacpp: {tool} not found; build moetier first")
-    if not os.path.isdir(os.path.join(HERE, "node_modules", "node-llama-cpp")):
-        subprocess.run(["npm", "install", "--prefix", HERE, "--ignore-scripts", "--no-audit",
-                        "--no-fund"], check=True)
+    node_llama.ensure_installed()
     rng = random.Random(a.seed)
     failures = 0
     with tempfile.TemporaryDirectory() as tmp:
@@ -153,7 +152,7 @@ def main():
                 with open(ids_path, "w") as f:
                     f.write(",".join(map(str, ids)))
                 theirs = os.path.join(tmp, f"case{case}.llamacpp.f32")
-                run(["node", os.path.join(HERE, "llamacpp_logits.mjs"), model, ids_path, theirs],
+                run(node_llama.node_command("llamacpp_logits.mjs", model, ids_path, theirs),
                     "llamacpp_logits.mjs")
                 results = []
                 for backend in ("reference", "cpu"):

@@ -25,6 +25,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 from gguf_file import GGUFFile  # noqa: E402
 from logit_compare import compare, read_logits  # noqa: E402
+import node_llama  # noqa: E402
 
 TYPES = ("q8_0", "q4_0")
 
@@ -66,9 +67,7 @@ def main():
     worker = os.path.join(a.build, "worker", "moetier-worker")
     if not os.access(worker, os.X_OK):
         sys.exit(f"kv_cost_against_llamacpp: {worker} not found; build moetier first")
-    if not os.path.isdir(os.path.join(HERE, "node_modules", "node-llama-cpp")):
-        subprocess.run(["npm", "install", "--prefix", HERE, "--ignore-scripts", "--no-audit",
-                        "--no-fund"], check=True)
+    node_llama.ensure_installed()
     print(f"{a.context} seeded random tokens (seed {a.seed}); KL(f16 cache || type) over every "
           f"position; moetier activations {a.activations}, llama.cpp flash attention on")
     print(f"{'model':32s} {'engine':9s} {'type':5s} {'mean KL':>9s} {'worst KL':>9s} {'top-1':>6s}")
@@ -86,8 +85,9 @@ def main():
             with open(ids_path, "w") as f:
                 f.write(",".join(map(str, ids)))
             for kv in ("f16",) + TYPES:
-                subprocess.run(["node", os.path.join(HERE, "llamacpp_logits.mjs"), model, ids_path,
-                                files["llama.cpp", kv], "--cache-type", kv, "--flash-attention"],
+                subprocess.run(node_llama.node_command("llamacpp_logits.mjs", model, ids_path,
+                                                       files["llama.cpp", kv], "--cache-type", kv,
+                                                       "--flash-attention"),
                                check=True, stderr=subprocess.DEVNULL)
                 subprocess.run([worker, "--standalone", "--model", model, "--tokens",
                                 ",".join(map(str, ids)), "--logits-out", files["moetier", kv],

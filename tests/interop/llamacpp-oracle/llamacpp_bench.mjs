@@ -19,7 +19,7 @@
 // Uses node-llama-cpp's prebuilt CPU binaries (the best variant this
 // processor supports); it never downloads or compiles.
 import path from "node:path";
-import { getLlama, LlamaLogLevel } from "node-llama-cpp";
+import { getCpuLlama, kvCacheTypes } from "./cpu_llama.mjs";
 
 const usage = `usage: node llamacpp_bench.mjs --model FILE [options]
   --model FILE          GGUF model
@@ -59,9 +59,10 @@ function parseArgs(argv) {
     fail("--runs, --context, --decode-tokens, --prompt-tokens, --batch and --sequences must be " +
          "at least 1");
   }
-  const kvTypes = { f32: "F32", f16: "F16", q8_0: "Q8_0", q4_0: "Q4_0" };
-  if (!(o.cacheType in kvTypes)) fail(`--cache-type: ${o.cacheType} is not one of f32, f16, q8_0, q4_0`);
-  o.kvType = kvTypes[o.cacheType];
+  if (!(o.cacheType in kvCacheTypes)) {
+    fail(`--cache-type: ${o.cacheType} is not one of ${Object.keys(kvCacheTypes).join(", ")}`);
+  }
+  o.kvType = kvCacheTypes[o.cacheType];
   return o;
 }
 
@@ -89,15 +90,7 @@ function randomTokens(count, nVocab, seed) {
 }
 
 const o = parseArgs(process.argv.slice(2));
-const llama = await getLlama({
-  gpu: false,
-  build: "never",
-  usePrebuiltBinaries: true,
-  skipDownload: true,
-  progressLogs: false,
-  logLevel: LlamaLogLevel.warn,
-  ...(o.threads > 0 ? { maxThreads: o.threads } : {}),
-});
+const llama = await getCpuLlama({ maxThreads: o.threads });
 const model = await llama.loadModel({ modelPath: path.resolve(o.model), gpuLayers: 0 });
 // node-llama-cpp sends a batch to llama.cpp on the next event-loop turn. The
 // decode steps of several sequences are gathered whole instead: their tokens

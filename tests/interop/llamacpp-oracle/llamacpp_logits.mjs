@@ -11,7 +11,7 @@
 // Uses node-llama-cpp's prebuilt binaries; it never downloads or compiles.
 import fs from "node:fs";
 import path from "node:path";
-import { getLlama, LlamaLogLevel } from "node-llama-cpp";
+import { getCpuLlama, kvCacheTypes } from "./cpu_llama.mjs";
 
 const usage = "usage: node llamacpp_logits.mjs MODEL.gguf IDS_FILE OUT.f32 " +
               "[--cache-type f32|f16|q8_0|q4_0] [--flash-attention]";
@@ -20,7 +20,6 @@ if (!modelPath || !idsPath || !outPath) {
   console.error(usage);
   process.exit(2);
 }
-const kvTypes = { f32: "F32", f16: "F16", q8_0: "Q8_0", q4_0: "Q4_0" };
 let kvType = "F32";
 let flashAttention = false;
 for (let i = 0; i < flags.length; ++i) {
@@ -28,12 +27,12 @@ for (let i = 0; i < flags.length; ++i) {
     flashAttention = true;
   } else if (flags[i] === "--cache-type") {
     const name = flags[++i];
-    if (!(name in kvTypes)) {
+    if (!(name in kvCacheTypes)) {
       console.error(`llamacpp_logits: --cache-type ${JSON.stringify(name)} is not one of ` +
-                    `${Object.keys(kvTypes).join(", ")}\n${usage}`);
+                    `${Object.keys(kvCacheTypes).join(", ")}\n${usage}`);
       process.exit(2);
     }
-    kvType = kvTypes[name];
+    kvType = kvCacheTypes[name];
   } else {
     console.error(`llamacpp_logits: bad argument ${JSON.stringify(flags[i])}\n${usage}`);
     process.exit(2);
@@ -46,16 +45,7 @@ const ids = fs.readFileSync(idsPath, "utf8").split(/[,\s]+/).filter((s) => s !==
 });
 if (ids.length === 0) throw new Error(`${idsPath}: no token ids`);
 
-const llama = await getLlama({
-  gpu: false,
-  build: "never",
-  usePrebuiltBinaries: true,
-  skipDownload: true,
-  progressLogs: false,
-  // MOETIER_LLAMACPP_LOG=debug shows llama.cpp's own reasons, e.g. the tensor
-  // whose shape it refuses when a model does not load.
-  logLevel: process.env.MOETIER_LLAMACPP_LOG === "debug" ? LlamaLogLevel.debug : LlamaLogLevel.warn,
-});
+const llama = await getCpuLlama();
 const model = await llama.loadModel({ modelPath: path.resolve(modelPath), gpuLayers: 0 });
 const context = await model.createContext({
   contextSize: ids.length,
