@@ -28,6 +28,21 @@ namespace {
 
 using cuda_test::DeviceBuffer;
 
+// Unscaled, linear and YaRN rope (the ramp inside the rotated pairs).
+std::vector<RopeScaling> RopeScalings(int n_rot, float base) {
+  std::vector<RopeScaling> all(1);
+  for (const char* type : {"linear", "yarn"}) {
+    RopeScalingKeys keys;
+    keys.type = type;
+    keys.factor = 4.0;
+    keys.original_context = 4096;
+    absl::StatusOr<RopeScaling> s = MakeRopeScaling(keys, n_rot, base, "test.");
+    EXPECT_TRUE(s.ok()) << s.status();
+    if (s.ok()) all.push_back(*s);
+  }
+  return all;
+}
+
 constexpr TensorType kWeightTypes[] = {TensorType::kF32,  TensorType::kF16,  TensorType::kBF16,
                                        TensorType::kQ8_0, TensorType::kQ4_0, TensorType::kQ4_K,
                                        TensorType::kQ5_K, TensorType::kQ6_K};
@@ -300,27 +315,31 @@ TEST_F(CudaKernelsTest, RopeNeoxMatchesCpu) {
   struct Case {
     int head_dim, n_rot;
   };
+  const float base = 1000000.0f;
   for (Case c : {Case{128, 128}, Case{16, 12}, Case{64, 32}}) {
-    const int n_heads = 4, n_tokens = 3;
-    const std::vector<int32_t> positions = {0, 37, 40000};
-    const float base = 1000000.0f;
-    const std::vector<float> x = Gaussian(static_cast<size_t>(n_tokens * n_heads * c.head_dim), 9);
-    DeviceBuffer x_dev(x), pos_dev(positions);
-    ASSERT_TRUE(RopeNeox(x_dev.as<float>(), pos_dev.as<int32_t>(), n_tokens, n_heads, c.head_dim,
-                         c.n_rot, base, nullptr, nullptr)
-                    .ok());
-    const std::vector<float> got = x_dev.Download<float>(x.size());
-    std::vector<float> want = x;
-    std::vector<float> cos_t(static_cast<size_t>(c.n_rot / 2)), sin_t(cos_t.size());
-    for (int t = 0; t < n_tokens; ++t) {
-      cpu::RopeAngles(positions[static_cast<size_t>(t)], c.n_rot, base, cos_t.data(),
-                      sin_t.data());
-      cpu::RopeNeox(want.data() + t * n_heads * c.head_dim, n_heads, c.head_dim, c.n_rot,
-                    cos_t.data(), sin_t.data());
-    }
-    for (size_t i = 0; i < x.size(); ++i) {
-      ASSERT_NEAR(got[i], want[i], 1e-6 * (1.0 + std::fabs(want[i])))
-          << "head_dim " << c.head_dim << " n_rot " << c.n_rot << " element " << i;
+    for (const RopeScaling& scaling : RopeScalings(c.n_rot, base)) {
+      const int n_heads = 4, n_tokens = 3;
+      const std::vector<int32_t> positions = {0, 37, 40000};
+      const std::vector<float> x =
+          Gaussian(static_cast<size_t>(n_tokens * n_heads * c.head_dim), 9);
+      DeviceBuffer x_dev(x), pos_dev(positions);
+      ASSERT_TRUE(RopeNeox(x_dev.as<float>(), pos_dev.as<int32_t>(), n_tokens, n_heads, c.head_dim,
+                           c.n_rot, base, scaling, nullptr, nullptr)
+                      .ok());
+      const std::vector<float> got = x_dev.Download<float>(x.size());
+      std::vector<float> want = x;
+      std::vector<float> cos_t(static_cast<size_t>(c.n_rot / 2)), sin_t(cos_t.size());
+      for (int t = 0; t < n_tokens; ++t) {
+        cpu::RopeAngles(positions[static_cast<size_t>(t)], c.n_rot, base, scaling, cos_t.data(),
+                        sin_t.data());
+        cpu::RopeNeox(want.data() + t * n_heads * c.head_dim, n_heads, c.head_dim, c.n_rot,
+                      cos_t.data(), sin_t.data());
+      }
+      for (size_t i = 0; i < x.size(); ++i) {
+        ASSERT_NEAR(got[i], want[i], 1e-6 * (1.0 + std::fabs(want[i])))
+            << "head_dim " << c.head_dim << " n_rot " << c.n_rot << " freq_scale "
+            << scaling.freq_scale << " ext_factor " << scaling.ext_factor << " element " << i;
+      }
     }
   }
 }
@@ -334,6 +353,7 @@ TEST_F(CudaKernelsTest, QkNormRopeGivesTheBitsOfNormThenRope) {
   const std::vector<uint8_t> uses = {1, 1, 0, 1, 1, 1, 0, 1, 1, 1, 1, 0,
                                      1, 1, 1, 1, 0, 1, 1, 1, 1, 1, 1, 1};
   const float base = 1e6f, eps = 1e-6f;
+  const RopeScaling scaling = RopeScalings(n_rot, base).back();  // YaRN
   const std::vector<float> q = Gaussian(static_cast<size_t>(n_tokens * n_head * head_dim), 21);
   const std::vector<float> k = Gaussian(static_cast<size_t>(n_tokens * n_head_kv * head_dim), 22);
   const std::vector<float> q_w = Gaussian(static_cast<size_t>(head_dim), 23);
@@ -356,16 +376,16 @@ TEST_F(CudaKernelsTest, QkNormRopeGivesTheBitsOfNormThenRope) {
         }
         auto rope = adjacent ? &RopeAdjacentPairs : &RopeNeox;
         ASSERT_TRUE(rope(q_sep.as<float>(), pos_dev.as<int32_t>(), n_tokens, n_head, head_dim,
-                         n_rot, base, pairs, nullptr)
+                         n_rot, base, scaling, pairs, nullptr)
                         .ok());
         ASSERT_TRUE(rope(k_sep.as<float>(), pos_dev.as<int32_t>(), n_tokens, n_head_kv, head_dim,
-                         n_rot, base, pairs, nullptr)
+                         n_rot, base, scaling, pairs, nullptr)
                         .ok());
         ASSERT_TRUE(QkNormRope(q_fused.as<float>(), k_fused.as<float>(),
                                norm ? q_w_dev.as<float>() : nullptr,
                                norm ? k_w_dev.as<float>() : nullptr, pos_dev.as<int32_t>(),
-                               n_tokens, n_head, n_head_kv, head_dim, n_rot, base, adjacent,
-                               pairs, eps, nullptr)
+                               n_tokens, n_head, n_head_kv, head_dim, n_rot, base, scaling,
+                               adjacent, pairs, eps, nullptr)
                         .ok());
         EXPECT_EQ(q_fused.Download<float>(q.size()), q_sep.Download<float>(q.size()));
         EXPECT_EQ(k_fused.Download<float>(k.size()), k_sep.Download<float>(k.size()));
@@ -374,52 +394,59 @@ TEST_F(CudaKernelsTest, QkNormRopeGivesTheBitsOfNormThenRope) {
   }
 }
 
-// Multi-section rope: the pairs held at position 0 stay as they are, as the
-// CPU attention block's cos 1, sin 0 leaves them.
+// Multi-section rope: the pairs held at position 0 stay as they are, times
+// the scaling's magnitude (1 unscaled, above 1 with YaRN), as the CPU
+// attention block's cos = magnitude, sin 0 leaves them.
 TEST_F(CudaKernelsTest, RopeWithSectionsHoldsTheUnusedPairs) {
   const int n_heads = 3, n_tokens = 2, head_dim = 32, n_rot = 16;
   const std::vector<int32_t> positions = {5, 1234};
   const std::vector<uint8_t> uses = {1, 1, 0, 1, 0, 0, 1, 1};
   const float base = 1e7f;
-  for (bool adjacent : {false, true}) {
-    SCOPED_TRACE(adjacent ? "NORM" : "NEOX");
-    const std::vector<float> x = Gaussian(static_cast<size_t>(n_tokens * n_heads * head_dim), 12);
-    DeviceBuffer x_dev(x), pos_dev(positions), uses_dev(uses);
-    auto rope = adjacent ? &RopeAdjacentPairs : &RopeNeox;
-    ASSERT_TRUE(rope(x_dev.as<float>(), pos_dev.as<int32_t>(), n_tokens, n_heads, head_dim, n_rot,
-                     base, uses_dev.as<uint8_t>(), nullptr)
-                    .ok());
-    const std::vector<float> got = x_dev.Download<float>(x.size());
-    std::vector<float> want = x;
-    std::vector<float> cos_t(n_rot / 2), sin_t(n_rot / 2);
-    for (int t = 0; t < n_tokens; ++t) {
-      cpu::RopeAngles(positions[static_cast<size_t>(t)], n_rot, base, cos_t.data(), sin_t.data());
-      for (size_t i = 0; i < uses.size(); ++i) {
-        if (uses[i] == 0) {
-          cos_t[i] = 1.0f;
-          sin_t[i] = 0.0f;
+  const RopeScaling yarn = RopeScalings(n_rot, base).back();
+  ASSERT_GT(yarn.magnitude, 1.0f);
+  for (const RopeScaling& scaling : {RopeScaling{}, yarn}) {
+    for (bool adjacent : {false, true}) {
+      SCOPED_TRACE(::testing::Message()
+                   << (adjacent ? "NORM" : "NEOX") << ", magnitude " << scaling.magnitude);
+      const std::vector<float> x = Gaussian(static_cast<size_t>(n_tokens * n_heads * head_dim), 12);
+      DeviceBuffer x_dev(x), pos_dev(positions), uses_dev(uses);
+      auto rope = adjacent ? &RopeAdjacentPairs : &RopeNeox;
+      ASSERT_TRUE(rope(x_dev.as<float>(), pos_dev.as<int32_t>(), n_tokens, n_heads, head_dim, n_rot,
+                       base, scaling, uses_dev.as<uint8_t>(), nullptr)
+                      .ok());
+      const std::vector<float> got = x_dev.Download<float>(x.size());
+      std::vector<float> want = x;
+      std::vector<float> cos_t(n_rot / 2), sin_t(n_rot / 2);
+      for (int t = 0; t < n_tokens; ++t) {
+        cpu::RopeAngles(positions[static_cast<size_t>(t)], n_rot, base, scaling, cos_t.data(),
+                        sin_t.data());
+        for (size_t i = 0; i < uses.size(); ++i) {
+          if (uses[i] == 0) {
+            cos_t[i] = scaling.magnitude;
+            sin_t[i] = 0.0f;
+          }
+        }
+        float* xt = want.data() + t * n_heads * head_dim;
+        if (adjacent) {
+          cpu::RopeAdjacentPairs(xt, n_heads, head_dim, n_rot, cos_t.data(), sin_t.data());
+        } else {
+          cpu::RopeNeox(xt, n_heads, head_dim, n_rot, cos_t.data(), sin_t.data());
         }
       }
-      float* xt = want.data() + t * n_heads * head_dim;
-      if (adjacent) {
-        cpu::RopeAdjacentPairs(xt, n_heads, head_dim, n_rot, cos_t.data(), sin_t.data());
-      } else {
-        cpu::RopeNeox(xt, n_heads, head_dim, n_rot, cos_t.data(), sin_t.data());
+      for (size_t i = 0; i < x.size(); ++i) {
+        ASSERT_NEAR(got[i], want[i], 1e-6 * (1.0 + std::fabs(want[i]))) << i;
       }
-    }
-    for (size_t i = 0; i < x.size(); ++i) {
-      ASSERT_NEAR(got[i], want[i], 1e-6 * (1.0 + std::fabs(want[i]))) << i;
-    }
-    // Held pairs are untouched bit for bit.
-    for (int t = 0; t < n_tokens; ++t) {
-      for (int h = 0; h < n_heads; ++h) {
-        const size_t head = static_cast<size_t>((t * n_heads + h) * head_dim);
-        for (int i = 0; i < n_rot / 2; ++i) {
-          if (uses[static_cast<size_t>(i)] != 0) continue;
-          const size_t a = head + (adjacent ? 2 * i : i);
-          const size_t b = head + (adjacent ? 2 * i + 1 : i + n_rot / 2);
-          ASSERT_EQ(got[a], x[a]);
-          ASSERT_EQ(got[b], x[b]);
+      // Held pairs are only multiplied by the magnitude, bit for bit.
+      for (int t = 0; t < n_tokens; ++t) {
+        for (int h = 0; h < n_heads; ++h) {
+          const size_t head = static_cast<size_t>((t * n_heads + h) * head_dim);
+          for (int i = 0; i < n_rot / 2; ++i) {
+            if (uses[static_cast<size_t>(i)] != 0) continue;
+            const size_t a = head + (adjacent ? 2 * i : i);
+            const size_t b = head + (adjacent ? 2 * i + 1 : i + n_rot / 2);
+            ASSERT_EQ(got[a], x[a] * scaling.magnitude);
+            ASSERT_EQ(got[b], x[b] * scaling.magnitude);
+          }
         }
       }
     }
@@ -851,8 +878,9 @@ TEST(CudaKernelsArgsTest, RejectsBadArgumentsBeforeLaunching) {
             absl::StatusCode::kInvalidArgument);  // grid.y past 65535
   EXPECT_EQ(DequantizeToF32(TensorType::kQ6_K, f, 255, f, nullptr).code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(RopeNeox(f, reinterpret_cast<int32_t*>(f), 1, 1, 64, 65, 1e4f, nullptr, nullptr).code(),
-            absl::StatusCode::kInvalidArgument);  // odd n_rot
+  EXPECT_EQ(
+      RopeNeox(f, reinterpret_cast<int32_t*>(f), 1, 1, 64, 65, 1e4f, {}, nullptr, nullptr).code(),
+      absl::StatusCode::kInvalidArgument);  // odd n_rot
   EXPECT_EQ(RouterTopK(f, 1, 8, 9, true, f, reinterpret_cast<int32_t*>(f), f, nullptr).code(),
             absl::StatusCode::kInvalidArgument);  // k > n_expert
   EXPECT_EQ(RouterTopK(f, 1, 2000, 8, true, f, reinterpret_cast<int32_t*>(f), f, nullptr).code(),
@@ -868,12 +896,12 @@ TEST(CudaKernelsArgsTest, RejectsBadArgumentsBeforeLaunching) {
   EXPECT_EQ(MulSigmoid(f, nullptr, 4, nullptr).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(AddSigmoidScaledRows(f, f, nullptr, 1, 4, nullptr).code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(QkNormRope(f, f, f, nullptr, reinterpret_cast<int32_t*>(f), 1, 1, 1, 64, 64, 1e4f,
+  EXPECT_EQ(QkNormRope(f, f, f, nullptr, reinterpret_cast<int32_t*>(f), 1, 1, 1, 64, 64, 1e4f, {},
                        false, nullptr, 1e-6f, nullptr)
                 .code(),
             absl::StatusCode::kInvalidArgument);  // only one of the two norms
-  EXPECT_EQ(QkNormRope(f, f, nullptr, nullptr, reinterpret_cast<int32_t*>(f), 1, 1, 1, 64, 63,
-                       1e4f, false, nullptr, 1e-6f, nullptr)
+  EXPECT_EQ(QkNormRope(f, f, nullptr, nullptr, reinterpret_cast<int32_t*>(f), 1, 1, 1, 64, 63, 1e4f,
+                       {}, false, nullptr, 1e-6f, nullptr)
                 .code(),
             absl::StatusCode::kInvalidArgument);  // odd n_rot
   EXPECT_TRUE(CudaWeightTypeSupported(TensorType::kQ5_K));

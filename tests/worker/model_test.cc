@@ -1,3 +1,5 @@
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -203,12 +205,97 @@ TEST_F(Qwen3MoeLoaderTest, MissingRequiredKeyIsNamed) {
   EXPECT_THAT(model.status().message(), HasSubstr("qwen3moe.attention.layer_norm_rms_epsilon"));
 }
 
-TEST_F(Qwen3MoeLoaderTest, RopeScalingIsRefused) {
+// YaRN's ramp and magnitude from the keys, by SPEC.md §3.0.1's formulas
+// written out here in double (llama.cpp's float arithmetic can only differ
+// at an exact integer, which these numbers are far from).
+TEST_F(Qwen3MoeLoaderTest, YarnRopeScalingIsRead) {
   tiny_.Set("qwen3moe.rope.scaling.type", GgufValue::String("yarn"));
   tiny_.Set("qwen3moe.rope.scaling.factor", GgufValue::Float32(4.0f));
+  tiny_.Set("qwen3moe.rope.scaling.original_context_length", GgufValue::Uint32(512));
+  absl::StatusOr<Model> model = Load(tiny_);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const ModelHparams& hp = model->hparams;
+  const RopeScaling& s = hp.rope_scaling;
+  const auto corr = [&](double rotations) {
+    return hp.n_rot * std::log(512.0 / (2.0 * M_PI * rotations)) /
+           (2.0 * std::log(static_cast<double>(hp.rope_freq_base)));
+  };
+  EXPECT_FLOAT_EQ(s.freq_scale, 0.25f);
+  EXPECT_EQ(s.ext_factor, 1.0f);
+  EXPECT_EQ(s.ramp_low, std::max(0.0, std::floor(corr(32.0))));
+  EXPECT_EQ(s.ramp_high, std::min(hp.n_rot - 1.0, std::ceil(corr(1.0))));
+  EXPECT_LT(s.ramp_low, s.ramp_high);
+  EXPECT_NEAR(s.magnitude, 1.0 + 0.1 * std::log(4.0), 1e-6);
+}
+
+TEST_F(Qwen3MoeLoaderTest, YarnWithoutOriginalContextUsesTheTrainedOne) {
+  tiny_.Set("qwen3moe.rope.scaling.type", GgufValue::String("yarn"));
+  tiny_.Set("qwen3moe.rope.scaling.factor", GgufValue::Float32(2.0f));
+  absl::StatusOr<Model> with_default = Load(tiny_);
+  ASSERT_TRUE(with_default.ok()) << with_default.status();
+  tiny_.Set("qwen3moe.rope.scaling.original_context_length",
+            GgufValue::Uint32(static_cast<uint32_t>(with_default->hparams.n_ctx_train)));
+  absl::StatusOr<Model> explicit_ctx = Load(tiny_);
+  ASSERT_TRUE(explicit_ctx.ok()) << explicit_ctx.status();
+  EXPECT_EQ(with_default->hparams.rope_scaling.ramp_low,
+            explicit_ctx->hparams.rope_scaling.ramp_low);
+  EXPECT_EQ(with_default->hparams.rope_scaling.ramp_high,
+            explicit_ctx->hparams.rope_scaling.ramp_high);
+}
+
+TEST_F(Qwen3MoeLoaderTest, LinearRopeScalingFromEitherKey) {
+  tiny_.Set("qwen3moe.rope.scale_linear", GgufValue::Float32(2.0f));
+  absl::StatusOr<Model> old_key = Load(tiny_);
+  ASSERT_TRUE(old_key.ok()) << old_key.status();
+  EXPECT_FLOAT_EQ(old_key->hparams.rope_scaling.freq_scale, 0.5f);
+  EXPECT_EQ(old_key->hparams.rope_scaling.ext_factor, 0.0f);
+  EXPECT_EQ(old_key->hparams.rope_scaling.magnitude, 1.0f);
+  // rope.scaling.factor wins over the old key, as in llama.cpp.
+  tiny_.Set("qwen3moe.rope.scaling.type", GgufValue::String("linear"));
+  tiny_.Set("qwen3moe.rope.scaling.factor", GgufValue::Float32(8.0f));
+  absl::StatusOr<Model> new_key = Load(tiny_);
+  ASSERT_TRUE(new_key.ok()) << new_key.status();
+  EXPECT_FLOAT_EQ(new_key->hparams.rope_scaling.freq_scale, 0.125f);
+}
+
+TEST_F(Qwen3MoeLoaderTest, RopeScalingTypeNoneIgnoresTheFactor) {
+  tiny_.Set("qwen3moe.rope.scaling.type", GgufValue::String("none"));
+  tiny_.Set("qwen3moe.rope.scaling.factor", GgufValue::Float32(4.0f));
+  absl::StatusOr<Model> model = Load(tiny_);
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_FALSE(model->hparams.rope_scaling.scaled());
+}
+
+TEST_F(Qwen3MoeLoaderTest, UnknownRopeScalingIsRefusedByName) {
+  tiny_.Set("qwen3moe.rope.scaling.type", GgufValue::String("longrope"));
   absl::StatusOr<Model> model = Load(tiny_);
   ASSERT_FALSE(model.ok());
-  EXPECT_THAT(model.status().message(), HasSubstr("yarn"));
+  EXPECT_EQ(model.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(model.status().message(),
+              AllOf(HasSubstr("qwen3moe.rope.scaling.type"), HasSubstr("longrope")));
+}
+
+TEST_F(Qwen3MoeLoaderTest, BadRopeScalingValuesAreNamed) {
+  struct Case {
+    const char* key;
+    GgufValue value;
+  };
+  const Case cases[] = {
+      {"qwen3moe.rope.scaling.factor", GgufValue::Float32(-2.0f)},
+      {"qwen3moe.rope.scaling.factor", GgufValue::String("4")},
+      {"qwen3moe.rope.scaling.type", GgufValue::Uint32(2)},
+      {"qwen3moe.rope.scaling.attn_factor", GgufValue::Float32(0.0f)},
+      {"qwen3moe.rope.scaling.original_context_length", GgufValue::Uint32(0)},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.key);
+    EditableGguf g = tiny_;
+    g.Set("qwen3moe.rope.scaling.type", GgufValue::String("yarn"));
+    g.Set(c.key, c.value);
+    absl::StatusOr<Model> model = Load(g);
+    ASSERT_FALSE(model.ok());
+    EXPECT_THAT(model.status().message(), HasSubstr(c.key));
+  }
 }
 
 TEST_F(Qwen3MoeLoaderTest, FusedGateUpSplitsIntoHalves) {

@@ -1,6 +1,7 @@
 #include "model/model_loader.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -11,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "model/decodable_types.h"
+#include "model/rope_scaling.h"
 
 namespace moetier {
 namespace {
@@ -57,6 +59,45 @@ absl::StatusOr<int> ModelLoader::OptionalDim(absl::string_view suffix, uint64_t 
                                              int fallback) const {
   if (!Has(suffix)) return fallback;
   return RequiredDim(suffix, max);
+}
+
+// The rope.scaling.* keys (llama.cpp's defaults: type linear, factor from
+// rope.scale_linear when rope.scaling.factor is absent, the original context
+// the trained one). A key of the wrong type is an error, not a default.
+absl::StatusOr<RopeScaling> ModelLoader::ReadRopeScaling(const ModelHparams& hp) const {
+  RopeScalingKeys keys;
+  keys.original_context = hp.n_ctx_train;
+  if (Has("rope.scaling.type")) {
+    absl::StatusOr<std::string> type = meta_.GetString(Key("rope.scaling.type"));
+    if (!type.ok()) return Error(type.status().message());
+    keys.type = *type;
+  } else {
+    keys.type = "linear";
+  }
+  for (const char* suffix : {"rope.scaling.factor", "rope.scale_linear"}) {
+    if (!Has(suffix)) continue;
+    absl::StatusOr<double> factor = meta_.GetFloat(Key(suffix));
+    if (!factor.ok()) return Error(factor.status().message());
+    keys.factor = *factor;
+    break;
+  }
+  if (Has("rope.scaling.original_context_length")) {
+    absl::StatusOr<int> n = RequiredDim("rope.scaling.original_context_length", INT32_MAX);
+    if (!n.ok()) return n.status();
+    keys.original_context = *n;
+  }
+  if (Has("rope.scaling.attn_factor")) {
+    absl::StatusOr<double> attn_factor = meta_.GetFloat(Key("rope.scaling.attn_factor"));
+    if (!attn_factor.ok()) return Error(attn_factor.status().message());
+    keys.attn_factor = *attn_factor;
+  }
+  absl::StatusOr<RopeScaling> scaling =
+      MakeRopeScaling(keys, hp.n_rot, hp.rope_freq_base, Key("rope.scaling."));
+  if (!scaling.ok()) {
+    return absl::Status(scaling.status().code(),
+                        absl::StrCat(path_, ": ", scaling.status().message()));
+  }
+  return *scaling;
 }
 
 absl::StatusOr<std::optional<int>> ModelLoader::UniformPerLayer(absl::string_view suffix,
@@ -141,24 +182,14 @@ absl::Status ModelLoader::ReadCommonHparams(ModelHparams& hp) const {
   }
   hp.n_rot = *n_rot;
 
-  // Only unscaled rope is implemented; a scaled model would silently give
-  // wrong logits, so refuse it.
-  if (Has("rope.scaling.type")) {
-    const std::string type = meta_.GetStringOr(Key("rope.scaling.type"), "");
-    const double factor = meta_.GetFloatOr(Key("rope.scaling.factor"), 1.0);
-    if (type != "none" && !(type == "linear" && factor == 1.0)) {
-      return Unsupported(absl::StrFormat("%s = '%s' (factor %g) is not supported",
-                                         Key("rope.scaling.type"), type, factor));
-    }
-  }
-  if (Has("rope.scale_linear") && meta_.GetFloatOr(Key("rope.scale_linear"), 1.0) != 1.0) {
-    return Unsupported(absl::StrCat(Key("rope.scale_linear"), " != 1 is not supported"));
-  }
   hp.rope_freq_base = static_cast<float>(meta_.GetFloatOr(Key("rope.freq_base"), 10000.0));
-  if (!(hp.rope_freq_base > 0.0f)) {
+  if (!(hp.rope_freq_base > 0.0f) || !std::isfinite(hp.rope_freq_base)) {
     return Error(
         absl::StrFormat("%s = %g must be positive", Key("rope.freq_base"), hp.rope_freq_base));
   }
+  absl::StatusOr<RopeScaling> rope_scaling = ReadRopeScaling(hp);
+  if (!rope_scaling.ok()) return rope_scaling.status();
+  hp.rope_scaling = *rope_scaling;
   absl::StatusOr<double> eps = meta_.GetFloat(Key("attention.layer_norm_rms_epsilon"));
   if (!eps.ok()) return Error(eps.status().message());
   if (!(*eps > 0.0 && *eps < 1.0)) {

@@ -47,6 +47,7 @@ class ModelLoader {
   // A positive integer no larger than `max`.
   absl::StatusOr<int> RequiredDim(absl::string_view suffix, uint64_t max) const;
   absl::StatusOr<int> OptionalDim(absl::string_view suffix, uint64_t max, int fallback) const;
+  absl::StatusOr<RopeScaling> ReadRopeScaling(const ModelHparams& hp) const;
   // A scalar or one value per layer; moetier needs the same value on every
   // layer. Empty when the key is absent.
   absl::StatusOr<std::optional<int>> UniformPerLayer(absl::string_view suffix, int n_layer,
@@ -56,7 +57,7 @@ class ModelLoader {
   // block_count (less nextn_predict_layers), context_length,
   // embedding_length, attention.head_count(_kv), key/value_length (equal),
   // rope.dimension_count (even, at most head_dim; default head_dim),
-  // rope.freq_base (unscaled rope only), layer_norm_rms_epsilon, and the
+  // rope.freq_base and rope.scaling.* (ReadRopeScaling), layer_norm_rms_epsilon, and the
   // vocabulary size from token_embd. Leaves the architecture's own fields
   // (rope style, q/k norm, experts) alone.
   absl::Status ReadCommonHparams(ModelHparams& hp) const;

@@ -13,12 +13,12 @@ namespace {
 // The router's renormalization floor, as llama.cpp's build_moe_ffn clamps it.
 constexpr float kMinExpertWeightSum = 6.103515625e-5f;
 
-// Rotates the pair (a, b) of one head by the angle of pair index i.
-void RotatePair(float& a, float& b, int64_t i, int n_rot, int pos, double base) {
-  const double theta =
-      pos * std::pow(base, -2.0 * static_cast<double>(i) / static_cast<double>(n_rot));
-  const double c = std::cos(theta);
-  const double s = std::sin(theta);
+// Rotates the pair (a, b) of one head by the angle of pair index i, with
+// the file's rope scaling (whose magnitude applies at position 0 too).
+void RotatePair(float& a, float& b, int i, int pos, const ModelHparams& hp) {
+  const double theta = pos * RopePairFrequency(i, hp.n_rot, hp.rope_freq_base, hp.rope_scaling);
+  const double c = std::cos(theta) * hp.rope_scaling.magnitude;
+  const double s = std::sin(theta) * hp.rope_scaling.magnitude;
   const double x0 = a;
   const double x1 = b;
   a = static_cast<float>(x0 * c - x1 * s);
@@ -30,14 +30,14 @@ void RotatePair(float& a, float& b, int64_t i, int n_rot, int pos, double base) 
 // (multi-section rope) rotate by 0.
 void Rope(float* head, const ModelHparams& hp, int pos) {
   const int n_rot = hp.n_rot;
-  for (int64_t i = 0; i < n_rot / 2; ++i) {
+  for (int i = 0; i < n_rot / 2; ++i) {
     const bool moves = hp.rope_pair_uses_position.empty() ||
                        hp.rope_pair_uses_position[static_cast<size_t>(i)] != 0;
     const int p = moves ? pos : 0;
     if (hp.rope_style == RopeStyle::kNeox) {
-      RotatePair(head[i], head[i + n_rot / 2], i, n_rot, p, hp.rope_freq_base);
+      RotatePair(head[i], head[i + n_rot / 2], i, p, hp);
     } else {
-      RotatePair(head[2 * i], head[2 * i + 1], i, n_rot, p, hp.rope_freq_base);
+      RotatePair(head[2 * i], head[2 * i + 1], i, p, hp);
     }
   }
 }

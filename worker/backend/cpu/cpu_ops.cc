@@ -23,12 +23,12 @@ void RmsNormHeads(float* x, const float* w, int n_heads, int head_dim, float eps
   }
 }
 
-void RopeAngles(int64_t pos, int n_rot, float freq_base, float* cos_theta, float* sin_theta) {
+void RopeAngles(int64_t pos, int n_rot, float freq_base, const RopeScaling& scaling,
+                float* cos_theta, float* sin_theta) {
   for (int i = 0; i < n_rot / 2; ++i) {
-    const double theta =
-        static_cast<double>(pos) * std::pow(static_cast<double>(freq_base), -2.0 * i / n_rot);
-    cos_theta[i] = static_cast<float>(std::cos(theta));
-    sin_theta[i] = static_cast<float>(std::sin(theta));
+    const double theta = static_cast<double>(pos) * RopePairFrequency(i, n_rot, freq_base, scaling);
+    cos_theta[i] = static_cast<float>(std::cos(theta)) * scaling.magnitude;
+    sin_theta[i] = static_cast<float>(std::sin(theta)) * scaling.magnitude;
   }
 }
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "gguf/tensor/tensor_type.h"
+#include "model/rope_scaling.h"
 
 namespace moetier::cpu {
 
@@ -17,9 +18,11 @@ void RmsNorm(const float* x, const float* w, int64_t n, float eps, float* y);
 // with the same weight (a per-head QK-norm).
 void RmsNormHeads(float* x, const float* w, int n_heads, int head_dim, float eps);
 
-// cos and sin of the rotary angles at position `pos`:
-// theta_i = pos * base^(-2i / n_rot) for i in [0, n_rot / 2).
-void RopeAngles(int64_t pos, int n_rot, float freq_base, float* cos_theta, float* sin_theta);
+// cos and sin of the rotary angles at position `pos`, times the scaling's
+// magnitude: theta_i = pos * RopePairFrequency(i) for i in [0, n_rot / 2)
+// (base^(-2i / n_rot) when unscaled).
+void RopeAngles(int64_t pos, int n_rot, float freq_base, const RopeScaling& scaling,
+                float* cos_theta, float* sin_theta);
 
 // NEOX rotary embedding in place: for each of n_heads heads (head h at
 // x + h * head_dim) rotates the pairs (x[i], x[i + n_rot/2]), i < n_rot / 2,

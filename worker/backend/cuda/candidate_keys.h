@@ -8,7 +8,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "backend/cuda/host_device.h"
+#include "base/host_device.h"
 
 namespace moetier::cuda {
 

@@ -24,6 +24,7 @@
 #include "absl/status/statusor.h"
 #include "backend/cuda/delta_rule.h"
 #include "gguf/tensor/tensor_type.h"
+#include "model/rope_scaling.h"
 
 namespace moetier::cuda {
 
@@ -141,19 +142,20 @@ absl::Status RmsNorm(const float* x, const float* w, int64_t n_rows, int n, floa
 
 // NEOX rotary embedding in place on x laid out [n_tokens][n_heads][head_dim]:
 // token t is at position positions[t] (device array); pairs
-// (x[i], x[i + n_rot/2]) rotate by theta_i = pos * base^(-2i / n_rot),
-// computed in double as cpu::RopeAngles does. Dims from n_rot on are
+// (x[i], x[i + n_rot/2]) rotate by theta_i = pos * RopePairFrequency(i)
+// (base^(-2i / n_rot) unscaled), computed in double as cpu::RopeAngles does,
+// cos and sin times the scaling's magnitude. Dims from n_rot on are
 // unchanged. With pair_uses_position (a device array of n_rot / 2 flags;
 // null: every pair), pairs whose flag is 0 rotate by position 0, i.e. stay
-// as they are (multi-section rope of text tokens).
-absl::Status RopeNeox(float* x, const int32_t* positions, int n_tokens, int n_heads,
-                      int head_dim, int n_rot, float freq_base, const uint8_t* pair_uses_position,
-                      CudaStream stream);
+// as they are but for the magnitude (multi-section rope of text tokens).
+absl::Status RopeNeox(float* x, const int32_t* positions, int n_tokens, int n_heads, int head_dim,
+                      int n_rot, float freq_base, const RopeScaling& scaling,
+                      const uint8_t* pair_uses_position, CudaStream stream);
 
 // NORM rotary embedding (llama's): as RopeNeox, but pair i is the adjacent
 // (x[2i], x[2i + 1]).
 absl::Status RopeAdjacentPairs(float* x, const int32_t* positions, int n_tokens, int n_heads,
-                               int head_dim, int n_rot, float freq_base,
+                               int head_dim, int n_rot, float freq_base, const RopeScaling& scaling,
                                const uint8_t* pair_uses_position, CudaStream stream);
 
 // Attention's q and k heads before the cache, in one launch: each head of
@@ -163,8 +165,9 @@ absl::Status RopeAdjacentPairs(float* x, const int32_t* positions, int n_tokens,
 // rotates it. The same bits as RmsNorm per head followed by the rope.
 absl::Status QkNormRope(float* q, float* k, const float* q_norm, const float* k_norm,
                         const int32_t* positions, int n_tokens, int n_head, int n_head_kv,
-                        int head_dim, int n_rot, float freq_base, bool adjacent,
-                        const uint8_t* pair_uses_position, float eps, CudaStream stream);
+                        int head_dim, int n_rot, float freq_base, const RopeScaling& scaling,
+                        bool adjacent, const uint8_t* pair_uses_position, float eps,
+                        CudaStream stream);
 
 // out[i] = silu(gate[i]) * up[i]; out may alias either input.
 absl::Status SiluMul(const float* gate, const float* up, int64_t n, float* out, CudaStream stream);

@@ -30,8 +30,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "backend/cuda/host_device.h"
-
+#include "base/host_device.h"
 
 namespace moetier::cuda {
 

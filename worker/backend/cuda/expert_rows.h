@@ -13,8 +13,7 @@
 
 #include <cstdint>
 
-#include "backend/cuda/host_device.h"
-
+#include "base/host_device.h"
 
 namespace moetier::cuda {
 

@@ -25,7 +25,7 @@
 #include "gguf/tensor/half.h"
 #endif
 
-#include "backend/cuda/host_device.h"
+#include "base/host_device.h"
 #include "gguf/tensor/tensor_type.h"
 
 // Small constant loops over a slice's runs must unroll, or the slice lands

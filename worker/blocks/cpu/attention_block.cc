@@ -104,11 +104,11 @@ void CpuAttentionBlock::BeginBatch(std::span<const CpuRowSpan> spans) {
       row_span_[static_cast<size_t>(t)] = static_cast<int>(i);
       float* c = rope_cos_.floats() + t * half;
       float* s = rope_sin_.floats() + t * half;
-      cpu::RopeAngles(spans[i].pos0 + j, hp_.n_rot, hp_.rope_freq_base, c, s);
+      cpu::RopeAngles(spans[i].pos0 + j, hp_.n_rot, hp_.rope_freq_base, hp_.rope_scaling, c, s);
       // Multi-section rope: these pairs rotate by position 0.
       for (size_t p = 0; p < hp_.rope_pair_uses_position.size(); ++p) {
         if (hp_.rope_pair_uses_position[p] == 0) {
-          c[p] = 1.0f;
+          c[p] = hp_.rope_scaling.magnitude;
           s[p] = 0.0f;
         }
       }

@@ -130,8 +130,8 @@ absl::Status CudaAttentionBlock::Forward(int layer, std::span<const CudaRowSpan>
     const int32_t* positions = pos0_on_device != nullptr ? pos0_on_device : positions_ + span.pos0;
     MOETIER_RETURN_IF_ERROR(cuda::QkNormRope(
         q, k, per_head_norm ? l.q_norm : nullptr, per_head_norm ? l.k_norm : nullptr, positions,
-        span.n, hp_.n_head, hp_.n_head_kv, head_dim, hp_.n_rot, hp_.rope_freq_base, adjacent,
-        pair_uses_position_, hp_.rms_eps, stream));
+        span.n, hp_.n_head, hp_.n_head_kv, head_dim, hp_.n_rot, hp_.rope_freq_base,
+        hp_.rope_scaling, adjacent, pair_uses_position_, hp_.rms_eps, stream));
     // Head-major cache: KV head g's rows, one per position, are contiguous.
     const cuda::KvCacheView keys{cache.k, kv_types_.k, cache.k_head_stride,
                                  static_cast<int64_t>(KvRowBytes(kv_types_.k, head_dim))};
