@@ -207,6 +207,43 @@ TEST(SynthPresetTest, ValidationNamesTheFlag) {
   s = *SynthPreset("tiny");
   s.rms_eps = 0.0f;
   EXPECT_THAT(std::string(ValidateSynthShape(s).message()), HasSubstr("--rms-eps"));
+  s = *SynthPreset("tiny");
+  s.rope_scaling_type = "longrope";
+  EXPECT_THAT(std::string(ValidateSynthShape(s).message()), HasSubstr("--rope-scaling"));
+  s = *SynthPreset("tiny");
+  s.rope_scaling_factor = 4.0f;  // without a type
+  EXPECT_THAT(std::string(ValidateSynthShape(s).message()), HasSubstr("--rope-scaling"));
+  s.rope_scaling_type = "yarn";
+  s.rope_scaling_factor = -1.0f;
+  EXPECT_THAT(std::string(ValidateSynthShape(s).message()), HasSubstr("--rope-scaling-factor"));
+}
+
+// The rope.scaling.* keys are written under the architecture's prefix only
+// when a type is set, each value as given.
+TEST(SynthPresetTest, RopeScalingKeysAreWrittenWhenAsked) {
+  for (SynthArch arch : kAllSynthArchs) {
+    SynthShape s = *SynthPreset(arch, "tiny");
+    const std::string prefix = std::string(SynthArchName(arch)) + ".rope.scaling.";
+    const auto keys = [&](const SynthShape& shape) {
+      absl::StatusOr<std::vector<GgufKeyValue>> kvs =
+          BuildSynthMetadata(shape, SynthQuant::kF32, "t");
+      EXPECT_TRUE(kvs.ok()) << kvs.status();
+      GgufMetadata md;
+      if (kvs.ok()) {
+        for (GgufKeyValue& kv : *kvs) md.Add(std::move(kv));
+      }
+      return md;
+    };
+    EXPECT_FALSE(keys(s).Has(prefix + "type"));
+    s.rope_scaling_type = "yarn";
+    s.rope_scaling_factor = 4.0f;
+    s.rope_scaling_original_ctx = 32768;
+    ASSERT_TRUE(ValidateSynthShape(s).ok());
+    const GgufMetadata md = keys(s);
+    EXPECT_EQ(*md.GetString(prefix + "type"), "yarn");
+    EXPECT_EQ(*md.GetFloat(prefix + "factor"), 4.0);
+    EXPECT_EQ(*md.GetUint(prefix + "original_context_length"), 32768u);
+  }
 }
 
 TEST(SynthQuantMixTest, FullQ4KMFollowsTheRule) {
@@ -731,7 +768,8 @@ TEST(SynthCommandLineTest, BadFlagsGiveOneLineAndNonZeroExit) {
         "--quant q5 --out x.gguf", "--experts 4 --experts-used 8 --out x.gguf",
         "--split-count 0 --out x.gguf", "--preset tiny", "stray", "--matrix-type q9_k --out x.gguf",
         "--matrix-type f16 --out x.gguf", "--tensor-type attn_q --out x.gguf",
-        "--tensor-type =q4_1 --out x.gguf", "--tensor-type attn_q=q9 --out x.gguf"}) {
+        "--tensor-type =q4_1 --out x.gguf", "--tensor-type attn_q=q9 --out x.gguf",
+        "--rope-scaling dynamic --out x.gguf", "--rope-scaling-factor 2 --out x.gguf"}) {
     const RunResult r = RunTool(args);
     EXPECT_EQ(r.exit_code, 2) << args;
     EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << args << ": " << r.output;

@@ -16,6 +16,7 @@ using moetier::testing::CommandResult;
 
 using ::testing::EndsWith;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 CommandResult RunInspect(const std::string& args) {
   return moetier::testing::RunBuiltProgram("tools/inspect/moetier-inspect", args);
@@ -28,12 +29,22 @@ TEST(InspectTest, SummarisesHyperparametersAndTensors) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("architecture:  qwen3moe"));
   // tests/data/vectors/README.md: 4 layers, hidden 64, 8 experts top-2, vocab 512.
-  EXPECT_THAT(r.output, HasSubstr("block_count                      4\n"));
-  EXPECT_THAT(r.output, HasSubstr("embedding_length                 64\n"));
-  EXPECT_THAT(r.output, HasSubstr("expert_count                     8\n"));
-  EXPECT_THAT(r.output, HasSubstr("expert_used_count                2\n"));
+  EXPECT_THAT(r.output, HasSubstr("block_count                          4\n"));
+  EXPECT_THAT(r.output, HasSubstr("embedding_length                     64\n"));
+  EXPECT_THAT(r.output, HasSubstr("expert_count                         8\n"));
+  EXPECT_THAT(r.output, HasSubstr("expert_used_count                    2\n"));
   EXPECT_THAT(r.output, HasSubstr("512 tokens"));
   EXPECT_THAT(r.output, HasSubstr("F32 "));
+  EXPECT_THAT(r.output, Not(HasSubstr("rope.scaling")));
+}
+
+TEST(InspectTest, ShowsRopeScaling) {
+  const CommandResult r =
+      RunInspect(std::string(MOETIER_TEST_DATA_DIR) + "/vectors/yarn-tiny-f32.gguf");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("rope.scaling.type                    \"yarn\"\n"));
+  EXPECT_THAT(r.output, HasSubstr("rope.scaling.factor                  4\n"));
+  EXPECT_THAT(r.output, HasSubstr("rope.scaling.original_context_length 16\n"));
 }
 
 TEST(InspectTest, EndsWithTheVerdictOfTheWorkersCheck) {

@@ -144,7 +144,9 @@ struct CommandLine {
   int threads = 0;
   std::optional<int64_t> layers, embd, experts, experts_used, expert_ffn, heads, heads_kv,
       head_dim, vocab, ctx;
-  std::optional<float> rope_base, rms_eps;
+  std::optional<float> rope_base, rms_eps, rope_scaling_factor;
+  std::optional<int64_t> rope_original_ctx;
+  std::string rope_scaling;
   bool tied_output = false;
   // qwen35moe.
   std::optional<int64_t> rope_dims, shared_ffn, full_attention_interval, ssm_conv_kernel,
@@ -263,6 +265,14 @@ FlagSet MakeFlags(CommandLine& cl) {
   AddShapeFlag(f, "--ctx", "N", "context_length", &cl.ctx);
   AddShapeFlag(f, "--rope-base", "X", "rope.freq_base", &cl.rope_base);
   AddShapeFlag(f, "--rms-eps", "X", "attention.layer_norm_rms_epsilon", &cl.rms_eps);
+  f.AddString({"--rope-scaling"}, "TYPE",
+              "rope.scaling.type: none, linear or yarn (default: no rope.scaling keys)",
+              &cl.rope_scaling);
+  AddShapeFlag(f, "--rope-scaling-factor", "X", "rope.scaling.factor (needs --rope-scaling)",
+               &cl.rope_scaling_factor);
+  AddShapeFlag(f, "--rope-original-context", "N",
+               "rope.scaling.original_context_length (needs --rope-scaling)",
+               &cl.rope_original_ctx);
   f.AddSwitch({"--tied-output"},
               "no output.weight: token_embd is also the output matrix (qwen3moe, llama, "
               "qwen35moe)",
@@ -337,6 +347,9 @@ absl::StatusOr<SynthOptions> BuildOptions(const CommandLine& cl) {
   if (cl.rope_base) s.rope_base = *cl.rope_base;
   if (cl.rms_eps) s.rms_eps = *cl.rms_eps;
   if (cl.tied_output) s.tied_output = true;
+  s.rope_scaling_type = cl.rope_scaling;
+  if (cl.rope_scaling_factor) s.rope_scaling_factor = *cl.rope_scaling_factor;
+  if (cl.rope_original_ctx) s.rope_scaling_original_ctx = *cl.rope_original_ctx;
 
   // The flags of one architecture are refused by the others.
   const bool qwen35 = *arch == SynthArch::kQwen35Moe;
@@ -412,6 +425,11 @@ void PrintPlan(const SynthOptions& o, const SynthPlan& plan) {
       static_cast<long long>(s.n_head_kv), static_cast<long long>(s.head_dim),
       static_cast<long long>(s.n_vocab), static_cast<long long>(s.n_ctx),
       s.tied_output ? ", tied output" : "");
+  if (!s.rope_scaling_type.empty()) {
+    std::printf("  rope scaling %s, factor %g, original context %lld\n",
+                s.rope_scaling_type.c_str(), static_cast<double>(s.rope_scaling_factor),
+                static_cast<long long>(s.rope_scaling_original_ctx));
+  }
   if (s.arch == SynthArch::kQwen35Moe) {
     int64_t attention_layers = 0;
     for (int64_t l = 0; l < s.n_layer; ++l) attention_layers += (l + 1) % s.full_attention_interval == 0;

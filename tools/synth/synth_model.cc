@@ -78,6 +78,29 @@ uint32_t SynthFileType(SynthQuant quant) {
   std::abort();
 }
 
+// The rope.scaling.* fields: a known type, and no factor or original context
+// without one.
+absl::Status ValidateRopeScaling(const SynthShape& s) {
+  if (s.rope_scaling_type.empty()) {
+    if (s.rope_scaling_factor != 0.0f || s.rope_scaling_original_ctx != 0) {
+      return absl::InvalidArgumentError(
+          "--rope-scaling-factor and --rope-original-context need --rope-scaling");
+    }
+    return absl::OkStatus();
+  }
+  if (s.rope_scaling_type != "none" && s.rope_scaling_type != "linear" &&
+      s.rope_scaling_type != "yarn") {
+    return absl::InvalidArgumentError(absl::StrCat("--rope-scaling '", s.rope_scaling_type,
+                                                   "' is not one of none, linear, yarn"));
+  }
+  if (!(std::isfinite(s.rope_scaling_factor) && s.rope_scaling_factor >= 0.0f &&
+        s.rope_scaling_factor <= 1e6f)) {
+    return absl::InvalidArgumentError(absl::StrCat("--rope-scaling-factor ", s.rope_scaling_factor,
+                                                   " must be in [0, 1e6] (0: not written)"));
+  }
+  return CheckSynthRange("rope-original-context", s.rope_scaling_original_ctx, 0, kSynthMaxCtx);
+}
+
 absl::Status ValidateSynthShape(const SynthShape& s) {
   for (absl::Status status : {
            CheckSynthRange("layers", s.n_layer, 1, kSynthMaxLayers),
@@ -109,6 +132,7 @@ absl::Status ValidateSynthShape(const SynthShape& s) {
     return absl::InvalidArgumentError(
         absl::StrCat("--rms-eps ", s.rms_eps, " must be in (0, 1)"));
   }
+  if (absl::Status st = ValidateRopeScaling(s); !st.ok()) return st;
   return SynthArchitectureFor(s.arch).Validate(s);
 }
 
@@ -137,7 +161,19 @@ std::vector<SynthTensor> PlanSynthTensors(const SynthShape& shape, SynthQuant qu
 absl::StatusOr<std::vector<GgufKeyValue>> BuildSynthMetadata(const SynthShape& shape,
                                                              SynthQuant quant,
                                                              std::string_view model_name) {
-  return SynthArchitectureFor(shape.arch).BuildMetadata(shape, quant, model_name);
+  absl::StatusOr<std::vector<GgufKeyValue>> kv =
+      SynthArchitectureFor(shape.arch).BuildMetadata(shape, quant, model_name);
+  if (!kv.ok() || shape.rope_scaling_type.empty()) return kv;
+  const std::string prefix = absl::StrCat(std::string(SynthArchName(shape.arch)), ".rope.scaling.");
+  kv->push_back({prefix + "type", GgufValue::String(shape.rope_scaling_type)});
+  if (shape.rope_scaling_factor > 0.0f) {
+    kv->push_back({prefix + "factor", GgufValue::Float32(shape.rope_scaling_factor)});
+  }
+  if (shape.rope_scaling_original_ctx > 0) {
+    kv->push_back({prefix + "original_context_length",
+                   GgufValue::Uint32(static_cast<uint32_t>(shape.rope_scaling_original_ctx))});
+  }
+  return kv;
 }
 
 }  // namespace moetier

@@ -51,6 +51,11 @@ struct SynthShape {
   float rope_base = 0.0f;
   float rms_eps = 0.0f;
   bool tied_output = false;  // no output.weight; token_embd doubles as output
+  // rope.scaling.*: the type ("none", "linear" or "yarn"; empty: no keys),
+  // the factor and the original context length (each written when > 0).
+  std::string rope_scaling_type;
+  float rope_scaling_factor = 0.0f;
+  int64_t rope_scaling_original_ctx = 0;
 
   // qwen35moe.
   int64_t n_rot = 0;                           // rope.dimension_count
