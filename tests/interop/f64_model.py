@@ -55,20 +55,21 @@ def l2_normalize(x, eps):
     return x / np.maximum(np.sqrt(np.sum(x * x, axis=-1, keepdims=True)), eps)
 
 
-def rope(x, positions, n_rot, base, freq_scale, neox, pair_positions=None):
+def rope(x, positions, n_rot, pair_freq, magnitude, neox, pair_positions=None):
     """Rotates the first n_rot dims of every head. x: (T, H, D).
 
-    neox pairs (i, i + n_rot/2), otherwise adjacent pairs (2i, 2i+1).
-    pair_positions, if given, is a (T, n_rot/2) array of the position each pair
-    rotates by (multi-section rope); otherwise every pair uses the token position.
+    Pair i turns by position * pair_freq[i]; cos and sin are multiplied by
+    magnitude (rope scaling, see RopeScaling). neox pairs (i, i + n_rot/2),
+    otherwise adjacent pairs (2i, 2i+1). pair_positions, if given, is a
+    (T, n_rot/2) array of the position each pair rotates by (multi-section
+    rope); otherwise every pair uses the token position.
     """
     half = n_rot // 2
-    inv_freq = base ** (-2.0 * np.arange(half) / n_rot)
     if pair_positions is None:
         pair_positions = np.repeat(np.asarray(positions, dtype=np.float64)[:, None], half, axis=1)
-    theta = pair_positions * freq_scale * inv_freq[None, :]  # (T, half)
-    cos = np.cos(theta)[:, None, :]
-    sin = np.sin(theta)[:, None, :]
+    theta = pair_positions * pair_freq[None, :]  # (T, half)
+    cos = magnitude * np.cos(theta)[:, None, :]
+    sin = magnitude * np.sin(theta)[:, None, :]
     out = x.copy()
     if neox:
         x0, x1 = x[..., :half], x[..., half:n_rot]
@@ -79,6 +80,43 @@ def rope(x, positions, n_rot, base, freq_scale, neox, pair_positions=None):
         out[..., 0:n_rot:2] = x0 * cos - x1 * sin
         out[..., 1:n_rot:2] = x0 * sin + x1 * cos
     return out
+
+
+class RopeScaling:
+    """The rope.scaling.* keys (SPEC.md §3.0, §3.0.1), with llama.cpp's
+    defaults: type linear, the factor from rope.scale_linear when
+    rope.scaling.factor is absent, 0 meaning unscaled, the original context
+    the trained one."""
+
+    def __init__(self, key):
+        self.type = key("rope.scaling.type", "linear")
+        if self.type not in ("none", "linear", "yarn"):
+            raise ModelError(f"unsupported rope scaling type {self.type!r}")
+        factor = float(key("rope.scaling.factor", key("rope.scale_linear", 0.0)))
+        self.factor = 1.0 if factor == 0.0 or self.type == "none" else factor
+        self.original_context = int(key("rope.scaling.original_context_length",
+                                        key("context_length", 0)))
+        self.attn_factor = float(key("rope.scaling.attn_factor", 1.0))
+
+    def frequencies(self, n_rot, base):
+        """Each pair's angle per position, and the magnitude of cos and sin.
+        YaRN keeps the angle of pairs that turn more than 32 times over the
+        original context, divides those turning less than once by the
+        factor, blends linearly between, and scales by 1 + 0.1 ln(factor)."""
+        i = np.arange(n_rot // 2, dtype=np.float64)
+        unscaled = base ** (-2.0 * i / n_rot)
+        if self.type != "yarn":
+            return unscaled / self.factor, self.attn_factor
+
+        def pair_turning(rotations):
+            return n_rot * math.log(self.original_context / (2 * math.pi * rotations)) / \
+                (2 * math.log(base))
+
+        low = max(0.0, math.floor(pair_turning(32.0)))
+        high = min(n_rot - 1.0, math.ceil(pair_turning(1.0)))
+        keep = 1.0 - np.clip((i - low) / max(0.001, high - low), 0.0, 1.0)
+        magnitude = 1.0 + 0.1 * math.log(self.factor) if self.factor > 1.0 else 1.0
+        return unscaled * ((1.0 - keep) / self.factor + keep), magnitude * self.attn_factor
 
 
 def imrope_pair_positions(positions, n_rot, sections):
@@ -131,11 +169,10 @@ class Model:
         self.n_layer = self._req("block_count") - int(self._key("nextn_predict_layers", 0))
         self.eps = float(self._req("attention.layer_norm_rms_epsilon"))
         self.rope_base = float(self._key("rope.freq_base", 10000.0))
-        scaling = self._key("rope.scaling.type", "linear")
-        if scaling not in ("linear", "none"):
-            raise ModelError(f"{a}: unsupported rope scaling type {scaling!r}")
-        factor = self._key("rope.scaling.factor", self._key("rope.scale_linear", 0.0))
-        self.freq_scale = 1.0 / float(factor) if factor and scaling == "linear" else 1.0
+        try:
+            self.rope_scaling = RopeScaling(self._key)
+        except ModelError as e:
+            raise ModelError(f"{a}: {e}") from None
         self.n_expert = int(self._key("expert_count", 0))
         self.n_expert_used = int(self._key("expert_used_count", 0))
         self.expert_weights_scale = float(self._key("expert_weights_scale", 0.0))
@@ -247,8 +284,9 @@ class Model:
             q = rms_norm(q, self.w(p + "attn_q_norm.weight"), self.eps)
             k = rms_norm(k, self.w(p + "attn_k_norm.weight"), self.eps)
         neox = self.arch != "llama"
-        q = rope(q, positions, n_rot, self.rope_base, self.freq_scale, neox)
-        k = rope(k, positions, n_rot, self.rope_base, self.freq_scale, neox)
+        freq, magnitude = self.rope_scaling.frequencies(n_rot, self.rope_base)
+        q = rope(q, positions, n_rot, freq, magnitude, neox)
+        k = rope(k, positions, n_rot, freq, magnitude, neox)
         a = causal_attention(q, k, v, 1.0 / math.sqrt(hd))
         return self.linear(a.reshape(T, n_head * vd), p + "attn_output.weight", p + "attn_output.bias")
 
@@ -266,8 +304,9 @@ class Model:
         q = rms_norm(q, self.w(p + "attn_q_norm.weight"), self.eps)
         k = rms_norm(k, self.w(p + "attn_k_norm.weight"), self.eps)
         pair_pos = imrope_pair_positions(positions, n_rot, self.sections)
-        q = rope(q, positions, n_rot, self.rope_base, self.freq_scale, True, pair_pos)
-        k = rope(k, positions, n_rot, self.rope_base, self.freq_scale, True, pair_pos)
+        freq, magnitude = self.rope_scaling.frequencies(n_rot, self.rope_base)
+        q = rope(q, positions, n_rot, freq, magnitude, True, pair_pos)
+        k = rope(k, positions, n_rot, freq, magnitude, True, pair_pos)
         scale = float(self._key("attention.scale", 0.0)) or 1.0 / math.sqrt(hd)
         a = causal_attention(q, k, v, scale)
         o = a.reshape(T, n_head * vd) * sigmoid(gate.reshape(T, n_head * hd))

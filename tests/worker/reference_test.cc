@@ -99,7 +99,11 @@ INSTANTIATE_TEST_SUITE_P(
         VectorCase{"mixtral-small-q4_k_m", "exact"}, VectorCase{"olmoe-tiny-f32", "exact"},
         VectorCase{"olmoe-tiny-f32", "llamacpp"}, VectorCase{"qwen35moe-tiny-f32", "exact"},
         VectorCase{"qwen35moe-tiny-f32", "llamacpp"}, VectorCase{"qwen35moe-small-q4_k_m", "exact"},
-        VectorCase{"mixed-low-bit", "exact"}),
+        VectorCase{"mixed-low-bit", "exact"}, VectorCase{"yarn-tiny-f32", "exact"},
+        VectorCase{"yarn-tiny-f32", "llamacpp"}, VectorCase{"mixtral-linear-tiny-f32", "exact"},
+        VectorCase{"mixtral-linear-tiny-f32", "llamacpp"},
+        VectorCase{"qwen35moe-yarn-tiny-f32", "exact"},
+        VectorCase{"qwen35moe-yarn-tiny-f32", "llamacpp"}),
     [](const ::testing::TestParamInfo<VectorCase>& param_info) {
       std::string name = std::string(param_info.param.model) + "_" + param_info.param.expected;
       for (char& ch : name) {

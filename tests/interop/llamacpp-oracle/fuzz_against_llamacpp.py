@@ -2,8 +2,8 @@
 """Random model shapes, moetier's logits against llama.cpp's.
 
 Each case draws an architecture and a shape (layers, widths, expert counts
-and top-k, heads and KV heads, head size, vocabulary, RoPE base and norm
-epsilon, tied output; for qwen35moe also the RoPE sections, the DeltaNet
+and top-k, heads and KV heads, head size, vocabulary, RoPE base, RoPE
+scaling (none, linear or YaRN) and norm epsilon, tied output; for qwen35moe also the RoPE sections, the DeltaNet
 sizes and the attention interval), writes it with moetier-synth, runs a
 seeded random token sequence through llama.cpp (llamacpp_logits.mjs) and
 through moetier-worker on the reference and the CPU backend, and compares
@@ -110,6 +110,12 @@ def draw_shape(rng, arch):
             "--ssm-time-step-rank": value_heads,
             "--ssm-inner-size": value_heads * state,
         })
+    if rng.random() < 0.5:
+        # Rope scaling, with an original context short enough that the
+        # sequences pass it and YaRN's ramp falls inside the rotated pairs.
+        flags["--rope-scaling"] = rng.choice(["yarn", "yarn", "linear", "none"])
+        flags["--rope-scaling-factor"] = rng.choice([0.5, 2, 4, 8, 32])
+        flags["--rope-original-context"] = rng.choice([16, 64, 256, 4096])
     args = [str(x) for kv in flags.items() for x in kv]
     if arch != "olmoe" and rng.random() < 0.3:
         args.append("--tied-output")
@@ -168,7 +174,11 @@ def main():
                                    for b, r, k in results)
             except RuntimeError as e:
                 ok, detail = False, str(e).strip()
-            print(f"case {case} {arch} {len(ids) if ids else 0} tokens: "
+            scaling = ""
+            if "--rope-scaling" in shape:
+                i = shape.index("--rope-scaling")
+                scaling = f" rope {shape[i + 1]} x{shape[i + 3]} from {shape[i + 5]}"
+            print(f"case {case} {arch}{scaling} {len(ids) if ids else 0} tokens: "
                   f"{'ok' if ok else 'FAILED'}: {detail}", flush=True)
             if not ok:
                 failures += 1

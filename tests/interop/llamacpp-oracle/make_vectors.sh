@@ -1,8 +1,14 @@
 #!/bin/sh
-# Remakes the test vector tests/data/vectors/mixed-low-bit.*: a tiny qwen3moe
-# (moetier-synth) whose tensors cover the types beyond Q4_0 and the common
-# K-quants, llama.cpp's logits for it (llamacpp_logits.mjs) and a float64
-# pass over its dequantized weights (../float64_forward.py).
+# Remakes the test vectors made here (tests/data/vectors/README.md, "Made
+# here"): tiny models written by moetier-synth, llama.cpp's logits for them
+# (llamacpp_logits.mjs) and a float64 pass over their dequantized weights
+# (../float64_forward.py).
+#   mixed-low-bit             a qwen3moe whose tensors cover the types beyond
+#                             Q4_0 and the common K-quants
+#   yarn-tiny-f32             qwen3moe with YaRN rope scaling
+#   mixtral-linear-tiny-f32   llama with experts, linearly scaled rope
+#   qwen35moe-yarn-tiny-f32   qwen35moe with YaRN and a rope pair held at
+#                             position 0 (sections [3,1,0,0])
 #
 #   tests/interop/llamacpp-oracle/make_vectors.sh [BUILD_DIR]
 #
@@ -37,10 +43,32 @@ fi
   --out "$out/$name.gguf"
 echo "1,17,300,42,7,499,212,3,88,100,250,61,5,77,123,456,9,300,18,402,33,271,144,8" \
   > "$out/$name.ids"
-node "$here/llamacpp_logits.mjs" "$out/$name.gguf" "$out/$name.ids" "$out/$name.llamacpp.f32"
-# The float64 pass, and how far llama.cpp is from it (its activations are
-# 8-bit, so about 1e-3 to 1e-2 of mean KL is expected; a misread block layout
-# shows as far more).
-/usr/bin/python3 "$root/tests/interop/float64_forward.py" "$out/$name.gguf" \
-  --ids-file "$out/$name.ids" --out "$out/$name.exact.f32" \
-  --compare "$out/$name.llamacpp.f32" --tolerance-of-range 1 --quiet
+
+# llama.cpp's logits and the float64 pass for "$out/$1.gguf" on "$out/$1.ids",
+# and how far apart the two are (on quantized weights llama.cpp's activations
+# are 8-bit, so about 1e-3 to 1e-2 of mean KL is expected; a misread block
+# layout or rope shows as far more).
+oracles() {
+  node "$here/llamacpp_logits.mjs" "$out/$1.gguf" "$out/$1.ids" "$out/$1.llamacpp.f32"
+  /usr/bin/python3 "$root/tests/interop/float64_forward.py" "$out/$1.gguf" \
+    --ids-file "$out/$1.ids" --out "$out/$1.exact.f32" \
+    --compare "$out/$1.llamacpp.f32" --tolerance-of-range 1 --quiet
+}
+oracles "$name"
+
+# Rope scaling: original contexts shorter than the 24 positions, so that
+# YaRN's ramp lies inside the rotated pairs and the positions pass it.
+synth() {
+  name=$1
+  shift
+  "$build/tools/synth/moetier-synth" --preset tiny --quant f32 --layers 2 --quiet \
+    --out "$out/$name.gguf" "$@"
+  echo "3,250,17,480,99,1,305,42,77,260,8,511,130,64,2,371,19,444,150,23,300,7,88,401" \
+    > "$out/$name.ids"
+  oracles "$name"
+}
+synth yarn-tiny-f32 --arch qwen3moe --seed 21 --expert-ffn 64 --rope-scaling yarn \
+  --rope-scaling-factor 4 --rope-original-context 16
+synth mixtral-linear-tiny-f32 --arch llama --seed 22 --rope-scaling linear --rope-scaling-factor 2
+synth qwen35moe-yarn-tiny-f32 --arch qwen35moe --seed 23 --full-attention-interval 2 \
+  --rope-sections 3,1,0,0 --rope-scaling yarn --rope-scaling-factor 8 --rope-original-context 16
