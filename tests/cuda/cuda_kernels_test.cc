@@ -4,6 +4,8 @@
 // for the engine's glue kernels. Tolerances
 // are per op, as in tests/cpu. Every case that touches the device skips where
 // no GPU is usable; argument checks run everywhere.
+#include "backend/cuda/cuda_kernels.h"
+
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -15,13 +17,13 @@
 
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cuda/cuda_device.h"
-#include "backend/cuda/cuda_kernels.h"
 #include "backend/cuda/expert_rows.h"
 #include "device_buffer.h"
-#include "gtest/gtest.h"
 #include "gguf/tensor/half.h"
 #include "gguf/tensor/quant_codec.h"
 #include "gguf/tensor/tensor_type.h"
+#include "gtest/gtest.h"
+#include "model/rope_scaling.h"
 
 namespace moetier::cuda {
 namespace {

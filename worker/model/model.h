@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
+#include "base/rope_angles.h"
 #include "gguf/tensor/tensor_type.h"
 #include "model/kv_cache_types.h"
-#include "model/rope_scaling.h"
 
 namespace moetier {
 
@@ -120,7 +120,7 @@ struct ModelHparams {
   int n_rot = 0;     // rotated dims of each head (rope.dimension_count); <= head_dim
   RopeStyle rope_style = RopeStyle::kNeox;
   float rope_freq_base = 10000.0f;
-  RopeScaling rope_scaling;  // linear or YaRN stretching of the angles (rope_scaling.h)
+  RopeScaling rope_scaling;  // linear or YaRN stretching of the angles
   QkNorm qk_norm = QkNorm::kNone;
   // The softmax scale; 0: 1 / sqrt(head_dim) (attention.scale when a file sets it).
   float attention_scale = 0.0f;

@@ -5,8 +5,8 @@
 
 #include <cstdint>
 
+#include "base/rope_angles.h"
 #include "gguf/tensor/tensor_type.h"
-#include "model/rope_scaling.h"
 
 namespace moetier::cpu {
 

@@ -23,8 +23,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "backend/cuda/delta_rule.h"
+#include "base/rope_angles.h"
 #include "gguf/tensor/tensor_type.h"
-#include "model/rope_scaling.h"
 
 namespace moetier::cuda {
 
