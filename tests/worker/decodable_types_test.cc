@@ -97,6 +97,23 @@ TEST_F(DecodableTypesTest, AnUnknownArchitectureIsReportedBeforeTheTypes) {
                     HasSubstr("llama ("), HasSubstr("olmoe (")));
 }
 
+// llama.cpp multiplies a ".scale" tensor into its weight's products (NVFP4
+// files carry them); ignoring one would give wrong logits without a word.
+TEST_F(DecodableTypesTest, SeparateWeightScalesAreRefused) {
+  EditableTensor scale;
+  scale.name = "blk.0.ffn_up_exps.scale";
+  scale.type = TensorType::kF32;
+  scale.ne = {16};
+  scale.data.assign(16 * sizeof(float), 0);
+  small_.tensors.push_back(scale);
+  absl::StatusOr<Model> model = Load();
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(model.status().message(),
+              AllOf(HasSubstr(path_ + ": 1 tensor such as 'blk.0.ffn_up_exps.scale'"),
+                    HasSubstr("refuses the file")));
+}
+
 TEST_F(DecodableTypesTest, DecodableFilesPassTheCheck) {
   absl::StatusOr<std::unique_ptr<GgufModel>> gguf =
       GgufModel::Open(TestDataPath("vectors/small-q4_k_m.gguf"));

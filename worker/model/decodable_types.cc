@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -30,6 +31,21 @@ std::string SupportedTypeNames() {
   return absl::StrJoin(names, ", ");
 }
 
+absl::Status CheckNoSeparateWeightScales(const GgufModel& gguf) {
+  int count = 0;
+  std::string example;
+  for (const GgufTensorInfo& tensor : gguf.tensors()) {
+    if (!absl::EndsWith(tensor.name, ".scale")) continue;
+    if (count++ == 0) example = tensor.name;
+  }
+  if (count == 0) return absl::OkStatus();
+  return absl::UnimplementedError(absl::StrFormat(
+      "%s: %d tensor%s such as '%s' scale another tensor's weights (llama.cpp multiplies the "
+      "product by them, as NVFP4 files need); moetier does not apply such scales, so it refuses "
+      "the file rather than compute wrong logits",
+      gguf.shards().front()->path(), count, count == 1 ? "" : "s", example));
+}
+
 absl::Status CheckDecodableTypes(const GgufModel& gguf) {
   // Keyed by id so the message lists types in a stable order.
   std::map<uint32_t, Undecodable> undecodable;
@@ -39,7 +55,7 @@ absl::Status CheckDecodableTypes(const GgufModel& gguf) {
     Undecodable& u = undecodable[static_cast<uint32_t>(tensor.type)];
     if (u.tensor_count++ == 0) u.example = tensor.name;
   }
-  if (undecodable.empty()) return absl::OkStatus();
+  if (undecodable.empty()) return CheckNoSeparateWeightScales(gguf);
   const std::string listed = absl::StrJoin(
       undecodable, ", ", [](std::string* out, const std::pair<const uint32_t, Undecodable>& e) {
         absl::StrAppendFormat(out, "%s (%d tensor%s, e.g. '%s')",
