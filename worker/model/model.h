@@ -17,6 +17,7 @@
 #include "base/rope_angles.h"
 #include "gguf/tensor/tensor_type.h"
 #include "model/kv_cache_types.h"
+#include "model/rope_scaling.h"
 
 namespace moetier {
 
@@ -121,6 +122,7 @@ struct ModelHparams {
   RopeStyle rope_style = RopeStyle::kNeox;
   float rope_freq_base = 10000.0f;
   RopeScaling rope_scaling;  // linear or YaRN stretching of the angles
+  RopeScalingKeys rope_scaling_keys;  // the rope.scaling.* keys it comes from
   QkNorm qk_norm = QkNorm::kNone;
   // The softmax scale; 0: 1 / sqrt(head_dim) (attention.scale when a file sets it).
   float attention_scale = 0.0f;

@@ -64,7 +64,7 @@ absl::StatusOr<int> ModelLoader::OptionalDim(absl::string_view suffix, uint64_t 
 // The rope.scaling.* keys (llama.cpp's defaults: type linear, factor from
 // rope.scale_linear when rope.scaling.factor is absent, the original context
 // the trained one). A key of the wrong type is an error, not a default.
-absl::StatusOr<RopeScaling> ModelLoader::ReadRopeScaling(const ModelHparams& hp) const {
+absl::Status ModelLoader::ReadRopeScaling(ModelHparams& hp) const {
   RopeScalingKeys keys;
   keys.original_context = hp.n_ctx_train;
   if (Has("rope.scaling.type")) {
@@ -97,7 +97,9 @@ absl::StatusOr<RopeScaling> ModelLoader::ReadRopeScaling(const ModelHparams& hp)
     return absl::Status(scaling.status().code(),
                         absl::StrCat(path_, ": ", scaling.status().message()));
   }
-  return *scaling;
+  hp.rope_scaling = *scaling;
+  hp.rope_scaling_keys = keys;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::optional<int>> ModelLoader::UniformPerLayer(absl::string_view suffix,
@@ -187,9 +189,7 @@ absl::Status ModelLoader::ReadCommonHparams(ModelHparams& hp) const {
     return Error(
         absl::StrFormat("%s = %g must be positive", Key("rope.freq_base"), hp.rope_freq_base));
   }
-  absl::StatusOr<RopeScaling> rope_scaling = ReadRopeScaling(hp);
-  if (!rope_scaling.ok()) return rope_scaling.status();
-  hp.rope_scaling = *rope_scaling;
+  if (absl::Status s = ReadRopeScaling(hp); !s.ok()) return s;
   absl::StatusOr<double> eps = meta_.GetFloat(Key("attention.layer_norm_rms_epsilon"));
   if (!eps.ok()) return Error(eps.status().message());
   if (!(*eps > 0.0 && *eps < 1.0)) {

@@ -47,7 +47,9 @@ class ModelLoader {
   // A positive integer no larger than `max`.
   absl::StatusOr<int> RequiredDim(absl::string_view suffix, uint64_t max) const;
   absl::StatusOr<int> OptionalDim(absl::string_view suffix, uint64_t max, int fallback) const;
-  absl::StatusOr<RopeScaling> ReadRopeScaling(const ModelHparams& hp) const;
+  // Fills hp.rope_scaling and hp.rope_scaling_keys (needs n_rot,
+  // rope_freq_base and n_ctx_train).
+  absl::Status ReadRopeScaling(ModelHparams& hp) const;
   // A scalar or one value per layer; moetier needs the same value on every
   // layer. Empty when the key is absent.
   absl::StatusOr<std::optional<int>> UniformPerLayer(absl::string_view suffix, int n_layer,

@@ -24,6 +24,19 @@ float YarnMagnitude(float factor) { return factor <= 1.0f ? 1.0f : 0.1f * std::l
 
 }  // namespace
 
+RopeScalingKeys Overridden(const RopeScalingKeys& file, const RopeScalingOverride& flags) {
+  RopeScalingKeys keys = file;
+  if (flags.type) keys.type = *flags.type;
+  if (flags.factor) keys.factor = *flags.factor;
+  if (flags.original_context) keys.original_context = *flags.original_context;
+  return keys;
+}
+
+int64_t ScaledContext(const RopeScalingKeys& keys) {
+  if ((keys.type != "linear" && keys.type != "yarn") || !(keys.factor > 1.0)) return 0;
+  return static_cast<int64_t>(std::llround(keys.original_context * keys.factor));
+}
+
 absl::StatusOr<RopeScaling> MakeRopeScaling(const RopeScalingKeys& keys, int n_rot, float freq_base,
                                             const std::string& key_prefix) {
   const bool yarn = keys.type == "yarn";

@@ -121,7 +121,7 @@ absl::Status RunDaemonMode(const WorkerOptions& options, std::FILE* err,
   segment_fd.reset();  // the mapping outlives the descriptor
   const HeartbeatThread heartbeat(**client, tuning.heartbeat_interval_ms);
 
-  absl::StatusOr<Model> model = LoadModel(**gguf);
+  absl::StatusOr<Model> model = LoadWorkerModel(**gguf, options);
   if (!model.ok()) return model.status();
   StoreExpertSourceOptions source_options;
   source_options.miss_timeout_ms = tuning.miss_timeout_ms;

@@ -64,6 +64,26 @@ std::string ExpertCacheSummary(const ExpertCacheReport& source) {
       s.bytes_filled / 1048576.0, copy_s > 0 ? s.bytes_filled / copy_s / 1e9 : 0.0);
 }
 
+absl::StatusOr<Model> LoadWorkerModel(const GgufModel& gguf, const WorkerOptions& options) {
+  absl::StatusOr<Model> model = LoadModel(gguf);
+  if (!model.ok() || !options.rope_scaling.given()) return model;
+  ModelHparams& hp = model->hparams;
+  const RopeScalingKeys keys = Overridden(hp.rope_scaling_keys, options.rope_scaling);
+  absl::StatusOr<RopeScaling> scaling =
+      MakeRopeScaling(keys, hp.n_rot, hp.rope_freq_base, "rope scaling flags: ");
+  if (!scaling.ok()) return scaling.status();
+  hp.rope_scaling = *scaling;
+  hp.rope_scaling_keys = keys;
+  const int64_t scaled_ctx = ScaledContext(keys);
+  if (scaled_ctx > kMaxCtx) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--rope-scale %g over an original context of %d gives %d positions, more than %d",
+        keys.factor, keys.original_context, scaled_ctx, kMaxCtx));
+  }
+  hp.n_ctx_train = std::max(hp.n_ctx_train, static_cast<int>(scaled_ctx));
+  return model;
+}
+
 absl::StatusOr<int> ResolveContextLength(const WorkerOptions& options, int n_ctx_train,
                                          size_t needed) {
   if (options.ctx > 0) {

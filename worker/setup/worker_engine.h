@@ -20,6 +20,7 @@
 #include "engine/expert_source.h"
 #include "engine/forward_engine.h"
 #include "engine/routing_trace_hooks.h"
+#include "gguf/gguf_reader.h"
 #include "model/model.h"
 #include "standalone/options.h"
 
@@ -49,6 +50,13 @@ struct WorkerEngine {
   int threads = 1;
   int max_ctx = 0;
 };
+
+// The model at `gguf` with the flags' rope scaling (--rope-scaling,
+// --rope-scale, --yarn-orig-ctx) over the file's: the one place the worker
+// loads its model. A scaling that stretches the angles (linear or YaRN with a
+// factor above 1) raises the training context to original context x factor,
+// the length the scaling is for, so that --ctx may reach it.
+absl::StatusOr<Model> LoadWorkerModel(const GgufModel& gguf, const WorkerOptions& options);
 
 // The context the flags give for a model trained on n_ctx_train positions:
 // --ctx, else the default raised to fit `needed` positions, never beyond

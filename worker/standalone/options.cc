@@ -18,7 +18,6 @@ namespace moetier {
 namespace {
 
 constexpr int kMaxThreads = 1024;
-constexpr int kMaxCtx = 1 << 24;
 constexpr int kMaxParallel = 256;
 constexpr int kMaxPrefixCacheMib = 1 << 20;
 
@@ -64,6 +63,9 @@ constexpr std::string_view kDaemonFlags[] = {store::kWorkerFlagDaemonMode,
                                              "--prefix-cache-mib",
                                              "--cache-type-k",
                                              "--cache-type-v",
+                                             "--rope-scaling",
+                                             "--rope-scale",
+                                             "--yarn-orig-ctx",
                                              "--activations",
                                              "--huge-pages",
                                              "--routing-trace-out",
@@ -307,6 +309,28 @@ std::vector<Flag> MakeFlags(WorkerOptions& o) {
        [&o](std::string_view f, std::string_view v) {
          return Assign(ParseInt(f, v, 0, kMaxPrefixCacheMib), o.prefix_cache_mib);
        }},
+      {"--rope-scaling", true,
+       [&o](std::string_view f, std::string_view v) {
+         if (v != "none" && v != "linear" && v != "yarn") {
+           return FlagError(f, absl::StrFormat("'%s' is not none, linear or yarn", v));
+         }
+         o.rope_scaling.type = std::string(v);
+         return absl::OkStatus();
+       }},
+      {"--rope-scale", true,
+       [&o](std::string_view f, std::string_view v) {
+         double factor = 0;
+         if (absl::Status s = ParseDoubleFlag(f, v, 1e-3, 1e6, &factor); !s.ok()) return s;
+         o.rope_scaling.factor = factor;
+         return absl::OkStatus();
+       }},
+      {"--yarn-orig-ctx", true,
+       [&o](std::string_view f, std::string_view v) {
+         int n = 0;
+         if (absl::Status s = Assign(ParseInt(f, v, 1, kMaxCtx), n); !s.ok()) return s;
+         o.rope_scaling.original_context = n;
+         return absl::OkStatus();
+       }},
       {"--cache-type-k", true,
        [&o](std::string_view f, std::string_view v) {
          return AssignKvCacheType(f, v, o.kv_types.k);
@@ -350,7 +374,8 @@ std::vector<Flag> MakeFlags(WorkerOptions& o) {
        }},
       {"--prefetch", true,
        [&o](std::string_view f, std::string_view v) {
-         if (v != "on" && v != "off") return FlagError(f, absl::StrFormat("'%s' is not on or off", v));
+         if (v != "on" && v != "off")
+           return FlagError(f, absl::StrFormat("'%s' is not on or off", v));
          o.prefetch = v == "on";
          return absl::OkStatus();
        }},
@@ -562,7 +587,8 @@ Usage:
                  [--threads N] [--ctx N] [--ubatch-size N] [--parallel N]
                  [--prefix-cache-mib N]
                  [--cache-type-k T] [--cache-type-v T] [--activations A]
-                 [--huge-pages MODE] [routing trace flags] [expert cache flags]
+                 [--huge-pages MODE] [rope scaling flags] [routing trace flags]
+                 [expert cache flags]
   moetier-worker --check-model FILE [--device DEV]
   moetier-worker --standalone --model FILE --tokens 1,2,3 --logits-out OUT
   moetier-worker --standalone --model FILE --tokenize TEXT
@@ -642,13 +668,24 @@ Engine:
   --threads N          worker threads (default: one per hardware thread; on
                        cuda: threads for misses computed on the host)
   --ctx N              KV cache length in tokens (default: %d, at most the
-                       model's training context)
+                       model's training context, or the one --rope-scale
+                       stretches it to)
   --ubatch-size N      at most N positions per forward call, for the prompt
                        and for --tokens (default: the whole prompt at once,
                        --tokens 32 at a time); 1 runs every position through
                        the decode path. Results agree within rounding at any
                        N; smaller N needs less scratch memory, larger N
                        prefills faster
+  --rope-scaling T     none, linear or yarn: how the rotary angles are
+                       stretched past the training context, in place of the
+                       file's rope.scaling.type (llama.cpp's flag)
+  --rope-scale X       the stretch factor, in place of rope.scaling.factor;
+                       with linear or yarn and X above 1, --ctx may reach
+                       the original context x X. Qwen3's 128K setting:
+                       --rope-scaling yarn --rope-scale 4 --yarn-orig-ctx 32768
+  --yarn-orig-ctx N    the context the model was trained on before the
+                       stretch, in place of rope.scaling.original_context_length
+                       (default: the file's, else its context_length)
   --cache-type-k T     how the KV cache stores keys: f32 (default, exact),
                        f16, q8_0 or q4_0 (llama.cpp's block formats: about
                        1/4 and 1/8 of f32's bytes). The cpu and cuda

@@ -15,6 +15,7 @@
 #include "cache/miss_cost_model.h"
 #include "engine/forward_engine.h"
 #include "model/kv_cache_types.h"
+#include "model/rope_scaling.h"
 #include "request/sampling_params.h"
 
 namespace moetier {
@@ -74,6 +75,8 @@ struct WorkerOptions {
   // --prefix-cache-mib: the budget of generation/prefix_pool.h (daemon mode).
   int prefix_cache_mib = kDefaultPrefixCacheMib;
   KvCacheTypes kv_types;  // --cache-type-k, --cache-type-v
+  // --rope-scaling, --rope-scale, --yarn-orig-ctx over the file's keys.
+  RopeScalingOverride rope_scaling;
   // --activations: q8 (false, the default) or q8x2 (true) for the CPU kernels.
   bool residual_activations = false;
   bool activations_given = false;
@@ -96,6 +99,8 @@ struct WorkerOptions {
 };
 
 inline constexpr int kDefaultCtx = 4096;
+// The largest --ctx (and rope-stretched context) a worker accepts.
+inline constexpr int kMaxCtx = 1 << 24;
 
 // Parses argv. Errors are one line naming the flag and the problem. Unless
 // --help is given, checks that the flags form one complete standalone

@@ -291,7 +291,7 @@ absl::Status RunGenerate(const WorkerOptions& options, const Model& model,
 absl::Status RunStandalone(const WorkerOptions& options, std::FILE* out, std::FILE* err) {
   absl::StatusOr<std::unique_ptr<GgufModel>> gguf = GgufModel::Open(options.model_path);
   if (!gguf.ok()) return gguf.status();
-  absl::StatusOr<Model> model = LoadModel(**gguf);
+  absl::StatusOr<Model> model = LoadWorkerModel(**gguf, options);
   if (!model.ok()) return model.status();
 
   if (options.mode == StandaloneMode::kLogits) return RunLogits(options, *model, err);
