@@ -414,6 +414,31 @@ void AddPrivateDaemonFlags(FlagSet& fs, RunOptions& o) {
          SetInt(&o.ctx_tokens, 1, kInt32Max));
   fs.Add({"--threads"}, "N", "the CPU worker's threads (default: the worker's)",
          SetInt(&o.threads, 1, 4096));
+  fs.Add({"--rope-scaling"}, "T",
+         "none, linear or yarn: stretch the model's rope past its training\ncontext (default: as "
+         "the file says)",
+         [&o](std::string_view f, std::string_view v) {
+           if (v != "none" && v != "linear" && v != "yarn") {
+             return FlagError(f, absl::StrFormat("'%s' is not none, linear or yarn", v));
+           }
+           o.rope_scaling = std::string(v);
+           return absl::OkStatus();
+         });
+  fs.Add(
+      {"--rope-scale"}, "X",
+      "the stretch factor; --ctx may then reach the original context x X\n(Qwen3 at 128K: "
+      "--rope-scaling yarn --rope-scale 4 --yarn-orig-ctx 32768 -c 131072)",
+      [&o](std::string_view f, std::string_view v) {
+        double x = 0;
+        if (!absl::SimpleAtod(absl::string_view(v.data(), v.size()), &x) || !(x > 0) || x > 1e6) {
+          return FlagError(f, absl::StrFormat("'%s' is not a factor in (0, 1e6]", v));
+        }
+        o.rope_scale = std::string(v);
+        return absl::OkStatus();
+      });
+  fs.Add({"--yarn-orig-ctx"}, "N",
+         "the context the model was trained on before the stretch\n(default: the file's)",
+         SetInt(&o.yarn_orig_ctx, 1, kInt32Max));
   fs.Add({"--moetierd"}, "PATH",
          "the daemon program (default: next to moetier, the build tree's\ndaemon/, or PATH)",
          SetString(&o.moetierd_path));

@@ -111,6 +111,11 @@ struct RunOptions {
   int64_t start_timeout_s = 600;
   int64_t ctx_tokens = 0;  // --ctx: the worker's context in tokens; 0: the worker's default
   int64_t threads = 0;     // --threads: the CPU worker's threads; 0: the worker's default
+  // llama.cpp's rope flags, passed to the worker as they are; empty: the
+  // file's rope.scaling keys.
+  std::string rope_scaling;   // --rope-scaling none|linear|yarn
+  std::string rope_scale;     // --rope-scale X
+  int64_t yarn_orig_ctx = 0;  // --yarn-orig-ctx N
   // Prompt, sampling, -n and --stats, given directly or after "--". The
   // chat takes its sampling and max_new_tokens from here.
   GenerateOptions generate;

@@ -176,6 +176,17 @@ int StartPrivateSession(const RunOptions& options, const std::vector<std::string
     daemon_options.extra_args.push_back(
         absl::StrFormat("--worker_extra_args=--ctx=%d", options.ctx_tokens));
   }
+  if (!options.rope_scaling.empty()) {
+    daemon_options.extra_args.push_back("--worker_extra_args=--rope-scaling=" +
+                                        options.rope_scaling);
+  }
+  if (!options.rope_scale.empty()) {
+    daemon_options.extra_args.push_back("--worker_extra_args=--rope-scale=" + options.rope_scale);
+  }
+  if (options.yarn_orig_ctx > 0) {
+    daemon_options.extra_args.push_back(
+        absl::StrFormat("--worker_extra_args=--yarn-orig-ctx=%d", options.yarn_orig_ctx));
+  }
   absl::StatusOr<std::unique_ptr<PrivateDaemon>> started = PrivateDaemon::Start(daemon_options);
   if (!started.ok()) return fail(std::string(started.status().message()));
   PrivateDaemon& daemon = **started;

@@ -312,6 +312,15 @@ TEST(CommandLineTest, RunTakesLlamaCppSpellings) {
   EXPECT_EQ(cl->run.threads, 2);
   ExpectError({"run", "-c", "0"}, "flag -c: 0 is outside");
   ExpectError({"run", "-t", "x"}, "flag -t: 'x' is not an integer");
+  // llama.cpp's rope flags, for the worker as typed.
+  cl = Parse({"serve", "--rope-scaling", "yarn", "--rope-scale", "4", "--yarn-orig-ctx", "32768"});
+  ASSERT_TRUE(cl.ok()) << cl.status();
+  EXPECT_EQ(cl->run.rope_scaling, "yarn");
+  EXPECT_EQ(cl->run.rope_scale, "4");
+  EXPECT_EQ(cl->run.yarn_orig_ctx, 32768);
+  ExpectError({"run", "--rope-scaling", "dynamic"}, "'dynamic' is not none, linear or yarn");
+  ExpectError({"run", "--rope-scale", "0"}, "'0' is not a factor");
+  ExpectError({"run", "--yarn-orig-ctx", "0"}, "flag --yarn-orig-ctx: 0 is outside");
   // The help documents one spelling and names the others.
   const std::string usage = Usage(Command::kRun);
   EXPECT_THAT(usage, HasSubstr("  --model FILE"));

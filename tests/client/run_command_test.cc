@@ -89,9 +89,11 @@ TEST_F(RunCommandTest, StartsGeneratesShowsTheMapAndStops) {
 }
 
 // No prompt: a chat (here from a pipe, one message a line), no map; the
-// llama.cpp thread and context flags reach the worker.
+// llama.cpp thread, context and rope flags reach the worker.
 TEST_F(RunCommandTest, WithoutAPromptChatsThroughTheDaemon) {
-  const ClientRun run = Run({model_, "-t", "3", "-c", "2048"}, "hello\nand again\n");
+  const ClientRun run = Run({model_, "-t", "3", "-c", "2048", "--rope-scaling", "yarn",
+                             "--rope-scale", "4", "--yarn-orig-ctx", "512"},
+                            "hello\nand again\n");
   ASSERT_EQ(run.status, 0) << run.err;
   EXPECT_EQ(run.out, "reply 1\nreply 2\n");
   EXPECT_THAT(run.err, HasSubstr("moetier run: stopping moetierd\n"));
@@ -99,6 +101,9 @@ TEST_F(RunCommandTest, WithoutAPromptChatsThroughTheDaemon) {
   EXPECT_THAT(args, Contains("--model_path=" + model_));
   EXPECT_THAT(args, Contains("--worker_extra_args=--threads=3"));
   EXPECT_THAT(args, Contains("--worker_extra_args=--ctx=2048"));
+  EXPECT_THAT(args, Contains("--worker_extra_args=--rope-scaling=yarn"));
+  EXPECT_THAT(args, Contains("--worker_extra_args=--rope-scale=4"));
+  EXPECT_THAT(args, Contains("--worker_extra_args=--yarn-orig-ctx=512"));
 }
 
 TEST_F(RunCommandTest, AFirstWordThatIsNoFileSaysItWasTakenForTheModel) {
