@@ -34,10 +34,13 @@ struct RopeScaling {
   bool scaled() const { return freq_scale != 1.0f || ext_factor != 0.0f || magnitude != 1.0f; }
 };
 
-// The angle per position of rotated pair i (0 <= i < n_rot / 2).
+// The angle per position of rotated pair i (0 <= i < n_rot / 2). A file's
+// per-pair frequency factor (llama's rope_freqs.weight, 1 when it has none)
+// divides the unscaled angle first, as llama.cpp's rope does.
 MOETIER_HOST_DEVICE inline double RopePairFrequency(int i, int n_rot, double freq_base,
-                                                    const RopeScaling& s) {
-  const double unscaled = pow(freq_base, -2.0 * i / n_rot);
+                                                    const RopeScaling& s,
+                                                    float freq_factor = 1.0f) {
+  const double unscaled = pow(freq_base, -2.0 * i / n_rot) / freq_factor;
   double keep = 0.0;  // YaRN: the share of the unscaled angle
   if (s.ext_factor != 0.0f) {
     const double y = (i - static_cast<double>(s.ramp_low)) /

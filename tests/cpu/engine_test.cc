@@ -116,11 +116,12 @@ TEST_P(F32VectorTest, MatchesReferenceEngine) {
 
 // qwen3moe, llama with experts (NORM rope, no q/k norm) and olmoe (q/k norm
 // over the whole projection, no renormalization): one set of blocks; and
-// rope scaled linearly and by YaRN.
+// rope scaled linearly and by YaRN, and divided by llama's rope_freqs.
 INSTANTIATE_TEST_SUITE_P(Vectors, F32VectorTest,
                          ::testing::Values("tiny-f32", "mixtral-tiny-f32", "olmoe-tiny-f32",
                                            "qwen35moe-tiny-f32", "yarn-tiny-f32",
-                                           "mixtral-linear-tiny-f32", "qwen35moe-yarn-tiny-f32"),
+                                           "mixtral-linear-tiny-f32", "qwen35moe-yarn-tiny-f32",
+                                           "mixtral-rope-freqs-tiny-f32"),
                          [](const ::testing::TestParamInfo<const char*>& param_info) {
                            std::string s = param_info.param;
                            std::replace(s.begin(), s.end(), '-', '_');

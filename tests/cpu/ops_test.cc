@@ -47,7 +47,7 @@ TEST(CpuOpsTest, RopeNeoxRotatesHalfPairs) {
   const float base = 10000.0f;
   const int64_t pos = 37;
   std::vector<float> cos_t(n_rot / 2), sin_t(n_rot / 2);
-  RopeAngles(pos, n_rot, base, RopeScaling{}, cos_t.data(), sin_t.data());
+  RopeAngles(pos, n_rot, base, RopeScaling{}, nullptr, cos_t.data(), sin_t.data());
   const std::vector<float> x = Gaussian(n_heads * head_dim, 3);
   std::vector<float> y = x;
   RopeNeox(y.data(), n_heads, head_dim, n_rot, cos_t.data(), sin_t.data());
@@ -63,7 +63,7 @@ TEST(CpuOpsTest, RopeNeoxRotatesHalfPairs) {
     for (int i = n_rot; i < head_dim; ++i) EXPECT_EQ(yh[i], xh[i]);
   }
   // Position 0 is the identity.
-  RopeAngles(0, n_rot, base, RopeScaling{}, cos_t.data(), sin_t.data());
+  RopeAngles(0, n_rot, base, RopeScaling{}, nullptr, cos_t.data(), sin_t.data());
   std::vector<float> z = x;
   RopeNeox(z.data(), n_heads, head_dim, n_rot, cos_t.data(), sin_t.data());
   EXPECT_EQ(z, x);

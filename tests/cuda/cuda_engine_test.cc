@@ -106,7 +106,7 @@ class CudaEngineTest : public ::testing::Test {
 // qwen3moe, llama with experts (NORM rope, no q/k norm), olmoe (q/k norm
 // over the whole projection, no renormalization) and qwen35moe (Gated
 // DeltaNet and gated attention layers, multi-section rope, the shared
-// expert); rope scaled by YaRN and linearly.
+// expert); rope scaled by YaRN and linearly, and by llama's rope_freqs.
 const char* const kModels[] = {"tiny-f32",
                                "tiny-q8_0",
                                "small-q4_k_m",
@@ -117,7 +117,8 @@ const char* const kModels[] = {"tiny-f32",
                                "qwen35moe-small-q4_k_m",
                                "yarn-tiny-f32",
                                "mixtral-linear-tiny-f32",
-                               "qwen35moe-yarn-tiny-f32"};
+                               "qwen35moe-yarn-tiny-f32",
+                               "mixtral-rope-freqs-tiny-f32"};
 
 TEST_F(CudaEngineTest, DecodeMatchesReference) {
   for (const char* name : kModels) {

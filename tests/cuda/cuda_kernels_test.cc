@@ -326,14 +326,14 @@ TEST_F(CudaKernelsTest, RopeNeoxMatchesCpu) {
           Gaussian(static_cast<size_t>(n_tokens * n_heads * c.head_dim), 9);
       DeviceBuffer x_dev(x), pos_dev(positions);
       ASSERT_TRUE(RopeNeox(x_dev.as<float>(), pos_dev.as<int32_t>(), n_tokens, n_heads, c.head_dim,
-                           c.n_rot, base, scaling, nullptr, nullptr)
+                           c.n_rot, base, scaling, nullptr, nullptr, nullptr)
                       .ok());
       const std::vector<float> got = x_dev.Download<float>(x.size());
       std::vector<float> want = x;
       std::vector<float> cos_t(static_cast<size_t>(c.n_rot / 2)), sin_t(cos_t.size());
       for (int t = 0; t < n_tokens; ++t) {
-        cpu::RopeAngles(positions[static_cast<size_t>(t)], c.n_rot, base, scaling, cos_t.data(),
-                        sin_t.data());
+        cpu::RopeAngles(positions[static_cast<size_t>(t)], c.n_rot, base, scaling, nullptr,
+                        cos_t.data(), sin_t.data());
         cpu::RopeNeox(want.data() + t * n_heads * c.head_dim, n_heads, c.head_dim, c.n_rot,
                       cos_t.data(), sin_t.data());
       }
@@ -343,6 +343,44 @@ TEST_F(CudaKernelsTest, RopeNeoxMatchesCpu) {
             << scaling.freq_scale << " ext_factor " << scaling.ext_factor << " element " << i;
       }
     }
+  }
+}
+
+// A file's per-pair frequency factors (llama's rope_freqs) divide the
+// angles, on the device as on the host, with and without YaRN.
+TEST_F(CudaKernelsTest, RopeDividesTheAnglesByTheFrequencyFactors) {
+  const int n_heads = 2, n_tokens = 3, head_dim = 32, n_rot = 32;
+  const std::vector<int32_t> positions = {1, 300, 20000};
+  const float base = 500000.0f;
+  std::vector<float> factors(n_rot / 2);
+  for (size_t i = 0; i < factors.size(); ++i) factors[i] = 1.0f + 0.5f * static_cast<float>(i);
+  DeviceBuffer factors_dev(factors), pos_dev(positions);
+  for (const RopeScaling& scaling : RopeScalings(n_rot, base)) {
+    const std::vector<float> x = Gaussian(static_cast<size_t>(n_tokens * n_heads * head_dim), 31);
+    DeviceBuffer x_dev(x);
+    ASSERT_TRUE(RopeAdjacentPairs(x_dev.as<float>(), pos_dev.as<int32_t>(), n_tokens, n_heads,
+                                  head_dim, n_rot, base, scaling, factors_dev.as<float>(), nullptr,
+                                  nullptr)
+                    .ok());
+    const std::vector<float> got = x_dev.Download<float>(x.size());
+    std::vector<float> want = x;
+    std::vector<float> plain = x;
+    std::vector<float> cos_t(n_rot / 2), sin_t(n_rot / 2);
+    for (int t = 0; t < n_tokens; ++t) {
+      const int64_t pos = positions[static_cast<size_t>(t)];
+      cpu::RopeAngles(pos, n_rot, base, scaling, factors.data(), cos_t.data(), sin_t.data());
+      cpu::RopeAdjacentPairs(want.data() + t * n_heads * head_dim, n_heads, head_dim, n_rot,
+                             cos_t.data(), sin_t.data());
+      cpu::RopeAngles(pos, n_rot, base, scaling, nullptr, cos_t.data(), sin_t.data());
+      cpu::RopeAdjacentPairs(plain.data() + t * n_heads * head_dim, n_heads, head_dim, n_rot,
+                             cos_t.data(), sin_t.data());
+    }
+    double moved = 0.0;
+    for (size_t i = 0; i < x.size(); ++i) {
+      ASSERT_NEAR(got[i], want[i], 1e-6 * (1.0 + std::fabs(want[i]))) << i;
+      moved = std::max(moved, static_cast<double>(std::fabs(want[i] - plain[i])));
+    }
+    EXPECT_GT(moved, 0.1);  // the factors change the rotation
   }
 }
 
@@ -378,15 +416,15 @@ TEST_F(CudaKernelsTest, QkNormRopeGivesTheBitsOfNormThenRope) {
         }
         auto rope = adjacent ? &RopeAdjacentPairs : &RopeNeox;
         ASSERT_TRUE(rope(q_sep.as<float>(), pos_dev.as<int32_t>(), n_tokens, n_head, head_dim,
-                         n_rot, base, scaling, pairs, nullptr)
+                         n_rot, base, scaling, nullptr, pairs, nullptr)
                         .ok());
         ASSERT_TRUE(rope(k_sep.as<float>(), pos_dev.as<int32_t>(), n_tokens, n_head_kv, head_dim,
-                         n_rot, base, scaling, pairs, nullptr)
+                         n_rot, base, scaling, nullptr, pairs, nullptr)
                         .ok());
         ASSERT_TRUE(QkNormRope(q_fused.as<float>(), k_fused.as<float>(),
                                norm ? q_w_dev.as<float>() : nullptr,
                                norm ? k_w_dev.as<float>() : nullptr, pos_dev.as<int32_t>(),
-                               n_tokens, n_head, n_head_kv, head_dim, n_rot, base, scaling,
+                               n_tokens, n_head, n_head_kv, head_dim, n_rot, base, scaling, nullptr,
                                adjacent, pairs, eps, nullptr)
                         .ok());
         EXPECT_EQ(q_fused.Download<float>(q.size()), q_sep.Download<float>(q.size()));
@@ -414,14 +452,14 @@ TEST_F(CudaKernelsTest, RopeWithSectionsHoldsTheUnusedPairs) {
       DeviceBuffer x_dev(x), pos_dev(positions), uses_dev(uses);
       auto rope = adjacent ? &RopeAdjacentPairs : &RopeNeox;
       ASSERT_TRUE(rope(x_dev.as<float>(), pos_dev.as<int32_t>(), n_tokens, n_heads, head_dim, n_rot,
-                       base, scaling, uses_dev.as<uint8_t>(), nullptr)
+                       base, scaling, nullptr, uses_dev.as<uint8_t>(), nullptr)
                       .ok());
       const std::vector<float> got = x_dev.Download<float>(x.size());
       std::vector<float> want = x;
       std::vector<float> cos_t(n_rot / 2), sin_t(n_rot / 2);
       for (int t = 0; t < n_tokens; ++t) {
-        cpu::RopeAngles(positions[static_cast<size_t>(t)], n_rot, base, scaling, cos_t.data(),
-                        sin_t.data());
+        cpu::RopeAngles(positions[static_cast<size_t>(t)], n_rot, base, scaling, nullptr,
+                        cos_t.data(), sin_t.data());
         for (size_t i = 0; i < uses.size(); ++i) {
           if (uses[i] == 0) {
             cos_t[i] = scaling.magnitude;
@@ -881,7 +919,8 @@ TEST(CudaKernelsArgsTest, RejectsBadArgumentsBeforeLaunching) {
   EXPECT_EQ(DequantizeToF32(TensorType::kQ6_K, f, 255, f, nullptr).code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(
-      RopeNeox(f, reinterpret_cast<int32_t*>(f), 1, 1, 64, 65, 1e4f, {}, nullptr, nullptr).code(),
+      RopeNeox(f, reinterpret_cast<int32_t*>(f), 1, 1, 64, 65, 1e4f, {}, nullptr, nullptr, nullptr)
+          .code(),
       absl::StatusCode::kInvalidArgument);  // odd n_rot
   EXPECT_EQ(RouterTopK(f, 1, 8, 9, true, f, reinterpret_cast<int32_t*>(f), f, nullptr).code(),
             absl::StatusCode::kInvalidArgument);  // k > n_expert
@@ -899,11 +938,11 @@ TEST(CudaKernelsArgsTest, RejectsBadArgumentsBeforeLaunching) {
   EXPECT_EQ(AddSigmoidScaledRows(f, f, nullptr, 1, 4, nullptr).code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(QkNormRope(f, f, f, nullptr, reinterpret_cast<int32_t*>(f), 1, 1, 1, 64, 64, 1e4f, {},
-                       false, nullptr, 1e-6f, nullptr)
+                       nullptr, false, nullptr, 1e-6f, nullptr)
                 .code(),
             absl::StatusCode::kInvalidArgument);  // only one of the two norms
   EXPECT_EQ(QkNormRope(f, f, nullptr, nullptr, reinterpret_cast<int32_t*>(f), 1, 1, 1, 64, 63, 1e4f,
-                       {}, false, nullptr, 1e-6f, nullptr)
+                       {}, nullptr, false, nullptr, 1e-6f, nullptr)
                 .code(),
             absl::StatusCode::kInvalidArgument);  // odd n_rot
   EXPECT_TRUE(CudaWeightTypeSupported(TensorType::kQ5_K));

@@ -98,13 +98,16 @@ class RopeScaling:
                                         key("context_length", 0)))
         self.attn_factor = float(key("rope.scaling.attn_factor", 1.0))
 
-    def frequencies(self, n_rot, base):
+    def frequencies(self, n_rot, base, freq_factors=None):
         """Each pair's angle per position, and the magnitude of cos and sin.
+        freq_factors (llama's rope_freqs.weight) divide the angles first.
         YaRN keeps the angle of pairs that turn more than 32 times over the
         original context, divides those turning less than once by the
         factor, blends linearly between, and scales by 1 + 0.1 ln(factor)."""
         i = np.arange(n_rot // 2, dtype=np.float64)
         unscaled = base ** (-2.0 * i / n_rot)
+        if freq_factors is not None:
+            unscaled = unscaled / freq_factors
         if self.type != "yarn":
             return unscaled / self.factor, self.attn_factor
 
@@ -215,6 +218,13 @@ class Model:
             self._cache[name] = dequantize(self.gguf, name)
         return self._cache[name]
 
+    def rope_freq_factors(self):
+        """llama's rope_freqs.weight (per-pair divisors of the rope angles,
+        as llama.cpp's llama graph reads them), or None."""
+        if self.arch != "llama" or not self.has("rope_freqs.weight"):
+            return None
+        return self.w("rope_freqs.weight").reshape(-1)
+
     def _expect_shape(self, name, shape):
         got = self.w(name).shape
         if got != tuple(shape):
@@ -284,7 +294,8 @@ class Model:
             q = rms_norm(q, self.w(p + "attn_q_norm.weight"), self.eps)
             k = rms_norm(k, self.w(p + "attn_k_norm.weight"), self.eps)
         neox = self.arch != "llama"
-        freq, magnitude = self.rope_scaling.frequencies(n_rot, self.rope_base)
+        freq, magnitude = self.rope_scaling.frequencies(n_rot, self.rope_base,
+                                                        self.rope_freq_factors())
         q = rope(q, positions, n_rot, freq, magnitude, neox)
         k = rope(k, positions, n_rot, freq, magnitude, neox)
         a = causal_attention(q, k, v, 1.0 / math.sqrt(hd))

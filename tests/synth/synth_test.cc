@@ -769,7 +769,8 @@ TEST(SynthCommandLineTest, BadFlagsGiveOneLineAndNonZeroExit) {
         "--split-count 0 --out x.gguf", "--preset tiny", "stray", "--matrix-type q9_k --out x.gguf",
         "--matrix-type f16 --out x.gguf", "--tensor-type attn_q --out x.gguf",
         "--tensor-type =q4_1 --out x.gguf", "--tensor-type attn_q=q9 --out x.gguf",
-        "--rope-scaling dynamic --out x.gguf", "--rope-scaling-factor 2 --out x.gguf"}) {
+        "--rope-scaling dynamic --out x.gguf", "--rope-scaling-factor 2 --out x.gguf",
+        "--rope-freq-factors --out x.gguf"}) {
     const RunResult r = RunTool(args);
     EXPECT_EQ(r.exit_code, 2) << args;
     EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << args << ": " << r.output;

@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <string>
 
@@ -370,6 +371,36 @@ TEST_F(ArchitectureTest, MixtralIsLlamaWithNormRopeNoQkNormAndRenormalizedTopK) 
     EXPECT_FALSE(l.attn.q_norm.present());
     EXPECT_FALSE(l.attn.k_norm.present());
   }
+}
+
+// A converted Llama 3 carries rope_freqs.weight: head_dim / 2 divisors of
+// the rope angles. Read when present; a bad factor or shape is named.
+TEST_F(ArchitectureTest, LlamaReadsTheRopeFrequencyFactors) {
+  LoadVector("mixtral-tiny-f32");
+  absl::StatusOr<Model> plain = Load(tiny_);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_TRUE(plain->hparams.rope_freq_factors.empty());
+
+  const std::vector<float> factors = {1, 1, 1.5f, 2, 3, 4, 6, 8};  // head_dim 16
+  testing::EditableTensor t;
+  t.name = "rope_freqs.weight";
+  t.type = TensorType::kF32;
+  t.ne = {8};
+  t.data.resize(factors.size() * sizeof(float));
+  std::memcpy(t.data.data(), factors.data(), t.data.size());
+  tiny_.tensors.push_back(t);
+  absl::StatusOr<Model> model = Load(tiny_);
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ(model->hparams.rope_freq_factors, factors);
+
+  const float zero = 0.0f;
+  std::memcpy(tiny_.tensors.back().data.data() + 4 * sizeof(float), &zero, sizeof(float));
+  absl::StatusOr<Model> bad = Load(tiny_);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_THAT(bad.status().message(), AllOf(HasSubstr("rope_freqs.weight"), HasSubstr("factor 4")));
+
+  tiny_.tensors.back().ne = {4, 2};
+  EXPECT_FALSE(Load(tiny_).ok());
 }
 
 TEST_F(ArchitectureTest, OlmoeNormsTheWholeProjectionAndDoesNotRenormalize) {

@@ -102,6 +102,8 @@ INSTANTIATE_TEST_SUITE_P(
         VectorCase{"mixed-low-bit", "exact"}, VectorCase{"yarn-tiny-f32", "exact"},
         VectorCase{"yarn-tiny-f32", "llamacpp"}, VectorCase{"mixtral-linear-tiny-f32", "exact"},
         VectorCase{"mixtral-linear-tiny-f32", "llamacpp"},
+        VectorCase{"mixtral-rope-freqs-tiny-f32", "exact"},
+        VectorCase{"mixtral-rope-freqs-tiny-f32", "llamacpp"},
         VectorCase{"qwen35moe-yarn-tiny-f32", "exact"},
         VectorCase{"qwen35moe-yarn-tiny-f32", "llamacpp"}),
     [](const ::testing::TestParamInfo<VectorCase>& param_info) {

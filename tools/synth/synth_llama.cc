@@ -13,6 +13,8 @@
 // "default", tokens, scores and token types (BuildSynthSpmVocabulary), then
 // from tokenizer_config.json bos <s> 1, eos </s> 2, unknown <unk> 0,
 // add_bos_token true, add_eos_token false and the Instruct chat template.
+#include <cmath>
+
 #include "absl/strings/str_cat.h"
 #include "synth/synth_arch.h"
 #include "synth/synth_tokenizer.h"
@@ -95,6 +97,11 @@ class Llama final : public SynthArchitecture {
                                  s.tied_output});
     });
     table.AddVocabularyEnds(s, scale);
+    if (s.rope_freq_factors) {
+      SynthTensor& factors =
+          table.Add("rope_freqs.weight", K::kRopeFreqs, -1, {s.head_dim / 2}, 0.0f, std::log(8.0f));
+      factors.distribution = SynthDistribution::kExpUniform;
+    }
     for (int64_t l = 0; l < s.n_layer; ++l) {
       table.AddNorm(SynthBlockName(l, "attn_norm"), K::kAttnNorm, l, s.n_embd);
       table.AddAttentionProjections(s, scale, l, q_dim);

@@ -147,6 +147,7 @@ struct CommandLine {
   std::optional<float> rope_base, rms_eps, rope_scaling_factor;
   std::optional<int64_t> rope_original_ctx;
   std::string rope_scaling;
+  bool rope_freq_factors = false;
   bool tied_output = false;
   // qwen35moe.
   std::optional<int64_t> rope_dims, shared_ffn, full_attention_interval, ssm_conv_kernel,
@@ -273,6 +274,10 @@ FlagSet MakeFlags(CommandLine& cl) {
   AddShapeFlag(f, "--rope-original-context", "N",
                "rope.scaling.original_context_length (needs --rope-scaling)",
                &cl.rope_original_ctx);
+  f.AddSwitch({"--rope-freq-factors"},
+              "llama: a rope_freqs.weight tensor, head-dim / 2 divisors of the rope angles in "
+              "[1, 8] (as a converted Llama 3 carries)",
+              &cl.rope_freq_factors);
   f.AddSwitch({"--tied-output"},
               "no output.weight: token_embd is also the output matrix (qwen3moe, llama, "
               "qwen35moe)",
@@ -350,6 +355,11 @@ absl::StatusOr<SynthOptions> BuildOptions(const CommandLine& cl) {
   s.rope_scaling_type = cl.rope_scaling;
   if (cl.rope_scaling_factor) s.rope_scaling_factor = *cl.rope_scaling_factor;
   if (cl.rope_original_ctx) s.rope_scaling_original_ctx = *cl.rope_original_ctx;
+  if (cl.rope_freq_factors && *arch != SynthArch::kLlama) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--rope-freq-factors is used by llama only, not by ", cl.arch));
+  }
+  s.rope_freq_factors = cl.rope_freq_factors;
 
   // The flags of one architecture are refused by the others.
   const bool qwen35 = *arch == SynthArch::kQwen35Moe;

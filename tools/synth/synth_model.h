@@ -56,6 +56,9 @@ struct SynthShape {
   std::string rope_scaling_type;
   float rope_scaling_factor = 0.0f;
   int64_t rope_scaling_original_ctx = 0;
+  // llama: rope_freqs.weight, head_dim / 2 divisors of the rope angles
+  // between 1 and 8 (as a converted Llama 3 carries).
+  bool rope_freq_factors = false;
 
   // qwen35moe.
   int64_t n_rot = 0;                           // rope.dimension_count
@@ -138,6 +141,8 @@ enum class SynthTensorKind {
   kFfnGateShexp,
   kFfnUpShexp,
   kFfnDownShexp,
+  // llama.
+  kRopeFreqs,
 };
 
 // llama.cpp's use_more_bits(): the layers whose ffn_down Q4_K_M bumps to Q6_K
@@ -156,8 +161,9 @@ TensorType SynthTensorType(SynthQuant quant, SynthTensorKind kind, int64_t layer
 
 // How a tensor's elements are drawn, from the stream of its name.
 enum class SynthDistribution {
-  kNormal,               // mean + stddev * SynthNormal
-  kNegativeExpUniform,   // -exp(lo + (hi - lo) * SynthUniform), lo = mean, hi = stddev
+  kNormal,              // mean + stddev * SynthNormal
+  kNegativeExpUniform,  // -exp(lo + (hi - lo) * SynthUniform), lo = mean, hi = stddev
+  kExpUniform,          // exp(lo + (hi - lo) * SynthUniform), lo = mean, hi = stddev
 };
 
 // One tensor of the model with its initial distribution.

@@ -66,4 +66,12 @@ inline void SynthFillNegativeExpUniform(uint64_t key, uint64_t first_index, int6
   }
 }
 
+// exp(lo + (hi - lo) * U), U uniform on [0, 1): positive factors spread
+// evenly in log scale (rope frequency factors).
+inline void SynthFillExpUniform(uint64_t key, uint64_t first_index, int64_t count, float lo,
+                                float hi, float* dst) {
+  SynthFillNegativeExpUniform(key, first_index, count, lo, hi, dst);
+  for (int64_t j = 0; j < count; ++j) dst[j] = -dst[j];
+}
+
 }  // namespace moetier

@@ -276,6 +276,9 @@ void EncodeSynthRows(const SynthTensor& tensor, uint64_t seed, int64_t first_row
       case SynthDistribution::kNegativeExpUniform:
         SynthFillNegativeExpUniform(key, first_index, n, tensor.mean, tensor.stddev, scratch.data());
         break;
+      case SynthDistribution::kExpUniform:
+        SynthFillExpUniform(key, first_index, n, tensor.mean, tensor.stddev, scratch.data());
+        break;
     }
     uint8_t* out = dst + r * row_bytes;
     if (tensor.type == TensorType::kF32) {

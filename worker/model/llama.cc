@@ -2,10 +2,13 @@
 // (adjacent pairs), because the converter permuted the q and k rows of each
 // head, over the whole head (llama.cpp requires rope.dimension_count ==
 // head_dim). The router is a softmax over all experts, the top k
-// renormalized; feed_forward_length is the expert width. A llama file
-// without experts is a dense model, which moetier does not serve.
+// renormalized; feed_forward_length is the expert width. A file converted
+// from a Llama 3 may carry rope_freqs.weight, per-pair divisors of the rope
+// angles. A llama file without experts is a dense model, which moetier does
+// not serve.
 #include "model/llama.h"
 
+#include <cmath>
 #include <optional>
 
 #include "absl/strings/str_format.h"
@@ -22,6 +25,18 @@ absl::StatusOr<Model> LoadLlamaMoe(const ModelLoader& loader) {
                                         hp.head_dim));
   }
   hp.rope_style = RopeStyle::kNorm;
+  if (loader.HasTensor("rope_freqs.weight")) {
+    absl::StatusOr<WeightRef> factors = loader.Tensor("rope_freqs.weight", {hp.n_rot / 2, 1, 1, 1});
+    if (!factors.ok()) return factors.status();
+    hp.rope_freq_factors = DecodedValues(*factors);
+    for (size_t i = 0; i < hp.rope_freq_factors.size(); ++i) {
+      const float f = hp.rope_freq_factors[i];
+      if (!std::isfinite(f) || f <= 0.0f) {
+        return loader.Error(absl::StrFormat(
+            "tensor 'rope_freqs.weight': factor %d is %g; each must be finite and positive", i, f));
+      }
+    }
+  }
   hp.qk_norm = QkNorm::kNone;
   hp.router.renormalize = true;
   if (absl::Status s = loader.ReadExpertCounts(hp); !s.ok()) return s;

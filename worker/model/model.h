@@ -123,6 +123,10 @@ struct ModelHparams {
   float rope_freq_base = 10000.0f;
   RopeScaling rope_scaling;  // linear or YaRN stretching of the angles
   RopeScalingKeys rope_scaling_keys;  // the rope.scaling.* keys it comes from
+  // llama: rope_freqs.weight, n_rot / 2 factors that divide each pair's
+  // angle (Llama 3's long-context rope, stored by the converter); empty:
+  // none.
+  std::vector<float> rope_freq_factors;
   QkNorm qk_norm = QkNorm::kNone;
   // The softmax scale; 0: 1 / sqrt(head_dim) (attention.scale when a file sets it).
   float attention_scale = 0.0f;

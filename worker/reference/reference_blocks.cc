@@ -16,7 +16,10 @@ constexpr float kMinExpertWeightSum = 6.103515625e-5f;
 // Rotates the pair (a, b) of one head by the angle of pair index i, with
 // the file's rope scaling (whose magnitude applies at position 0 too).
 void RotatePair(float& a, float& b, int i, int pos, const ModelHparams& hp) {
-  const double theta = pos * RopePairFrequency(i, hp.n_rot, hp.rope_freq_base, hp.rope_scaling);
+  const float factor =
+      hp.rope_freq_factors.empty() ? 1.0f : hp.rope_freq_factors[static_cast<size_t>(i)];
+  const double theta =
+      pos * RopePairFrequency(i, hp.n_rot, hp.rope_freq_base, hp.rope_scaling, factor);
   const double c = std::cos(theta) * hp.rope_scaling.magnitude;
   const double s = std::sin(theta) * hp.rope_scaling.magnitude;
   const double x0 = a;

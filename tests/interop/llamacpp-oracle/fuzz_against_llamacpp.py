@@ -3,7 +3,8 @@
 
 Each case draws an architecture and a shape (layers, widths, expert counts
 and top-k, heads and KV heads, head size, vocabulary, RoPE base, RoPE
-scaling (none, linear or YaRN) and norm epsilon, tied output; for qwen35moe also the RoPE sections, the DeltaNet
+scaling (none, linear or YaRN) and norm epsilon, tied output; for llama
+rope frequency factors (rope_freqs.weight); for qwen35moe also the RoPE sections, the DeltaNet
 sizes and the attention interval), writes it with moetier-synth, runs a
 seeded random token sequence through llama.cpp (llamacpp_logits.mjs) and
 through moetier-worker on the reference and the CPU backend, and compares
@@ -119,6 +120,8 @@ def draw_shape(rng, arch):
     args = [str(x) for kv in flags.items() for x in kv]
     if arch != "olmoe" and rng.random() < 0.3:
         args.append("--tied-output")
+    if arch == "llama" and rng.random() < 0.5:
+        args.append("--rope-freq-factors")
     return args
 
 
@@ -178,6 +181,8 @@ def main():
             if "--rope-scaling" in shape:
                 i = shape.index("--rope-scaling")
                 scaling = f" rope {shape[i + 1]} x{shape[i + 3]} from {shape[i + 5]}"
+            if "--rope-freq-factors" in shape:
+                scaling += " rope_freqs"
             print(f"case {case} {arch}{scaling} {len(ids) if ids else 0} tokens: "
                   f"{'ok' if ok else 'FAILED'}: {detail}", flush=True)
             if not ok:

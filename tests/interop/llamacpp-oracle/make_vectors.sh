@@ -7,6 +7,7 @@
 #                             Q4_0 and the common K-quants
 #   yarn-tiny-f32             qwen3moe with YaRN rope scaling
 #   mixtral-linear-tiny-f32   llama with experts, linearly scaled rope
+#   mixtral-rope-freqs-tiny-f32  llama with experts and rope_freqs.weight
 #   qwen35moe-yarn-tiny-f32   qwen35moe with YaRN and a rope pair held at
 #                             position 0 (sections [3,1,0,0])
 #
@@ -70,5 +71,6 @@ synth() {
 synth yarn-tiny-f32 --arch qwen3moe --seed 21 --expert-ffn 64 --rope-scaling yarn \
   --rope-scaling-factor 4 --rope-original-context 16
 synth mixtral-linear-tiny-f32 --arch llama --seed 22 --rope-scaling linear --rope-scaling-factor 2
+synth mixtral-rope-freqs-tiny-f32 --arch llama --seed 24 --rope-freq-factors
 synth qwen35moe-yarn-tiny-f32 --arch qwen35moe --seed 23 --full-attention-interval 2 \
   --rope-sections 3,1,0,0 --rope-scaling yarn --rope-scaling-factor 8 --rope-original-context 16

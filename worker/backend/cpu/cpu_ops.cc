@@ -24,9 +24,11 @@ void RmsNormHeads(float* x, const float* w, int n_heads, int head_dim, float eps
 }
 
 void RopeAngles(int64_t pos, int n_rot, float freq_base, const RopeScaling& scaling,
-                float* cos_theta, float* sin_theta) {
+                const float* freq_factors, float* cos_theta, float* sin_theta) {
   for (int i = 0; i < n_rot / 2; ++i) {
-    const double theta = static_cast<double>(pos) * RopePairFrequency(i, n_rot, freq_base, scaling);
+    const float factor = freq_factors != nullptr ? freq_factors[i] : 1.0f;
+    const double theta =
+        static_cast<double>(pos) * RopePairFrequency(i, n_rot, freq_base, scaling, factor);
     cos_theta[i] = static_cast<float>(std::cos(theta)) * scaling.magnitude;
     sin_theta[i] = static_cast<float>(std::sin(theta)) * scaling.magnitude;
   }

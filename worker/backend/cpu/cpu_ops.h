@@ -20,9 +20,10 @@ void RmsNormHeads(float* x, const float* w, int n_heads, int head_dim, float eps
 
 // cos and sin of the rotary angles at position `pos`, times the scaling's
 // magnitude: theta_i = pos * RopePairFrequency(i) for i in [0, n_rot / 2)
-// (base^(-2i / n_rot) when unscaled).
+// (base^(-2i / n_rot) when unscaled), freq_factors (n_rot / 2 of them, or
+// null) dividing each pair's angle.
 void RopeAngles(int64_t pos, int n_rot, float freq_base, const RopeScaling& scaling,
-                float* cos_theta, float* sin_theta);
+                const float* freq_factors, float* cos_theta, float* sin_theta);
 
 // NEOX rotary embedding in place: for each of n_heads heads (head h at
 // x + h * head_dim) rotates the pairs (x[i], x[i + n_rot/2]), i < n_rot / 2,

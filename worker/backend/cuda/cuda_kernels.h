@@ -144,19 +144,22 @@ absl::Status RmsNorm(const float* x, const float* w, int64_t n_rows, int n, floa
 // token t is at position positions[t] (device array); pairs
 // (x[i], x[i + n_rot/2]) rotate by theta_i = pos * RopePairFrequency(i)
 // (base^(-2i / n_rot) unscaled), computed in double as cpu::RopeAngles does,
-// cos and sin times the scaling's magnitude. Dims from n_rot on are
-// unchanged. With pair_uses_position (a device array of n_rot / 2 flags;
+// cos and sin times the scaling's magnitude; freq_factors (a device array of
+// n_rot / 2 divisors of the angles, llama's rope_freqs; null: none). Dims
+// from n_rot on are unchanged. With pair_uses_position (a device array of n_rot / 2 flags;
 // null: every pair), pairs whose flag is 0 rotate by position 0, i.e. stay
 // as they are but for the magnitude (multi-section rope of text tokens).
 absl::Status RopeNeox(float* x, const int32_t* positions, int n_tokens, int n_heads, int head_dim,
                       int n_rot, float freq_base, const RopeScaling& scaling,
-                      const uint8_t* pair_uses_position, CudaStream stream);
+                      const float* freq_factors, const uint8_t* pair_uses_position,
+                      CudaStream stream);
 
 // NORM rotary embedding (llama's): as RopeNeox, but pair i is the adjacent
 // (x[2i], x[2i + 1]).
 absl::Status RopeAdjacentPairs(float* x, const int32_t* positions, int n_tokens, int n_heads,
                                int head_dim, int n_rot, float freq_base, const RopeScaling& scaling,
-                               const uint8_t* pair_uses_position, CudaStream stream);
+                               const float* freq_factors, const uint8_t* pair_uses_position,
+                               CudaStream stream);
 
 // Attention's q and k heads before the cache, in one launch: each head of
 // q ([n_tokens][n_head][head_dim]) and of k ([n_tokens][n_head_kv][head_dim])
@@ -166,8 +169,8 @@ absl::Status RopeAdjacentPairs(float* x, const int32_t* positions, int n_tokens,
 absl::Status QkNormRope(float* q, float* k, const float* q_norm, const float* k_norm,
                         const int32_t* positions, int n_tokens, int n_head, int n_head_kv,
                         int head_dim, int n_rot, float freq_base, const RopeScaling& scaling,
-                        bool adjacent, const uint8_t* pair_uses_position, float eps,
-                        CudaStream stream);
+                        const float* freq_factors, bool adjacent, const uint8_t* pair_uses_position,
+                        float eps, CudaStream stream);
 
 // out[i] = silu(gate[i]) * up[i]; out may alias either input.
 absl::Status SiluMul(const float* gate, const float* up, int64_t n, float* out, CudaStream stream);

@@ -41,12 +41,14 @@ __global__ void RmsNormKernel(const float* x, const float* w, int n, float eps, 
 // Pairs with pair_uses_position[i] == 0 rotate by position 0: unchanged but
 // for the scaling's magnitude.
 __device__ void RopeHead(float* xh, double pos, int n_rot, float freq_base,
-                         const RopeScaling& scaling, bool adjacent,
+                         const RopeScaling& scaling, const float* freq_factors, bool adjacent,
                          const uint8_t* pair_uses_position) {
   const int half = n_rot / 2;
   for (int i = threadIdx.x; i < half; i += blockDim.x) {
     const bool moves = pair_uses_position == nullptr || pair_uses_position[i] != 0;
-    const double theta = moves ? pos * RopePairFrequency(i, n_rot, freq_base, scaling) : 0.0;
+    const float factor = freq_factors != nullptr ? freq_factors[i] : 1.0f;
+    const double theta =
+        moves ? pos * RopePairFrequency(i, n_rot, freq_base, scaling, factor) : 0.0;
     const float c = static_cast<float>(cos(theta)) * scaling.magnitude;
     const float s = static_cast<float>(sin(theta)) * scaling.magnitude;
     const int a = adjacent ? 2 * i : i;
@@ -60,19 +62,20 @@ __device__ void RopeHead(float* xh, double pos, int n_rot, float freq_base,
 
 // One block per (token, head).
 __global__ void RopeKernel(float* x, const int32_t* positions, int n_heads, int head_dim, int n_rot,
-                           float freq_base, RopeScaling scaling, bool adjacent,
-                           const uint8_t* pair_uses_position) {
+                           float freq_base, RopeScaling scaling, const float* freq_factors,
+                           bool adjacent, const uint8_t* pair_uses_position) {
   const int t = blockIdx.y;
   const int h = blockIdx.x;
   RopeHead(x + (static_cast<int64_t>(t) * n_heads + h) * head_dim, positions[t], n_rot, freq_base,
-           scaling, adjacent, pair_uses_position);
+           scaling, freq_factors, adjacent, pair_uses_position);
 }
 
 // One block per (token, head) of q, then of k: the head's RMS norm (with a
 // weight) and its rotation, in one launch instead of four.
 __global__ void QkNormRopeKernel(float* q, float* k, const float* q_norm, const float* k_norm,
                                  const int32_t* positions, int n_head, int n_head_kv, int head_dim,
-                                 int n_rot, float freq_base, RopeScaling scaling, bool adjacent,
+                                 int n_rot, float freq_base, RopeScaling scaling,
+                                 const float* freq_factors, bool adjacent,
                                  const uint8_t* pair_uses_position, float eps) {
   __shared__ float scratch[32];
   const int t = blockIdx.y;
@@ -85,7 +88,7 @@ __global__ void QkNormRopeKernel(float* q, float* k, const float* q_norm, const 
     RmsNormRow(xh, norm, head_dim, eps, xh, scratch);
     __syncthreads();  // the rotation reads values other threads normed
   }
-  RopeHead(xh, positions[t], n_rot, freq_base, scaling, adjacent, pair_uses_position);
+  RopeHead(xh, positions[t], n_rot, freq_base, scaling, freq_factors, adjacent, pair_uses_position);
 }
 
 __global__ void SiluMulKernel(const float* gate, const float* up, int64_t n, float* out) {
@@ -272,8 +275,8 @@ absl::Status RmsNorm(const float* x, const float* w, int64_t n_rows, int n, floa
 namespace {
 
 absl::Status Rope(float* x, const int32_t* positions, int n_tokens, int n_heads, int head_dim,
-                  int n_rot, float freq_base, const RopeScaling& scaling, bool adjacent,
-                  const uint8_t* pair_uses_position, CudaStream stream) {
+                  int n_rot, float freq_base, const RopeScaling& scaling, const float* freq_factors,
+                  bool adjacent, const uint8_t* pair_uses_position, CudaStream stream) {
   MOETIER_CUDA_REQUIRE(x != nullptr && positions != nullptr, "null pointer");
   MOETIER_CUDA_REQUIRE(n_tokens >= 0 && n_tokens <= 65535 && n_heads > 0 && head_dim > 0,
                        "bad shape");
@@ -283,7 +286,8 @@ absl::Status Rope(float* x, const int32_t* positions, int n_tokens, int n_heads,
   if (n_tokens == 0) return absl::OkStatus();
   const dim3 grid(static_cast<unsigned>(n_heads), static_cast<unsigned>(n_tokens));
   RopeKernel<<<grid, 128, 0, AsStream(stream)>>>(x, positions, n_heads, head_dim, n_rot, freq_base,
-                                                 scaling, adjacent, pair_uses_position);
+                                                 scaling, freq_factors, adjacent,
+                                                 pair_uses_position);
   return LaunchStatus(adjacent ? "RopeAdjacentPairs" : "RopeNeox");
 }
 
@@ -292,8 +296,8 @@ absl::Status Rope(float* x, const int32_t* positions, int n_tokens, int n_heads,
 absl::Status QkNormRope(float* q, float* k, const float* q_norm, const float* k_norm,
                         const int32_t* positions, int n_tokens, int n_head, int n_head_kv,
                         int head_dim, int n_rot, float freq_base, const RopeScaling& scaling,
-                        bool adjacent, const uint8_t* pair_uses_position, float eps,
-                        CudaStream stream) {
+                        const float* freq_factors, bool adjacent, const uint8_t* pair_uses_position,
+                        float eps, CudaStream stream) {
   MOETIER_CUDA_REQUIRE(q != nullptr && k != nullptr && positions != nullptr, "null pointer");
   MOETIER_CUDA_REQUIRE((q_norm == nullptr) == (k_norm == nullptr),
                        "q and k are normed together or not at all");
@@ -308,22 +312,24 @@ absl::Status QkNormRope(float* q, float* k, const float* q_norm, const float* k_
   // RmsNorm's block size, so that the norm's sum reduces in its order.
   QkNormRopeKernel<<<grid, kRowThreads, 0, AsStream(stream)>>>(
       q, k, q_norm, k_norm, positions, n_head, n_head_kv, head_dim, n_rot, freq_base, scaling,
-      adjacent, pair_uses_position, eps);
+      freq_factors, adjacent, pair_uses_position, eps);
   return LaunchStatus("QkNormRope");
 }
 
 absl::Status RopeNeox(float* x, const int32_t* positions, int n_tokens, int n_heads, int head_dim,
                       int n_rot, float freq_base, const RopeScaling& scaling,
-                      const uint8_t* pair_uses_position, CudaStream stream) {
-  return Rope(x, positions, n_tokens, n_heads, head_dim, n_rot, freq_base, scaling, false,
-              pair_uses_position, stream);
+                      const float* freq_factors, const uint8_t* pair_uses_position,
+                      CudaStream stream) {
+  return Rope(x, positions, n_tokens, n_heads, head_dim, n_rot, freq_base, scaling, freq_factors,
+              false, pair_uses_position, stream);
 }
 
 absl::Status RopeAdjacentPairs(float* x, const int32_t* positions, int n_tokens, int n_heads,
                                int head_dim, int n_rot, float freq_base, const RopeScaling& scaling,
-                               const uint8_t* pair_uses_position, CudaStream stream) {
-  return Rope(x, positions, n_tokens, n_heads, head_dim, n_rot, freq_base, scaling, true,
-              pair_uses_position, stream);
+                               const float* freq_factors, const uint8_t* pair_uses_position,
+                               CudaStream stream) {
+  return Rope(x, positions, n_tokens, n_heads, head_dim, n_rot, freq_base, scaling, freq_factors,
+              true, pair_uses_position, stream);
 }
 
 absl::Status SiluMul(const float* gate, const float* up, int64_t n, float* out,

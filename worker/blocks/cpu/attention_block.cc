@@ -104,7 +104,8 @@ void CpuAttentionBlock::BeginBatch(std::span<const CpuRowSpan> spans) {
       row_span_[static_cast<size_t>(t)] = static_cast<int>(i);
       float* c = rope_cos_.floats() + t * half;
       float* s = rope_sin_.floats() + t * half;
-      cpu::RopeAngles(spans[i].pos0 + j, hp_.n_rot, hp_.rope_freq_base, hp_.rope_scaling, c, s);
+      cpu::RopeAngles(spans[i].pos0 + j, hp_.n_rot, hp_.rope_freq_base, hp_.rope_scaling,
+                      hp_.rope_freq_factors.empty() ? nullptr : hp_.rope_freq_factors.data(), c, s);
       // Multi-section rope: these pairs rotate by position 0.
       for (size_t p = 0; p < hp_.rope_pair_uses_position.size(); ++p) {
         if (hp_.rope_pair_uses_position[p] == 0) {

@@ -43,6 +43,15 @@ absl::Status CudaAttentionBlock::Allocate(int max_batch, int max_ctx) {
                                                 sections.size(), cudaMemcpyHostToDevice),
                                      "copying the rope sections to the device"));
   }
+  const std::vector<float>& factors = hp_.rope_freq_factors;
+  if (!factors.empty()) {
+    MOETIER_RETURN_IF_ERROR(
+        ctx_.AllocBuffer(rope_freq_factors_, factors.size(), "rope frequency factors"));
+    MOETIER_RETURN_IF_ERROR(
+        CudaCall(cudaMemcpy(rope_freq_factors_, factors.data(), factors.size() * sizeof(float),
+                            cudaMemcpyHostToDevice),
+                 "copying the rope frequency factors to the device"));
+  }
   MOETIER_RETURN_IF_ERROR(
       ctx_.AllocBuffer(positions_, static_cast<uint64_t>(max_ctx), "rope positions"));
   std::vector<int32_t> positions(static_cast<size_t>(max_ctx));
@@ -131,7 +140,7 @@ absl::Status CudaAttentionBlock::Forward(int layer, std::span<const CudaRowSpan>
     MOETIER_RETURN_IF_ERROR(cuda::QkNormRope(
         q, k, per_head_norm ? l.q_norm : nullptr, per_head_norm ? l.k_norm : nullptr, positions,
         span.n, hp_.n_head, hp_.n_head_kv, head_dim, hp_.n_rot, hp_.rope_freq_base,
-        hp_.rope_scaling, adjacent, pair_uses_position_, hp_.rms_eps, stream));
+        hp_.rope_scaling, rope_freq_factors_, adjacent, pair_uses_position_, hp_.rms_eps, stream));
     // Head-major cache: KV head g's rows, one per position, are contiguous.
     const cuda::KvCacheView keys{cache.k, kv_types_.k, cache.k_head_stride,
                                  static_cast<int64_t>(KvRowBytes(kv_types_.k, head_dim))};

@@ -94,6 +94,8 @@ class CudaAttentionBlock {
   // [n_rot / 2] flags, multi-section rope only: which pairs rotate by the
   // position (null: all).
   uint8_t* pair_uses_position_ = nullptr;
+  // [n_rot / 2] divisors of the rope angles (llama's rope_freqs; null: none).
+  float* rope_freq_factors_ = nullptr;
   float* q_ = nullptr;            // [B][n_head * head_dim]
   float* q_and_gate_ = nullptr;   // [B][2 * n_head * head_dim], gated layers
   float* gate_ = nullptr;         // [B][n_head * head_dim], gated layers
