@@ -24,7 +24,7 @@ class LongContextTest : public ::testing::TestWithParam<testing::LongContextCase
 TEST_P(LongContextTest, AFactPlanted100kTokensEarlierReachesTheQuery) {
   const testing::LongContextCase& c = GetParam();
   absl::StatusOr<std::unique_ptr<testing::LongContextModel>> m =
-      testing::OpenLongContextModel(c.arch, std::string("cpu_") + c.name);
+      testing::OpenLongContextModel(c.arch, std::string("cpu_") + c.name, c.yarn);
   ASSERT_TRUE(m.ok()) << m.status();
   CpuEngineConfig config;
   config.max_ctx = testing::kLongContextMaxCtx;
@@ -39,16 +39,16 @@ TEST_P(LongContextTest, AFactPlanted100kTokensEarlierReachesTheQuery) {
 
 INSTANTIATE_TEST_SUITE_P(
     Models, LongContextTest,
-    ::testing::Values(testing::LongContextCase{"qwen3moe_f32_kv", SynthArch::kQwen3Moe, {}, 1e-5},
-                      testing::LongContextCase{"qwen3moe_f16_kv",
-                                               SynthArch::kQwen3Moe,
-                                               {TensorType::kF16, TensorType::kF16},
-                                               1e-3},
-                      testing::LongContextCase{"qwen35moe_f32_kv", SynthArch::kQwen35Moe, {}, 1e-5},
-                      testing::LongContextCase{"qwen35moe_q8_0_kv",
-                                               SynthArch::kQwen35Moe,
-                                               {TensorType::kQ8_0, TensorType::kQ8_0},
-                                               1e-4}),
+    ::testing::Values(
+        testing::LongContextCase{"qwen3moe_f32_kv", SynthArch::kQwen3Moe, {}, 1e-5},
+        testing::LongContextCase{
+            "qwen3moe_f16_kv", SynthArch::kQwen3Moe, {TensorType::kF16, TensorType::kF16}, 1e-3},
+        testing::LongContextCase{"qwen35moe_f32_kv", SynthArch::kQwen35Moe, {}, 1e-5},
+        testing::LongContextCase{"qwen35moe_q8_0_kv",
+                                 SynthArch::kQwen35Moe,
+                                 {TensorType::kQ8_0, TensorType::kQ8_0},
+                                 1e-4},
+        testing::LongContextCase{"qwen3moe_yarn_f32_kv", SynthArch::kQwen3Moe, {}, 1e-5, true}),
     testing::LongContextCaseName);
 
 }  // namespace

@@ -29,7 +29,7 @@ class CudaLongContextTest : public ::testing::TestWithParam<testing::LongContext
 TEST_P(CudaLongContextTest, AFactPlanted100kTokensEarlierReachesTheQuery) {
   const testing::LongContextCase& c = GetParam();
   absl::StatusOr<std::unique_ptr<testing::LongContextModel>> m =
-      testing::OpenLongContextModel(c.arch, std::string("cuda_") + c.name);
+      testing::OpenLongContextModel(c.arch, std::string("cuda_") + c.name, c.yarn);
   ASSERT_TRUE(m.ok()) << m.status();
   CudaEngineConfig config;
   config.max_ctx = testing::kLongContextMaxCtx;
@@ -48,7 +48,9 @@ INSTANTIATE_TEST_SUITE_P(
                       testing::LongContextCase{"qwen35moe_q8_0_kv",
                                                SynthArch::kQwen35Moe,
                                                {TensorType::kQ8_0, TensorType::kQ8_0},
-                                               1e-4}),
+                                               1e-4},
+                      testing::LongContextCase{
+                          "qwen3moe_yarn_f32_kv", SynthArch::kQwen3Moe, {}, 1e-5, true}),
     testing::LongContextCaseName);
 
 }  // namespace

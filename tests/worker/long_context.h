@@ -40,6 +40,9 @@ struct LongContextCase {
   SynthArch arch;
   KvCacheTypes kv_types;
   double max_range_error;  // against the reference, over the logits' range
+  // YaRN x4 from an original context of 32768 (Qwen3's 128K setting), so
+  // the query's positions lie far past the ramp; false: unscaled rope.
+  bool yarn = false;
 };
 
 // gtest prints the parameter of a failed case by its name, not its bytes.
@@ -62,12 +65,17 @@ struct LongContextModel {
 
 // `name` tells the files of concurrent tests apart.
 inline absl::StatusOr<std::unique_ptr<LongContextModel>> OpenLongContextModel(
-    SynthArch arch, const std::string& name) {
+    SynthArch arch, const std::string& name, bool yarn = false) {
   auto m = std::make_unique<LongContextModel>();
   m->path = ::testing::TempDir() + "moetier_long_context_" + name + ".gguf";
   absl::StatusOr<SynthShape> shape = SynthPreset(arch, "tiny");
   if (!shape.ok()) return shape.status();
   shape->n_ctx = 131072;
+  if (yarn) {
+    shape->rope_scaling_type = "yarn";
+    shape->rope_scaling_factor = 4.0f;
+    shape->rope_scaling_original_ctx = 32768;
+  }
   SynthOptions options;
   options.shape = *shape;
   options.quant = SynthQuant::kF32;  // close to the reference's arithmetic
