@@ -34,6 +34,7 @@ std::string VectorPath(const std::string& name) {
 using testing::Agreement;
 using testing::ReadFloats;
 using testing::ReadIds;
+using testing::WorstRowError;
 
 using Loaded = testing::VectorsModel;
 
@@ -59,22 +60,6 @@ std::unique_ptr<Sequence> NewSequenceOrDie(ForwardEngine& engine) {
   EXPECT_TRUE(seq.ok()) << seq.status();
   return seq.ok() ? *std::move(seq) : nullptr;
 }
-
-// max |a - b| / (max - min of b) over every row.
-double WorstRowError(const std::vector<float>& a, const std::vector<float>& b, size_t n_vocab) {
-  double worst = 0.0;
-  for (size_t row = 0; row < b.size() / n_vocab; ++row) {
-    const float* pa = a.data() + row * n_vocab;
-    const float* pb = b.data() + row * n_vocab;
-    const auto [lo, hi] = std::minmax_element(pb, pb + n_vocab);
-    double max_abs = 0.0;
-    for (size_t i = 0; i < n_vocab; ++i)
-      max_abs = std::max(max_abs, std::fabs(double(pa[i]) - pb[i]));
-    worst = std::max(worst, max_abs / (double(*hi) - *lo));
-  }
-  return worst;
-}
-
 
 // Measured: at most 9e-8 from exact (llama.cpp: 1e-3 to 1.5e-2), a
 // fraction of at most 1e-5 of llama.cpp's; the bounds leave a wide margin for

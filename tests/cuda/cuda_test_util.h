@@ -119,23 +119,8 @@ inline std::vector<float> RunOk(ForwardEngine& engine, const std::vector<int32_t
   return logits;
 }
 
-// max |a - b| / (max - min of b) over every row.
-inline double WorstRowError(const std::vector<float>& a, const std::vector<float>& b,
-                            size_t n_vocab) {
-  double worst = 0.0;
-  for (size_t row = 0; row < b.size() / n_vocab; ++row) {
-    const float* pa = a.data() + row * n_vocab;
-    const float* pb = b.data() + row * n_vocab;
-    const auto [lo, hi] = std::minmax_element(pb, pb + n_vocab);
-    double max_abs = 0.0;
-    for (size_t i = 0; i < n_vocab; ++i) {
-      const double d = std::fabs(static_cast<double>(pa[i]) - pb[i]);
-      max_abs = std::isnan(d) ? INFINITY : std::max(max_abs, d);
-    }
-    worst = std::max(worst, max_abs / (static_cast<double>(*hi) - *lo));
-  }
-  return worst;
-}
+// One measure of row error for the CUDA tests and the others.
+using ::moetier::testing::WorstRowError;
 
 // KL(expected || actual), mean over positions, and top-1 agreement.
 using testing::Agreement;

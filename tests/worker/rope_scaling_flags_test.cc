@@ -1,7 +1,6 @@
 // --rope-scaling, --rope-scale and --yarn-orig-ctx: a file without
 // rope.scaling keys, run with the flags, computes what the file with the keys
 // computes (llama.cpp's logits), and the stretch raises the context limit.
-#include <algorithm>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -26,20 +25,9 @@ using testing::ReadFloats;
 using testing::ReadIds;
 using testing::TempPath;
 using testing::TestDataPath;
+using testing::WorstRowError;
 
 const char kWorker[] = MOETIER_BINARY_DIR "/worker/moetier-worker";
-
-// Worst |ours - theirs| / row range over every position.
-double WorstRelativeError(const std::vector<float>& ours, const std::vector<float>& theirs,
-                          size_t n_vocab) {
-  double worst = 0.0;
-  for (size_t row = 0; row * n_vocab < theirs.size(); ++row) {
-    const testing::RowError e =
-        testing::CompareRow(&ours[row * n_vocab], &theirs[row * n_vocab], n_vocab);
-    worst = std::max(worst, e.relative());
-  }
-  return worst;
-}
 
 class RopeScalingFlagsTest : public ::testing::Test {
  protected:
@@ -76,11 +64,11 @@ TEST_F(RopeScalingFlagsTest, FlagsGiveTheLogitsOfTheFileWithTheKeys) {
       ReadFloats(TestDataPath("vectors/yarn-tiny-f32.llamacpp.f32"));
   const std::vector<float> plain = Logits({});
   ASSERT_EQ(plain.size(), llamacpp.size());
-  EXPECT_GT(WorstRelativeError(plain, llamacpp, 512), 1e-2);  // the keys matter
+  EXPECT_GT(WorstRowError(plain, llamacpp, 512), 1e-2);  // the keys matter
   const std::vector<float> flagged =
       Logits({"--rope-scaling", "yarn", "--rope-scale", "4", "--yarn-orig-ctx", "16"});
   ASSERT_EQ(flagged.size(), llamacpp.size());
-  EXPECT_LT(WorstRelativeError(flagged, llamacpp, 512), 1e-4);
+  EXPECT_LT(WorstRowError(flagged, llamacpp, 512), 1e-4);
 }
 
 TEST_F(RopeScalingFlagsTest, AStretchRaisesTheContextLimitToOriginalTimesFactor) {

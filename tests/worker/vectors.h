@@ -52,6 +52,25 @@ inline RowError CompareRow(const float* actual, const float* expected, size_t n)
   return e;
 }
 
+// max |a - b| / (max - min of b) over every row; infinite where a row of a
+// holds a NaN, so NaN logits never pass.
+inline double WorstRowError(const std::vector<float>& a, const std::vector<float>& b,
+                            size_t n_vocab) {
+  double worst = 0.0;
+  for (size_t row = 0; row < b.size() / n_vocab; ++row) {
+    const float* pa = a.data() + row * n_vocab;
+    const float* pb = b.data() + row * n_vocab;
+    const auto [lo, hi] = std::minmax_element(pb, pb + n_vocab);
+    double max_abs = 0.0;
+    for (size_t i = 0; i < n_vocab; ++i) {
+      const double d = std::fabs(static_cast<double>(pa[i]) - pb[i]);
+      max_abs = std::isnan(d) ? INFINITY : std::max(max_abs, d);
+    }
+    worst = std::max(worst, max_abs / (static_cast<double>(*hi) - *lo));
+  }
+  return worst;
+}
+
 // How rows of n_vocab logits agree with expected ones: the mean over rows
 // of KL(softmax(expected) || softmax(actual)), infinite for NaN logits, and
 // the share of rows whose argmax agrees.
