@@ -10,7 +10,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -20,20 +19,14 @@
 #include "delta_rule_host.h"
 #include "device_buffer.h"
 #include "gtest/gtest.h"
+#include "random_values.h"
 
 namespace moetier::cuda {
 namespace {
 
 using cuda_test::DeviceBuffer;
+using cuda_test::Gaussian;
 namespace host = delta_chunk::host;
-
-std::vector<float> Gaussian(size_t n, uint32_t seed, float sigma = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> gauss(0.0f, sigma);
-  std::vector<float> v(n);
-  for (float& x : v) x = gauss(rng);
-  return v;
-}
 
 float Silu(float z) { return z / (1.0f + std::exp(-z)); }
 

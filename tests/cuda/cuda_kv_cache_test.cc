@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -18,11 +17,13 @@
 #include "gguf/tensor/quant_codec.h"
 #include "gguf/tensor/tensor_type.h"
 #include "gtest/gtest.h"
+#include "random_values.h"
 
 namespace moetier::cuda {
 namespace {
 
 using cuda_test::DeviceBuffer;
+using cuda_test::Gaussian;
 
 constexpr TensorType kKvTypes[] = {TensorType::kF32, TensorType::kF16, TensorType::kQ8_0,
                                    TensorType::kQ4_0};
@@ -30,14 +31,6 @@ constexpr TensorType kKvTypes[] = {TensorType::kF32, TensorType::kF16, TensorTyp
 std::string Name(TensorType type) { return std::string(TensorTypeName(type)); }
 
 int64_t RowBytes(TensorType type, int head_dim) { return TensorRowBytes(type, head_dim); }
-
-std::vector<float> Gaussian(size_t n, uint32_t seed, float sigma = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> gauss(0.0f, sigma);
-  std::vector<float> v(n);
-  for (float& x : v) x = gauss(rng);
-  return v;
-}
 
 class CudaKvCacheTest : public ::testing::Test {
  protected:

@@ -16,7 +16,7 @@ arch="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr 
 
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
       -DCMAKE_CUDA_ARCHITECTURES="$arch" >/dev/null
-tests=(cuda_device_test cuda_kernels_test cuda_kv_cache_test cuda_deltanet_kernels_test
+tests=(cuda_device_test cuda_kernels_test cuda_rope_test cuda_kv_cache_test cuda_deltanet_kernels_test
        cuda_delta_rule_chunk_test cuda_engine_test cuda_kv_types_engine_test cuda_cache_engine_test
        cuda_long_context_test cuda_routing_hooks_test cuda_batched_forward_test
        cuda_decode_paths_test cuda_phase_timing_test cuda_gemv_slices_test cuda_expert_rows_test
@@ -36,6 +36,7 @@ for t in "${tests[@]}"; do
 done
 # On a GPU the only expected skip is the GPU-less case of cuda_device_test.
 if grep -q '^\[  SKIPPED \] CudaKernelsTest\.' "$build/cuda_kernels_test.log" ||
+   grep -q '^\[  SKIPPED \] CudaRopeTest\.' "$build/cuda_rope_test.log" ||
    grep -q '^\[  SKIPPED \] CudaKvCacheTest\.' "$build/cuda_kv_cache_test.log" ||
    grep -q '^\[  SKIPPED \] Vectors/CudaKvTypesTest\.' "$build/cuda_kv_types_engine_test.log" ||
    grep -q '^\[  SKIPPED \] Models/CudaLongContextTest\.' "$build/cuda_long_context_test.log" ||
