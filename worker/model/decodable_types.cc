@@ -20,17 +20,7 @@ struct Undecodable {
   std::string example;  // the first such tensor in file order
 };
 
-}  // namespace
-
-std::string SupportedTypeNames() {
-  std::vector<std::string> names;
-  for (uint32_t id = 0; id < kTensorTypeIdLimit; ++id) {
-    const std::optional<TensorTypeInfo> info = LookupTensorType(id);
-    if (info.has_value() && info->has_codec) names.emplace_back(info->name);
-  }
-  return absl::StrJoin(names, ", ");
-}
-
+// Tensors named "*.scale" scale another tensor's products in llama.cpp.
 absl::Status CheckNoSeparateWeightScales(const GgufModel& gguf) {
   int count = 0;
   std::string example;
@@ -44,6 +34,17 @@ absl::Status CheckNoSeparateWeightScales(const GgufModel& gguf) {
       "product by them, as NVFP4 files need); moetier does not apply such scales, so it refuses "
       "the file rather than compute wrong logits",
       gguf.shards().front()->path(), count, count == 1 ? "" : "s", example));
+}
+
+}  // namespace
+
+std::string SupportedTypeNames() {
+  std::vector<std::string> names;
+  for (uint32_t id = 0; id < kTensorTypeIdLimit; ++id) {
+    const std::optional<TensorTypeInfo> info = LookupTensorType(id);
+    if (info.has_value() && info->has_codec) names.emplace_back(info->name);
+  }
+  return absl::StrJoin(names, ", ");
 }
 
 absl::Status CheckDecodableTypes(const GgufModel& gguf) {

@@ -15,13 +15,10 @@ std::string SupportedTypeNames();
 
 // Unimplemented when any tensor of `gguf` has a type without a codec: the
 // message names the file, each such type with its tensor count and one
-// tensor of it, the supported types and how to convert the file. Then
-// CheckNoSeparateWeightScales.
-absl::Status CheckDecodableTypes(const GgufModel& gguf);
-
+// tensor of it, the supported types and how to convert the file. Also
 // Unimplemented when any tensor is a separate scale of another
 // ("blk.N.ffn_up_exps.scale" and the like), which llama.cpp multiplies into
 // that tensor's products: the message names the count and one of them.
-absl::Status CheckNoSeparateWeightScales(const GgufModel& gguf);
+absl::Status CheckDecodableTypes(const GgufModel& gguf);
 
 }  // namespace moetier
