@@ -859,11 +859,9 @@ TEST(SynthArchTokenizerTest, Qwen35TokenizerAndTemplateLoadInTheProject) {
   for (const int64_t n_vocab : {int64_t{512}, kQwen35Vocab}) {
     SynthShape s = *SynthPreset(SynthArch::kQwen35Moe, "tiny");
     s.n_vocab = n_vocab;
-    absl::StatusOr<std::vector<GgufKeyValue>> kvs = BuildSynthMetadata(s, SynthQuant::kF32, "t");
-    ASSERT_TRUE(kvs.ok()) << kvs.status();
-    GgufMetadata md;
-    for (GgufKeyValue& kv : *kvs) md.Add(std::move(kv));
-    absl::StatusOr<Tokenizer> tok = Tokenizer::FromGgufMetadata(md);
+    absl::StatusOr<GgufMetadata> md = MetadataOf(s);
+    ASSERT_TRUE(md.ok()) << md.status();
+    absl::StatusOr<Tokenizer> tok = Tokenizer::FromGgufMetadata(*md);
     ASSERT_TRUE(tok.ok()) << tok.status();
     EXPECT_EQ(tok->token_text(tok->eos_id()), "<|im_end|>");
     EXPECT_EQ(tok->bos_id(), kNoToken);

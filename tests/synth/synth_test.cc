@@ -224,22 +224,16 @@ TEST(SynthPresetTest, RopeScalingKeysAreWrittenWhenAsked) {
   for (SynthArch arch : kAllSynthArchs) {
     SynthShape s = *SynthPreset(arch, "tiny");
     const std::string prefix = std::string(SynthArchName(arch)) + ".rope.scaling.";
-    const auto keys = [&](const SynthShape& shape) {
-      absl::StatusOr<std::vector<GgufKeyValue>> kvs =
-          BuildSynthMetadata(shape, SynthQuant::kF32, "t");
-      EXPECT_TRUE(kvs.ok()) << kvs.status();
-      GgufMetadata md;
-      if (kvs.ok()) {
-        for (GgufKeyValue& kv : *kvs) md.Add(std::move(kv));
-      }
-      return md;
-    };
-    EXPECT_FALSE(keys(s).Has(prefix + "type"));
+    absl::StatusOr<GgufMetadata> plain = MetadataOf(s);
+    ASSERT_TRUE(plain.ok()) << plain.status();
+    EXPECT_FALSE(plain->Has(prefix + "type"));
     s.rope_scaling_type = "yarn";
     s.rope_scaling_factor = 4.0f;
     s.rope_scaling_original_ctx = 32768;
     ASSERT_TRUE(ValidateSynthShape(s).ok());
-    const GgufMetadata md = keys(s);
+    absl::StatusOr<GgufMetadata> scaled = MetadataOf(s);
+    ASSERT_TRUE(scaled.ok()) << scaled.status();
+    const GgufMetadata& md = *scaled;
     EXPECT_EQ(*md.GetString(prefix + "type"), "yarn");
     EXPECT_EQ(*md.GetFloat(prefix + "factor"), 4.0);
     EXPECT_EQ(*md.GetUint(prefix + "original_context_length"), 32768u);

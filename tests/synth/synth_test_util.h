@@ -58,6 +58,15 @@ inline SynthOptions Options(std::string_view preset, SynthQuant quant, uint64_t 
   return Options(SynthArch::kQwen3Moe, preset, quant, seed, out);
 }
 
+// The metadata moetier-synth writes for `shape` (F32), as a reader holds it.
+inline absl::StatusOr<GgufMetadata> MetadataOf(const SynthShape& shape) {
+  absl::StatusOr<std::vector<GgufKeyValue>> kvs = BuildSynthMetadata(shape, SynthQuant::kF32, "t");
+  if (!kvs.ok()) return kvs.status();
+  GgufMetadata md;
+  for (GgufKeyValue& kv : *kvs) md.Add(std::move(kv));
+  return md;
+}
+
 inline SynthPlan WriteOrDie(const SynthOptions& options) {
   absl::StatusOr<SynthPlan> plan = PlanSynthModel(options);
   EXPECT_TRUE(plan.ok()) << plan.status();

@@ -16,6 +16,7 @@
 #include "gtest/gtest.h"
 #include "synth/synth_model.h"
 #include "synth/synth_writer.h"
+#include "synth_test_util.h"
 
 namespace moetier {
 namespace {
@@ -109,11 +110,9 @@ TEST(SynthTokenizerTest, ProjectTokenizerLoadsTheMetadata) {
   for (int64_t n_vocab : {int64_t{512}, kQwenVocab}) {
     SynthShape s = *SynthPreset("tiny");
     s.n_vocab = n_vocab;
-    absl::StatusOr<std::vector<GgufKeyValue>> kvs = BuildSynthMetadata(s, SynthQuant::kF32, "t");
-    ASSERT_TRUE(kvs.ok()) << kvs.status();
-    GgufMetadata md;
-    for (GgufKeyValue& kv : *kvs) md.Add(std::move(kv));
-    absl::StatusOr<Tokenizer> tok = Tokenizer::FromGgufMetadata(md);
+    absl::StatusOr<GgufMetadata> md = synth_test::MetadataOf(s);
+    ASSERT_TRUE(md.ok()) << md.status();
+    absl::StatusOr<Tokenizer> tok = Tokenizer::FromGgufMetadata(*md);
     ASSERT_TRUE(tok.ok()) << tok.status();
     EXPECT_EQ(tok->vocab_size(), n_vocab);
     EXPECT_EQ(tok->token_text(tok->eos_id()), "<|im_end|>");
