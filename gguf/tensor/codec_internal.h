@@ -7,6 +7,7 @@
 
 #include "base/check.h"
 #include "gguf/tensor/quant_blocks.h"
+#include "gguf/tensor/tensor_type.h"
 
 namespace moetier::codec_internal {
 
@@ -72,6 +73,10 @@ void QuantizeQ3_K(const float* src, void* dst, int64_t n_blocks);
 void QuantizeIQ4_NL(const float* src, void* dst, int64_t n_blocks);
 void QuantizeIQ4_XS(const float* src, void* dst, int64_t n_blocks);
 void QuantizeMXFP4(const float* src, void* dst, int64_t n_blocks);
+
+// The i-quant grid types (IsIqGridType), codec_iq_grids.cc.
+void DequantizeIqGrid(TensorType type, const void* src, float* dst, int64_t n_blocks);
+void QuantizeIqGrid(TensorType type, const float* src, void* dst, int64_t n_blocks);
 
 // --- scale searches the K-quant encoders share (codec_scale_fits.cc) ---------
 

@@ -124,6 +124,77 @@ struct BlockIQ4_XS {
   uint8_t qs[kQKK / 2];
 };
 
+// The i-quant grid types (codebooks in iq_grids.h). Per group of 8 values a
+// block stores a codebook index; signs beside it, 7 bits a group where the
+// 8th is parity (IqSignsFromSevenBits) or 8. Scales s are 4-bit (3-bit for
+// IQ1) and scale values by (2s + 1).
+//
+// IQ2_XXS: per 32 values 8 bytes: bytes 0..3 index 4 groups in the
+// 256-entry grid; the u32 of bytes 4..7 holds 4 x 7 sign bits and s in its top
+// 4 bits; y = d * (2s + 1) / 8 * grid * sign.
+struct BlockIQ2_XXS {
+  uint16_t d;
+  uint16_t qs[kQKK / 8];
+};
+
+// IQ2_XS: per group of 8 a u16: 9-bit index into the 512-entry grid and 7
+// sign bits; a scale nibble per 16 values (low nibble first);
+// y = d * (2s + 1) / 8 * grid * sign.
+struct BlockIQ2_XS {
+  uint16_t d;
+  uint16_t qs[kQKK / 8];
+  uint8_t scales[kQKK / 32];
+};
+
+// IQ2_S: per group of 8 the low 8 bits of a 10-bit index into the
+// 1024-entry grid (qs[0..32)), 8 sign bits (qs[32..64)); qh[g / 4] holds the
+// index's top 2 bits at bits 2(g % 4); scales as IQ2_XS.
+struct BlockIQ2_S {
+  uint16_t d;
+  uint8_t qs[kQKK / 4];
+  uint8_t qh[kQKK / 32];
+  uint8_t scales[kQKK / 32];
+};
+
+// IQ3_XXS: per 4 values a byte indexing the 256-entry grid (qs[0..64)),
+// then per 32 values a u32 of 4 x 7 sign bits and s in its top 4 bits;
+// y = d * (2s + 1) / 4 * grid * sign.
+struct BlockIQ3_XXS {
+  uint16_t d;
+  uint8_t qs[3 * kQKK / 8];
+};
+
+// IQ3_S: per 4 values the low 8 bits of a 9-bit index into the 512-entry
+// grid, the 9th in qh (bit i of qh[g] for index i of 32-group g), 8 sign bits
+// per 8 values, a scale nibble per 32 values (low nibble first);
+// y = d * (2s + 1) * grid * sign.
+struct BlockIQ3_S {
+  uint16_t d;
+  uint8_t qs[kQKK / 4];
+  uint8_t qh[kQKK / 32];
+  uint8_t signs[kQKK / 8];
+  uint8_t scales[kQKK / 64];
+};
+
+// IQ1_S: per group of 8 the low 8 bits of an 11-bit index into the signed
+// 2048-entry grid; per 32 values a u16 qh: the indices' top 3 bits at 3l,
+// s at bits 12..14, and bit 15 choosing a delta of -1/8 (else +1/8);
+// y = d * (2s + 1) * (grid + delta).
+struct BlockIQ1_S {
+  uint16_t d;
+  uint8_t qs[kQKK / 8];
+  uint16_t qh[kQKK / 32];
+};
+
+// IQ1_M: IQ1_S's indices, with each group's top 3 bits and delta sign in a
+// nibble of qh (bits 0..2 and 3); 3-bit scales per 16 values, four to a u16 of
+// `scales`, whose top nibbles make up the fp16 block scale d.
+struct BlockIQ1_M {
+  uint8_t qs[kQKK / 8];
+  uint8_t qh[kQKK / 16];
+  uint8_t scales[kQKK / 32];
+};
+
 // The non-linear levels of IQ4_NL and IQ4_XS (ggml's kvalues_iq4nl).
 inline constexpr int8_t kIq4NlLevels[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                             1,    13,   25,  38,  53,  69,  89,  113};
@@ -210,6 +281,24 @@ static_assert(offsetof(BlockQ3_K, scales) == 96 && offsetof(BlockQ3_K, d) == 108
 MOETIER_BLOCK_LAYOUT(BlockIQ4_XS);
 static_assert(sizeof(BlockIQ4_XS) == 136 && offsetof(BlockIQ4_XS, scales_h) == 2);
 static_assert(offsetof(BlockIQ4_XS, scales_l) == 4 && offsetof(BlockIQ4_XS, qs) == 8);
+
+MOETIER_BLOCK_LAYOUT(BlockIQ2_XXS);
+static_assert(sizeof(BlockIQ2_XXS) == 66 && offsetof(BlockIQ2_XXS, qs) == 2);
+MOETIER_BLOCK_LAYOUT(BlockIQ2_XS);
+static_assert(sizeof(BlockIQ2_XS) == 74 && offsetof(BlockIQ2_XS, scales) == 66);
+MOETIER_BLOCK_LAYOUT(BlockIQ2_S);
+static_assert(sizeof(BlockIQ2_S) == 82 && offsetof(BlockIQ2_S, qh) == 66 &&
+              offsetof(BlockIQ2_S, scales) == 74);
+MOETIER_BLOCK_LAYOUT(BlockIQ3_XXS);
+static_assert(sizeof(BlockIQ3_XXS) == 98 && offsetof(BlockIQ3_XXS, qs) == 2);
+MOETIER_BLOCK_LAYOUT(BlockIQ3_S);
+static_assert(sizeof(BlockIQ3_S) == 110 && offsetof(BlockIQ3_S, qh) == 66 &&
+              offsetof(BlockIQ3_S, signs) == 74 && offsetof(BlockIQ3_S, scales) == 106);
+MOETIER_BLOCK_LAYOUT(BlockIQ1_S);
+static_assert(sizeof(BlockIQ1_S) == 50 && offsetof(BlockIQ1_S, qh) == 34);
+MOETIER_BLOCK_LAYOUT(BlockIQ1_M);
+static_assert(sizeof(BlockIQ1_M) == 56 && offsetof(BlockIQ1_M, qh) == 32 &&
+              offsetof(BlockIQ1_M, scales) == 48);
 
 MOETIER_BLOCK_LAYOUT(BlockQ8K);
 static_assert(sizeof(BlockQ8K) == 292 && alignof(BlockQ8K) == 4);

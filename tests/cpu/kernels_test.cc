@@ -113,6 +113,23 @@ std::vector<uint8_t> MakeWeightRow(TensorType type, int64_t k, WeightSource sour
       case TensorType::kQ3_K:
         PutHalf(blk + 108, scale(rng));
         break;
+      case TensorType::kIQ2_XXS:
+      case TensorType::kIQ2_XS:
+      case TensorType::kIQ2_S:
+      case TensorType::kIQ3_XXS:
+      case TensorType::kIQ3_S:
+      case TensorType::kIQ1_S:
+        PutHalf(blk, scale(rng));
+        break;
+      case TensorType::kIQ1_M: {
+        // The half is the top nibbles of the four scale words (bytes 48..55).
+        const uint16_t d = FloatToHalf(scale(rng));
+        for (int w = 0; w < 4; ++w) {
+          blk[49 + 2 * w] =
+              static_cast<uint8_t>((blk[49 + 2 * w] & 0x0F) | (((d >> (4 * w)) & 0xF) << 4));
+        }
+        break;
+      }
       case TensorType::kMXFP4: {
         // Mostly scales 2^-10 .. 2^-3; also the subnormal ones (e = 0, 1) and
         // a large one.
@@ -324,7 +341,9 @@ TEST(CpuKernelsTest, FormatsAndBlockSizes) {
   EXPECT_EQ(ActFormatFor(TensorType::kQ8_0), ActFormat::kQ8_0);
   EXPECT_EQ(ActFormatFor(TensorType::kQ4_0), ActFormat::kQ8_0);
   EXPECT_EQ(ActFormatFor(TensorType::kBF16), ActFormat::kF32);
-  EXPECT_FALSE(SupportsWeightType(TensorType::kIQ2_XXS));
+  EXPECT_TRUE(SupportsWeightType(TensorType::kIQ2_XXS));
+  EXPECT_EQ(ActFormatFor(TensorType::kIQ1_M), ActFormat::kQ8_K);
+  EXPECT_FALSE(SupportsWeightType(TensorType::kTQ1_0));
   EXPECT_EQ(WeightBlockElems(TensorType::kQ6_K), 256);
   EXPECT_EQ(WeightBlockElems(TensorType::kQ4_0), 32);
   EXPECT_EQ(WeightBlockElems(TensorType::kF16), 1);
@@ -384,9 +403,9 @@ TEST(CpuKernelsTest, KQuants) {
   }
 }
 
-// The types beyond Q4_0 and the common K-quants, each with the activation
-// format llama.cpp pairs it with, at every level; more activation rows than a
-// kernel tile.
+// The types beyond Q4_0 and the common K-quants (the i-quant grid types
+// included), each with the activation format llama.cpp pairs it with, at
+// every level; more activation rows than a kernel tile.
 TEST(CpuKernelsTest, LowBitTypes) {
   uint32_t seed = 400;
   struct TypeFormat {
@@ -400,7 +419,14 @@ TEST(CpuKernelsTest, LowBitTypes) {
                                TypeFormat{TensorType::kMXFP4, ActFormat::kQ8_0},
                                TypeFormat{TensorType::kQ2_K, ActFormat::kQ8_K},
                                TypeFormat{TensorType::kQ3_K, ActFormat::kQ8_K},
-                               TypeFormat{TensorType::kIQ4_XS, ActFormat::kQ8_K}}) {
+                               TypeFormat{TensorType::kIQ4_XS, ActFormat::kQ8_K},
+                               TypeFormat{TensorType::kIQ2_XXS, ActFormat::kQ8_K},
+                               TypeFormat{TensorType::kIQ2_XS, ActFormat::kQ8_K},
+                               TypeFormat{TensorType::kIQ2_S, ActFormat::kQ8_K},
+                               TypeFormat{TensorType::kIQ3_XXS, ActFormat::kQ8_K},
+                               TypeFormat{TensorType::kIQ3_S, ActFormat::kQ8_K},
+                               TypeFormat{TensorType::kIQ1_S, ActFormat::kQ8_K},
+                               TypeFormat{TensorType::kIQ1_M, ActFormat::kQ8_K}}) {
     EXPECT_TRUE(SupportsWeightType(tf.type));
     EXPECT_EQ(ActFormatFor(tf.type), tf.format);
     EXPECT_EQ(WeightBlockElems(tf.type), GetTensorTypeInfo(tf.type).block_elems);

@@ -411,7 +411,7 @@ TEST_F(SynthFilesTest, MatrixTypeReplacesEveryBlockTypeWhoseRowsFit) {
   absl::StatusOr<SynthPlan> none = PlanSynthModel(f32);
   ASSERT_FALSE(none.ok());
   EXPECT_THAT(std::string(none.status().message()), HasSubstr("changed no tensor"));
-  for (TensorType refused : {TensorType::kF16, TensorType::kIQ2_XXS, TensorType::kQ8_K}) {
+  for (TensorType refused : {TensorType::kF16, TensorType::kTQ1_0, TensorType::kQ8_K}) {
     o.matrix_type = refused;
     absl::StatusOr<SynthPlan> bad = PlanSynthModel(o);
     ASSERT_FALSE(bad.ok());
@@ -452,10 +452,10 @@ TEST_F(SynthFilesTest, TensorTypeRulesApplyFirstMatchAndRefuseWhatCannotBe) {
   bad = PlanSynthModel(o);
   ASSERT_FALSE(bad.ok());
   EXPECT_THAT(std::string(bad.status().message()), HasSubstr("no tensor name contains"));
-  o.tensor_types = {{"attn_q.weight", TensorType::kIQ2_XXS}};
+  o.tensor_types = {{"attn_q.weight", TensorType::kTQ1_0}};
   bad = PlanSynthModel(o);
   ASSERT_FALSE(bad.ok());
-  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("cannot encode IQ2_XXS"));
+  EXPECT_THAT(std::string(bad.status().message()), HasSubstr("cannot encode TQ1_0"));
 }
 
 TEST_F(SynthFilesTest, SameSeedSameBytesRegardlessOfThreadsAndChunks) {

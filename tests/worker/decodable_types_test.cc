@@ -69,26 +69,27 @@ class DecodableTypesTest : public ::testing::Test {
 };
 
 TEST_F(DecodableTypesTest, EveryUndecodableTypeIsNamedWithItsCountAndAnExample) {
-  const std::vector<std::string> iq3 = Retype(TensorType::kIQ3_XXS, 3);
-  const std::vector<std::string> iq2 = Retype(TensorType::kIQ2_XXS, 2);
+  const std::vector<std::string> tq1 = Retype(TensorType::kTQ1_0, 3);
+  const std::vector<std::string> q8k = Retype(TensorType::kQ8_K, 2);
   const std::vector<std::string> tq2 = Retype(TensorType::kTQ2_0, 1);
   absl::StatusOr<Model> model = Load();
   ASSERT_FALSE(model.ok());
   EXPECT_EQ(model.status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_THAT(
       model.status().message(),
-      AllOf(HasSubstr(path_ + ": "), HasSubstr("IQ3_XXS (3 tensors, e.g. '" + iq3.front() + "')"),
-            HasSubstr("IQ2_XXS (2 tensors, e.g. '" + iq2.front() + "')"),
+      AllOf(HasSubstr(path_ + ": "), HasSubstr("TQ1_0 (3 tensors, e.g. '" + tq1.front() + "')"),
+            HasSubstr("Q8_K (2 tensors, e.g. '" + q8k.front() + "')"),
             HasSubstr("TQ2_0 (1 tensor, e.g. '" + tq2.front() + "')"),
             HasSubstr("supported types: F32, F16, Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q2_K, "
-                      "Q3_K, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS, BF16, MXFP4"),
+                      "Q3_K, Q4_K, Q5_K, Q6_K, IQ2_XXS, IQ2_XS, IQ3_XXS, IQ1_S, IQ4_NL, IQ3_S, "
+                      "IQ2_S, IQ4_XS, IQ1_M, BF16, MXFP4"),
             HasSubstr("llama-quantize"), HasSubstr("Q4_K_M")));
   // The tensors left as they were are not blamed.
   EXPECT_THAT(model.status().message(), AllOf(Not(HasSubstr("Q4_K (")), Not(HasSubstr("Q6_K ("))));
 }
 
 TEST_F(DecodableTypesTest, AnUnknownArchitectureIsReportedBeforeTheTypes) {
-  Retype(TensorType::kIQ3_XXS, 1);
+  Retype(TensorType::kTQ1_0, 1);
   small_.Set("general.architecture", GgufValue::String("qwen9moe"));
   absl::StatusOr<Model> model = Load();
   ASSERT_FALSE(model.ok());

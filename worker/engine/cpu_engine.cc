@@ -24,7 +24,7 @@ constexpr BackendWeightSupport kCpuSupport = {
     .matrix_type = &cpu::SupportsWeightType,
     .type_list =
         "F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4, Q2_K, Q3_K, Q4_K, "
-        "Q5_K, Q6_K and IQ4_XS",
+        "Q5_K, Q6_K, IQ4_XS, IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS and IQ3_S",
     .alternative = "requantize the model or use --backend reference",
     .mixer = &CpuMixer,
     .ffn = &CpuFfn,

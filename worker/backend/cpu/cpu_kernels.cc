@@ -17,6 +17,8 @@
 #include "backend/cpu/block_layouts.h"
 #include "backend/cpu/cpu_check.h"
 #include "backend/cpu/kernel_table.h"
+#include "backend/cpu/kernels_iq_grids.h"
+#include "gguf/tensor/iq_grid_blocks.h"
 
 namespace moetier::cpu {
 namespace {
@@ -242,7 +244,7 @@ bool SupportsWeightType(TensorType type) {
     case TensorType::kIQ4_XS:
       return true;
     default:
-      return false;
+      return IsIqGridType(type);
   }
 }
 
@@ -264,6 +266,7 @@ ActFormat ActFormatFor(TensorType weight_type) {
     case TensorType::kIQ4_XS:
       return ActFormat::kQ8_K;
     default:
+      if (IsIqGridType(weight_type)) return ActFormat::kQ8_K;
       MOETIER_CPU_CHECK(SupportsWeightType(weight_type), "weight type without CPU kernels");
       return ActFormat::kF32;
   }
@@ -427,7 +430,8 @@ void MatMul(TensorType weight_type, int64_t k, const void* w, size_t w_row_bytes
       fn = t.gemm_iq4_xs;
       break;
     default:
-      MOETIER_CPU_CHECK(false, "weight type without CPU kernels");
+      fn = IqGridGemmTile(weight_type);  // one portable kernel for every level
+      MOETIER_CPU_CHECK(fn != nullptr, "weight type without CPU kernels");
   }
   const uint8_t* wb = static_cast<const uint8_t*>(w);
   const uint8_t* ab = static_cast<const uint8_t*>(act);

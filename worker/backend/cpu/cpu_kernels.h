@@ -3,7 +3,8 @@
 //
 // Weights stay in the file's encoding. Activations are prepared once per
 // matrix input (QuantizeActRows) in the format the weight type pairs with,
-// as llama.cpp pairs them: Q2_K/Q3_K/Q4_K/Q5_K/Q6_K/IQ4_XS with Q8_K;
+// as llama.cpp pairs them: Q2_K/Q3_K/Q4_K/Q5_K/Q6_K/IQ4_XS and the i-quant
+// grid types (IQ1_S/IQ1_M/IQ2_XXS/IQ2_XS/IQ2_S/IQ3_XXS/IQ3_S) with Q8_K;
 // Q8_0/Q4_0/Q4_1/Q5_0/Q5_1/IQ4_NL/MXFP4 with Q8_0 (llama.cpp's Q8_1 for Q4_1
 // and Q5_1 carries the same numbers); and F32/F16/BF16 with plain f32. For quantized weights a row
 // carries, after that plane, a second one in the same format that quantizes the first one's
@@ -44,7 +45,8 @@ absl::Status SetSimdLevel(SimdLevel level);
 enum class ActFormat { kF32, kQ8_0, kQ8_K };
 
 // Whether MatMul handles weights of `type`: F32, F16, BF16, Q8_0, Q4_0, Q4_1,
-// Q5_0, Q5_1, IQ4_NL, MXFP4, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS.
+// Q5_0, Q5_1, IQ4_NL, MXFP4, Q2_K, Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS, IQ1_S,
+// IQ1_M, IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S.
 bool SupportsWeightType(TensorType type);
 // Precondition for the functions below: SupportsWeightType(weight_type).
 ActFormat ActFormatFor(TensorType weight_type);
