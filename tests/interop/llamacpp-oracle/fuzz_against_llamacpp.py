@@ -16,7 +16,8 @@ The files are F32, so both sides compute in f32 and only rounding separates
 them (about 3e-7 of the row range). Quantized files make no sharp test here:
 llama.cpp rounds activations to 8 bits for them, which alone moves logits by
 1e-2 of the range and flips router near-ties; the block formats are checked
-against llama.cpp another way (tests/data/vectors/README.md, mixed-low-bit).
+against llama.cpp another way (tests/data/vectors/README.md, mixed-low-bit
+and iq-grids-low-bit).
 """
 
 import argparse

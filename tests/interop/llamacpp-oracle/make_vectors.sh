@@ -5,6 +5,8 @@
 # (../float64_forward.py).
 #   mixed-low-bit             a qwen3moe whose tensors cover the types beyond
 #                             Q4_0 and the common K-quants
+#   iq-grids-low-bit          the same shape with the i-quant grid types
+#                             (IQ1_S ... IQ3_S)
 #   yarn-tiny-f32             qwen3moe with YaRN rope scaling
 #   mixtral-linear-tiny-f32   llama with experts, linearly scaled rope
 #   mixtral-rope-freqs-tiny-f32  llama with experts and rope_freqs.weight
@@ -55,6 +57,24 @@ oracles() {
     --ids-file "$out/$1.ids" --out "$out/$1.exact.f32" \
     --compare "$out/$1.llamacpp.f32" --tolerance-of-range 1 --quiet
 }
+oracles "$name"
+
+# Each i-quant grid type in at least one matrix product; the embedding (IQ3_S)
+# llama.cpp decodes without activation rounding. attn_output (rows of 128)
+# cannot hold these 256-value blocks and stays Q8_0.
+name=iq-grids-low-bit
+"$build/tools/synth/moetier-synth" --arch qwen3moe --preset tiny --embd 256 --quant q8_0 \
+  --seed 12 --quiet \
+  --tensor-type token_embd.weight=iq3_s --tensor-type blk.0.attn_output.weight=q8_0 \
+  --tensor-type blk.1.attn_output.weight=q8_0 --tensor-type output.weight=iq3_xxs \
+  --tensor-type blk.0.attn_q.weight=iq2_s --tensor-type blk.0.attn_k.weight=iq2_xs \
+  --tensor-type blk.0.attn_v.weight=iq1_m --tensor-type blk.1.attn_k.weight=iq3_s \
+  --tensor-type blk.0.ffn_gate_exps=iq2_xxs --tensor-type blk.0.ffn_up_exps=iq3_xxs \
+  --tensor-type blk.0.ffn_down_exps=iq1_s --tensor-type blk.1.ffn_gate_exps=iq3_s \
+  --tensor-type blk.1.ffn_up_exps=iq2_s --tensor-type blk.1.ffn_down_exps=iq2_xs \
+  --out "$out/$name.gguf"
+echo "1,17,300,42,7,499,212,3,88,100,250,61,5,77,123,456,9,300,18,402,33,271,144,8" \
+  > "$out/$name.ids"
 oracles "$name"
 
 # Rope scaling: original contexts shorter than the 24 positions, so that
