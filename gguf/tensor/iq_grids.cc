@@ -595,6 +595,16 @@ constexpr std::array<uint8_t, 8> kIq3XxsLevels = {4, 12, 20, 28, 36, 44, 52, 62}
 constexpr std::array<uint8_t, 8> kIq3SLevels = {1, 3, 5, 7, 9, 11, 13, 15};
 constexpr std::array<int8_t, 3> kIq1Levels = {-1, 0, 1};
 
+constexpr std::array<uint64_t, 256> MakeSignMasks() {
+  std::array<uint64_t, 256> masks{};
+  for (int i = 0; i < 256; ++i) {
+    for (int j = 0; j < 8; ++j) {
+      if ((i >> j) & 1) masks[i] |= uint64_t{0xFF} << (8 * j);
+    }
+  }
+  return masks;
+}
+
 }  // namespace
 
 constexpr std::array<IqGrid8, 256> kIq2XxsGrid = Expand<uint8_t, 256, 8>(kIq2XxsDigits, kIq2Levels);
@@ -605,5 +615,25 @@ constexpr std::array<IqGrid4, 256> kIq3XxsGrid =
 constexpr std::array<IqGrid4, 512> kIq3SGrid = Expand<uint8_t, 512, 4>(kIq3SDigits, kIq3SLevels);
 constexpr std::array<std::array<int8_t, 8>, 2048> kIq1SGrid =
     Expand<int8_t, 2048, 8>(kIq1SDigits, kIq1Levels);
+
+constexpr std::array<uint64_t, 256> kIqSignMasks = MakeSignMasks();
+
+constexpr std::array<uint64_t, 128> kIqSevenBitSignMasks = [] {
+  std::array<uint64_t, 128> masks{};
+  for (uint32_t i = 0; i < 128; ++i) masks[i] = kIqSignMasks[IqSignsFromSevenBits(i)];
+  return masks;
+}();
+
+constexpr std::array<std::array<uint64_t, 2048>, 2> kIq1Words = [] {
+  std::array<std::array<uint64_t, 2048>, 2> words{};
+  for (size_t i = 0; i < kIq1SGrid.size(); ++i) {
+    for (int j = 0; j < 8; ++j) {
+      const int base = 8 * kIq1SGrid[i][j];
+      words[0][i] |= static_cast<uint64_t>(static_cast<uint8_t>(base + 1)) << (8 * j);
+      words[1][i] |= static_cast<uint64_t>(static_cast<uint8_t>(base - 1)) << (8 * j);
+    }
+  }
+  return words;
+}();
 
 }  // namespace moetier

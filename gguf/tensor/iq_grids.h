@@ -37,4 +37,14 @@ constexpr uint8_t IqSignsFromSevenBits(uint32_t seven_bits) {
 // IQ1_S and IQ1_M add ±1/8 to every grid value of a group.
 inline constexpr float kIq1Delta = 0.125f;
 
+// Tables for decoding eight values at a time as one little-endian word
+// (byte j: value j).
+// kIqSignMasks[s]: byte j is 0xFF where bit j of s is set.
+extern const std::array<uint64_t, 256> kIqSignMasks;
+// kIqSevenBitSignMasks[b] = kIqSignMasks[IqSignsFromSevenBits(b)].
+extern const std::array<uint64_t, 128> kIqSevenBitSignMasks;
+// kIq1Words[n][i]: 8 * (grid value + delta) of IQ1 entry i, delta +1/8 for
+// n = 0 and -1/8 for n = 1, as int8 bytes.
+extern const std::array<std::array<uint64_t, 2048>, 2> kIq1Words;
+
 }  // namespace moetier

@@ -220,7 +220,19 @@ std::vector<uint8_t> RandomMatrix(TensorType type, int64_t k, int64_t rows, std:
       case TensorType::kQ5_0:
       case TensorType::kIQ4_NL:
       case TensorType::kIQ4_XS:
+      case TensorType::kIQ2_XXS:
+      case TensorType::kIQ2_XS:
+      case TensorType::kIQ2_S:
+      case TensorType::kIQ3_XXS:
+      case TensorType::kIQ3_S:
+      case TensorType::kIQ1_S:
         std::memcpy(blk, &small_half, 2);
+        break;
+      case TensorType::kIQ1_M:  // the half is the top nibbles of the scale words
+        for (int w = 0; w < 4; ++w) {
+          blk[49 + 2 * w] = static_cast<uint8_t>((blk[49 + 2 * w] & 0x0F) |
+                                                 (((small_half >> (4 * w)) & 0xF) << 4));
+        }
         break;
       case TensorType::kQ4_K:
       case TensorType::kQ5_K:
@@ -312,15 +324,17 @@ int RunKernels(const Options& o) {
   BandwidthProbe probe(pool, o.bandwidth_mib);
   const double bw = probe.Best(o.runs);
   std::printf("RAM read bandwidth: %.2f GB/s (best of %d passes)\n", bw, o.runs);
-  std::printf("%-6s %14s %9s %14s %14s %14s\n", "type", "matvec RAM", "of bw", "matvec cache",
+  std::printf("%-7s %14s %9s %14s %14s %14s\n", "type", "matvec RAM", "of bw", "matvec cache",
               "batch4 cache", "batch16 cache");
   std::mt19937 rng(9);
   const int64_t k = 2048;
   for (TensorType type :
-       {TensorType::kQ4_K, TensorType::kQ5_K, TensorType::kQ6_K, TensorType::kQ8_0,
-        TensorType::kQ4_0, TensorType::kQ2_K, TensorType::kQ3_K, TensorType::kIQ4_XS,
-        TensorType::kQ4_1, TensorType::kQ5_0, TensorType::kQ5_1, TensorType::kIQ4_NL,
-        TensorType::kMXFP4, TensorType::kF16, TensorType::kBF16, TensorType::kF32}) {
+       {TensorType::kQ4_K,   TensorType::kQ5_K,    TensorType::kQ6_K,    TensorType::kQ8_0,
+        TensorType::kQ4_0,   TensorType::kQ2_K,    TensorType::kQ3_K,    TensorType::kIQ4_XS,
+        TensorType::kQ4_1,   TensorType::kQ5_0,    TensorType::kQ5_1,    TensorType::kIQ4_NL,
+        TensorType::kMXFP4,  TensorType::kIQ3_S,   TensorType::kIQ3_XXS, TensorType::kIQ2_S,
+        TensorType::kIQ2_XS, TensorType::kIQ2_XXS, TensorType::kIQ1_M,   TensorType::kIQ1_S,
+        TensorType::kF16,    TensorType::kBF16,    TensorType::kF32}) {
     const int64_t row_bytes = TensorRowBytes(type, k);
     const int64_t big_rows = o.bandwidth_mib * 1024 * 1024 / 4 / row_bytes;
     const int64_t small_rows = std::max<int64_t>(16, 256 * 1024 / row_bytes / 16 * 16);
@@ -330,7 +344,7 @@ int RunKernels(const Options& o) {
     const double cache1 = MatMulRate(pool, type, k, small, small_rows, 1, o.runs, 0.05) / 1e9;
     const double cache4 = MatMulRate(pool, type, k, small, small_rows, 4, o.runs, 0.05) / 1e9;
     const double cache16 = MatMulRate(pool, type, k, small, small_rows, 16, o.runs, 0.05) / 1e9;
-    std::printf("%-6s %9.2f GB/s %8.0f%% %9.2f GB/s %9.2f GB/s %9.2f GB/s\n",
+    std::printf("%-7s %9.2f GB/s %8.0f%% %9.2f GB/s %9.2f GB/s %9.2f GB/s\n",
                 std::string(TensorTypeName(type)).c_str(), ram, 100.0 * ram / bw, cache1, cache4,
                 cache16);
   }

@@ -16,8 +16,8 @@
 #include "absl/strings/str_format.h"
 #include "backend/cpu/block_layouts.h"
 #include "backend/cpu/cpu_check.h"
+#include "backend/cpu/gemm_iq_grids.h"
 #include "backend/cpu/kernel_table.h"
-#include "backend/cpu/kernels_iq_grids.h"
 #include "gguf/tensor/iq_grid_blocks.h"
 
 namespace moetier::cpu {
@@ -430,8 +430,8 @@ void MatMul(TensorType weight_type, int64_t k, const void* w, size_t w_row_bytes
       fn = t.gemm_iq4_xs;
       break;
     default:
-      fn = IqGridGemmTile(weight_type);  // one portable kernel for every level
-      MOETIER_CPU_CHECK(fn != nullptr, "weight type without CPU kernels");
+      MOETIER_CPU_CHECK(iq_grids::TableIndex(weight_type) >= 0, "weight type without CPU kernels");
+      fn = t.gemm_iq_grid[iq_grids::TableIndex(weight_type)];
   }
   const uint8_t* wb = static_cast<const uint8_t*>(w);
   const uint8_t* ab = static_cast<const uint8_t*>(act);

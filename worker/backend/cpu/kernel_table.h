@@ -62,6 +62,8 @@ struct KernelTable {
   GemmTileFn gemm_q2_k;
   GemmTileFn gemm_q3_k;
   GemmTileFn gemm_iq4_xs;
+  // IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M (gemm_iq_grids.h).
+  GemmTileFn gemm_iq_grid[7];
   QuantizeActFn quantize_q8_0;
   QuantizeActFn quantize_q8_k;
   float (*dot_f32)(const float* a, const float* b, int64_t n);

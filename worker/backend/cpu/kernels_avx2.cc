@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "backend/cpu/block_layouts.h"
+#include "backend/cpu/gemm_iq_grids.h"
 #include "backend/cpu/gemm_low_bit_x86.h"
 #include "backend/cpu/kernel_table.h"
 #include "backend/cpu/kv_values_x86.h"
@@ -677,6 +678,7 @@ const KernelTable kAvx2Kernels = {
     .gemm_q2_k = GemmTileDispatch<KQ2K>,
     .gemm_q3_k = GemmTileDispatch<KQ3K>,
     .gemm_iq4_xs = GemmTileDispatch<KIQ4XS>,
+    .gemm_iq_grid = MOETIER_IQ_GRID_GEMMS,
     .quantize_q8_0 = QuantizeQ8_0,
     .quantize_q8_k = QuantizeQ8K,
     .dot_f32 = DotF32,

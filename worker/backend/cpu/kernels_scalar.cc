@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "backend/cpu/block_layouts.h"
+#include "backend/cpu/gemm_iq_grids.h"
 #include "backend/cpu/kernel_table.h"
 #include "gguf/tensor/half.h"
 #include "gguf/tensor/quant_codec.h"
@@ -493,6 +494,7 @@ const KernelTable kScalarKernels = {
     .gemm_q2_k = GemmTile<DotRowQ2K>,
     .gemm_q3_k = GemmTile<DotRowQ3K>,
     .gemm_iq4_xs = GemmTile<DotRowIQ4XS>,
+    .gemm_iq_grid = MOETIER_IQ_GRID_GEMMS,
     .quantize_q8_0 = QuantizeQ8_0,
     .quantize_q8_k = QuantizeQ8K,
     .dot_f32 = DotF32,

@@ -1,0 +1,195 @@
+// Matrix kernels for the i-quant grid types (IQ1_S, IQ1_M, IQ2_XXS, IQ2_XS,
+// IQ2_S, IQ3_XXS, IQ3_S) against Q8_K activation rows, as llama.cpp pairs
+// them. Where the including translation unit is compiled for AVX2, each
+// block is decoded 32 values at a time straight into vectors
+// (gguf/tensor/iq_grid_chunks.h) that every activation row of the call then
+// uses; otherwise each block is unpacked once to 8-bit values
+// (iq_grid_blocks.h) and dotted in plain loops. Included by
+// every kernel translation unit (the anonymous namespace keeps their copies
+// apart) and by the dispatcher, for the table index.
+#pragma once
+
+#if defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "backend/cpu/block_layouts.h"
+#include "backend/cpu/kernel_table.h"
+#include "gguf/tensor/iq_grid_blocks.h"
+#include "gguf/tensor/iq_grid_chunks.h"
+
+namespace moetier::cpu {
+namespace {
+namespace iq_grids {
+
+// KernelTable::gemm_iq_grid's slot for `type`, -1 when it is not a grid type.
+inline int TableIndex(TensorType type) {
+  switch (type) {
+    case TensorType::kIQ2_XXS:
+      return 0;
+    case TensorType::kIQ2_XS:
+      return 1;
+    case TensorType::kIQ2_S:
+      return 2;
+    case TensorType::kIQ3_XXS:
+      return 3;
+    case TensorType::kIQ3_S:
+      return 4;
+    case TensorType::kIQ1_S:
+      return 5;
+    case TensorType::kIQ1_M:
+      return 6;
+    default:
+      return -1;
+  }
+}
+
+#if defined(__AVX2__)
+
+// Four words into a vector, each read on its own: Decode has just stored
+// them 8 bytes at a time, and one 32-byte load over four fresh stores would
+// wait for them to retire.
+inline __m256i FourWords(const uint64_t* w) {
+  const __m128i lo = _mm_insert_epi64(_mm_cvtsi64_si128(static_cast<int64_t>(w[0])),
+                                      static_cast<int64_t>(w[1]), 1);
+  const __m128i hi = _mm_insert_epi64(_mm_cvtsi64_si128(static_cast<int64_t>(w[2])),
+                                      static_cast<int64_t>(w[3]), 1);
+  return _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
+}
+
+// Values are decoded 32 at a time into one vector of codebook magnitudes and
+// one of their signs, used for every activation row: |q| * (a with q's sign)
+// keeps maddubs' unsigned operand non-negative; |q| <= 62 and |a| <= 127
+// keep its pair sums below 2^14, and madd multiplies them by the scales
+// (<= 31) without overflow.
+// kNA activation rows at a time, so that their accumulators stay in registers.
+template <TensorType kType, int kNA>
+void GemmRows(int64_t k, const uint8_t* w, size_t w_stride, int64_t n_rows, const uint8_t* act,
+              size_t act_stride, float* out, int64_t ldo) {
+  const int64_t block_bytes = GetTensorTypeInfo(kType).block_bytes;
+  const int64_t n_blocks = k / kQK_K;
+  const __m256i ones = _mm256_set1_epi8(1);
+  for (int64_t r = 0; r < n_rows; ++r) {
+    float sum[kNA] = {};
+    const uint8_t* row = w + r * w_stride;
+    for (int64_t b = 0; b < n_blocks; ++b) {
+      const uint8_t* blk = row + b * block_bytes;
+      __m256i acc[kNA];
+      _Pragma("GCC unroll 8") for (int m = 0; m < kNA; ++m) acc[m] = _mm256_setzero_si256();
+      for (int c = 0; c < kQK_K / 32; ++c) {
+        iq_chunks::Chunk chunk;
+        iq_chunks::Decode<kType>(blk, c, &chunk);
+        const __m256i words = FourWords(chunk.words);
+        __m256i magnitudes;
+        __m256i signs;
+        if constexpr (iq_chunks::SignedWords(kType)) {
+          magnitudes = _mm256_sign_epi8(words, words);
+          signs = words;  // never 0: 8 * grid ± 1
+        } else {
+          magnitudes = words;
+          signs = _mm256_or_si256(FourWords(chunk.negative), ones);
+        }
+        const __m256i scales =
+            _mm256_setr_m128i(_mm_set1_epi16(chunk.scale[0]), _mm_set1_epi16(chunk.scale[1]));
+        _Pragma("GCC unroll 8") for (int m = 0; m < kNA; ++m) {
+          const __m256i a = _mm256_loadu_si256(
+              reinterpret_cast<const __m256i*>(act + m * act_stride + b * kQK_K + 32 * c));
+          const __m256i pairs = _mm256_maddubs_epi16(magnitudes, _mm256_sign_epi8(a, signs));
+          acc[m] = _mm256_add_epi32(acc[m], _mm256_madd_epi16(pairs, scales));
+        }
+      }
+      const float d = _cvtsh_ss(iq_chunks::ScaleBits(kType, blk)) * iq_chunks::ScaleFactor(kType);
+      _Pragma("GCC unroll 8") for (int m = 0; m < kNA; ++m) {
+        __m128i s4 =
+            _mm_add_epi32(_mm256_castsi256_si128(acc[m]), _mm256_extracti128_si256(acc[m], 1));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+        s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+        const Q8KRow a = Q8KRowAt(act + m * act_stride, k);
+        sum[m] += a.d[b] * d * static_cast<float>(_mm_cvtsi128_si32(s4));
+      }
+    }
+    for (int m = 0; m < kNA; ++m) out[m * ldo + r] = sum[m];
+  }
+}
+
+template <TensorType kType>
+void Gemm(int64_t k, const uint8_t* w, size_t w_stride, int64_t n_rows, const uint8_t* act,
+          size_t act_stride, int n_act, float* out, int64_t ldo) {
+  // Up to 4 rows per pass: the decoded vectors are reused four times, and
+  // four accumulators leave registers for the decoding.
+  for (int m = 0; m < n_act; m += 4) {
+    const uint8_t* a = act + m * act_stride;
+    float* o = out + m * ldo;
+    switch (std::min(4, n_act - m)) {
+      case 1:
+        GemmRows<kType, 1>(k, w, w_stride, n_rows, a, act_stride, o, ldo);
+        break;
+      case 2:
+        GemmRows<kType, 2>(k, w, w_stride, n_rows, a, act_stride, o, ldo);
+        break;
+      case 3:
+        GemmRows<kType, 3>(k, w, w_stride, n_rows, a, act_stride, o, ldo);
+        break;
+      default:
+        GemmRows<kType, 4>(k, w, w_stride, n_rows, a, act_stride, o, ldo);
+        break;
+    }
+  }
+}
+
+#else
+
+// Σ over the block of scale[g] · Σ_{e in group g} q[e]·a[e].
+inline int32_t BlockDot(const IqGridValues& w, const int8_t* a) {
+  int32_t total = 0;
+  for (int g = 0; g < kQK_K / kIqGridScaleGroup; ++g) {
+    int32_t s = 0;
+    for (int j = 0; j < kIqGridScaleGroup; ++j) {
+      s += w.q[g * kIqGridScaleGroup + j] * a[g * kIqGridScaleGroup + j];
+    }
+    total += w.scale[g] * s;
+  }
+  return total;
+}
+
+// Each weight block is unpacked once for all activation rows of the call.
+template <TensorType kType>
+void Gemm(int64_t k, const uint8_t* w, size_t w_stride, int64_t n_rows, const uint8_t* act,
+          size_t act_stride, int n_act, float* out, int64_t ldo) {
+  const int64_t block_bytes = GetTensorTypeInfo(kType).block_bytes;
+  const int64_t n_blocks = k / kQK_K;
+  IqGridValues unpacked;
+  for (int64_t r = 0; r < n_rows; ++r) {
+    float sum[kMaxActTile] = {};
+    const uint8_t* row = w + r * w_stride;
+    for (int64_t b = 0; b < n_blocks; ++b) {
+      UnpackIqGridBlock(kType, row + b * block_bytes, &unpacked);
+      for (int m = 0; m < n_act; ++m) {
+        const Q8KRow a = Q8KRowAt(act + m * act_stride, k);
+        sum[m] += a.d[b] * unpacked.d * static_cast<float>(BlockDot(unpacked, a.qs + b * kQK_K));
+      }
+    }
+    for (int m = 0; m < n_act; ++m) out[m * ldo + r] = sum[m];
+  }
+}
+
+#endif
+
+}  // namespace iq_grids
+}  // namespace
+
+// The table entries, in TableIndex order.
+#define MOETIER_IQ_GRID_GEMMS                                                     \
+  {                                                                               \
+    iq_grids::Gemm<TensorType::kIQ2_XXS>, iq_grids::Gemm<TensorType::kIQ2_XS>,    \
+        iq_grids::Gemm<TensorType::kIQ2_S>, iq_grids::Gemm<TensorType::kIQ3_XXS>, \
+        iq_grids::Gemm<TensorType::kIQ3_S>, iq_grids::Gemm<TensorType::kIQ1_S>,   \
+        iq_grids::Gemm<TensorType::kIQ1_M>                                        \
+  }
+
+}  // namespace moetier::cpu
