@@ -120,12 +120,12 @@ void GemmRows(int64_t k, const uint8_t* w, size_t w_stride, int64_t n_rows, cons
 template <TensorType kType>
 void Gemm(int64_t k, const uint8_t* w, size_t w_stride, int64_t n_rows, const uint8_t* act,
           size_t act_stride, int n_act, float* out, int64_t ldo) {
-  // Up to 4 rows per pass: the decoded vectors are reused four times, and
-  // four accumulators leave registers for the decoding.
-  for (int m = 0; m < n_act; m += 4) {
+  // Up to 8 rows per pass, each decoded chunk reused by all of them: 8
+  // accumulators and the chunk's 3 vectors fit AVX2's 16 registers.
+  for (int m = 0; m < n_act; m += 8) {
     const uint8_t* a = act + m * act_stride;
     float* o = out + m * ldo;
-    switch (std::min(4, n_act - m)) {
+    switch (std::min(8, n_act - m)) {
       case 1:
         GemmRows<kType, 1>(k, w, w_stride, n_rows, a, act_stride, o, ldo);
         break;
@@ -135,8 +135,20 @@ void Gemm(int64_t k, const uint8_t* w, size_t w_stride, int64_t n_rows, const ui
       case 3:
         GemmRows<kType, 3>(k, w, w_stride, n_rows, a, act_stride, o, ldo);
         break;
-      default:
+      case 4:
         GemmRows<kType, 4>(k, w, w_stride, n_rows, a, act_stride, o, ldo);
+        break;
+      case 5:
+        GemmRows<kType, 5>(k, w, w_stride, n_rows, a, act_stride, o, ldo);
+        break;
+      case 6:
+        GemmRows<kType, 6>(k, w, w_stride, n_rows, a, act_stride, o, ldo);
+        break;
+      case 7:
+        GemmRows<kType, 7>(k, w, w_stride, n_rows, a, act_stride, o, ldo);
+        break;
+      default:
+        GemmRows<kType, 8>(k, w, w_stride, n_rows, a, act_stride, o, ldo);
         break;
     }
   }
