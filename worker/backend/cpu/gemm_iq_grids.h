@@ -62,18 +62,71 @@ inline __m256i FourWords(const uint64_t* w) {
   return _mm256_inserti128_si256(_mm256_castsi128_si256(lo), hi, 1);
 }
 
-// Values are decoded 32 at a time into one vector of codebook magnitudes and
-// one of their signs, used for every activation row: |q| * (a with q's sign)
-// keeps maddubs' unsigned operand non-negative; |q| <= 62 and |a| <= 127
-// keep its pair sums below 2^14, and madd multiplies them by the scales
-// (<= 31) without overflow.
-// kNA activation rows at a time, so that their accumulators stay in registers.
+// One chunk of 32 values as vectors: codebook magnitudes, signs (bytes +1
+// or -1) and the two halves' scales (int16).
+struct ChunkVectors {
+  __m256i magnitudes;
+  __m256i signs;
+  __m256i scales;
+};
+
+// Byte j of the result is -1 where bit j % 8 of byte j / 8 of `bits` is set,
+// else +1.
+inline __m256i SignsFromBits(uint32_t bits) {
+  const __m256i spread = _mm256_shuffle_epi8(
+      _mm256_set1_epi32(static_cast<int32_t>(bits)),
+      _mm256_setr_epi64x(0, 0x0101010101010101, 0x0202020202020202, 0x0303030303030303));
+  const __m256i bit = _mm256_set1_epi64x(static_cast<int64_t>(0x8040201008040201ull));
+  const __m256i set = _mm256_cmpeq_epi8(_mm256_and_si256(spread, bit), bit);
+  return _mm256_or_si256(set, _mm256_set1_epi8(1));
+}
+
+template <TensorType kType>
+inline ChunkVectors LoadChunk(const uint8_t* blk, int c) {
+  ChunkVectors v;
+  if constexpr (kType == TensorType::kIQ3_S) {
+    // Eight 9-bit indices gathered at once: the low bytes widened, bit i of
+    // qh moved to bit 8 of index i.
+    const __m256i low = _mm256_cvtepu8_epi32(
+        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + offsetof(BlockIQ3_S, qs) + 8 * c)));
+    const __m256i high =
+        _mm256_and_si256(_mm256_sllv_epi32(_mm256_set1_epi32(blk[offsetof(BlockIQ3_S, qh) + c]),
+                                           _mm256_setr_epi32(8, 7, 6, 5, 4, 3, 2, 1)),
+                         _mm256_set1_epi32(256));
+    v.magnitudes = _mm256_i32gather_epi32(reinterpret_cast<const int*>(kIq3SGrid.data()),
+                                          _mm256_or_si256(low, high), 4);
+    uint32_t sign_bits;
+    std::memcpy(&sign_bits, blk + offsetof(BlockIQ3_S, signs) + 4 * c, 4);
+    v.signs = SignsFromBits(sign_bits);
+    const int nibbles = blk[offsetof(BlockIQ3_S, scales) + c / 2];
+    v.scales = _mm256_set1_epi16(static_cast<int16_t>(2 * ((nibbles >> (4 * (c % 2))) & 0x0F) + 1));
+    return v;
+  } else {
+    iq_chunks::Chunk chunk;
+    iq_chunks::Decode<kType>(blk, c, &chunk);
+    const __m256i words = FourWords(chunk.words);
+    if constexpr (iq_chunks::SignedWords(kType)) {
+      v.magnitudes = _mm256_sign_epi8(words, words);
+      v.signs = words;  // never 0: 8 * grid ± 1
+    } else {
+      v.magnitudes = words;
+      v.signs = _mm256_or_si256(FourWords(chunk.negative), _mm256_set1_epi8(1));
+    }
+    v.scales = _mm256_setr_m128i(_mm_set1_epi16(chunk.scale[0]), _mm_set1_epi16(chunk.scale[1]));
+    return v;
+  }
+}
+
+// Each chunk's vectors serve every activation row of the pass: |q| * (a with
+// q's sign) keeps maddubs' unsigned operand non-negative; |q| <= 62 and
+// |a| <= 127 keep its pair sums below 2^14, and madd multiplies them by the
+// scales (<= 31) without overflow. kNA rows at a time, so that their
+// accumulators stay in registers.
 template <TensorType kType, int kNA>
 void GemmRows(int64_t k, const uint8_t* w, size_t w_stride, int64_t n_rows, const uint8_t* act,
               size_t act_stride, float* out, int64_t ldo) {
   const int64_t block_bytes = GetTensorTypeInfo(kType).block_bytes;
   const int64_t n_blocks = k / kQK_K;
-  const __m256i ones = _mm256_set1_epi8(1);
   for (int64_t r = 0; r < n_rows; ++r) {
     float sum[kNA] = {};
     const uint8_t* row = w + r * w_stride;
@@ -82,25 +135,12 @@ void GemmRows(int64_t k, const uint8_t* w, size_t w_stride, int64_t n_rows, cons
       __m256i acc[kNA];
       _Pragma("GCC unroll 8") for (int m = 0; m < kNA; ++m) acc[m] = _mm256_setzero_si256();
       for (int c = 0; c < kQK_K / 32; ++c) {
-        iq_chunks::Chunk chunk;
-        iq_chunks::Decode<kType>(blk, c, &chunk);
-        const __m256i words = FourWords(chunk.words);
-        __m256i magnitudes;
-        __m256i signs;
-        if constexpr (iq_chunks::SignedWords(kType)) {
-          magnitudes = _mm256_sign_epi8(words, words);
-          signs = words;  // never 0: 8 * grid ± 1
-        } else {
-          magnitudes = words;
-          signs = _mm256_or_si256(FourWords(chunk.negative), ones);
-        }
-        const __m256i scales =
-            _mm256_setr_m128i(_mm_set1_epi16(chunk.scale[0]), _mm_set1_epi16(chunk.scale[1]));
+        const ChunkVectors v = LoadChunk<kType>(blk, c);
         _Pragma("GCC unroll 8") for (int m = 0; m < kNA; ++m) {
           const __m256i a = _mm256_loadu_si256(
               reinterpret_cast<const __m256i*>(act + m * act_stride + b * kQK_K + 32 * c));
-          const __m256i pairs = _mm256_maddubs_epi16(magnitudes, _mm256_sign_epi8(a, signs));
-          acc[m] = _mm256_add_epi32(acc[m], _mm256_madd_epi16(pairs, scales));
+          const __m256i pairs = _mm256_maddubs_epi16(v.magnitudes, _mm256_sign_epi8(a, v.signs));
+          acc[m] = _mm256_add_epi32(acc[m], _mm256_madd_epi16(pairs, v.scales));
         }
       }
       const float d = _cvtsh_ss(iq_chunks::ScaleBits(kType, blk)) * iq_chunks::ScaleFactor(kType);
