@@ -8,6 +8,7 @@
 
 #include "gguf/tensor/codec_internal.h"
 #include "gguf/tensor/half.h"
+#include "gguf/tensor/iq_grid_blocks.h"
 
 namespace moetier {
 
@@ -81,19 +82,11 @@ void DequantizeRow(TensorType type, const void* src, float* dst, int64_t n_elems
     case TensorType::kIQ4_XS:
       ci::DequantizeIQ4_XS(src, dst, n_blocks);
       return;
-    case TensorType::kIQ2_XXS:
-    case TensorType::kIQ2_XS:
-    case TensorType::kIQ2_S:
-    case TensorType::kIQ3_XXS:
-    case TensorType::kIQ3_S:
-    case TensorType::kIQ1_S:
-    case TensorType::kIQ1_M:
-      ci::DequantizeIqGrid(type, src, dst, n_blocks);
-      return;
     case TensorType::kMXFP4:
       ci::DequantizeMXFP4(src, dst, n_blocks);
       return;
     default:
+      if (IsIqGridType(type)) return ci::DequantizeIqGrid(type, src, dst, n_blocks);
       break;
   }
   MOETIER_CHECK(false && "has_codec type without a decoder");
@@ -154,19 +147,11 @@ void QuantizeRow(TensorType type, const float* src, void* dst, int64_t n_elems) 
     case TensorType::kIQ4_XS:
       ci::QuantizeIQ4_XS(src, dst, n_blocks);
       return;
-    case TensorType::kIQ2_XXS:
-    case TensorType::kIQ2_XS:
-    case TensorType::kIQ2_S:
-    case TensorType::kIQ3_XXS:
-    case TensorType::kIQ3_S:
-    case TensorType::kIQ1_S:
-    case TensorType::kIQ1_M:
-      ci::QuantizeIqGrid(type, src, dst, n_blocks);
-      return;
     case TensorType::kMXFP4:
       ci::QuantizeMXFP4(src, dst, n_blocks);
       return;
     default:
+      if (IsIqGridType(type)) return ci::QuantizeIqGrid(type, src, dst, n_blocks);
       break;
   }
   MOETIER_CHECK(false && "has_codec type without an encoder");
