@@ -217,7 +217,9 @@ FlagSet MakeFlags(CommandLine& cl) {
               "write every tensor the mix quantizes in TYPE instead, where its rows are whole "
               "blocks of it (e.g. --quant q8_0 --matrix-type q3_k: all matrices Q3_K, router "
               "and norms F32): q4_0, q4_1, q5_0, q5_1, q8_0, iq4_nl, mxfp4, q2_k, q3_k, q4_k, "
-              "q5_k, q6_k or iq4_xs. general.file_type stays the mix's",
+              "q5_k, q6_k, iq4_xs, or the i-quant grid types iq1_s, iq1_m, iq2_xxs, iq2_xs, "
+              "iq2_s, iq3_xxs and iq3_s (a plain encoder: each group's largest value on the "
+              "top level, no importance matrix). general.file_type stays the mix's",
               &cl.matrix_type);
   f.Add({"--tensor-type"}, "PART=TYPE",
         "then write every tensor whose name contains PART in TYPE (any type moetier encodes, "
