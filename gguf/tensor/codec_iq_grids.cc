@@ -89,18 +89,16 @@ Codebook MakeCodebook(const std::array<std::array<T, kWidth>, kEntries>& grid,
   return book;
 }
 
-const std::vector<int> kIq2Levels = {8, 25, 43};
-
 const Codebook& Iq2XxsBook() {
-  static const Codebook book = MakeCodebook(kIq2XxsGrid, kIq2Levels);
+  static const Codebook book = MakeCodebook(kIq2XxsGrid, {8, 25, 43});
   return book;
 }
 const Codebook& Iq2XsBook() {
-  static const Codebook book = MakeCodebook(kIq2XsGrid, kIq2Levels);
+  static const Codebook book = MakeCodebook(kIq2XsGrid, {8, 25, 43});
   return book;
 }
 const Codebook& Iq2SBook() {
-  static const Codebook book = MakeCodebook(kIq2SGrid, kIq2Levels);
+  static const Codebook book = MakeCodebook(kIq2SGrid, {8, 25, 43});
   return book;
 }
 const Codebook& Iq3XxsBook() {

@@ -405,7 +405,8 @@ TEST(CpuKernelsTest, KQuants) {
 
 // The types beyond Q4_0 and the common K-quants (the i-quant grid types
 // included), each with the activation format llama.cpp pairs it with, at
-// every level; more activation rows than a kernel tile.
+// every level; tiles of every width the kernels treat apart (1 and 2 rows,
+// more, and more than a kernel tile).
 TEST(CpuKernelsTest, LowBitTypes) {
   uint32_t seed = 400;
   struct TypeFormat {
@@ -435,7 +436,7 @@ TEST(CpuKernelsTest, LowBitTypes) {
                                         ? std::vector<int64_t>{32, 96, 256, 768}
                                         : std::vector<int64_t>{256, 768};
     for (int64_t k : ks) {
-      for (int64_t n_act : {1, 3, 4, 5, 9}) {
+      for (int64_t n_act : {1, 2, 3, 4, 5, 7, 9}) {
         for (WeightSource source : {WeightSource::kQuantized, WeightSource::kRandomBytes}) {
           RunCase({tf.type, k, 5, n_act}, source, seed++);
         }
