@@ -441,7 +441,9 @@ void MatMul(TensorType weight_type, int64_t k, const void* w, size_t w_row_bytes
     MatMulTwoPlanes(fn, k, wb, w_row_bytes, r0, r1, ab, act_row_bytes, plane, n_act, out, ldo);
     return;
   }
-  if (n_act <= kMaxActTile) {
+  // The i-quant grid kernels take every row at once: their blocks cost more
+  // to decode than to multiply, so each is decoded once for the whole batch.
+  if (n_act <= kMaxActTile || iq_grids::TableIndex(weight_type) >= 0) {
     fn(k, wb + r0 * w_row_bytes, w_row_bytes, r1 - r0, ab, act_row_bytes, static_cast<int>(n_act),
        out + r0, ldo);
     return;

@@ -140,18 +140,31 @@ inline ChunkVectors LoadChunk(const uint8_t* blk, int c) {
   }
 }
 
+// Where BlockSums takes a block's chunks from: decoded as they are needed,
+// or decoded before, once for all passes over the block.
+template <TensorType kType, bool kFewRows>
+struct DecodedOnUse {
+  const uint8_t* blk;
+  ChunkVectors operator[](int c) const { return LoadChunk<kType, kFewRows>(blk, c); }
+};
+
+struct DecodedBefore {
+  ChunkVectors chunks[kQK_K / 32];
+  const ChunkVectors& operator[](int c) const { return chunks[c]; }
+};
+
 // The integer sums of one block against kNA activation rows (act_m: the
 // block's 256 activations of row m). Each chunk's vectors serve every row:
 // |q| * (a with q's sign) keeps maddubs' unsigned operand non-negative;
 // |q| <= 62 and |a| <= 127 keep its pair sums below 2^14, and madd multiplies
 // them by the scales (<= 31) without overflow. kNA rows at a time, so that
 // their accumulators stay in registers.
-template <TensorType kType, int kNA>
-inline void BlockSums(const uint8_t* blk, const uint8_t* act, size_t act_stride, int32_t* sums) {
+template <int kNA, typename Chunks>
+inline void BlockSums(const Chunks& chunks, const uint8_t* act, size_t act_stride, int32_t* sums) {
   __m256i acc[kNA];
   _Pragma("GCC unroll 8") for (int m = 0; m < kNA; ++m) acc[m] = _mm256_setzero_si256();
   for (int c = 0; c < kQK_K / 32; ++c) {
-    const ChunkVectors v = LoadChunk<kType, (kNA <= 2)>(blk, c);
+    const ChunkVectors v = chunks[c];
     _Pragma("GCC unroll 8") for (int m = 0; m < kNA; ++m) {
       const __m256i a =
           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(act + m * act_stride + 32 * c));
@@ -173,13 +186,14 @@ inline void BlockSums(const uint8_t* blk, const uint8_t* act, size_t act_stride,
 // IQ2_XXS on one core; at eight rows this takes 32 ns instead of 39). A
 // value's sign negates its activation under a byte mask, as AVX-512 has no
 // sign_epi8.
-template <TensorType kType, int kNA>
-inline void BlockSums512(const uint8_t* blk, const uint8_t* act, size_t act_stride, int32_t* sums) {
+template <int kNA, typename Chunks>
+inline void BlockSums512(const Chunks& chunks, const uint8_t* act, size_t act_stride,
+                         int32_t* sums) {
   __m512i acc[kNA];
   _Pragma("GCC unroll 8") for (int m = 0; m < kNA; ++m) acc[m] = _mm512_setzero_si512();
   for (int c = 0; c < kQK_K / 32; c += 2) {
-    const ChunkVectors lo = LoadChunk<kType, false>(blk, c);
-    const ChunkVectors hi = LoadChunk<kType, false>(blk, c + 1);
+    const ChunkVectors lo = chunks[c];
+    const ChunkVectors hi = chunks[c + 1];
     const __m512i magnitudes =
         _mm512_inserti64x4(_mm512_castsi256_si512(lo.magnitudes), hi.magnitudes, 1);
     const __mmask64 negative =
@@ -196,6 +210,19 @@ inline void BlockSums512(const uint8_t* blk, const uint8_t* act, size_t act_stri
 }
 #endif
 
+// BlockSums for a pass of kNA rows, in 512-bit vectors where AVX-512 is
+// there and the pass has more than two rows.
+template <int kNA, typename Chunks>
+inline void PassSums(const Chunks& chunks, const uint8_t* act, size_t act_stride, int32_t* sums) {
+#if defined(__AVX512BW__)
+  if constexpr (kNA > 2) {
+    BlockSums512<kNA>(chunks, act, act_stride, sums);
+    return;
+  }
+#endif
+  BlockSums<kNA>(chunks, act, act_stride, sums);
+}
+
 template <TensorType kType, int kNA>
 void GemmRows(int64_t k, const uint8_t* w, size_t w_stride, int64_t n_rows, const uint8_t* act,
               size_t act_stride, float* out, int64_t ldo) {
@@ -207,15 +234,8 @@ void GemmRows(int64_t k, const uint8_t* w, size_t w_stride, int64_t n_rows, cons
     for (int64_t b = 0; b < n_blocks; ++b) {
       const uint8_t* blk = row + b * block_bytes;
       int32_t sums[kNA];
-#if defined(__AVX512BW__)
-      if constexpr (kNA > 2) {
-        BlockSums512<kType, kNA>(blk, act + b * kQK_K, act_stride, sums);
-      } else {
-        BlockSums<kType, kNA>(blk, act + b * kQK_K, act_stride, sums);
-      }
-#else
-      BlockSums<kType, kNA>(blk, act + b * kQK_K, act_stride, sums);
-#endif
+      // Passes of one or two rows gather IQ2_S's entries (LoadChunk).
+      PassSums<kNA>(DecodedOnUse<kType, (kNA <= 2)>{blk}, act + b * kQK_K, act_stride, sums);
       const float d = _cvtsh_ss(iq_chunks::ScaleBits(kType, blk)) * iq_chunks::ScaleFactor(kType);
       _Pragma("GCC unroll 8") for (int m = 0; m < kNA; ++m) {
         const Q8KRow a = Q8KRowAt(act + m * act_stride, k);
@@ -226,40 +246,87 @@ void GemmRows(int64_t k, const uint8_t* w, size_t w_stride, int64_t n_rows, cons
   }
 }
 
+// More rows than one pass (prompts; MatMul hands these kernels all of a
+// batch's rows): each block is decoded once into its chunks' vectors, which
+// every pass of 8 rows then reads.
+template <TensorType kType>
+void GemmManyRows(int64_t k, const uint8_t* w, size_t w_stride, int64_t n_rows, const uint8_t* act,
+                  size_t act_stride, int n_act, float* out, int64_t ldo) {
+  const int64_t block_bytes = GetTensorTypeInfo(kType).block_bytes;
+  const int64_t n_blocks = k / kQK_K;
+  for (int64_t r = 0; r < n_rows; ++r) {
+    for (int m = 0; m < n_act; ++m) out[m * ldo + r] = 0.0f;
+    const uint8_t* row = w + r * w_stride;
+    for (int64_t b = 0; b < n_blocks; ++b) {
+      const uint8_t* blk = row + b * block_bytes;
+      DecodedBefore chunks;
+      for (int c = 0; c < kQK_K / 32; ++c) chunks.chunks[c] = LoadChunk<kType, false>(blk, c);
+      const float d = _cvtsh_ss(iq_chunks::ScaleBits(kType, blk)) * iq_chunks::ScaleFactor(kType);
+      for (int m0 = 0; m0 < n_act; m0 += 8) {
+        const uint8_t* a = act + m0 * act_stride + b * kQK_K;
+        int32_t sums[8];
+        const int na = std::min(8, n_act - m0);
+        switch (na) {
+          case 1:
+            PassSums<1>(chunks, a, act_stride, sums);
+            break;
+          case 2:
+            PassSums<2>(chunks, a, act_stride, sums);
+            break;
+          case 3:
+            PassSums<3>(chunks, a, act_stride, sums);
+            break;
+          case 4:
+            PassSums<4>(chunks, a, act_stride, sums);
+            break;
+          case 5:
+            PassSums<5>(chunks, a, act_stride, sums);
+            break;
+          case 6:
+            PassSums<6>(chunks, a, act_stride, sums);
+            break;
+          case 7:
+            PassSums<7>(chunks, a, act_stride, sums);
+            break;
+          default:
+            PassSums<8>(chunks, a, act_stride, sums);
+            break;
+        }
+        for (int m = 0; m < na; ++m) {
+          const Q8KRow q8 = Q8KRowAt(act + (m0 + m) * act_stride, k);
+          out[(m0 + m) * ldo + r] += q8.d[b] * d * static_cast<float>(sums[m]);
+        }
+      }
+    }
+  }
+}
+
+// Any number of activation rows (kernel_table.h).
 template <TensorType kType>
 void Gemm(int64_t k, const uint8_t* w, size_t w_stride, int64_t n_rows, const uint8_t* act,
           size_t act_stride, int n_act, float* out, int64_t ldo) {
-  // Up to 8 rows per pass, each decoded chunk reused by all of them: 8
-  // accumulators and the chunk's 3 vectors fit AVX2's 16 registers.
-  for (int m = 0; m < n_act; m += 8) {
-    const uint8_t* a = act + m * act_stride;
-    float* o = out + m * ldo;
-    switch (std::min(8, n_act - m)) {
-      case 1:
-        GemmRows<kType, 1>(k, w, w_stride, n_rows, a, act_stride, o, ldo);
-        break;
-      case 2:
-        GemmRows<kType, 2>(k, w, w_stride, n_rows, a, act_stride, o, ldo);
-        break;
-      case 3:
-        GemmRows<kType, 3>(k, w, w_stride, n_rows, a, act_stride, o, ldo);
-        break;
-      case 4:
-        GemmRows<kType, 4>(k, w, w_stride, n_rows, a, act_stride, o, ldo);
-        break;
-      case 5:
-        GemmRows<kType, 5>(k, w, w_stride, n_rows, a, act_stride, o, ldo);
-        break;
-      case 6:
-        GemmRows<kType, 6>(k, w, w_stride, n_rows, a, act_stride, o, ldo);
-        break;
-      case 7:
-        GemmRows<kType, 7>(k, w, w_stride, n_rows, a, act_stride, o, ldo);
-        break;
-      default:
-        GemmRows<kType, 8>(k, w, w_stride, n_rows, a, act_stride, o, ldo);
-        break;
-    }
+  // Up to 8 rows in one pass, each decoded chunk used by all of them while
+  // it is in registers: 8 accumulators and the chunk's 3 vectors fit AVX2's
+  // 16 registers.
+  switch (n_act) {
+    case 1:
+      return GemmRows<kType, 1>(k, w, w_stride, n_rows, act, act_stride, out, ldo);
+    case 2:
+      return GemmRows<kType, 2>(k, w, w_stride, n_rows, act, act_stride, out, ldo);
+    case 3:
+      return GemmRows<kType, 3>(k, w, w_stride, n_rows, act, act_stride, out, ldo);
+    case 4:
+      return GemmRows<kType, 4>(k, w, w_stride, n_rows, act, act_stride, out, ldo);
+    case 5:
+      return GemmRows<kType, 5>(k, w, w_stride, n_rows, act, act_stride, out, ldo);
+    case 6:
+      return GemmRows<kType, 6>(k, w, w_stride, n_rows, act, act_stride, out, ldo);
+    case 7:
+      return GemmRows<kType, 7>(k, w, w_stride, n_rows, act, act_stride, out, ldo);
+    case 8:
+      return GemmRows<kType, 8>(k, w, w_stride, n_rows, act, act_stride, out, ldo);
+    default:
+      return GemmManyRows<kType>(k, w, w_stride, n_rows, act, act_stride, n_act, out, ldo);
   }
 }
 
@@ -278,7 +345,8 @@ inline int32_t BlockDot(const IqGridValues& w, const int8_t* a) {
   return total;
 }
 
-// Each weight block is unpacked once for all activation rows of the call.
+// Each weight block is unpacked once for all activation rows of the call,
+// any number of them (kernel_table.h).
 template <TensorType kType>
 void Gemm(int64_t k, const uint8_t* w, size_t w_stride, int64_t n_rows, const uint8_t* act,
           size_t act_stride, int n_act, float* out, int64_t ldo) {
@@ -286,16 +354,16 @@ void Gemm(int64_t k, const uint8_t* w, size_t w_stride, int64_t n_rows, const ui
   const int64_t n_blocks = k / kQK_K;
   IqGridValues unpacked;
   for (int64_t r = 0; r < n_rows; ++r) {
-    float sum[kMaxActTile] = {};
+    for (int m = 0; m < n_act; ++m) out[m * ldo + r] = 0.0f;
     const uint8_t* row = w + r * w_stride;
     for (int64_t b = 0; b < n_blocks; ++b) {
       UnpackIqGridBlock(kType, row + b * block_bytes, &unpacked);
       for (int m = 0; m < n_act; ++m) {
         const Q8KRow a = Q8KRowAt(act + m * act_stride, k);
-        sum[m] += a.d[b] * unpacked.d * static_cast<float>(BlockDot(unpacked, a.qs + b * kQK_K));
+        out[m * ldo + r] +=
+            a.d[b] * unpacked.d * static_cast<float>(BlockDot(unpacked, a.qs + b * kQK_K));
       }
     }
-    for (int m = 0; m < n_act; ++m) out[m * ldo + r] = sum[m];
   }
 }
 

@@ -63,6 +63,7 @@ struct KernelTable {
   GemmTileFn gemm_q3_k;
   GemmTileFn gemm_iq4_xs;
   // IQ2_XXS, IQ2_XS, IQ2_S, IQ3_XXS, IQ3_S, IQ1_S, IQ1_M (gemm_iq_grids.h).
+  // These take any n_act >= 1: they decode a block once for all the rows.
   GemmTileFn gemm_iq_grid[7];
   QuantizeActFn quantize_q8_0;
   QuantizeActFn quantize_q8_k;
