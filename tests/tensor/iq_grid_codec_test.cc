@@ -8,6 +8,7 @@
 
 #include "gguf/tensor/quant_codec.h"
 #include "gtest/gtest.h"
+#include "round_trip_util.h"
 
 namespace moetier {
 namespace {
@@ -16,36 +17,10 @@ constexpr TensorType kGridTypes[] = {TensorType::kIQ2_XXS, TensorType::kIQ2_XS, 
                                      TensorType::kIQ3_XXS, TensorType::kIQ3_S,  TensorType::kIQ1_S,
                                      TensorType::kIQ1_M};
 
-std::vector<float> Normal(int64_t n, uint32_t seed, float mean = 0.0f, float stddev = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(mean, stddev);
-  std::vector<float> x(static_cast<size_t>(n));
-  for (float& v : x) v = dist(rng);
-  return x;
-}
-
-std::vector<uint8_t> Quantize(TensorType type, const std::vector<float>& x) {
-  std::vector<uint8_t> q(static_cast<size_t>(TensorRowBytes(type, static_cast<int64_t>(x.size()))));
-  QuantizeRow(type, x.data(), q.data(), static_cast<int64_t>(x.size()));
-  return q;
-}
-
-std::vector<float> RoundTrip(TensorType type, const std::vector<float>& x) {
-  const std::vector<uint8_t> q = Quantize(type, x);
-  std::vector<float> y(x.size());
-  DequantizeRow(type, q.data(), y.data(), static_cast<int64_t>(x.size()));
-  return y;
-}
-
-double RelativeRmse(const std::vector<float>& x, const std::vector<float>& y) {
-  double err = 0.0;
-  double ref = 0.0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    err += (static_cast<double>(y[i]) - x[i]) * (static_cast<double>(y[i]) - x[i]);
-    ref += static_cast<double>(x[i]) * x[i];
-  }
-  return std::sqrt(err / ref);
-}
+using testing::Normal;
+using testing::Quantize;
+using testing::RelativeRmse;
+using testing::RoundTrip;
 
 // Measured on these seeds, N(0,1) and N(0.01, 0.02) alike: IQ3_S 0.165,
 // IQ3_XXS 0.214, IQ2_S 0.317, IQ2_XS 0.363, IQ2_XXS 0.420, IQ1_M 0.525,

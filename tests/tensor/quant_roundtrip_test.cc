@@ -8,9 +8,10 @@
 #include <random>
 #include <vector>
 
-#include "gtest/gtest.h"
 #include "gguf/tensor/half.h"
 #include "gguf/tensor/quant_codec.h"
+#include "gtest/gtest.h"
+#include "round_trip_util.h"
 
 namespace moetier {
 namespace {
@@ -21,42 +22,11 @@ constexpr TensorType kCodecTypes[] = {
     TensorType::kQ2_K, TensorType::kQ3_K,   TensorType::kQ4_K,   TensorType::kQ5_K,
     TensorType::kQ6_K, TensorType::kIQ4_NL, TensorType::kIQ4_XS, TensorType::kMXFP4};
 
-std::vector<float> Normal(int64_t n, uint32_t seed, float mean = 0.0f, float stddev = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(mean, stddev);
-  std::vector<float> x(static_cast<size_t>(n));
-  for (float& v : x) v = dist(rng);
-  return x;
-}
-
-std::vector<uint8_t> Quantize(TensorType type, const std::vector<float>& x) {
-  const auto n = static_cast<int64_t>(x.size());
-  std::vector<uint8_t> q(static_cast<size_t>(TensorRowBytes(type, n)));
-  QuantizeRow(type, x.data(), q.data(), n);
-  return q;
-}
-
-std::vector<float> Dequantize(TensorType type, const std::vector<uint8_t>& q, int64_t n) {
-  std::vector<float> y(static_cast<size_t>(n));
-  DequantizeRow(type, q.data(), y.data(), n);
-  return y;
-}
-
-std::vector<float> RoundTrip(TensorType type, const std::vector<float>& x) {
-  return Dequantize(type, Quantize(type, x), static_cast<int64_t>(x.size()));
-}
-
-// sqrt(Σ(y−x)² / Σx²)
-double RelativeRmse(const std::vector<float>& x, const std::vector<float>& y) {
-  double err = 0.0;
-  double ref = 0.0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    const double d = static_cast<double>(y[i]) - static_cast<double>(x[i]);
-    err += d * d;
-    ref += static_cast<double>(x[i]) * static_cast<double>(x[i]);
-  }
-  return std::sqrt(err / ref);
-}
+using testing::Dequantize;
+using testing::Normal;
+using testing::Quantize;
+using testing::RelativeRmse;
+using testing::RoundTrip;
 
 bool AllFinite(const std::vector<float>& y) {
   return std::all_of(y.begin(), y.end(), [](float v) { return std::isfinite(v); });
