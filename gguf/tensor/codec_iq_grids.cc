@@ -17,6 +17,7 @@
 #include "gguf/tensor/codec_internal.h"
 #include "gguf/tensor/half.h"
 #include "gguf/tensor/iq_grid_blocks.h"
+#include "gguf/tensor/iq_grid_chunks.h"
 #include "gguf/tensor/iq_grids.h"
 
 namespace moetier::codec_internal {
@@ -326,10 +327,8 @@ void EncodeIQ1_M(const float* x, BlockIQ1_M* block) {
   uint16_t words[4] = {0, 0, 0, 0};
   for (int h = 0; h < 16; ++h)
     words[h / 4] = static_cast<uint16_t>(words[h / 4] | (sc.s[h] << (3 * (h % 4))));
-  for (int w = 0; w < 4; ++w) {
-    words[w] = static_cast<uint16_t>(words[w] | (((sc.d_half >> (4 * w)) & 0x0F) << 12));
-  }
   std::memcpy(block->scales, words, sizeof(words));
+  iq_chunks::PutScaleBits(TensorType::kIQ1_M, reinterpret_cast<uint8_t*>(block), sc.d_half);
   for (int i = 0; i < 32; ++i) {
     const float unit = sc.d * static_cast<float>(2 * sc.s[i / 2] + 1);
     float err[2] = {0.0f, 0.0f};

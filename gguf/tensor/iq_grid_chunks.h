@@ -155,6 +155,20 @@ inline uint16_t ScaleBits(TensorType type, const uint8_t* blk) {
       ((Read<uint16_t>(sc + 4) >> 4) & 0x0F00) | (Read<uint16_t>(sc + 6) & 0xF000));
 }
 
+// Stores `bits` as the block's half scale, ScaleBits' inverse: IQ1_M keeps
+// it in the top nibbles of its four scale words, the others in bytes 0..1.
+inline void PutScaleBits(TensorType type, uint8_t* blk, uint16_t bits) {
+  if (type != TensorType::kIQ1_M) {
+    std::memcpy(blk, &bits, sizeof(bits));
+    return;
+  }
+  uint8_t* high_bytes = blk + offsetof(BlockIQ1_M, scales) + 1;
+  for (int w = 0; w < 4; ++w) {
+    high_bytes[2 * w] =
+        static_cast<uint8_t>((high_bytes[2 * w] & 0x0F) | (((bits >> (4 * w)) & 0x0F) << 4));
+  }
+}
+
 constexpr float ScaleFactor(TensorType type) {
   switch (type) {
     case TensorType::kIQ3_S:

@@ -15,6 +15,8 @@
 #include "backend/cpu/block_layouts.h"
 #include "backend/cpu/cpu_kernels.h"
 #include "gguf/tensor/half.h"
+#include "gguf/tensor/iq_grid_blocks.h"
+#include "gguf/tensor/iq_grid_chunks.h"
 #include "gguf/tensor/quant_codec.h"
 #include "gtest/gtest.h"
 
@@ -113,23 +115,6 @@ std::vector<uint8_t> MakeWeightRow(TensorType type, int64_t k, WeightSource sour
       case TensorType::kQ3_K:
         PutHalf(blk + 108, scale(rng));
         break;
-      case TensorType::kIQ2_XXS:
-      case TensorType::kIQ2_XS:
-      case TensorType::kIQ2_S:
-      case TensorType::kIQ3_XXS:
-      case TensorType::kIQ3_S:
-      case TensorType::kIQ1_S:
-        PutHalf(blk, scale(rng));
-        break;
-      case TensorType::kIQ1_M: {
-        // The half is the top nibbles of the four scale words (bytes 48..55).
-        const uint16_t d = FloatToHalf(scale(rng));
-        for (int w = 0; w < 4; ++w) {
-          blk[49 + 2 * w] =
-              static_cast<uint8_t>((blk[49 + 2 * w] & 0x0F) | (((d >> (4 * w)) & 0xF) << 4));
-        }
-        break;
-      }
       case TensorType::kMXFP4: {
         // Mostly scales 2^-10 .. 2^-3; also the subnormal ones (e = 0, 1) and
         // a large one.
@@ -138,6 +123,7 @@ std::vector<uint8_t> MakeWeightRow(TensorType type, int64_t k, WeightSource sour
         break;
       }
       default:
+        if (IsIqGridType(type)) iq_chunks::PutScaleBits(type, blk, FloatToHalf(scale(rng)));
         break;
     }
   }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "gguf/tensor/half.h"
+#include "gguf/tensor/iq_grid_chunks.h"
 #include "gguf/tensor/iq_grids.h"
 #include "gguf/tensor/quant_codec.h"
 #include "gtest/gtest.h"
@@ -173,18 +174,8 @@ TEST(IqGridLayoutTest, RandomBlocksDecodeAsGgmlsLoopsDo) {
       for (uint8_t& v : storage) v = static_cast<uint8_t>(rng());
       uint8_t* row = storage.data() + 1;
       for (int b = 0; b < kBlocks; ++b) {
-        uint8_t* blk = row + b * tc.block_bytes;
-        const uint16_t d = RandomScale(rng);
-        if (tc.type == TensorType::kIQ1_M) {
-          // The half lives in the top nibbles of the four scale words.
-          for (int w = 0; w < 4; ++w) {
-            blk[48 + 2 * w + 1] =
-                static_cast<uint8_t>((blk[48 + 2 * w + 1] & 0x0F) | (((d >> (4 * w)) & 0xF) << 4));
-          }
-        } else {
-          blk[0] = static_cast<uint8_t>(d & 0xFF);
-          blk[1] = static_cast<uint8_t>(d >> 8);
-        }
+        // A finite scale (IQ1_M keeps it in the top nibbles of its scale words).
+        iq_chunks::PutScaleBits(tc.type, row + b * tc.block_bytes, RandomScale(rng));
       }
       std::vector<float> out(kBlocks * 256);
       DequantizeRow(tc.type, row, out.data(), kBlocks * 256);

@@ -37,6 +37,8 @@
 #include "engine/cpu_engine.h"
 #include "engine/routing_trace_hooks.h"
 #include "gguf/gguf_reader.h"
+#include "gguf/tensor/iq_grid_blocks.h"
+#include "gguf/tensor/iq_grid_chunks.h"
 #include "gguf/tensor/tensor_type.h"
 #include "model/architectures.h"
 #include "model/kv_cache_types.h"
@@ -220,19 +222,7 @@ std::vector<uint8_t> RandomMatrix(TensorType type, int64_t k, int64_t rows, std:
       case TensorType::kQ5_0:
       case TensorType::kIQ4_NL:
       case TensorType::kIQ4_XS:
-      case TensorType::kIQ2_XXS:
-      case TensorType::kIQ2_XS:
-      case TensorType::kIQ2_S:
-      case TensorType::kIQ3_XXS:
-      case TensorType::kIQ3_S:
-      case TensorType::kIQ1_S:
         std::memcpy(blk, &small_half, 2);
-        break;
-      case TensorType::kIQ1_M:  // the half is the top nibbles of the scale words
-        for (int w = 0; w < 4; ++w) {
-          blk[49 + 2 * w] = static_cast<uint8_t>((blk[49 + 2 * w] & 0x0F) |
-                                                 (((small_half >> (4 * w)) & 0xF) << 4));
-        }
         break;
       case TensorType::kQ4_K:
       case TensorType::kQ5_K:
@@ -262,6 +252,7 @@ std::vector<uint8_t> RandomMatrix(TensorType type, int64_t k, int64_t rows, std:
         blk[3] &= 0x3F;
         break;
       default:
+        if (IsIqGridType(type)) iq_chunks::PutScaleBits(type, blk, small_half);
         break;
     }
   }
