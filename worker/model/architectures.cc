@@ -12,13 +12,15 @@
 #include "model/olmoe.h"
 #include "model/qwen35moe.h"
 #include "model/qwen3moe.h"
+#include "model/qwen3next.h"
 
 namespace moetier {
 namespace {
 
-constexpr std::array<Architecture, 4> kArchitectures = {{
+constexpr std::array<Architecture, 5> kArchitectures = {{
     {"qwen3moe", "Qwen3-30B-A3B, Qwen3-235B-A22B", &LoadQwen3Moe},
     {"qwen35moe", "Qwen3.5-35B-A3B, Qwen3.6-35B-A3B", &LoadQwen35Moe},
+    {"qwen3next", "Qwen3-Next-80B-A3B", &LoadQwen3Next},
     {"llama", "Mixtral-8x7B and other llama models with routed experts", &LoadLlamaMoe},
     {"olmoe", "OLMoE-1B-7B", &LoadOlmoe},
 }};

@@ -6,11 +6,14 @@
 //
 // The weights stay in the file's own encoding; WeightRef points into the
 // read-only mapping (or, in a worker fed by the daemon, the routed experts
-// come from the shared expert store instead).
+// come from the shared expert store instead). A few small tensors whose
+// file layout interleaves what the engines read as separate matrices are
+// regrouped by the loader into buffers the model owns (ModelWeights::regrouped).
 #pragma once
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -205,6 +208,10 @@ struct ModelWeights {
   WeightRef output;       // {n_embd, n_vocab}; == token_embd when tied
   bool output_tied = false;
   std::vector<LayerWeights> layers;
+  // Rows the loader copied out of the file in another order (qwen3next's
+  // ssm_ba, a legacy ssm_in), still in the file's encoding; shared, so a
+  // copied Model's WeightRefs stay valid.
+  std::vector<std::shared_ptr<const uint8_t[]>> regrouped;
 };
 
 struct Model {

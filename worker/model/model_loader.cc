@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
+#include <memory>
+#include <new>
 #include <optional>
 #include <string>
 #include <vector>
@@ -281,6 +284,25 @@ WeightRef ModelLoader::RowSlice(const WeightRef& whole, int64_t first, int64_t c
   part.ne[1] = count;
   // expert_stride_bytes stays that of the whole tensor: experts are still
   // that far apart.
+  return part;
+}
+
+WeightRef ModelLoader::GatherRows(const WeightRef& whole, std::span<const int64_t> rows,
+                                  std::string name, ModelWeights& w) {
+  // 64-byte aligned like the mapping's tensors, which the kernels may assume.
+  constexpr std::align_val_t kAlign{64};
+  const size_t bytes = std::max<size_t>(rows.size() * whole.row_bytes, 1);
+  std::shared_ptr<uint8_t[]> buffer(static_cast<uint8_t*>(::operator new[](bytes, kAlign)),
+                                    [](uint8_t* p) { ::operator delete[](p, kAlign); });
+  for (size_t i = 0; i < rows.size(); ++i) {
+    std::memcpy(buffer.get() + i * whole.row_bytes, whole.row(rows[i]), whole.row_bytes);
+  }
+  WeightRef part = whole;
+  part.name = std::move(name);
+  part.data = buffer.get();
+  part.ne = {whole.ne[0], static_cast<int64_t>(rows.size()), 1, 1};
+  part.expert_stride_bytes = rows.size() * whole.row_bytes;
+  w.regrouped.push_back(std::move(buffer));
   return part;
 }
 

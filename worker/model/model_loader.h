@@ -9,12 +9,13 @@
 #include <array>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
-#include "absl/strings/string_view.h"
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "gguf/gguf_reader.h"
 #include "model/model.h"
 
@@ -71,6 +72,11 @@ class ModelLoader {
   bool HasTensor(const std::string& name) const { return gguf_.FindTensor(name) != nullptr; }
   // Rows [first, first+count) of a checked tensor, as a tensor of their own.
   static WeightRef RowSlice(const WeightRef& whole, int64_t first, int64_t count);
+  // Rows `rows` of a checked 2-D tensor, in that order, copied into a buffer
+  // `w` keeps (ModelWeights::regrouped): for a file that interleaves what
+  // the engines read as separate matrices. `name` says where they came from.
+  static WeightRef GatherRows(const WeightRef& whole, std::span<const int64_t> rows,
+                              std::string name, ModelWeights& w);
 
   // token_embd, output_norm and output (tied to token_embd when absent and
   // `output_may_be_tied`, else required).
