@@ -1,5 +1,5 @@
 // Tests of the architectures beyond qwen3moe (olmoe, llama with experts,
-// qwen35moe): presets, the tensor tables and type rules restated here
+// qwen35moe, qwen3next): presets, the tensor tables and type rules restated here
 // independently of the tool, the metadata real files carry, files read back
 // with the project's GGUF reader, deterministic bytes, the weight
 // distributions through every encoding, the tokenizers, the command line,
@@ -41,14 +41,15 @@ namespace fs = std::filesystem;
 using ::testing::HasSubstr;
 using namespace synth_test;  // NOLINT: the helpers of this directory's tests
 
-constexpr SynthArch kNewArchs[] = {SynthArch::kOlmoe, SynthArch::kLlama, SynthArch::kQwen35Moe};
+constexpr SynthArch kNewArchs[] = {SynthArch::kOlmoe, SynthArch::kLlama, SynthArch::kQwen35Moe,
+                                   SynthArch::kQwen3Next};
 
 std::string ArchName(SynthArch arch) { return std::string(SynthArchName(arch)); }
 std::string QuantName(SynthQuant quant) { return std::string(SynthQuantName(quant)); }
 
 std::vector<SynthQuant> QuantsOf(SynthArch arch) {
   std::vector<SynthQuant> quants = {SynthQuant::kF32, SynthQuant::kQ8_0, SynthQuant::kQ4_K_M};
-  if (arch == SynthArch::kQwen35Moe) quants.push_back(SynthQuant::kQ8_0F32);
+  if (IsSynthDeltaNetHybrid(arch)) quants.push_back(SynthQuant::kQ8_0F32);
   return quants;
 }
 
@@ -91,7 +92,8 @@ std::vector<ExpectedTensor> ExpectedTensors(const SynthShape& s) {
         }
         add("ffn_norm.weight", {s.n_embd});
         break;
-      case SynthArch::kQwen35Moe: {
+      case SynthArch::kQwen35Moe:
+      case SynthArch::kQwen3Next: {
         add("attn_norm.weight", {s.n_embd});
         add("post_attention_norm.weight", {s.n_embd});
         const int64_t h_v = s.ssm_time_step_rank;
@@ -104,13 +106,21 @@ std::vector<ExpectedTensor> ExpectedTensors(const SynthShape& s) {
           add("attn_q_norm.weight", {s.head_dim});
           add("attn_k_norm.weight", {s.head_dim});
         } else {
-          add("attn_qkv.weight", {s.n_embd, conv});
-          add("attn_gate.weight", {s.n_embd, s.ssm_inner_size});
+          if (s.legacy_ssm_in) {
+            add("ssm_in.weight", {s.n_embd, conv + s.ssm_inner_size});
+          } else {
+            add("attn_qkv.weight", {s.n_embd, conv});
+            add("attn_gate.weight", {s.n_embd, s.ssm_inner_size});
+          }
           add("ssm_conv1d.weight", {s.ssm_conv_kernel, conv});
           add("ssm_dt.bias", {h_v});
           add("ssm_a", {h_v});
-          add("ssm_beta.weight", {s.n_embd, h_v});
-          add("ssm_alpha.weight", {s.n_embd, h_v});
+          if (s.arch == SynthArch::kQwen35Moe) {
+            add("ssm_beta.weight", {s.n_embd, h_v});
+            add("ssm_alpha.weight", {s.n_embd, h_v});
+          } else {
+            add("ssm_ba.weight", {s.n_embd, 2 * h_v});
+          }
           add("ssm_norm.weight", {s.ssm_inner_size / h_v});
           add("ssm_out.weight", {s.ssm_inner_size, s.n_embd});
         }
@@ -121,7 +131,7 @@ std::vector<ExpectedTensor> ExpectedTensors(const SynthShape& s) {
     add("ffn_gate_exps.weight", {s.n_embd, s.n_ff_exp, s.n_expert});
     add("ffn_up_exps.weight", {s.n_embd, s.n_ff_exp, s.n_expert});
     add("ffn_down_exps.weight", {s.n_ff_exp, s.n_embd, s.n_expert});
-    if (s.arch == SynthArch::kQwen35Moe) {
+    if (IsSynthDeltaNetHybrid(s.arch)) {
       add("ffn_gate_inp_shexp.weight", {s.n_embd});
       add("ffn_gate_shexp.weight", {s.n_embd, s.n_ff_shexp});
       add("ffn_up_shexp.weight", {s.n_embd, s.n_ff_shexp});
@@ -142,8 +152,14 @@ TensorType Fit(TensorType t, int64_t ne0) {
 }
 
 // llama-quantize's rules by tensor name (llama-quant.cpp): what it leaves
-// alone, then the Q4_K_M choice; plus the q8_0-f32 mix of qwen35moe.
-// `attn_v_index` counts attn_v / attn_qkv tensors in file order.
+// alone, then the Q4_K_M choice; plus the q8_0-f32 mix of the hybrids.
+// `attn_v_index` counts attn_v / attn_qkv / ssm_in tensors in file order.
+// llama-quantize's "attention-v-like" tensors.
+bool IsAttentionVLike(const std::string& name) {
+  return absl::StrContains(name, "attn_v.weight") || absl::StrContains(name, "attn_qkv.weight") ||
+         absl::StrContains(name, "ssm_in.weight");
+}
+
 TensorType ExpectedType(const SynthShape& s, SynthQuant quant, const ExpectedTensor& t, int64_t attn_v_index,
                         int64_t n_attn_v) {
   const std::string& n = t.name;
@@ -154,7 +170,10 @@ TensorType ExpectedType(const SynthShape& s, SynthQuant quant, const ExpectedTen
   if (unquantized || quant == SynthQuant::kF32) return TensorType::kF32;
   if (quant == SynthQuant::kQ8_0) return Fit(TensorType::kQ8_0, ne0);
   if (quant == SynthQuant::kQ8_0F32) {
-    if (absl::StrContains(n, "ssm_alpha") || absl::StrContains(n, "ssm_beta")) return TensorType::kF32;
+    if (absl::StrContains(n, "ssm_alpha") || absl::StrContains(n, "ssm_beta") ||
+        absl::StrContains(n, "ssm_ba")) {
+      return TensorType::kF32;
+    }
     if (absl::StrContains(n, "ffn_gate_exps") || absl::StrContains(n, "ffn_up_exps")) {
       return Fit(t.layer == 0 ? TensorType::kQ6_K : TensorType::kQ4_K, ne0);
     }
@@ -168,7 +187,7 @@ TensorType ExpectedType(const SynthShape& s, SynthQuant quant, const ExpectedTen
     return ne0 % 256 == 0 ? TensorType::kQ6_K : Fit(TensorType::kQ8_0, ne0);
   }
   TensorType want = TensorType::kQ4_K;
-  if (absl::StrContains(n, "attn_v.weight") || absl::StrContains(n, "attn_qkv.weight")) {
+  if (IsAttentionVLike(n)) {
     want = eight ? TensorType::kQ8_0 : UseMoreBits(attn_v_index, n_attn_v) ? TensorType::kQ6_K : TensorType::kQ4_K;
   } else if (absl::StrContains(n, "attn_k.weight")) {
     want = eight ? TensorType::kQ8_0 : TensorType::kQ4_K;
@@ -185,13 +204,13 @@ std::vector<std::pair<ExpectedTensor, TensorType>> ExpectedTable(const SynthShap
   const std::vector<ExpectedTensor> tensors = ExpectedTensors(s);
   int64_t n_attn_v = 0;
   for (const ExpectedTensor& t : tensors) {
-    n_attn_v += absl::StrContains(t.name, "attn_v.weight") || absl::StrContains(t.name, "attn_qkv.weight");
+    n_attn_v += IsAttentionVLike(t.name);
   }
   std::vector<std::pair<ExpectedTensor, TensorType>> out;
   int64_t attn_v_index = 0;
   for (const ExpectedTensor& t : tensors) {
     out.emplace_back(t, ExpectedType(s, quant, t, attn_v_index, n_attn_v));
-    attn_v_index += absl::StrContains(t.name, "attn_v.weight") || absl::StrContains(t.name, "attn_qkv.weight");
+    attn_v_index += IsAttentionVLike(t.name);
   }
   return out;
 }
@@ -243,12 +262,15 @@ std::vector<ExpectedKey> ExpectedKeys(const SynthShape& s, SynthQuant quant) {
       k.push_back({"tokenizer.ggml.add_eos_token", GgufValue::Bool(false)});
       break;
     case SynthArch::kQwen35Moe:
+    case SynthArch::kQwen3Next:
       k.push_back({a + ".attention.key_length", u32(s.head_dim)});
       k.push_back({a + ".attention.value_length", u32(s.head_dim)});
       k.push_back({a + ".rope.dimension_count", u32(s.n_rot)});
-      k.push_back({a + ".rope.dimension_sections",
-                   GgufValue::Int32Array({s.rope_sections[0], s.rope_sections[1], s.rope_sections[2],
-                                          s.rope_sections[3]})});
+      if (s.arch == SynthArch::kQwen35Moe) {
+        k.push_back({a + ".rope.dimension_sections",
+                     GgufValue::Int32Array({s.rope_sections[0], s.rope_sections[1],
+                                            s.rope_sections[2], s.rope_sections[3]})});
+      }
       k.push_back({a + ".expert_feed_forward_length", u32(s.n_ff_exp)});
       k.push_back({a + ".expert_shared_feed_forward_length", u32(s.n_ff_shexp)});
       k.push_back({a + ".ssm.conv_kernel", u32(s.ssm_conv_kernel)});
@@ -258,10 +280,11 @@ std::vector<ExpectedKey> ExpectedKeys(const SynthShape& s, SynthQuant quant) {
       k.push_back({a + ".ssm.inner_size", u32(s.ssm_inner_size)});
       k.push_back({a + ".full_attention_interval", u32(s.full_attention_interval)});
       k.push_back({"tokenizer.ggml.model", GgufValue::String("gpt2")});
-      k.push_back({"tokenizer.ggml.pre", GgufValue::String("qwen35")});
+      k.push_back({"tokenizer.ggml.pre",
+                   GgufValue::String(s.arch == SynthArch::kQwen35Moe ? "qwen35" : "qwen2")});
       break;
   }
-  if (!head_dim_implied && s.arch != SynthArch::kQwen35Moe) {
+  if (!head_dim_implied && !IsSynthDeltaNetHybrid(s.arch)) {
     k.push_back({a + ".attention.key_length", u32(s.head_dim)});
     k.push_back({a + ".attention.value_length", u32(s.head_dim)});
   }
@@ -278,6 +301,7 @@ const std::set<std::string>& OtherKeys() {
       "tokenizer.ggml.scores",
       "tokenizer.ggml.eos_token_id",
       "tokenizer.ggml.padding_token_id",
+      "tokenizer.ggml.bos_token_id",
       "tokenizer.chat_template",
   };
   return keys;
@@ -297,7 +321,8 @@ void CheckMetadata(const GgufMetadata& md, const SynthShape& s, SynthQuant quant
   for (const GgufKeyValue& kv : md.entries()) {
     EXPECT_TRUE(expected_names.count(kv.key) || OtherKeys().count(kv.key)) << "unexpected key " << kv.key;
   }
-  EXPECT_EQ(md.Has("tokenizer.ggml.bos_token_id"), s.arch == SynthArch::kLlama)
+  EXPECT_EQ(md.Has("tokenizer.ggml.bos_token_id"),
+            s.arch == SynthArch::kLlama || s.arch == SynthArch::kQwen3Next)
       << "olmoe and qwen35moe files have no bos key";
 
   const absl::StatusOr<std::vector<std::string>> tokens = md.GetStringArray("tokenizer.ggml.tokens");
@@ -337,6 +362,14 @@ void CheckMetadata(const GgufMetadata& md, const SynthShape& s, SynthQuant quant
       EXPECT_TRUE(md.Has("tokenizer.ggml.merges"));
       EXPECT_THAT(md.GetStringOr("tokenizer.chat_template", ""),
                   HasSubstr("{{- '<|im_start|>assistant\\n' }}"));
+      break;
+    case SynthArch::kQwen3Next:
+      // The Qwen3 vocabulary, as qwen3moe's: bos = pad = <|endoftext|>.
+      EXPECT_EQ((*tokens)[md.GetUintOr("tokenizer.ggml.eos_token_id", 0)], "<|im_end|>");
+      EXPECT_EQ((*tokens)[md.GetUintOr("tokenizer.ggml.padding_token_id", 0)], "<|endoftext|>");
+      EXPECT_EQ((*tokens)[md.GetUintOr("tokenizer.ggml.bos_token_id", 0)], "<|endoftext|>");
+      EXPECT_TRUE(md.Has("tokenizer.ggml.merges"));
+      EXPECT_THAT(md.GetStringOr("tokenizer.chat_template", ""), HasSubstr("<|im_start|>"));
       break;
   }
 }
@@ -394,6 +427,23 @@ TEST(SynthArchPresetTest, FullShapesAreTheRealModels) {
   for (int64_t l = 0; l < q.n_layer; ++l) attention_layers += IsFullAttention(q, l);
   EXPECT_EQ(attention_layers, 10);
 
+  // Qwen3-Next-80B-A3B (SPEC.md §3.9); llama.cpp needs d_v = d_k (inner =
+  // value heads x state size).
+  const SynthShape n = *SynthPreset(SynthArch::kQwen3Next, "full");
+  EXPECT_EQ(std::make_tuple(n.n_layer, n.n_embd, n.n_head, n.n_head_kv, n.head_dim, n.n_rot),
+            std::make_tuple(48, 2048, 16, 2, 256, 64));
+  EXPECT_EQ(std::make_tuple(n.n_expert, n.n_expert_used, n.n_ff_exp, n.n_ff_shexp),
+            std::make_tuple(512, 10, 512, 512));
+  EXPECT_EQ(std::make_tuple(n.ssm_conv_kernel, n.ssm_state_size, n.ssm_group_count,
+                            n.ssm_time_step_rank, n.ssm_inner_size, n.full_attention_interval),
+            std::make_tuple(4, 128, 16, 32, 4096, 4));
+  EXPECT_EQ(std::make_tuple(n.n_vocab, n.n_ctx), std::make_tuple(151936, 262144));
+  EXPECT_FALSE(n.legacy_ssm_in);
+  for (const char* name : {"tiny", "small", "full"}) {
+    const SynthShape p = *SynthPreset(SynthArch::kQwen3Next, name);
+    EXPECT_EQ(p.ssm_inner_size, p.ssm_time_step_rank * p.ssm_state_size) << name;
+  }
+
   for (const SynthArch arch : kAllSynthArchs) {
     for (const char* name : {"tiny", "small", "full"}) {
       const absl::StatusOr<SynthShape> s = SynthPreset(arch, name);
@@ -446,7 +496,7 @@ TEST(SynthArchPresetTest, ValidationNamesTheFlag) {
   for (const SynthArch arch : kAllSynthArchs) {
     for (const SynthQuant quant :
          {SynthQuant::kF32, SynthQuant::kQ8_0, SynthQuant::kQ4_K_M, SynthQuant::kQ8_0F32}) {
-      const bool supported = quant != SynthQuant::kQ8_0F32 || arch == SynthArch::kQwen35Moe;
+      const bool supported = quant != SynthQuant::kQ8_0F32 || IsSynthDeltaNetHybrid(arch);
       EXPECT_EQ(ValidateSynthQuant(arch, quant).ok(), supported) << ArchName(arch) << " " << QuantName(quant);
     }
   }
@@ -491,8 +541,9 @@ TEST(SynthArchPlanTest, FullSizesArePlausible) {
     SynthArch arch;
     double params_lo, params_hi;  // the real model's parameter count, roughly
   };
-  for (const Case c : {Case{SynthArch::kOlmoe, 6.8e9, 7.0e9}, Case{SynthArch::kLlama, 46.5e9, 46.9e9},
-                       Case{SynthArch::kQwen35Moe, 34.0e9, 35.5e9}}) {
+  for (const Case c :
+       {Case{SynthArch::kOlmoe, 6.8e9, 7.0e9}, Case{SynthArch::kLlama, 46.5e9, 46.9e9},
+        Case{SynthArch::kQwen35Moe, 34.0e9, 35.5e9}, Case{SynthArch::kQwen3Next, 79.0e9, 81.0e9}}) {
     uint64_t elements = 0;
     for (const SynthTensor& t : PlanSynthTensors(*SynthPreset(c.arch, "full"), SynthQuant::kF32)) {
       elements += static_cast<uint64_t>(t.element_count());
@@ -596,6 +647,23 @@ INSTANTIATE_TEST_SUITE_P(AllArchsPresetsAndMixes, SynthArchPresetFilesTest, ::te
                            return absl::StrCat(ArchName(std::get<0>(param_info.param)), "_",
                                                std::get<1>(param_info.param), "_", quant);
                          });
+
+// Early qwen3next files: one ssm_in per DeltaNet layer instead of attn_qkv
+// and attn_gate, attention-v-like for llama-quantize.
+TEST_F(SynthArchFilesTest, Qwen3NextLegacySsmInReadsBack) {
+  for (const SynthQuant quant : {SynthQuant::kF32, SynthQuant::kQ4_K_M}) {
+    const fs::path path = Path(absl::StrCat("qwen3next_legacy_", QuantName(quant), ".gguf"));
+    SynthOptions options = Options(SynthArch::kQwen3Next, "tiny", quant, 5, path);
+    options.shape.legacy_ssm_in = true;
+    WriteOrDie(options);
+    std::unique_ptr<GgufModel> model = OpenOrDie(path.string());
+    ASSERT_NE(model, nullptr);
+    CheckMetadata(model->metadata(), options.shape, quant);
+    CheckTensors(*model, options.shape, quant);
+    EXPECT_NE(model->FindTensor("blk.0.ssm_in.weight"), nullptr);
+    EXPECT_EQ(model->FindTensor("blk.0.attn_qkv.weight"), nullptr);
+  }
+}
 
 TEST_F(SynthArchFilesTest, SameOptionsSameBytesRegardlessOfThreadsAndChunks) {
   for (const SynthArch arch : kNewArchs) {
@@ -1021,11 +1089,27 @@ TEST(SynthArchTokenizerTest, SentencePieceVocabularyIsLikeMixtrals) {
 TEST(SynthArchCommandLineTest, HelpDocumentsEveryArchitectureAndFlag) {
   const RunResult r = RunTool("--help");
   EXPECT_EQ(r.exit_code, 0);
-  for (const char* word :
-       {"--arch", "qwen3moe", "olmoe", "llama", "qwen35moe", "q8_0-f32", "--rope-dims", "--rope-sections",
-        "--shared-ffn", "--full-attention-interval", "--ssm-conv-kernel", "--ssm-state-size",
-        "--ssm-group-count", "--ssm-time-step-rank", "--ssm-inner-size", "Mixtral-8x7B", "OLMoE-1B-7B",
-        "Qwen3.6-35B-A3B"}) {
+  for (const char* word : {"--arch",
+                           "qwen3moe",
+                           "olmoe",
+                           "llama",
+                           "qwen35moe",
+                           "qwen3next",
+                           "Qwen3-Next-80B-A3B",
+                           "--legacy-ssm-in",
+                           "q8_0-f32",
+                           "--rope-dims",
+                           "--rope-sections",
+                           "--shared-ffn",
+                           "--full-attention-interval",
+                           "--ssm-conv-kernel",
+                           "--ssm-state-size",
+                           "--ssm-group-count",
+                           "--ssm-time-step-rank",
+                           "--ssm-inner-size",
+                           "Mixtral-8x7B",
+                           "OLMoE-1B-7B",
+                           "Qwen3.6-35B-A3B"}) {
     EXPECT_THAT(r.output, HasSubstr(word));
   }
 }
@@ -1033,9 +1117,13 @@ TEST(SynthArchCommandLineTest, HelpDocumentsEveryArchitectureAndFlag) {
 TEST(SynthArchCommandLineTest, FlagsOfOtherArchitecturesAreRefused) {
   for (const char* args :
        {"--arch mixtral --out x.gguf", "--arch llama --shared-ffn 64 --out x.gguf",
-        "--arch olmoe --ssm-state-size 8 --out x.gguf", "--arch llama --quant q8_0-f32 --out x.gguf",
-        "--arch qwen35moe --rope-sections 1,2 --out x.gguf", "--arch qwen35moe --rope-dims 10 --out x.gguf",
-        "--arch olmoe --tied-output --out x.gguf"}) {
+        "--arch olmoe --ssm-state-size 8 --out x.gguf",
+        "--arch llama --quant q8_0-f32 --out x.gguf",
+        "--arch qwen35moe --rope-sections 1,2 --out x.gguf",
+        "--arch qwen35moe --rope-dims 10 --out x.gguf", "--arch olmoe --tied-output --out x.gguf",
+        "--arch qwen3next --rope-sections 2,1,1,0 --out x.gguf",
+        "--arch qwen35moe --legacy-ssm-in --out x.gguf",
+        "--arch llama --ssm-group-count 2 --out x.gguf"}) {
     const RunResult r = RunTool(args);
     EXPECT_EQ(r.exit_code, 2) << args << ": " << r.output;
     EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << args << ": " << r.output;
@@ -1055,6 +1143,10 @@ TEST(SynthArchCommandLineTest, DryRunOfTheFullShapes) {
   EXPECT_EQ(llama.exit_code, 0) << llama.output;
   EXPECT_THAT(llama.output, HasSubstr("tensors: 323"));
   EXPECT_THAT(llama.output, HasSubstr("SentencePiece"));
+  const RunResult next = RunTool("--arch qwen3next --preset full --quant q4_k_m --dry-run");
+  EXPECT_EQ(next.exit_code, 0) << next.output;
+  EXPECT_THAT(next.output, HasSubstr("12 of 48 layers"));
+  EXPECT_THAT(next.output, HasSubstr("experts 512 (top 10)"));
 }
 
 TEST(SynthArchCommandLineTest, WritesQwen35MoeWithShapeFlags) {

@@ -22,6 +22,8 @@ const SynthArchitecture& SynthArchitectureFor(SynthArch arch) {
       return LlamaArchitecture();
     case SynthArch::kQwen35Moe:
       return Qwen35MoeArchitecture();
+    case SynthArch::kQwen3Next:
+      return Qwen3NextArchitecture();
   }
   std::abort();
 }

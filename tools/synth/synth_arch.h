@@ -47,6 +47,7 @@ const SynthArchitecture& Qwen3MoeArchitecture();
 const SynthArchitecture& OlmoeArchitecture();
 const SynthArchitecture& LlamaArchitecture();
 const SynthArchitecture& Qwen35MoeArchitecture();
+const SynthArchitecture& Qwen3NextArchitecture();
 
 // ---------------------------------------------------------------- shared parts
 

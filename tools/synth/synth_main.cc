@@ -1,5 +1,5 @@
 // moetier-synth: writes a GGUF of one of the MoE architectures moetier serves
-// (qwen3moe, olmoe, llama with experts, qwen35moe) with deterministic random
+// (qwen3moe, olmoe, llama with experts, qwen35moe, qwen3next) with deterministic random
 // weights, real tensor names and encodings and a real tokenizer, for tests
 // and benchmarks.
 #include <unistd.h>
@@ -37,7 +37,8 @@ constexpr int kExitUsage = 2;
 
 constexpr std::string_view kUsage = R"(moetier-synth: write a synthetic MoE GGUF model
 
-usage: moetier-synth [--arch qwen3moe|olmoe|llama|qwen35moe] [--preset tiny|small|full]
+usage: moetier-synth [--arch qwen3moe|olmoe|llama|qwen35moe|qwen3next]
+                     [--preset tiny|small|full]
                      [--quant f32|q8_0|q4_k_m|q8_0-f32] [--seed N] --out FILE
                      [shape flags] [split flags] [--dry-run]
 
@@ -53,7 +54,11 @@ constexpr std::string_view kArchitectures =
                SentencePiece ("llama") tokenizer
     qwen35moe: Qwen3.6-35B-A3B: Gated DeltaNet layers and, every
                --full-attention-interval-th layer, gated attention; routed +
-               shared expert; gpt2/qwen35 tokenizer)";
+               shared expert; gpt2/qwen35 tokenizer
+    qwen3next: Qwen3-Next-80B-A3B: the same hybrid with beta and alpha in one
+               ssm_ba (and with --legacy-ssm-in, q, k, v, z in one ssm_in),
+               value heads grouped by key head, plain NEOX rope; gpt2/qwen2
+               tokenizer)";
 
 constexpr std::string_view kPresets =
     R"(    qwen3moe  tiny : 2 layers, embd 64, E 8 (top 2), expert ffn 256, H/Hkv 4/2 x D 32,
@@ -81,7 +86,12 @@ constexpr std::string_view kPresets =
               full : Qwen3.6-35B-A3B: 40 layers, embd 2048, E 256 (top 8), ffn 512 + 512,
                      16/2 x 256, rope 64 dims [11,11,10,0], state 128, groups 16, value
                      heads 32, inner 4096, vocab 248320, ctx 262144; all: conv kernel 4,
-                     full attention every 4th layer, rope base 1e7, rms eps 1e-6)";
+                     full attention every 4th layer, rope base 1e7, rms eps 1e-6
+    qwen3next tiny : as qwen35moe tiny, rope 8 dims without sections
+              small: as qwen35moe small, rope 16 dims without sections
+              full : Qwen3-Next-80B-A3B: 48 layers, embd 2048, E 512 (top 10), ffn 512 +
+                     512, 16/2 x 256, rope 64 dims, state 128, groups 16, value heads 32,
+                     inner 4096, vocab 151936, ctx 262144; all as qwen35moe's)";
 
 constexpr std::string_view kMixes = R"(    f32     : everything F32 (general.file_type 0)
     q8_0    : every other matrix Q8_0 (general.file_type 7)
@@ -89,13 +99,13 @@ constexpr std::string_view kMixes = R"(    f32     : everything F32 (general.fil
               if tied), output Q6_K, attn_q/attn_k/attn_output Q4_K, attn_v Q6_K,
               ffn_gate_exps/ffn_up_exps Q4_K, ffn_down_exps Q6_K in layers i with
               i < n/8 or i >= 7n/8 or (i - n/8) % 3 == 2 (llama.cpp's
-              use_more_bits), Q4_K in the others. olmoe, llama, qwen35moe:
-              llama-quantize's rule: Q4_K, output Q6_K, attn_v (and attn_qkv) and
+              use_more_bits), Q4_K in the others. olmoe, llama, qwen35moe, qwen3next:
+              llama-quantize's rule: Q4_K, output Q6_K, attn_v (and attn_qkv, ssm_in) and
               every ffn_down Q6_K in use_more_bits layers, and with exactly 8
               experts attn_k/attn_v Q8_0 and attn_output Q5_K; ssm_conv1d, ssm_a,
               ssm_dt, ffn_gate_inp_shexp stay F32
-    q8_0-f32: qwen35moe only, the tensor-type shares of a dynamic ("UD") 4-bit
-              file: F32 for small tensors and ssm_alpha/ssm_beta, Q8_0 for every
+    q8_0-f32: qwen35moe and qwen3next, the tensor-type shares of a dynamic ("UD")
+              4-bit file: F32 for small tensors and ssm_alpha/ssm_beta/ssm_ba, Q8_0 for every
               non-expert matrix, experts Q4_K (gate/up) and Q5_K (down), layer 0's
               experts and the last ffn_down_exps Q6_K (general.file_type 15))";
 
@@ -106,8 +116,8 @@ not depend on chunking or threads. stddev: 1/sqrt(fan_in) for the projections th
 read the residual stream; 1/sqrt(fan_in * 2 * layers) for those that write it
 (attn_output, ffn_down*, ssm_out), so the residual stream stays O(1) at any depth;
 2/sqrt(embd) for token_embd, output and ffn_gate_inp (logit and router-logit spread
-about 2); norm weights 1 +- 0.05 (qwen35moe stores its norms as 1 + w, so they are
-near 1 there too). qwen35moe: ssm_a = -exp(u), u uniform in [0, ln 16];
+about 2); norm weights 1 +- 0.05 (qwen35moe and qwen3next store their norms as 1 + w,
+so they are near 1 there too). Both: ssm_a = -exp(u), u uniform in [0, ln 16];
 ssm_dt.bias 1 +- 0.25; ssm_conv1d 1/sqrt(kernel).
 
 Tokenizers (merges and pieces learned from a built-in corpus; ids past what the
@@ -119,6 +129,7 @@ corpus supports are [PAD<id>], type UNUSED, as llama.cpp's converter pads):
   qwen35moe: gpt2/qwen35, the same specials at Qwen3.5's ids (248044..248046, 248068,
              248069 in a 248320 vocabulary); eos <|im_end|>, pad <|endoftext|>, no
              bos, add_bos_token false, the Qwen3.5 chat template (opens <think>)
+  qwen3next: as qwen3moe
   olmoe    : gpt2/olmo (GPT-2 splitting): |||IP_ADDRESS||| 0, <|padding|> 1, byte
              tokens, merges, |||EMAIL_ADDRESS|||, |||PHONE_NUMBER|||, <|endoftext|>
              (50277..50279 in a 50304 vocabulary); eos <|endoftext|>, pad <|padding|>,
@@ -149,10 +160,11 @@ struct CommandLine {
   std::string rope_scaling;
   bool rope_freq_factors = false;
   bool tied_output = false;
-  // qwen35moe.
+  // qwen35moe and qwen3next.
   std::optional<int64_t> rope_dims, shared_ffn, full_attention_interval, ssm_conv_kernel,
       ssm_state_size, ssm_group_count, ssm_time_step_rank, ssm_inner_size;
   std::optional<std::array<int32_t, 4>> rope_sections;
+  bool legacy_ssm_in = false;
 };
 
 // "A,B,C,D" of non-negative integers.
@@ -282,10 +294,10 @@ FlagSet MakeFlags(CommandLine& cl) {
               &cl.rope_freq_factors);
   f.AddSwitch({"--tied-output"},
               "no output.weight: token_embd is also the output matrix (qwen3moe, llama, "
-              "qwen35moe)",
+              "qwen35moe, qwen3next)",
               &cl.tied_output);
-  AddShapeFlag(f, "--rope-dims", "N", "qwen35moe: rope.dimension_count, even, at most head-dim",
-               &cl.rope_dims);
+  AddShapeFlag(f, "--rope-dims", "N",
+               "qwen35moe, qwen3next: rope.dimension_count, even, at most head-dim", &cl.rope_dims);
   f.Add({"--rope-sections"}, "A,B,C,D",
         "qwen35moe: rope.dimension_sections; they sum to rope-dims / 2",
         [&cl](std::string_view flag, std::string_view value) -> absl::Status {
@@ -294,22 +306,29 @@ FlagSet MakeFlags(CommandLine& cl) {
           cl.rope_sections = sections;
           return absl::OkStatus();
         });
-  AddShapeFlag(f, "--shared-ffn", "N", "qwen35moe: expert_shared_feed_forward_length",
+  AddShapeFlag(f, "--shared-ffn", "N", "qwen35moe, qwen3next: expert_shared_feed_forward_length",
                &cl.shared_ffn);
   AddShapeFlag(f, "--full-attention-interval", "N",
-               "qwen35moe: layer i is full attention when (i+1) % N == 0",
+               "qwen35moe, qwen3next: layer i is full attention when (i+1) % N == 0",
                &cl.full_attention_interval);
-  AddShapeFlag(f, "--ssm-conv-kernel", "N", "qwen35moe: ssm.conv_kernel (DeltaNet conv taps)",
-               &cl.ssm_conv_kernel);
-  AddShapeFlag(f, "--ssm-state-size", "N", "qwen35moe: ssm.state_size (key head dim)",
+  AddShapeFlag(f, "--ssm-conv-kernel", "N",
+               "qwen35moe, qwen3next: ssm.conv_kernel (DeltaNet conv taps)", &cl.ssm_conv_kernel);
+  AddShapeFlag(f, "--ssm-state-size", "N", "qwen35moe, qwen3next: ssm.state_size (key head dim)",
                &cl.ssm_state_size);
-  AddShapeFlag(f, "--ssm-group-count", "N", "qwen35moe: ssm.group_count (key heads)",
+  AddShapeFlag(f, "--ssm-group-count", "N", "qwen35moe, qwen3next: ssm.group_count (key heads)",
                &cl.ssm_group_count);
-  AddShapeFlag(f, "--ssm-time-step-rank", "N",
-               "qwen35moe: ssm.time_step_rank (value heads, a multiple of the key heads)",
-               &cl.ssm_time_step_rank);
+  AddShapeFlag(
+      f, "--ssm-time-step-rank", "N",
+      "qwen35moe, qwen3next: ssm.time_step_rank (value heads, a multiple of the key heads)",
+      &cl.ssm_time_step_rank);
   AddShapeFlag(f, "--ssm-inner-size", "N",
-               "qwen35moe: ssm.inner_size (value heads x value head dim)", &cl.ssm_inner_size);
+               "qwen35moe, qwen3next: ssm.inner_size (value heads x value head dim; llama.cpp "
+               "reads qwen3next files only with value head dim = state size)",
+               &cl.ssm_inner_size);
+  f.AddSwitch({"--legacy-ssm-in"},
+              "qwen3next: one ssm_in per DeltaNet layer (q, k, v and z rows per key head) "
+              "instead of attn_qkv and attn_gate, as files converted before those existed",
+              &cl.legacy_ssm_in);
 
   f.AddText("Output:");
   f.AddString({"--out"}, "FILE",
@@ -364,10 +383,17 @@ absl::StatusOr<SynthOptions> BuildOptions(const CommandLine& cl) {
   s.rope_freq_factors = cl.rope_freq_factors;
 
   // The flags of one architecture are refused by the others.
-  const bool qwen35 = *arch == SynthArch::kQwen35Moe;
-  const std::pair<const char*, bool> qwen35_flags[] = {
+  if (cl.rope_sections.has_value() && *arch != SynthArch::kQwen35Moe) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--rope-sections is used by qwen35moe only, not by ", cl.arch));
+  }
+  if (cl.legacy_ssm_in && *arch != SynthArch::kQwen3Next) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--legacy-ssm-in is used by qwen3next only, not by ", cl.arch));
+  }
+  const bool hybrid = IsSynthDeltaNetHybrid(*arch);
+  const std::pair<const char*, bool> hybrid_flags[] = {
       {"--rope-dims", cl.rope_dims.has_value()},
-      {"--rope-sections", cl.rope_sections.has_value()},
       {"--shared-ffn", cl.shared_ffn.has_value()},
       {"--full-attention-interval", cl.full_attention_interval.has_value()},
       {"--ssm-conv-kernel", cl.ssm_conv_kernel.has_value()},
@@ -376,10 +402,10 @@ absl::StatusOr<SynthOptions> BuildOptions(const CommandLine& cl) {
       {"--ssm-time-step-rank", cl.ssm_time_step_rank.has_value()},
       {"--ssm-inner-size", cl.ssm_inner_size.has_value()},
   };
-  for (const auto& [flag, given] : qwen35_flags) {
-    if (given && !qwen35) {
+  for (const auto& [flag, given] : hybrid_flags) {
+    if (given && !hybrid) {
       return absl::InvalidArgumentError(
-          absl::StrCat(flag, " is used by qwen35moe only, not by ", cl.arch));
+          absl::StrCat(flag, " is used by qwen35moe and qwen3next only, not by ", cl.arch));
     }
   }
   if (cl.rope_dims) s.n_rot = *cl.rope_dims;
@@ -391,6 +417,7 @@ absl::StatusOr<SynthOptions> BuildOptions(const CommandLine& cl) {
   if (cl.ssm_group_count) s.ssm_group_count = *cl.ssm_group_count;
   if (cl.ssm_time_step_rank) s.ssm_time_step_rank = *cl.ssm_time_step_rank;
   if (cl.ssm_inner_size) s.ssm_inner_size = *cl.ssm_inner_size;
+  s.legacy_ssm_in = cl.legacy_ssm_in;
 
   SynthOptions options;
   options.shape = s;
@@ -442,14 +469,18 @@ void PrintPlan(const SynthOptions& o, const SynthPlan& plan) {
                 s.rope_scaling_type.c_str(), static_cast<double>(s.rope_scaling_factor),
                 static_cast<long long>(s.rope_scaling_original_ctx));
   }
-  if (s.arch == SynthArch::kQwen35Moe) {
+  if (IsSynthDeltaNetHybrid(s.arch)) {
     int64_t attention_layers = 0;
     for (int64_t l = 0; l < s.n_layer; ++l) attention_layers += (l + 1) % s.full_attention_interval == 0;
+    const std::string sections =
+        s.arch == SynthArch::kQwen35Moe
+            ? absl::StrFormat(" [%d,%d,%d,%d]", s.rope_sections[0], s.rope_sections[1],
+                              s.rope_sections[2], s.rope_sections[3])
+            : std::string(s.legacy_ssm_in ? ", legacy ssm_in" : "");
     std::printf(
-        "  shared ffn %lld, rope %lld dims [%d,%d,%d,%d], full attention every %lld (%lld of %lld "
+        "  shared ffn %lld, rope %lld dims%s, full attention every %lld (%lld of %lld "
         "layers), DeltaNet conv %lld, state %lld, key heads %lld, value heads %lld, inner %lld\n",
-        static_cast<long long>(s.n_ff_shexp), static_cast<long long>(s.n_rot), s.rope_sections[0],
-        s.rope_sections[1], s.rope_sections[2], s.rope_sections[3],
+        static_cast<long long>(s.n_ff_shexp), static_cast<long long>(s.n_rot), sections.c_str(),
         static_cast<long long>(s.full_attention_interval), static_cast<long long>(attention_layers),
         static_cast<long long>(s.n_layer), static_cast<long long>(s.ssm_conv_kernel),
         static_cast<long long>(s.ssm_state_size), static_cast<long long>(s.ssm_group_count),

@@ -13,8 +13,9 @@ absl::StatusOr<SynthArch> ParseSynthArch(std::string_view name) {
   for (const SynthArch arch : kAllSynthArchs) {
     if (name == SynthArchName(arch)) return arch;
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown architecture '", std::string(name), "' (expected qwen3moe, olmoe, llama or qwen35moe)"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown architecture '", std::string(name),
+                   "' (expected qwen3moe, olmoe, llama, qwen35moe or qwen3next)"));
 }
 
 std::string_view SynthArchName(SynthArch arch) {
@@ -27,6 +28,8 @@ std::string_view SynthArchName(SynthArch arch) {
       return "llama";
     case SynthArch::kQwen35Moe:
       return "qwen35moe";
+    case SynthArch::kQwen3Next:
+      return "qwen3next";
   }
   std::abort();
 }

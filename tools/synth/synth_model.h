@@ -25,10 +25,17 @@ enum class SynthArch {
   kOlmoe,      // "olmoe": OLMoE-1B-7B (§3.6)
   kLlama,      // "llama" with experts: Mixtral-8x7B (§3.5)
   kQwen35Moe,  // "qwen35moe": Qwen3.6-35B-A3B, Gated DeltaNet + gated attention (§3.3-3.4)
+  kQwen3Next,  // "qwen3next": Qwen3-Next-80B-A3B, the same hybrid with fused projections (§3.3)
 };
 
 inline constexpr SynthArch kAllSynthArchs[] = {SynthArch::kQwen3Moe, SynthArch::kOlmoe,
-                                              SynthArch::kLlama, SynthArch::kQwen35Moe};
+                                               SynthArch::kLlama, SynthArch::kQwen35Moe,
+                                               SynthArch::kQwen3Next};
+
+// qwen35moe and qwen3next: Gated DeltaNet layers and gated attention.
+inline bool IsSynthDeltaNetHybrid(SynthArch arch) {
+  return arch == SynthArch::kQwen35Moe || arch == SynthArch::kQwen3Next;
+}
 
 absl::StatusOr<SynthArch> ParseSynthArch(std::string_view name);
 std::string_view SynthArchName(SynthArch arch);  // general.architecture
@@ -60,7 +67,7 @@ struct SynthShape {
   // between 1 and 8 (as a converted Llama 3 carries).
   bool rope_freq_factors = false;
 
-  // qwen35moe.
+  // qwen35moe and qwen3next (rope_sections: qwen35moe; legacy_ssm_in: qwen3next).
   int64_t n_rot = 0;                           // rope.dimension_count
   std::array<int32_t, 4> rope_sections = {};   // rope.dimension_sections
   int64_t n_ff_shexp = 0;                      // expert_shared_feed_forward_length
@@ -70,6 +77,7 @@ struct SynthShape {
   int64_t ssm_group_count = 0;                 // ssm.group_count, H_k
   int64_t ssm_time_step_rank = 0;              // ssm.time_step_rank, H_v
   int64_t ssm_inner_size = 0;                  // ssm.inner_size, H_v * d_v
+  bool legacy_ssm_in = false;                  // ssm_in, not attn_qkv + attn_gate
 
   bool operator==(const SynthShape&) const = default;
 };
@@ -126,7 +134,7 @@ enum class SynthTensorKind {
   kFfnGateExps,
   kFfnUpExps,
   kFfnDownExps,
-  // qwen35moe.
+  // qwen35moe and qwen3next.
   kPostAttentionNorm,
   kAttnQkv,
   kAttnGate,
@@ -135,6 +143,8 @@ enum class SynthTensorKind {
   kSsmA,
   kSsmBeta,
   kSsmAlpha,
+  kSsmBa,  // qwen3next: beta and alpha in one matrix
+  kSsmIn,  // early qwen3next files: q, k, v and z in one matrix
   kSsmNorm,
   kSsmOut,
   kFfnGateInpShexp,

@@ -1,0 +1,131 @@
+// qwen3next (Qwen3-Next-80B-A3B, SPEC.md §3.3): the hybrid stack of
+// synth_deltanet_hybrid.h with beta and alpha in one ssm_ba (or, with
+// --legacy-ssm-in, q, k, v and z in one ssm_in, as files converted before
+// attn_qkv existed have), plain NEOX rope over rope.dimension_count dims,
+// and the Qwen3 tokenizer. The grouping of value heads by key head inside
+// ssm_ba and ssm_in is a reading convention: the elements are drawn alike.
+#include "absl/strings/str_cat.h"
+#include "synth/synth_arch.h"
+#include "synth/synth_deltanet_hybrid.h"
+#include "synth/synth_tokenizer.h"
+
+namespace moetier {
+namespace {
+
+class Qwen3Next final : public SynthArchitecture {
+ public:
+  SynthArch arch() const override { return SynthArch::kQwen3Next; }
+
+  bool SupportsQuant(SynthQuant) const override { return true; }
+
+  absl::StatusOr<SynthShape> Preset(std::string_view name) const override {
+    SynthShape s;
+    s.rope_base = 1e7f;
+    s.rms_eps = 1e-6f;
+    s.full_attention_interval = 4;
+    s.ssm_conv_kernel = 4;
+    // llama.cpp sizes the DeltaNet tensors with d_v = d_k (ssm.state_size),
+    // so every preset keeps inner_size = value heads x state size.
+    if (name == "tiny") {
+      s.n_layer = 4;
+      s.n_embd = 64;
+      s.n_expert = 8;
+      s.n_expert_used = 2;
+      s.n_ff_exp = 32;
+      s.n_ff_shexp = 32;
+      s.n_head = 4;
+      s.n_head_kv = 2;
+      s.head_dim = 32;
+      s.n_rot = 8;
+      s.ssm_state_size = 16;
+      s.ssm_group_count = 2;
+      s.ssm_time_step_rank = 4;
+      s.ssm_inner_size = 64;
+      s.n_vocab = 512;
+      s.n_ctx = 4096;
+      return s;
+    }
+    if (name == "small") {
+      s.n_layer = 4;
+      s.n_embd = 256;
+      s.n_expert = 16;
+      s.n_expert_used = 4;
+      s.n_ff_exp = 256;
+      s.n_ff_shexp = 256;
+      s.n_head = 4;
+      s.n_head_kv = 2;
+      s.head_dim = 64;
+      s.n_rot = 16;
+      s.ssm_state_size = 64;
+      s.ssm_group_count = 2;
+      s.ssm_time_step_rank = 4;
+      s.ssm_inner_size = 256;
+      s.n_vocab = 1024;
+      s.n_ctx = 4096;
+      return s;
+    }
+    if (name == "full") {
+      // Qwen3-Next-80B-A3B, SPEC.md §3.9: 36 DeltaNet and 12 attention layers.
+      s.n_layer = 48;
+      s.n_embd = 2048;
+      s.n_expert = 512;
+      s.n_expert_used = 10;
+      s.n_ff_exp = 512;
+      s.n_ff_shexp = 512;
+      s.n_head = 16;
+      s.n_head_kv = 2;
+      s.head_dim = 256;
+      s.n_rot = 64;
+      s.ssm_state_size = 128;
+      s.ssm_group_count = 16;
+      s.ssm_time_step_rank = 32;
+      s.ssm_inner_size = 4096;
+      s.n_vocab = kQwenVocab;
+      s.n_ctx = 262144;
+      return s;
+    }
+    return absl::InvalidArgumentError(absl::StrCat("unknown qwen3next preset '", std::string(name),
+                                                   "' (expected tiny, small or full)"));
+  }
+
+  absl::Status Validate(const SynthShape& s) const override {
+    return ValidateSynthDeltaNetHybrid(s);
+  }
+
+  std::vector<SynthTensor> PlanTensors(const SynthShape& s, SynthQuant quant) const override {
+    return PlanSynthDeltaNetHybrid(s, quant,
+                                   s.legacy_ssm_in ? SynthDeltaNetProjections::kLegacySsmIn
+                                                   : SynthDeltaNetProjections::kFusedBetaAlpha);
+  }
+
+  absl::StatusOr<std::vector<GgufKeyValue>> BuildMetadata(
+      const SynthShape& s, SynthQuant quant, std::string_view model_name) const override {
+    absl::StatusOr<SynthVocabulary> vocab = BuildSynthVocabulary(s.n_vocab);
+    if (!vocab.ok()) return vocab.status();
+    const uint32_t eos = vocab->eos_id;
+    const uint32_t pad = vocab->pad_id;
+    const uint32_t bos = vocab->bos_id;
+
+    SynthMetadata md(name());
+    md.General(model_name);
+    AddSynthDeltaNetHybridKeys(s, /*rope_sections=*/false, md);
+    md.FileType(quant);
+    // The Qwen3 vocabulary and chat template, as qwen3moe.
+    md.Vocabulary("gpt2", "qwen2", *std::move(vocab));
+    md.TokenId("eos", eos);
+    md.TokenId("padding", pad);
+    md.TokenId("bos", bos);
+    md.Bool("tokenizer.ggml.add_bos_token", false);
+    md.Add("tokenizer.chat_template", GgufValue::String(std::string(SynthChatTemplate())));
+    return md.Take();
+  }
+};
+
+}  // namespace
+
+const SynthArchitecture& Qwen3NextArchitecture() {
+  static const Qwen3Next* arch = new Qwen3Next;
+  return *arch;
+}
+
+}  // namespace moetier
