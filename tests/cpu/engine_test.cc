@@ -40,6 +40,12 @@ using Loaded = testing::VectorsModel;
 
 std::unique_ptr<Loaded> Load(const std::string& name) { return testing::LoadVectorsModel(name); }
 
+// The Gated DeltaNet hybrids (qwen35moe, qwen3next), whose recurrence
+// carries rounding from token to token.
+bool IsHybrid(const std::string& name) {
+  return name.starts_with("qwen35moe") || name.starts_with("qwen3next");
+}
+
 std::unique_ptr<CpuEngine> Engine(const Loaded& m, int n_threads = 2, int max_batch = 256,
                                     int max_ctx = 64) {
   CpuEngineConfig config;
@@ -106,7 +112,8 @@ INSTANTIATE_TEST_SUITE_P(Vectors, F32VectorTest,
                          ::testing::Values("tiny-f32", "mixtral-tiny-f32", "olmoe-tiny-f32",
                                            "qwen35moe-tiny-f32", "yarn-tiny-f32",
                                            "mixtral-linear-tiny-f32", "qwen35moe-yarn-tiny-f32",
-                                           "mixtral-rope-freqs-tiny-f32"),
+                                           "mixtral-rope-freqs-tiny-f32", "qwen3next-tiny-f32",
+                                           "qwen3next-ssm-in-tiny-f32"),
                          [](const ::testing::TestParamInfo<const char*>& param_info) {
                            std::string s = param_info.param;
                            std::replace(s.begin(), s.end(), '-', '_');
@@ -148,7 +155,7 @@ TEST_P(QuantizedVectorTest, CloseToExactLogitsAtEveryLevel) {
     if (first.empty()) {
       first = logits;
     } else {
-      EXPECT_LT(WorstRowError(logits, first, n_vocab), name.starts_with("qwen35moe") ? 1e-3 : 1e-4);
+      EXPECT_LT(WorstRowError(logits, first, n_vocab), IsHybrid(name) ? 1e-3 : 1e-4);
     }
   }
   ASSERT_TRUE(cpu::SetSimdLevel(cpu::BestSupportedSimdLevel()).ok());
@@ -156,8 +163,8 @@ TEST_P(QuantizedVectorTest, CloseToExactLogitsAtEveryLevel) {
 
 INSTANTIATE_TEST_SUITE_P(Vectors, QuantizedVectorTest,
                          ::testing::Values("tiny-q8_0", "small-q4_k_m", "mixtral-small-q4_k_m",
-                                           "qwen35moe-small-q4_k_m", "mixed-low-bit",
-                                           "iq-grids-low-bit"),
+                                           "qwen35moe-small-q4_k_m", "qwen3next-small-q4_k_m",
+                                           "mixed-low-bit", "iq-grids-low-bit"),
                          [](const ::testing::TestParamInfo<const char*>& param_info) {
                            std::string s = param_info.param;
                            std::replace(s.begin(), s.end(), '-', '_');
@@ -191,10 +198,19 @@ TEST_P(FaithfulnessTest, MeanKlFromExactAgainstLlamaCpps) {
   const Agreement a = testing::CompareLogits(ours, exact, n_vocab);
   const Agreement theirs = testing::CompareLogits(llamacpp, exact, n_vocab);
   const bool residual = cpu::ActivationsHaveResidualPlane();
-  std::printf("%s (%s): mean KL from exact %.3g (llama.cpp %.3g)\n", name.c_str(),
-              residual ? "q8x2" : "q8", a.mean_kl, theirs.mean_kl);
+  std::printf("%s (%s): mean KL from exact %.3g (llama.cpp %.3g), top-1 %.3f (llama.cpp %.3f)\n",
+              name.c_str(), residual ? "q8x2" : "q8", a.mean_kl, theirs.mean_kl, a.top1_fraction,
+              theirs.top1_fraction);
   if (residual) {
     EXPECT_LE(a.mean_kl, kKlFractionOfLlamaCpps * theirs.mean_kl);
+    return;
+  }
+  if (name == "qwen3next-small-q4_k_m") {
+    // This synthetic hybrid (made here) is touchy: 8-bit activations put
+    // both engines about 4e-2 mean KL from the exact logits and flip the top
+    // token at 3 to 6 of its 24 positions, different ones in each, so
+    // agreeing position by position says nothing; it is held by its mean KL.
+    EXPECT_LE(a.mean_kl, theirs.mean_kl);
     return;
   }
   const Agreement with_llamacpp = testing::CompareLogits(ours, llamacpp, n_vocab);
@@ -208,14 +224,14 @@ TEST_P(FaithfulnessTest, MeanKlFromExactAgainstLlamaCpps) {
     EXPECT_LE(a.median_kl, 1.2 * theirs.median_kl);
     return;
   }
-  const double bound = name.starts_with("qwen35moe") ? 1.0 : name == "tiny-q8_0" ? 1.07 : 1.05;
+  const double bound = IsHybrid(name) ? 1.0 : name == "tiny-q8_0" ? 1.07 : 1.05;
   EXPECT_LE(a.mean_kl, bound * theirs.mean_kl);
 }
 
 INSTANTIATE_TEST_SUITE_P(Vectors, FaithfulnessTest,
                          ::testing::Values("tiny-q8_0", "small-q4_k_m", "mixtral-small-q4_k_m",
-                                           "qwen35moe-small-q4_k_m", "mixed-low-bit",
-                                           "iq-grids-low-bit"),
+                                           "qwen35moe-small-q4_k_m", "qwen3next-small-q4_k_m",
+                                           "mixed-low-bit", "iq-grids-low-bit"),
                          [](const ::testing::TestParamInfo<const char*>& param_info) {
                            std::string s = param_info.param;
                            std::replace(s.begin(), s.end(), '-', '_');
@@ -223,36 +239,41 @@ INSTANTIATE_TEST_SUITE_P(Vectors, FaithfulnessTest,
                          });
 
 // The recurrent layers: a prompt in batches of any size, and decoding one
-// token at a time, carry the same state.
+// token at a time, carry the same state, with value heads tiled over the
+// key heads (qwen35moe) and grouped by them (qwen3next).
 TEST(CpuEngineTest, HybridStateIsTheSameInBatchesAndTokenByToken) {
-  std::unique_ptr<Loaded> m = Load("qwen35moe-tiny-f32");
-  ASSERT_NE(m, nullptr);
-  std::unique_ptr<CpuEngine> whole = Engine(*m, 2, 256);
-  ASSERT_NE(whole, nullptr);
-  const size_t n_vocab = whole->n_vocab();
-  const std::vector<float> want = RunAll(*whole, m->ids);
-  for (int batch : {1, 3, 7}) {
-    std::unique_ptr<CpuEngine> engine = Engine(*m, 2, batch);
-    ASSERT_NE(engine, nullptr);
-    EXPECT_LT(WorstRowError(RunAll(*engine, m->ids), want, n_vocab), 1e-5) << "batch " << batch;
+  for (const char* name : {"qwen35moe-tiny-f32", "qwen3next-tiny-f32"}) {
+    SCOPED_TRACE(name);
+    std::unique_ptr<Loaded> m = Load(name);
+    ASSERT_NE(m, nullptr);
+    std::unique_ptr<CpuEngine> whole = Engine(*m, 2, 256);
+    ASSERT_NE(whole, nullptr);
+    const size_t n_vocab = whole->n_vocab();
+    const std::vector<float> want = RunAll(*whole, m->ids);
+    for (int batch : {1, 3, 7}) {
+      std::unique_ptr<CpuEngine> engine = Engine(*m, 2, batch);
+      ASSERT_NE(engine, nullptr);
+      EXPECT_LT(WorstRowError(RunAll(*engine, m->ids), want, n_vocab), 1e-5) << "batch " << batch;
+    }
+    // A prompt, then one token per call.
+    std::unique_ptr<Sequence> seq = NewSequenceOrDie(*whole);
+    ASSERT_NE(seq, nullptr);
+    std::vector<float> step(m->ids.size() * n_vocab);
+    ASSERT_TRUE(
+        whole->Forward(*seq, std::span(m->ids).first(4), LogitRows::kAll, step.data()).ok());
+    for (size_t i = 4; i < m->ids.size(); ++i) {
+      ASSERT_TRUE(whole
+                      ->Forward(*seq, std::span(m->ids).subspan(i, 1), LogitRows::kAll,
+                                step.data() + i * n_vocab)
+                      .ok());
+    }
+    EXPECT_LT(WorstRowError(step, want, n_vocab), 1e-5);
+    // A new sequence starts from a zero state.
+    seq.reset();
+    std::vector<int32_t> other(m->ids.rbegin(), m->ids.rend());
+    (void)RunAll(*whole, other);
+    EXPECT_EQ(RunAll(*whole, m->ids), want);
   }
-  // A prompt, then one token per call.
-  std::unique_ptr<Sequence> seq = NewSequenceOrDie(*whole);
-  ASSERT_NE(seq, nullptr);
-  std::vector<float> step(m->ids.size() * n_vocab);
-  ASSERT_TRUE(whole->Forward(*seq, std::span(m->ids).first(4), LogitRows::kAll, step.data()).ok());
-  for (size_t i = 4; i < m->ids.size(); ++i) {
-    ASSERT_TRUE(whole
-                    ->Forward(*seq, std::span(m->ids).subspan(i, 1), LogitRows::kAll,
-                              step.data() + i * n_vocab)
-                    .ok());
-  }
-  EXPECT_LT(WorstRowError(step, want, n_vocab), 1e-5);
-  // A new sequence starts from a zero state.
-  seq.reset();
-  std::vector<int32_t> other(m->ids.rbegin(), m->ids.rend());
-  (void)RunAll(*whole, other);
-  EXPECT_EQ(RunAll(*whole, m->ids), want);
 }
 
 // The state a sequence holds, from the file's shapes worked out by hand:

@@ -104,9 +104,11 @@ class CudaEngineTest : public ::testing::Test {
 };
 
 // qwen3moe, llama with experts (NORM rope, no q/k norm), olmoe (q/k norm
-// over the whole projection, no renormalization) and qwen35moe (Gated
+// over the whole projection, no renormalization), qwen35moe (Gated
 // DeltaNet and gated attention layers, multi-section rope, the shared
-// expert); rope scaled by YaRN and linearly, and by llama's rope_freqs.
+// expert) and qwen3next (the same with value heads grouped by key head and
+// projections regrouped at load); rope scaled by YaRN and linearly, and by
+// llama's rope_freqs.
 const char* const kModels[] = {"tiny-f32",
                                "tiny-q8_0",
                                "small-q4_k_m",
@@ -118,7 +120,10 @@ const char* const kModels[] = {"tiny-f32",
                                "yarn-tiny-f32",
                                "mixtral-linear-tiny-f32",
                                "qwen35moe-yarn-tiny-f32",
-                               "mixtral-rope-freqs-tiny-f32"};
+                               "mixtral-rope-freqs-tiny-f32",
+                               "qwen3next-tiny-f32",
+                               "qwen3next-ssm-in-tiny-f32",
+                               "qwen3next-small-q4_k_m"};
 
 TEST_F(CudaEngineTest, DecodeMatchesReference) {
   for (const char* name : kModels) {
@@ -401,7 +406,7 @@ CudaEngineConfig GemvConfig(int max_batch, int chunk_min_tokens) {
 // The recurrent layers: a prompt in batches of any size, chunked or not,
 // and decoding one token at a time, carry the same state.
 TEST_F(CudaEngineTest, HybridStateIsTheSameInBatchesAndTokenByToken) {
-  for (const char* name : {"qwen35moe-tiny-f32", "qwen35moe-small-q4_k_m"}) {
+  for (const char* name : {"qwen35moe-tiny-f32", "qwen35moe-small-q4_k_m", "qwen3next-tiny-f32"}) {
     SCOPED_TRACE(name);
     std::unique_ptr<Loaded> m = Load(name);
     ASSERT_NE(m, nullptr);

@@ -5,12 +5,16 @@
 // cache; a chat's next turn computes only its new tokens (the stats say
 // how many were cached), and conversations sharing a system prompt reuse
 // its state from the prefix cache; the status names what a sequence's state takes;
-// and a restarted worker finds the store as it was.
+// a restarted worker finds the store as it was; and qwen3next's file layout
+// serves the float64 logits.
 #include <signal.h>
 #include <unistd.h>
 
 #include <algorithm>
-
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 #include <vector>
@@ -104,6 +108,49 @@ TEST(HybridE2eTest, EveryCacheSettingGivesTheSameTokensAndLogits) {
     EXPECT_GT(status.workers(0).expert_cache_bytes(), 0u);
     EXPECT_GT(status.workers(0).vram().hits() + status.workers(0).vram().misses(), 0u)
         << "the cache was never asked";
+  }
+}
+
+// Qwen3-Next's file layout (value heads grouped by key head, ssm_ba split
+// at load) served whole and through a half-size expert cache: the Score
+// logits of the vector's prompt are the float64 pass's, within fp32
+// rounding.
+TEST(HybridE2eTest, Qwen3NextServesTheFloat64Logits) {
+  const std::string stem = "qwen3next-tiny-f32";
+  const std::vector<int32_t> prompt = VectorPromptIds(stem);
+  std::string exact_bytes;
+  {
+    std::ifstream in(VectorPath(stem + ".exact.f32"), std::ios::binary);
+    exact_bytes.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  ASSERT_FALSE(exact_bytes.empty());
+  for (const std::vector<std::string>& flags :
+       {std::vector<std::string>{},
+        std::vector<std::string>{"--expert-cache-mib=50%", "--miss-policy=copy", "--prefetch=on"}}) {
+    SCOPED_TRACE(absl::StrJoin(flags, " "));
+    std::unique_ptr<RunningDaemon> daemon = StartDaemon(VectorPath(stem + ".gguf"), flags);
+    ASSERT_NE(daemon, nullptr);
+    v1::ScoreRequest score;
+    score.mutable_token_ids()->Add(prompt.begin(), prompt.end());
+    grpc::ClientContext context;
+    v1::ScoreResponse response;
+    const grpc::Status s = daemon->stub().Score(&context, score, &response);
+    ASSERT_TRUE(s.ok()) << s.error_message() << "\n" << daemon->Log();
+    const size_t n_vocab = static_cast<size_t>(response.n_vocab());
+    ASSERT_EQ(response.logits_f32le().size(), prompt.size() * n_vocab * sizeof(float));
+    ASSERT_EQ(exact_bytes.size(), response.logits_f32le().size());
+    std::vector<float> got(prompt.size() * n_vocab);
+    std::vector<float> want(got.size());
+    std::memcpy(got.data(), response.logits_f32le().data(), got.size() * sizeof(float));
+    std::memcpy(want.data(), exact_bytes.data(), want.size() * sizeof(float));
+    for (size_t pos = 0; pos < prompt.size(); ++pos) {
+      const float* g = &got[pos * n_vocab];
+      const float* w = &want[pos * n_vocab];
+      const auto [lo, hi] = std::minmax_element(w, w + n_vocab);
+      float worst = 0.0f;
+      for (size_t i = 0; i < n_vocab; ++i) worst = std::max(worst, std::abs(g[i] - w[i]));
+      EXPECT_LE(worst, 1e-4f * (*hi - *lo)) << "position " << pos;
+    }
   }
 }
 

@@ -50,6 +50,7 @@ SYNTH_ARCHS = {
     "olmoe": "tulu",
     "qwen3moe": "qwen3",
     "qwen35moe": "qwen3.5",
+    "qwen3next": "qwen3",
 }
 
 # Template files: the special tokens of the models that carry them, as
@@ -224,11 +225,13 @@ OPTIONS = [  # (add_generation_prompt, enable_thinking)
 
 # (template, conversation) -> why moetier's renderer differs. Templates are
 # named "synth:ARCH" or by file name.
+SHORTENED_QWEN3_TEMPLATE = (
+    "moetier-synth's shortened Qwen3 template adds no think block to an assistant turn "
+    "after the last user turn; the native qwen3 style renders the real Qwen3 template, "
+    "which does")
 KNOWN_DIFFERENCES = {
-    ("synth:qwen3moe", "ends_with_assistant"):
-        "moetier-synth's shortened Qwen3 template adds no think block to an assistant turn "
-        "after the last user turn; the native qwen3 style renders the real Qwen3 template, "
-        "which does",
+    ("synth:qwen3moe", "ends_with_assistant"): SHORTENED_QWEN3_TEMPLATE,
+    ("synth:qwen3next", "ends_with_assistant"): SHORTENED_QWEN3_TEMPLATE,
 }
 
 

@@ -7,6 +7,8 @@ Supported architectures (general.architecture):
              (a llama file without experts runs its dense SwiGLU FFN)
   qwen35moe  Gated DeltaNet layers and gated full-attention layers, MoE with a
              sigmoid-gated shared expert
+  qwen3next  the same hybrid with ssm_ba (or a legacy ssm_in), value heads grouped
+             by key head and plain NEOX rope
 
 Everything is computed in float64 with no activation quantization; the Gated
 DeltaNet recurrence runs token by token. Hyperparameters come from the file's
@@ -19,7 +21,8 @@ import numpy as np
 from dequant import dequantize
 from gguf_file import GGUFError
 
-SUPPORTED_ARCHS = ("qwen3moe", "olmoe", "llama", "qwen35moe")
+SUPPORTED_ARCHS = ("qwen3moe", "olmoe", "llama", "qwen35moe", "qwen3next")
+HYBRID_ARCHS = ("qwen35moe", "qwen3next")
 
 
 class ModelError(Exception):
@@ -179,9 +182,10 @@ class Model:
         self.n_expert = int(self._key("expert_count", 0))
         self.n_expert_used = int(self._key("expert_used_count", 0))
         self.expert_weights_scale = float(self._key("expert_weights_scale", 0.0))
-        if a == "qwen35moe":
+        if a in HYBRID_ARCHS:
             self.interval = int(self._key("full_attention_interval", 4))
-            self.sections = list(self._req("rope.dimension_sections"))
+            # qwen3next's rope is plain NEOX over rope.dimension_count dims.
+            self.sections = list(self._req("rope.dimension_sections")) if a == "qwen35moe" else None
             recurrent = self._key("attention.recurrent_layers", None)
             if isinstance(recurrent, list):
                 self.recurrent = [bool(recurrent[i]) for i in range(self.n_layer)]
@@ -251,11 +255,11 @@ class Model:
             h = rms_norm(x, self.w(p + "attn_norm.weight"), self.eps)
             if self.recurrent[il]:
                 x = x + self.gated_delta_net(il, h)
-            elif self.arch == "qwen35moe":
+            elif self.arch in HYBRID_ARCHS:
                 x = x + self.gated_attention(il, h, positions)
             else:
                 x = x + self.attention(il, h, positions)
-            norm = "post_attention_norm.weight" if self.arch == "qwen35moe" else "ffn_norm.weight"
+            norm = "post_attention_norm.weight" if self.arch in HYBRID_ARCHS else "ffn_norm.weight"
             h = rms_norm(x, self.w(p + norm), self.eps)
             x = x + self.ffn(il, h)
         x = rms_norm(x, self.w("output_norm.weight"), self.eps)
@@ -302,8 +306,9 @@ class Model:
         return self.linear(a.reshape(T, n_head * vd), p + "attn_output.weight", p + "attn_output.bias")
 
     def gated_attention(self, il, h, positions):
-        """qwen35moe full-attention layer: q and its output gate interleaved per head in
-        attn_q, per-head q/k RMSNorm, partial multi-section rope, sigmoid output gate."""
+        """qwen35moe and qwen3next full-attention layer: q and its output gate interleaved
+        per head in attn_q, per-head q/k RMSNorm, partial (qwen35moe: multi-section) rope,
+        sigmoid output gate."""
         p = f"blk.{il}."
         T = h.shape[0]
         n_head, n_head_kv, hd, vd, n_rot = self._heads(il)
@@ -314,7 +319,8 @@ class Model:
         v = self.linear(h, p + "attn_v.weight").reshape(T, n_head_kv, vd)
         q = rms_norm(q, self.w(p + "attn_q_norm.weight"), self.eps)
         k = rms_norm(k, self.w(p + "attn_k_norm.weight"), self.eps)
-        pair_pos = imrope_pair_positions(positions, n_rot, self.sections)
+        pair_pos = (None if self.sections is None
+                    else imrope_pair_positions(positions, n_rot, self.sections))
         freq, magnitude = self.rope_scaling.frequencies(n_rot, self.rope_base)
         q = rope(q, positions, n_rot, freq, magnitude, True, pair_pos)
         k = rope(k, positions, n_rot, freq, magnitude, True, pair_pos)
@@ -324,7 +330,8 @@ class Model:
         return self.linear(o, p + "attn_output.weight")
 
     def gated_delta_net(self, il, h):
-        """qwen35moe Gated DeltaNet layer, run token by token from a zero state."""
+        """qwen35moe and qwen3next Gated DeltaNet layer, run token by token from a zero
+        state."""
         p = f"blk.{il}."
         T = h.shape[0]
         K = int(self._req("ssm.conv_kernel"))
@@ -337,17 +344,36 @@ class Model:
         d_v = value_dim // H_v
         key_dim = H_k * d_k
         conv_dim = 2 * key_dim + value_dim
-        self._expect_shape(p + "attn_qkv.weight", (conv_dim, self.n_embd))
-        self._expect_shape(p + "attn_gate.weight", (value_dim, self.n_embd))
+        r = H_v // H_k
         self._expect_shape(p + "ssm_conv1d.weight", (conv_dim, K))
-        self._expect_shape(p + "ssm_beta.weight", (H_v, self.n_embd))
-        self._expect_shape(p + "ssm_alpha.weight", (H_v, self.n_embd))
         self._expect_shape(p + "ssm_out.weight", (self.n_embd, value_dim))
 
-        m = self.linear(h, p + "attn_qkv.weight")            # (T, conv_dim)
-        z = self.linear(h, p + "attn_gate.weight").reshape(T, H_v, d_v)
-        beta = sigmoid(self.linear(h, p + "ssm_beta.weight"))  # (T, H_v)
-        alpha = self.linear(h, p + "ssm_alpha.weight")
+        if self.has(p + "ssm_in.weight"):
+            # Legacy qwen3next: per key head g, [q_g, k_g, v_g (r heads), z_g (r heads)].
+            self._expect_shape(p + "ssm_in.weight", (conv_dim + value_dim, self.n_embd))
+            mixed = self.linear(h, p + "ssm_in.weight").reshape(T, H_k, 2 * d_k + 2 * r * d_v)
+            q_part = mixed[..., :d_k].reshape(T, key_dim)
+            k_part = mixed[..., d_k:2 * d_k].reshape(T, key_dim)
+            v_part = mixed[..., 2 * d_k:2 * d_k + r * d_v].reshape(T, value_dim)
+            m = np.concatenate([q_part, k_part, v_part], axis=1)
+            z = mixed[..., 2 * d_k + r * d_v:].reshape(T, H_v, d_v)
+        else:
+            self._expect_shape(p + "attn_qkv.weight", (conv_dim, self.n_embd))
+            self._expect_shape(p + "attn_gate.weight", (value_dim, self.n_embd))
+            m = self.linear(h, p + "attn_qkv.weight")            # (T, conv_dim)
+            z = self.linear(h, p + "attn_gate.weight").reshape(T, H_v, d_v)
+        if self.arch == "qwen3next":
+            # ssm_ba: per key head g, the beta of its r value heads, then their alpha.
+            self._expect_shape(p + "ssm_ba.weight", (2 * H_v, self.n_embd))
+            ba = self.linear(h, p + "ssm_ba.weight").reshape(T, H_k, 2 * r)
+            b = ba[..., :r].reshape(T, H_v)
+            alpha = ba[..., r:].reshape(T, H_v)
+        else:
+            self._expect_shape(p + "ssm_beta.weight", (H_v, self.n_embd))
+            self._expect_shape(p + "ssm_alpha.weight", (H_v, self.n_embd))
+            b = self.linear(h, p + "ssm_beta.weight")
+            alpha = self.linear(h, p + "ssm_alpha.weight")
+        beta = sigmoid(b)  # (T, H_v)
         g = self.w(p + "ssm_a") * softplus(alpha + self.w(p + "ssm_dt.bias"))  # (T, H_v), <= 0
 
         # Causal depthwise conv: tap K-1 multiplies the current token, earlier taps
@@ -365,7 +391,8 @@ class Model:
 
         o = np.zeros((T, H_v, d_v))
         for j in range(H_v):
-            kh = j % H_k  # tiled v-head -> k-head mapping of qwen35 files
+            # qwen35 files tile the value heads over the key heads; qwen3next groups them.
+            kh = j % H_k if self.arch == "qwen35moe" else j // r
             S = np.zeros((d_k, d_v))
             for t in range(T):
                 S *= math.exp(g[t, j])
@@ -400,7 +427,7 @@ class Model:
         up_w = self.w(p + "ffn_up_exps.weight")
         down_w = self.w(p + "ffn_down_exps.weight")
         probs = softmax(self.linear(h, p + "ffn_gate_inp.weight", p + "ffn_gate_inp.bias"), axis=-1)
-        renormalize = self.arch in ("qwen3moe", "llama", "qwen35moe")
+        renormalize = self.arch in ("qwen3moe", "llama", "qwen35moe", "qwen3next")
         out = np.zeros_like(h)
         for t in range(h.shape[0]):
             top = np.argsort(-probs[t], kind="stable")[:self.n_expert_used]

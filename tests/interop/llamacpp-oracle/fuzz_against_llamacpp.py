@@ -4,8 +4,9 @@
 Each case draws an architecture and a shape (layers, widths, expert counts
 and top-k, heads and KV heads, head size, vocabulary, RoPE base, RoPE
 scaling (none, linear or YaRN) and norm epsilon, tied output; for llama
-rope frequency factors (rope_freqs.weight); for qwen35moe also the RoPE sections, the DeltaNet
-sizes and the attention interval), writes it with moetier-synth, runs a
+rope frequency factors (rope_freqs.weight); for qwen35moe and qwen3next also the DeltaNet
+sizes and the attention interval, for qwen35moe the RoPE sections, for qwen3next the legacy
+ssm_in layout now and then), writes it with moetier-synth, runs a
 seeded random token sequence through llama.cpp (llamacpp_logits.mjs) and
 through moetier-worker on the reference and the CPU backend, and compares
 every position's logits: max |diff| / row range, and KL. A case fails past
@@ -36,7 +37,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 from logit_compare import compare, read_logits  # noqa: E402
 import node_llama  # noqa: E402
 
-ARCHS = ("qwen3moe", "qwen35moe", "llama", "olmoe")
+ARCHS = ("qwen3moe", "qwen35moe", "qwen3next", "llama", "olmoe")
 
 
 def parse_args():
@@ -86,7 +87,7 @@ def draw_shape(rng, arch):
         # embd / heads values. So is OLMoE-1B-7B.
         flags["--heads-kv"] = heads
         flags["--head-dim"] = flags["--embd"] // heads
-    if arch == "qwen35moe":
+    if arch in ("qwen35moe", "qwen3next"):
         rope_dims = rng.choice([d for d in (8, 16, 32, 64) if d <= head_dim])
         half = rope_dims // 2
         a = rng.randint(0, half)
@@ -112,6 +113,8 @@ def draw_shape(rng, arch):
             "--ssm-time-step-rank": value_heads,
             "--ssm-inner-size": value_heads * state,
         })
+        if arch == "qwen3next":
+            del flags["--rope-sections"]
     if rng.random() < 0.5:
         # Rope scaling, with an original context short enough that the
         # sequences pass it and YaRN's ramp falls inside the rotated pairs.
@@ -123,6 +126,8 @@ def draw_shape(rng, arch):
         args.append("--tied-output")
     if arch == "llama" and rng.random() < 0.5:
         args.append("--rope-freq-factors")
+    if arch == "qwen3next" and rng.random() < 0.3:
+        args.append("--legacy-ssm-in")
     return args
 
 

@@ -12,6 +12,9 @@
 #   mixtral-rope-freqs-tiny-f32  llama with experts and rope_freqs.weight
 #   qwen35moe-yarn-tiny-f32   qwen35moe with YaRN and a rope pair held at
 #                             position 0 (sections [3,1,0,0])
+#   qwen3next-tiny-f32        qwen3next: ssm_ba, value heads grouped by key head
+#   qwen3next-ssm-in-tiny-f32 qwen3next with the legacy ssm_in projection
+#   qwen3next-small-q4_k_m    qwen3next, Q4_K_M-like (quantized ssm_ba rows)
 #
 #   tests/interop/llamacpp-oracle/make_vectors.sh [BUILD_DIR]
 #
@@ -94,3 +97,18 @@ synth mixtral-linear-tiny-f32 --arch llama --seed 22 --rope-scaling linear --rop
 synth mixtral-rope-freqs-tiny-f32 --arch llama --seed 24 --rope-freq-factors
 synth qwen35moe-yarn-tiny-f32 --arch qwen35moe --seed 23 --full-attention-interval 2 \
   --rope-sections 3,1,0,0 --rope-scaling yarn --rope-scaling-factor 8 --rope-original-context 16
+
+# qwen3next: value heads twice the key heads, so grouped and tiled orders
+# differ; the legacy file also has an attention layer every second layer.
+hybrid() {
+  name=$1
+  shift
+  "$build/tools/synth/moetier-synth" --arch qwen3next --quiet --out "$out/$name.gguf" "$@"
+  echo "3,250,17,480,99,1,305,42,77,260,8,511,130,64,2,371,19,444,150,23,300,7,88,401" \
+    > "$out/$name.ids"
+  oracles "$name"
+}
+hybrid qwen3next-tiny-f32 --preset tiny --quant f32 --seed 31
+hybrid qwen3next-ssm-in-tiny-f32 --preset tiny --quant f32 --seed 32 --legacy-ssm-in \
+  --full-attention-interval 2
+hybrid qwen3next-small-q4_k_m --preset small --quant q4_k_m --seed 33
