@@ -205,17 +205,15 @@ TEST_P(FaithfulnessTest, MeanKlFromExactAgainstLlamaCpps) {
     EXPECT_LE(a.mean_kl, kKlFractionOfLlamaCpps * theirs.mean_kl);
     return;
   }
-  if (name == "qwen3next-small-q4_k_m") {
-    // This synthetic hybrid (made here) is touchy: 8-bit activations put
-    // both engines about 4e-2 mean KL from the exact logits and flip the top
-    // token at 3 to 6 of its 24 positions, different ones in each, so
-    // agreeing position by position says nothing; it is held by its mean KL.
-    EXPECT_LE(a.mean_kl, theirs.mean_kl);
-    return;
-  }
   const Agreement with_llamacpp = testing::CompareLogits(ours, llamacpp, n_vocab);
   EXPECT_LE(with_llamacpp.mean_kl, 1e-2);
-  EXPECT_GE(with_llamacpp.top1_fraction, 0.9);
+  // qwen3next-small-q4_k_m (made here) is touchy: 8-bit activations put
+  // both engines 4e-2 mean KL from the exact logits, yet only 8e-4 from each
+  // other, and its near-tied top tokens flip at 3 of 24 positions between
+  // them; the KL bounds hold it.
+  if (name != "qwen3next-small-q4_k_m") {
+    EXPECT_GE(with_llamacpp.top1_fraction, 0.9);
+  }
   if (name == "mixed-low-bit") {
     // Two of its 24 positions sit on router near-ties that the engine's
     // rounding flips and llama.cpp's does not (KL 0.04 and 0.15 there, below

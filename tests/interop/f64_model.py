@@ -348,7 +348,7 @@ class Model:
         self._expect_shape(p + "ssm_conv1d.weight", (conv_dim, K))
         self._expect_shape(p + "ssm_out.weight", (self.n_embd, value_dim))
 
-        if self.has(p + "ssm_in.weight"):
+        if self.arch == "qwen3next" and not self.has(p + "attn_qkv.weight"):
             # Legacy qwen3next: per key head g, [q_g, k_g, v_g (r heads), z_g (r heads)].
             self._expect_shape(p + "ssm_in.weight", (conv_dim + value_dim, self.n_embd))
             mixed = self.linear(h, p + "ssm_in.weight").reshape(T, H_k, 2 * d_k + 2 * r * d_v)

@@ -23,7 +23,8 @@ using testing::EditableGguf;
 using testing::EditableTensor;
 using ::testing::HasSubstr;
 
-// The tiny vectors' DeltaNet sizes: 2 key heads of 16, 4 value heads of 16.
+// The vectors' DeltaNet heads: 2 key heads and 4 value heads (of 16 values
+// in the tiny files, 64 in the small one).
 constexpr int kKeyHeads = 2;
 constexpr int kValueHeads = 4;
 constexpr int kRatio = kValueHeads / kKeyHeads;

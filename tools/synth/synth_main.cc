@@ -472,7 +472,7 @@ void PrintPlan(const SynthOptions& o, const SynthPlan& plan) {
   if (IsSynthDeltaNetHybrid(s.arch)) {
     int64_t attention_layers = 0;
     for (int64_t l = 0; l < s.n_layer; ++l) attention_layers += (l + 1) % s.full_attention_interval == 0;
-    const std::string sections =
+    const std::string rope_and_layout =
         s.arch == SynthArch::kQwen35Moe
             ? absl::StrFormat(" [%d,%d,%d,%d]", s.rope_sections[0], s.rope_sections[1],
                               s.rope_sections[2], s.rope_sections[3])
@@ -480,11 +480,12 @@ void PrintPlan(const SynthOptions& o, const SynthPlan& plan) {
     std::printf(
         "  shared ffn %lld, rope %lld dims%s, full attention every %lld (%lld of %lld "
         "layers), DeltaNet conv %lld, state %lld, key heads %lld, value heads %lld, inner %lld\n",
-        static_cast<long long>(s.n_ff_shexp), static_cast<long long>(s.n_rot), sections.c_str(),
-        static_cast<long long>(s.full_attention_interval), static_cast<long long>(attention_layers),
-        static_cast<long long>(s.n_layer), static_cast<long long>(s.ssm_conv_kernel),
-        static_cast<long long>(s.ssm_state_size), static_cast<long long>(s.ssm_group_count),
-        static_cast<long long>(s.ssm_time_step_rank), static_cast<long long>(s.ssm_inner_size));
+        static_cast<long long>(s.n_ff_shexp), static_cast<long long>(s.n_rot),
+        rope_and_layout.c_str(), static_cast<long long>(s.full_attention_interval),
+        static_cast<long long>(attention_layers), static_cast<long long>(s.n_layer),
+        static_cast<long long>(s.ssm_conv_kernel), static_cast<long long>(s.ssm_state_size),
+        static_cast<long long>(s.ssm_group_count), static_cast<long long>(s.ssm_time_step_rank),
+        static_cast<long long>(s.ssm_inner_size));
   }
   size_t merges = 0;
   size_t unused = 0;

@@ -91,6 +91,9 @@ absl::StatusOr<Model> LoadDeltaNetHybrid(const ModelLoader& loader,
     hp.attention_scale =
         static_cast<float>(loader.metadata().GetFloatOr(loader.Key("attention.scale"), 0.0));
   }
+  if (layout.read_projections == nullptr) {
+    return absl::InternalError("a Gated DeltaNet hybrid without its projection reader");
+  }
   if (layout.read_rope != nullptr) {
     if (absl::Status s = layout.read_rope(loader, hp); !s.ok()) return s;
   }

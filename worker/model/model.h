@@ -6,8 +6,8 @@
 //
 // The weights stay in the file's own encoding; WeightRef points into the
 // read-only mapping (or, in a worker fed by the daemon, the routed experts
-// come from the shared expert store instead). A few small tensors whose
-// file layout interleaves what the engines read as separate matrices are
+// come from the shared expert store instead). Tensors whose file layout
+// interleaves what the engines read as separate matrices (qwen3next) are
 // regrouped by the loader into buffers the model owns (ModelWeights::regrouped).
 #pragma once
 
@@ -210,7 +210,9 @@ struct ModelWeights {
   std::vector<LayerWeights> layers;
   // Rows the loader copied out of the file in another order (qwen3next's
   // ssm_ba, a legacy ssm_in), still in the file's encoding; shared, so a
-  // copied Model's WeightRefs stay valid.
+  // copied Model's WeightRefs stay valid. Private memory of the process:
+  // ssm_ba is small (2 H_v rows a layer), but a legacy ssm_in is a layer's
+  // largest dense matrix (about 0.5 GB over Qwen3-Next-80B-A3B at Q4_K_M).
   std::vector<std::shared_ptr<const uint8_t[]>> regrouped;
 };
 

@@ -287,9 +287,18 @@ WeightRef ModelLoader::RowSlice(const WeightRef& whole, int64_t first, int64_t c
   return part;
 }
 
-WeightRef ModelLoader::GatherRows(const WeightRef& whole, std::span<const int64_t> rows,
-                                  std::string name, ModelWeights& w) {
-  // 64-byte aligned like the mapping's tensors, which the kernels may assume.
+absl::StatusOr<WeightRef> ModelLoader::GatherRows(const WeightRef& whole,
+                                                  std::span<const int64_t> rows, std::string name,
+                                                  ModelWeights& w) {
+  // The rows come from a checked tensor and the caller's shape arithmetic:
+  // a row outside it is a loader bug, not a bad file.
+  if (whole.ne[2] != 1 || whole.ne[3] != 1 ||
+      std::any_of(rows.begin(), rows.end(), [&](int64_t r) { return r < 0 || r >= whole.ne[1]; })) {
+    return absl::InternalError(
+        absl::StrFormat("%s: rows to regroup fall outside the 2-D tensor %s", name, whole.name));
+  }
+  // At least the 32 bytes GGUF aligns tensors to, which the kernels may
+  // assume; 64 also keeps whole cache lines.
   constexpr std::align_val_t kAlign{64};
   const size_t bytes = std::max<size_t>(rows.size() * whole.row_bytes, 1);
   std::shared_ptr<uint8_t[]> buffer(static_cast<uint8_t*>(::operator new[](bytes, kAlign)),

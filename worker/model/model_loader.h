@@ -75,8 +75,8 @@ class ModelLoader {
   // Rows `rows` of a checked 2-D tensor, in that order, copied into a buffer
   // `w` keeps (ModelWeights::regrouped): for a file that interleaves what
   // the engines read as separate matrices. `name` says where they came from.
-  static WeightRef GatherRows(const WeightRef& whole, std::span<const int64_t> rows,
-                              std::string name, ModelWeights& w);
+  static absl::StatusOr<WeightRef> GatherRows(const WeightRef& whole, std::span<const int64_t> rows,
+                                              std::string name, ModelWeights& w);
 
   // token_embd, output_norm and output (tied to token_embd when absent and
   // `output_may_be_tied`, else required).

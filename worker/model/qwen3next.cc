@@ -59,23 +59,32 @@ absl::Status ReadInterleavedProjections(const ModelLoader& loader, int il, const
     std::vector<int64_t> qkv_rows = RowsOfEachGroup(dn, group, 0, dn.d_k);
     for (int64_t row : RowsOfEachGroup(dn, group, dn.d_k, dn.d_k)) qkv_rows.push_back(row);
     for (int64_t row : RowsOfEachGroup(dn, group, 2 * dn.d_k, r * dn.d_v)) qkv_rows.push_back(row);
-    d.qkv = ModelLoader::GatherRows(*in, qkv_rows, ssm_in_name + " (q, k, v rows)", w);
-    d.z = ModelLoader::GatherRows(*in,
-                                  RowsOfEachGroup(dn, group, 2 * dn.d_k + r * dn.d_v, r * dn.d_v),
-                                  ssm_in_name + " (z rows)", w);
+    absl::StatusOr<WeightRef> qkv =
+        ModelLoader::GatherRows(*in, qkv_rows, ssm_in_name + " (q, k, v rows)", w);
+    if (!qkv.ok()) return qkv.status();
+    d.qkv = *std::move(qkv);
+    absl::StatusOr<WeightRef> z = ModelLoader::GatherRows(
+        *in, RowsOfEachGroup(dn, group, 2 * dn.d_k + r * dn.d_v, r * dn.d_v),
+        ssm_in_name + " (z rows)", w);
+    if (!z.ok()) return z.status();
+    d.z = *std::move(z);
   } else {
-    return loader.Error(absl::StrFormat(
-        "Gated DeltaNet layer %d has neither %s (with blk.%d.attn_gate.weight) nor the legacy %s",
-        il, qkv_name, il, ssm_in_name));
+    return loader.Error(
+        absl::StrFormat("Gated DeltaNet layer %d has neither %s (with %s) nor the legacy %s", il,
+                        qkv_name, BlockName(il, "attn_gate.weight"), ssm_in_name));
   }
   absl::StatusOr<WeightRef> ba =
       loader.LayerTensor(il, "ssm_ba.weight", {n_embd, 2 * dn.n_v_heads, 1, 1});
   if (!ba.ok()) return ba.status();
   const std::string ba_name = BlockName(il, "ssm_ba.weight");
-  d.beta =
+  absl::StatusOr<WeightRef> beta =
       ModelLoader::GatherRows(*ba, RowsOfEachGroup(dn, 2 * r, 0, r), ba_name + " (beta rows)", w);
-  d.alpha =
+  if (!beta.ok()) return beta.status();
+  d.beta = *std::move(beta);
+  absl::StatusOr<WeightRef> alpha =
       ModelLoader::GatherRows(*ba, RowsOfEachGroup(dn, 2 * r, r, r), ba_name + " (alpha rows)", w);
+  if (!alpha.ok()) return alpha.status();
+  d.alpha = *std::move(alpha);
   return absl::OkStatus();
 }
 
