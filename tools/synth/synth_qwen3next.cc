@@ -19,53 +19,21 @@ class Qwen3Next final : public SynthArchitecture {
   bool SupportsQuant(SynthQuant) const override { return true; }
 
   absl::StatusOr<SynthShape> Preset(std::string_view name) const override {
-    SynthShape s;
-    s.rope_base = 1e7f;
-    s.rms_eps = 1e-6f;
-    s.full_attention_interval = 4;
-    s.ssm_conv_kernel = 4;
-    // llama.cpp sizes the DeltaNet tensors with d_v = d_k (ssm.state_size),
-    // so every preset keeps inner_size = value heads x state size.
-    if (name == "tiny") {
-      s.n_layer = 4;
-      s.n_embd = 64;
-      s.n_expert = 8;
-      s.n_expert_used = 2;
-      s.n_ff_exp = 32;
-      s.n_ff_shexp = 32;
-      s.n_head = 4;
-      s.n_head_kv = 2;
-      s.head_dim = 32;
-      s.n_rot = 8;
-      s.ssm_state_size = 16;
-      s.ssm_group_count = 2;
-      s.ssm_time_step_rank = 4;
-      s.ssm_inner_size = 64;
-      s.n_vocab = 512;
-      s.n_ctx = 4096;
-      return s;
-    }
-    if (name == "small") {
-      s.n_layer = 4;
-      s.n_embd = 256;
-      s.n_expert = 16;
-      s.n_expert_used = 4;
-      s.n_ff_exp = 256;
-      s.n_ff_shexp = 256;
-      s.n_head = 4;
-      s.n_head_kv = 2;
-      s.head_dim = 64;
-      s.n_rot = 16;
-      s.ssm_state_size = 64;
-      s.ssm_group_count = 2;
-      s.ssm_time_step_rank = 4;
-      s.ssm_inner_size = 256;
-      s.n_vocab = 1024;
-      s.n_ctx = 4096;
+    if (name == "tiny" || name == "small") {
+      // qwen35moe's, whose value heads are as wide as their key heads, as
+      // llama.cpp needs of a qwen3next file (it sizes the DeltaNet tensors
+      // with d_v = ssm.state_size); qwen3next has no rope sections.
+      absl::StatusOr<SynthShape> s = Qwen35MoeArchitecture().Preset(name);
+      if (s.ok()) s->rope_sections = {};
       return s;
     }
     if (name == "full") {
       // Qwen3-Next-80B-A3B, SPEC.md §3.9: 36 DeltaNet and 12 attention layers.
+      SynthShape s;
+      s.rope_base = 1e7f;
+      s.rms_eps = 1e-6f;
+      s.full_attention_interval = 4;
+      s.ssm_conv_kernel = 4;
       s.n_layer = 48;
       s.n_embd = 2048;
       s.n_expert = 512;
