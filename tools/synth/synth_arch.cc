@@ -229,4 +229,19 @@ void SynthMetadata::TokenId(std::string_view name, int64_t id) {
 
 void SynthMetadata::Bool(std::string key, bool value) { Add(std::move(key), GgufValue::Bool(value)); }
 
+absl::Status AddSynthQwen3Tokenizer(int64_t n_vocab, SynthMetadata& md) {
+  absl::StatusOr<SynthVocabulary> vocab = BuildSynthVocabulary(n_vocab);
+  if (!vocab.ok()) return vocab.status();
+  const uint32_t eos = vocab->eos_id;
+  const uint32_t pad = vocab->pad_id;
+  const uint32_t bos = vocab->bos_id;
+  md.Vocabulary("gpt2", "qwen2", *std::move(vocab));
+  md.TokenId("eos", eos);
+  md.TokenId("padding", pad);
+  md.TokenId("bos", bos);
+  md.Bool("tokenizer.ggml.add_bos_token", false);
+  md.Add("tokenizer.chat_template", GgufValue::String(std::string(SynthChatTemplate())));
+  return absl::OkStatus();
+}
+
 }  // namespace moetier

@@ -186,4 +186,10 @@ class SynthMetadata {
   std::vector<GgufKeyValue> kv_;
 };
 
+// The Qwen3 tokenizer keys as qwen3moe and qwen3next files carry them:
+// gpt2/qwen2 byte-level BPE over an n_vocab vocabulary laid out like
+// Qwen3's, eos <|im_end|>, pad and bos <|endoftext|>, add_bos_token false,
+// and the Qwen3 chat template. Fails only if the vocabulary cannot be built.
+absl::Status AddSynthQwen3Tokenizer(int64_t n_vocab, SynthMetadata& md);
+
 }  // namespace moetier

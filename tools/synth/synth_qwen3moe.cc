@@ -86,14 +86,8 @@ class Qwen3Moe final : public SynthArchitecture {
     return table.Take();
   }
 
-  absl::StatusOr<std::vector<GgufKeyValue>> BuildMetadata(const SynthShape& s, SynthQuant quant,
-                                                          std::string_view model_name) const override {
-    absl::StatusOr<SynthVocabulary> vocab = BuildSynthVocabulary(s.n_vocab);
-    if (!vocab.ok()) return vocab.status();
-    const uint32_t eos = vocab->eos_id;
-    const uint32_t pad = vocab->pad_id;
-    const uint32_t bos = vocab->bos_id;
-
+  absl::StatusOr<std::vector<GgufKeyValue>> BuildMetadata(
+      const SynthShape& s, SynthQuant quant, std::string_view model_name) const override {
     SynthMetadata md(name());
     md.General(model_name);
     md.ArchU32("block_count", s.n_layer);
@@ -112,12 +106,7 @@ class Qwen3Moe final : public SynthArchitecture {
     md.ArchU32("expert_count", s.n_expert);
     md.ArchU32("expert_feed_forward_length", s.n_ff_exp);
     md.FileType(quant);
-    md.Vocabulary("gpt2", "qwen2", *std::move(vocab));
-    md.TokenId("eos", eos);
-    md.TokenId("padding", pad);
-    md.TokenId("bos", bos);
-    md.Bool("tokenizer.ggml.add_bos_token", false);
-    md.Add("tokenizer.chat_template", GgufValue::String(std::string(SynthChatTemplate())));
+    if (absl::Status status = AddSynthQwen3Tokenizer(s.n_vocab, md); !status.ok()) return status;
     return md.Take();
   }
 };

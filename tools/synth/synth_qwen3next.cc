@@ -68,23 +68,11 @@ class Qwen3Next final : public SynthArchitecture {
 
   absl::StatusOr<std::vector<GgufKeyValue>> BuildMetadata(
       const SynthShape& s, SynthQuant quant, std::string_view model_name) const override {
-    absl::StatusOr<SynthVocabulary> vocab = BuildSynthVocabulary(s.n_vocab);
-    if (!vocab.ok()) return vocab.status();
-    const uint32_t eos = vocab->eos_id;
-    const uint32_t pad = vocab->pad_id;
-    const uint32_t bos = vocab->bos_id;
-
     SynthMetadata md(name());
     md.General(model_name);
     AddSynthDeltaNetHybridKeys(s, /*rope_sections=*/false, md);
     md.FileType(quant);
-    // The Qwen3 vocabulary and chat template, as qwen3moe.
-    md.Vocabulary("gpt2", "qwen2", *std::move(vocab));
-    md.TokenId("eos", eos);
-    md.TokenId("padding", pad);
-    md.TokenId("bos", bos);
-    md.Bool("tokenizer.ggml.add_bos_token", false);
-    md.Add("tokenizer.chat_template", GgufValue::String(std::string(SynthChatTemplate())));
+    if (absl::Status status = AddSynthQwen3Tokenizer(s.n_vocab, md); !status.ok()) return status;
     return md.Take();
   }
 };
