@@ -1,6 +1,5 @@
 #include "model/deltanet_hybrid.h"
 
-#include <array>
 #include <string>
 #include <vector>
 
@@ -60,21 +59,12 @@ absl::Status ReadDeltaNetLayer(const ModelLoader& loader, const DeltaNetHybridLa
   if (absl::Status s = layout.read_projections(loader, il, hp, d, w); !s.ok()) return s;
   const DeltaNetParams& dn = hp.deltanet;
   const int64_t h_v = dn.n_v_heads;
-  struct Want {
-    const char* name;
-    std::array<int64_t, 4> ne;
-    WeightRef* out;
-  };
-  for (const Want& t :
-       {Want{"ssm_conv1d.weight", {dn.conv_kernel, dn.conv_dim(), 1, 1}, &d.conv},
-        Want{"ssm_dt.bias", {h_v, 1, 1, 1}, &d.dt_bias}, Want{"ssm_a", {h_v, 1, 1, 1}, &d.a},
-        Want{"ssm_norm.weight", {dn.d_v, 1, 1, 1}, &d.norm},
-        Want{"ssm_out.weight", {dn.value_dim(), hp.n_embd, 1, 1}, &d.out}}) {
-    absl::StatusOr<WeightRef> r = loader.LayerTensor(il, t.name, t.ne);
-    if (!r.ok()) return r.status();
-    *t.out = *std::move(r);
-  }
-  return absl::OkStatus();
+  return loader.ReadLayerTensors(
+      il, {{"ssm_conv1d.weight", {dn.conv_kernel, dn.conv_dim(), 1, 1}, &d.conv},
+           {"ssm_dt.bias", {h_v, 1, 1, 1}, &d.dt_bias},
+           {"ssm_a", {h_v, 1, 1, 1}, &d.a},
+           {"ssm_norm.weight", {dn.d_v, 1, 1, 1}, &d.norm},
+           {"ssm_out.weight", {dn.value_dim(), hp.n_embd, 1, 1}, &d.out}});
 }
 
 }  // namespace

@@ -243,6 +243,16 @@ absl::StatusOr<WeightRef> ModelLoader::LayerTensor(int il, absl::string_view suf
   return Tensor(absl::StrCat("blk.", il, ".", suffix), ne);
 }
 
+absl::Status ModelLoader::ReadLayerTensors(int il,
+                                           std::initializer_list<LayerTensorSpec> specs) const {
+  for (const LayerTensorSpec& t : specs) {
+    absl::StatusOr<WeightRef> r = LayerTensor(il, t.suffix, t.ne);
+    if (!r.ok()) return r.status();
+    *t.out = *std::move(r);
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<WeightRef> ModelLoader::Check(const GgufTensorInfo& info,
                                              std::array<int64_t, 4> ne) const {
   if (info.ne != ne) {
@@ -460,19 +470,11 @@ absl::Status ModelLoader::ReadSharedExpert(int il, const ModelHparams& hp,
                                            MoeWeights& out) const {
   const int64_t n_embd = hp.n_embd;
   const int64_t n_ff = hp.n_ff_shared;
-  absl::StatusOr<WeightRef> r = LayerTensor(il, "ffn_gate_inp_shexp.weight", {n_embd, 1, 1, 1});
-  if (!r.ok()) return r.status();
-  out.shared_gate_inp = *std::move(r);
-  r = LayerTensor(il, "ffn_gate_shexp.weight", {n_embd, n_ff, 1, 1});
-  if (!r.ok()) return r.status();
-  out.shared_gate = *std::move(r);
-  r = LayerTensor(il, "ffn_up_shexp.weight", {n_embd, n_ff, 1, 1});
-  if (!r.ok()) return r.status();
-  out.shared_up = *std::move(r);
-  r = LayerTensor(il, "ffn_down_shexp.weight", {n_ff, n_embd, 1, 1});
-  if (!r.ok()) return r.status();
-  out.shared_down = *std::move(r);
-  return absl::OkStatus();
+  return ReadLayerTensors(il,
+                          {{"ffn_gate_inp_shexp.weight", {n_embd, 1, 1, 1}, &out.shared_gate_inp},
+                           {"ffn_gate_shexp.weight", {n_embd, n_ff, 1, 1}, &out.shared_gate},
+                           {"ffn_up_shexp.weight", {n_embd, n_ff, 1, 1}, &out.shared_up},
+                           {"ffn_down_shexp.weight", {n_ff, n_embd, 1, 1}, &out.shared_down}});
 }
 
 absl::StatusOr<std::vector<int64_t>> ModelLoader::IntArray(absl::string_view suffix) const {

@@ -8,6 +8,7 @@
 
 #include <array>
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <span>
 #include <string>
@@ -106,6 +107,14 @@ class ModelLoader {
   // blk.<il>.<suffix> with shape ne.
   absl::StatusOr<WeightRef> LayerTensor(int il, absl::string_view suffix,
                                         std::array<int64_t, 4> ne) const;
+  // Several required tensors of one layer, in order; the first that is
+  // missing or wrong is the error.
+  struct LayerTensorSpec {
+    const char* suffix;
+    std::array<int64_t, 4> ne;
+    WeightRef* out;
+  };
+  absl::Status ReadLayerTensors(int il, std::initializer_list<LayerTensorSpec> specs) const;
 
  private:
   absl::StatusOr<WeightRef> Check(const GgufTensorInfo& info, std::array<int64_t, 4> ne) const;

@@ -6,7 +6,6 @@
 #include "model/qwen35moe.h"
 
 #include <algorithm>
-#include <array>
 #include <string>
 #include <vector>
 
@@ -38,9 +37,9 @@ absl::Status ReadRopeSections(const ModelLoader& loader, ModelHparams& hp) {
   absl::StatusOr<std::vector<int64_t>> sections = loader.IntArray("rope.dimension_sections");
   if (!sections.ok()) return sections.status();
   if (sections->empty()) {
-    return loader.Error(absl::StrFormat(
-        "required key %s is missing (the multi-section rope of qwen35moe needs it)",
-        loader.Key("rope.dimension_sections")));
+    return loader.Error(
+        absl::StrFormat("required key %s is missing (the multi-section rope of qwen35moe needs it)",
+                        loader.Key("rope.dimension_sections")));
   }
   int64_t section_sum = 0;
   for (int64_t s : *sections) {
@@ -49,9 +48,9 @@ absl::Status ReadRopeSections(const ModelLoader& loader, ModelHparams& hp) {
   }
   if (sections->size() != 4 || section_sum <= 0 ||
       std::any_of(sections->begin(), sections->end(), [](int64_t s) { return s < 0; })) {
-    return loader.Error(absl::StrFormat(
-        "%s = [%s] must be 4 non-negative values with a positive sum",
-        loader.Key("rope.dimension_sections"), absl::StrJoin(*sections, ", ")));
+    return loader.Error(
+        absl::StrFormat("%s = [%s] must be 4 non-negative values with a positive sum",
+                        loader.Key("rope.dimension_sections"), absl::StrJoin(*sections, ", ")));
   }
   hp.rope_pair_uses_position = ImropePairUsesPosition(hp.n_rot, *sections);
   return absl::OkStatus();
@@ -61,20 +60,11 @@ absl::Status ReadSeparateProjections(const ModelLoader& loader, int il, const Mo
                                      DeltaNetWeights& d, ModelWeights&) {
   const DeltaNetParams& dn = hp.deltanet;
   const int64_t n_embd = hp.n_embd;
-  struct Want {
-    const char* name;
-    std::array<int64_t, 4> ne;
-    WeightRef* out;
-  };
-  for (const Want& t : {Want{"attn_qkv.weight", {n_embd, dn.conv_dim(), 1, 1}, &d.qkv},
-                        Want{"attn_gate.weight", {n_embd, dn.value_dim(), 1, 1}, &d.z},
-                        Want{"ssm_beta.weight", {n_embd, dn.n_v_heads, 1, 1}, &d.beta},
-                        Want{"ssm_alpha.weight", {n_embd, dn.n_v_heads, 1, 1}, &d.alpha}}) {
-    absl::StatusOr<WeightRef> r = loader.LayerTensor(il, t.name, t.ne);
-    if (!r.ok()) return r.status();
-    *t.out = *std::move(r);
-  }
-  return absl::OkStatus();
+  return loader.ReadLayerTensors(il,
+                                 {{"attn_qkv.weight", {n_embd, dn.conv_dim(), 1, 1}, &d.qkv},
+                                  {"attn_gate.weight", {n_embd, dn.value_dim(), 1, 1}, &d.z},
+                                  {"ssm_beta.weight", {n_embd, dn.n_v_heads, 1, 1}, &d.beta},
+                                  {"ssm_alpha.weight", {n_embd, dn.n_v_heads, 1, 1}, &d.alpha}});
 }
 
 }  // namespace

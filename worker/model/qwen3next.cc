@@ -43,14 +43,12 @@ absl::Status ReadInterleavedProjections(const ModelLoader& loader, int il, const
   const std::string qkv_name = BlockName(il, "attn_qkv.weight");
   const std::string ssm_in_name = BlockName(il, "ssm_in.weight");
   if (loader.HasTensor(qkv_name)) {
-    absl::StatusOr<WeightRef> qkv =
-        loader.LayerTensor(il, "attn_qkv.weight", {n_embd, dn.conv_dim(), 1, 1});
-    if (!qkv.ok()) return qkv.status();
-    d.qkv = *std::move(qkv);
-    absl::StatusOr<WeightRef> z =
-        loader.LayerTensor(il, "attn_gate.weight", {n_embd, dn.value_dim(), 1, 1});
-    if (!z.ok()) return z.status();
-    d.z = *std::move(z);
+    if (absl::Status s = loader.ReadLayerTensors(
+            il, {{"attn_qkv.weight", {n_embd, dn.conv_dim(), 1, 1}, &d.qkv},
+                 {"attn_gate.weight", {n_embd, dn.value_dim(), 1, 1}, &d.z}});
+        !s.ok()) {
+      return s;
+    }
   } else if (loader.HasTensor(ssm_in_name)) {
     absl::StatusOr<WeightRef> in =
         loader.LayerTensor(il, "ssm_in.weight", {n_embd, dn.conv_dim() + dn.value_dim(), 1, 1});
