@@ -6,6 +6,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "edited_model_test.h"
 #include "gguf/gguf_reader.h"
 #include "gguf_edit.h"
 #include "gmock/gmock.h"
@@ -27,30 +28,14 @@ std::unique_ptr<GgufModel> OpenOrDie(const std::string& path) {
   return gguf.ok() ? *std::move(gguf) : nullptr;
 }
 
-class Qwen3MoeLoaderTest : public ::testing::Test {
+class Qwen3MoeLoaderTest : public testing::EditedModelTest {
  protected:
   void SetUp() override {
-    absl::StatusOr<EditableGguf> gguf = EditableGguf::Read(TestDataPath("vectors/tiny-f32.gguf"));
-    ASSERT_TRUE(gguf.ok()) << gguf.status();
-    tiny_ = *std::move(gguf);
-  }
-  void TearDown() override {
-    for (const std::string& path : written_) std::remove(path.c_str());
-  }
-
-  // Writes `g` and loads it; the GgufModel stays open for the test.
-  absl::StatusOr<Model> Load(const EditableGguf& g) {
-    const std::string path = TempPath(std::to_string(written_.size()) + ".gguf");
-    written_.push_back(path);
-    if (absl::Status s = g.Write(path); !s.ok()) return s;
-    gguf_ = OpenOrDie(path);
-    if (gguf_ == nullptr) return absl::InternalError("reopen failed");
-    return LoadModel(*gguf_);
+    tiny_ = Vector("tiny-f32");
+    ASSERT_FALSE(tiny_.tensors.empty());
   }
 
   EditableGguf tiny_;
-  std::unique_ptr<GgufModel> gguf_;
-  std::vector<std::string> written_;
 };
 
 TEST_F(Qwen3MoeLoaderTest, ReadsTinyHparamsAndWeights) {
@@ -344,10 +329,8 @@ TEST_F(Qwen3MoeLoaderTest, FusedGateUpWithWrongShapeIsNamed) {
 class ArchitectureTest : public Qwen3MoeLoaderTest {
  protected:
   void LoadVector(const char* name) {
-    absl::StatusOr<EditableGguf> gguf =
-        EditableGguf::Read(TestDataPath(std::string("vectors/") + name + ".gguf"));
-    ASSERT_TRUE(gguf.ok()) << gguf.status();
-    tiny_ = *std::move(gguf);
+    tiny_ = Vector(name);
+    ASSERT_FALSE(tiny_.tensors.empty());
   }
 };
 

@@ -1,7 +1,6 @@
 // The qwen3next loader (worker/model/qwen3next.cc): Qwen3-Next's value
 // heads grouped by key head, and the projections it regroups at load, read
 // back row by row against the file's own bytes.
-#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <optional>
@@ -9,6 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "edited_model_test.h"
 #include "gguf/gguf_reader.h"
 #include "gguf_edit.h"
 #include "gmock/gmock.h"
@@ -30,34 +30,7 @@ constexpr int kValueHeads = 4;
 constexpr int kRatio = kValueHeads / kKeyHeads;
 constexpr int kHeadDim = 16;
 
-class Qwen3NextModelTest : public ::testing::Test {
- protected:
-  void TearDown() override {
-    for (const std::string& path : written_) std::remove(path.c_str());
-  }
-
-  EditableGguf Vector(const std::string& name) {
-    absl::StatusOr<EditableGguf> g =
-        EditableGguf::Read(testing::TestDataPath("vectors/" + name + ".gguf"));
-    EXPECT_TRUE(g.ok()) << g.status();
-    return g.ok() ? *std::move(g) : EditableGguf{};
-  }
-
-  // Writes `g` and loads it; the GgufModel stays open for the test.
-  absl::StatusOr<Model> Load(const EditableGguf& g) {
-    const std::string path =
-        testing::TempPath("qwen3next_" + std::to_string(written_.size()) + ".gguf");
-    written_.push_back(path);
-    if (absl::Status s = g.Write(path); !s.ok()) return s;
-    absl::StatusOr<std::unique_ptr<GgufModel>> gguf = GgufModel::Open(path);
-    if (!gguf.ok()) return gguf.status();
-    gguf_ = *std::move(gguf);
-    return LoadModel(*gguf_);
-  }
-
-  std::unique_ptr<GgufModel> gguf_;
-  std::vector<std::string> written_;
-};
+using Qwen3NextModelTest = testing::EditedModelTest;
 
 // Row `row` of an edited tensor, in its own encoding.
 std::vector<uint8_t> FileRow(const EditableTensor& t, int64_t row) {
