@@ -13,6 +13,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/cpu/cpu_ops.h"
@@ -476,6 +477,22 @@ TEST_F(CudaKernelsTest, AddInPlaceAddsEveryElement) {
   }
 }
 
+TEST_F(CudaKernelsTest, AddRowBiasAddsTheBiasToEveryRow) {
+  // A decode row, a prompt, and more elements than one grid-stride pass.
+  for (const auto& [n_rows, n] : {std::pair<int64_t, int>{1, 128}, std::pair<int64_t, int>{37, 96},
+                                  std::pair<int64_t, int>{70000, 300}}) {
+    const std::vector<float> rows = Gaussian(static_cast<size_t>(n_rows * n), 83);
+    const std::vector<float> bias = Gaussian(static_cast<size_t>(n), 84);
+    DeviceBuffer rows_dev(rows), bias_dev(bias);
+    ASSERT_TRUE(AddRowBias(rows_dev.as<float>(), bias_dev.as<float>(), n_rows, n, nullptr).ok());
+    const std::vector<float> got = rows_dev.Download<float>(rows.size());
+    for (size_t i = 0; i < rows.size(); ++i) {
+      ASSERT_EQ(got[i], rows[i] + bias[i % static_cast<size_t>(n)])
+          << "rows " << n_rows << " i " << i;
+    }
+  }
+}
+
 TEST_F(CudaKernelsTest, GatherRowsCopiesTheIndexedRows) {
   const int n_src = 7, n = 300;
   const std::vector<float> src = Gaussian(static_cast<size_t>(n_src * n), 82);
@@ -731,6 +748,8 @@ TEST(CudaKernelsArgsTest, RejectsBadArgumentsBeforeLaunching) {
   EXPECT_EQ(MoeCombine(f, reinterpret_cast<int32_t*>(f), f, 1, 0, 64, f, nullptr).code(),
             absl::StatusCode::kInvalidArgument);  // k = 0
   EXPECT_EQ(AddInPlace(f, f, -1, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(AddRowBias(f, nullptr, 1, 4, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(AddRowBias(f, f, 1, 0, nullptr).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(SplitRowHalves(f, 1, 0, f, f, nullptr).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(MulSigmoid(f, nullptr, 4, nullptr).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(AddSigmoidScaledRows(f, f, nullptr, 1, 4, nullptr).code(),

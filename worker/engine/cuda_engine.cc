@@ -331,9 +331,10 @@ absl::Status CudaEngine::UploadWeights(const Model& model,
     const LayerWeights& src = w.layers[il];
     if (IsAttention(src.mixer)) {
       CudaAttentionWeights a;
-      for (auto [dst, ref] : {std::pair{&a.attn_norm, &src.attn_norm},
-                              std::pair{&a.q_norm, &src.attn.q_norm},
-                              std::pair{&a.k_norm, &src.attn.k_norm}}) {
+      for (auto [dst, ref] :
+           {std::pair{&a.attn_norm, &src.attn_norm}, std::pair{&a.q_norm, &src.attn.q_norm},
+            std::pair{&a.k_norm, &src.attn.k_norm}, std::pair{&a.q_bias, &src.attn.q_bias},
+            std::pair{&a.k_bias, &src.attn.k_bias}, std::pair{&a.v_bias, &src.attn.v_bias}}) {
         absl::StatusOr<float*> v = upload(*ref);
         if (!v.ok()) return v.status();
         *dst = *v;

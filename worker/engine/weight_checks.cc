@@ -101,6 +101,11 @@ absl::Status CheckModelForBackend(const Model& model, const BackendWeightSupport
       check(CheckMatrix(l.attn.k, hp.n_embd, kv_dim, 1, support));
       check(CheckMatrix(l.attn.v, hp.n_embd, kv_dim, 1, support));
       check(CheckMatrix(l.attn.output, q_dim, hp.n_embd, 1, support));
+      const std::pair<const WeightRef*, int64_t> biases[] = {
+          {&l.attn.q_bias, q_rows}, {&l.attn.k_bias, kv_dim}, {&l.attn.v_bias, kv_dim}};
+      for (const auto& [bias, n] : biases) {
+        if (bias->present()) check(CheckVector(*bias, n));
+      }
     } else {
       const DeltaNetParams& dn = hp.deltanet;
       const DeltaNetWeights& d = l.deltanet;

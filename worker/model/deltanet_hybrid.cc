@@ -119,7 +119,7 @@ absl::StatusOr<Model> LoadDeltaNetHybrid(const ModelLoader& loader,
       if (absl::Status s = ReadDeltaNetLayer(loader, layout, il, hp, l.deltanet, w); !s.ok()) {
         return s;
       }
-    } else if (absl::Status s = loader.ReadAttention(il, hp, l.attn, /*gated_q=*/true); !s.ok()) {
+    } else if (absl::Status s = loader.ReadAttention(il, hp, l.attn, {.gated_q = true}); !s.ok()) {
       return s;
     }
     norm = loader.LayerTensor(il, "post_attention_norm.weight", {n_embd, 1, 1, 1});

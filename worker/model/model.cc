@@ -43,11 +43,18 @@ template <typename Weights, typename Ref>
 std::vector<Ref*> RefsOf(Weights& w, bool include_experts) {
   std::vector<Ref*> refs = {&w.token_embd, &w.output_norm, &w.output};
   for (auto& l : w.layers) {
-    for (Ref* r : {&l.attn_norm, &l.attn.q, &l.attn.k, &l.attn.v, &l.attn.output, &l.attn.q_norm,
-                   &l.attn.k_norm, &l.deltanet.qkv, &l.deltanet.z, &l.deltanet.conv,
-                   &l.deltanet.dt_bias, &l.deltanet.a, &l.deltanet.beta, &l.deltanet.alpha,
-                   &l.deltanet.norm, &l.deltanet.out, &l.ffn_norm, &l.moe.router,
-                   &l.moe.shared_gate_inp, &l.moe.shared_gate, &l.moe.shared_up,
+    for (Ref* r : {&l.attn_norm,       &l.attn.q,
+                   &l.attn.k,          &l.attn.v,
+                   &l.attn.output,     &l.attn.q_norm,
+                   &l.attn.k_norm,     &l.attn.q_bias,
+                   &l.attn.k_bias,     &l.attn.v_bias,
+                   &l.deltanet.qkv,    &l.deltanet.z,
+                   &l.deltanet.conv,   &l.deltanet.dt_bias,
+                   &l.deltanet.a,      &l.deltanet.beta,
+                   &l.deltanet.alpha,  &l.deltanet.norm,
+                   &l.deltanet.out,    &l.ffn_norm,
+                   &l.moe.router,      &l.moe.shared_gate_inp,
+                   &l.moe.shared_gate, &l.moe.shared_up,
                    &l.moe.shared_down}) {
       refs.push_back(r);
     }

@@ -160,6 +160,11 @@ struct AttentionWeights {
   // {n_head_kv*head_dim}; kNone: absent.
   WeightRef q_norm;
   WeightRef k_norm;
+  // Added to the q, k and v projections before any norm or rope (qwen2moe),
+  // one value per output row; absent: no bias.
+  WeightRef q_bias;
+  WeightRef k_bias;
+  WeightRef v_bias;
 };
 
 // One Gated DeltaNet layer (SPEC.md §3.3–3.4; qwen35moe tensor names).

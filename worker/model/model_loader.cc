@@ -8,6 +8,7 @@
 #include <new>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -347,19 +348,54 @@ absl::Status ModelLoader::ReadEmbeddingAndOutput(const ModelHparams& hp, bool ou
   return absl::OkStatus();
 }
 
+absl::Status ModelLoader::ReadExpertWidth(ModelHparams& hp) const {
+  if (Has("expert_feed_forward_length")) {
+    absl::StatusOr<int> n_ff_exp = RequiredDim("expert_feed_forward_length", kMaxModelDim);
+    if (!n_ff_exp.ok()) return n_ff_exp.status();
+    hp.n_ff_exp = *n_ff_exp;
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::optional<int>> n_ff =
+      UniformPerLayer("feed_forward_length", hp.n_layer, kMaxModelDim);
+  if (!n_ff.ok()) return n_ff.status();
+  if (!n_ff->has_value() || **n_ff / hp.n_expert_used == 0) {
+    return Error(absl::StrFormat("neither %s nor a usable %s is present",
+                                 Key("expert_feed_forward_length"), Key("feed_forward_length")));
+  }
+  hp.n_ff_exp = **n_ff / hp.n_expert_used;
+  return absl::OkStatus();
+}
+
 absl::Status ModelLoader::ReadAttention(int il, const ModelHparams& hp, AttentionWeights& out,
-                                        bool gated_q) const {
+                                        AttentionOptions options) const {
+  const bool gated_q = options.gated_q;
   const int64_t n_embd = hp.n_embd;
   const int64_t head_dim = hp.head_dim;
   const int64_t n_q = hp.n_head * head_dim;
   const int64_t q_rows = gated_q ? 2 * n_q : n_q;
   const int64_t n_kv = hp.n_head_kv * head_dim;
   const std::string blk = absl::StrCat("blk.", il, ".");
-  for (const char* bias : {"attn_q.bias", "attn_k.bias", "attn_v.bias", "attn_qkv.bias",
-                           "attn_output.bias"}) {
+  std::vector<const char*> refused_biases = {"attn_qkv.bias", "attn_output.bias"};
+  if (!options.qkv_biases) {
+    refused_biases.insert(refused_biases.begin(), {"attn_q.bias", "attn_k.bias", "attn_v.bias"});
+  }
+  for (const char* bias : refused_biases) {
     if (HasTensor(absl::StrCat(blk, bias))) {
       return Unsupported(absl::StrFormat(
-          "tensor '%s%s': attention biases are not supported for %s models", blk, bias, arch_));
+          "tensor '%s%s': attention biases of this kind are not supported for %s models", blk, bias,
+          arch_));
+    }
+  }
+  if (options.qkv_biases) {
+    const std::pair<const char*, int64_t> biases[] = {
+        {"attn_q.bias", q_rows}, {"attn_k.bias", n_kv}, {"attn_v.bias", n_kv}};
+    WeightRef* outs[] = {&out.q_bias, &out.k_bias, &out.v_bias};
+    for (size_t i = 0; i < 3; ++i) {
+      const std::string name = blk + biases[i].first;
+      if (!HasTensor(name)) continue;
+      absl::StatusOr<WeightRef> bias = Tensor(name, {biases[i].second, 1, 1, 1});
+      if (!bias.ok()) return bias.status();
+      *outs[i] = *std::move(bias);
     }
   }
   if (!gated_q && !HasTensor(blk + "attn_q.weight") && HasTensor(blk + "attn_qkv.weight")) {
@@ -411,8 +447,8 @@ absl::Status ModelLoader::ReadAttention(int il, const ModelHparams& hp, Attentio
   return absl::InternalError("unknown q/k norm");
 }
 
-absl::Status ModelLoader::ReadAttentionMoeLayers(const ModelHparams& hp,
-                                                 ModelWeights& w) const {
+absl::Status ModelLoader::ReadAttentionMoeLayers(const ModelHparams& hp, ModelWeights& w,
+                                                 AttentionOptions attention) const {
   const std::array<int64_t, 4> norm_shape = {hp.n_embd, 1, 1, 1};
   w.layers.resize(hp.n_layer);
   for (int il = 0; il < hp.n_layer; ++il) {
@@ -422,7 +458,7 @@ absl::Status ModelLoader::ReadAttentionMoeLayers(const ModelHparams& hp,
     absl::StatusOr<WeightRef> norm = LayerTensor(il, "attn_norm.weight", norm_shape);
     if (!norm.ok()) return norm.status();
     l.attn_norm = *std::move(norm);
-    if (absl::Status s = ReadAttention(il, hp, l.attn); !s.ok()) return s;
+    if (absl::Status s = ReadAttention(il, hp, l.attn, attention); !s.ok()) return s;
     norm = LayerTensor(il, "ffn_norm.weight", norm_shape);
     if (!norm.ok()) return norm.status();
     l.ffn_norm = *std::move(norm);

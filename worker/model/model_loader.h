@@ -28,6 +28,17 @@ inline constexpr uint64_t kMaxModelDim = 1u << 24;
 inline constexpr uint64_t kMaxModelLayers = 4096;
 inline constexpr uint64_t kMaxModelExperts = 1u << 16;
 
+// What an architecture's attention layers may hold beyond the usual
+// (ModelLoader::ReadAttention).
+struct AttentionOptions {
+  // attn_q also holds each head's output gate (2 * n_head * head_dim rows).
+  bool gated_q = false;
+  // attn_q.bias, attn_k.bias and attn_v.bias, each optional (qwen2moe);
+  // without this they are refused. attn_qkv.bias and attn_output.bias are
+  // always refused.
+  bool qkv_biases = false;
+};
+
 class ModelLoader {
  public:
   // `arch` is the key prefix (general.architecture). `gguf` must outlive the
@@ -67,6 +78,9 @@ class ModelLoader {
   absl::Status ReadCommonHparams(ModelHparams& hp) const;
   // expert_count and expert_used_count (1 <= used <= count).
   absl::Status ReadExpertCounts(ModelHparams& hp) const;
+  // hp.n_ff_exp: expert_feed_forward_length, else llama.cpp's fallback
+  // feed_forward_length / top-k (needs ReadExpertCounts first).
+  absl::Status ReadExpertWidth(ModelHparams& hp) const;
 
   // `name` resolved, with shape `ne`, a decodable type and whole blocks.
   absl::StatusOr<WeightRef> Tensor(const std::string& name, std::array<int64_t, 4> ne) const;
@@ -84,12 +98,9 @@ class ModelLoader {
   absl::Status ReadEmbeddingAndOutput(const ModelHparams& hp, bool output_may_be_tied,
                                       ModelWeights& w) const;
   // blk.<il>.attn_q/k/v (or a fused attn_qkv) and attn_output for the
-  // hyperparameters' head shape, and q/k norms as hp.qk_norm says; with
-  // `gated_q`, attn_q also holds each head's output gate (2 * n_head *
-  // head_dim rows). Attention biases are refused (no architecture here has
-  // them).
+  // hyperparameters' head shape, and q/k norms as hp.qk_norm says.
   absl::Status ReadAttention(int il, const ModelHparams& hp, AttentionWeights& out,
-                             bool gated_q = false) const;
+                             AttentionOptions options = {}) const;
   // blk.<il>.ffn_gate_inp and the routed experts: ffn_gate_exps +
   // ffn_up_exps (or a fused ffn_gate_up_exps) and ffn_down_exps.
   absl::Status ReadRoutedExperts(int il, const ModelHparams& hp, MoeWeights& out) const;
@@ -97,7 +108,8 @@ class ModelLoader {
   // attention block and routed-expert FFN (qwen3moe, olmoe, llama): per
   // blk.<il>, attn_norm, the attention (ReadAttention), ffn_norm and the
   // experts (ReadRoutedExperts).
-  absl::Status ReadAttentionMoeLayers(const ModelHparams& hp, ModelWeights& w) const;
+  absl::Status ReadAttentionMoeLayers(const ModelHparams& hp, ModelWeights& w,
+                                      AttentionOptions attention = {}) const;
   // The shared expert of blk.<il>: ffn_gate_inp_shexp {n_embd} and
   // ffn_{gate,up,down}_shexp for hp.n_ff_shared.
   absl::Status ReadSharedExpert(int il, const ModelHparams& hp, MoeWeights& out) const;

@@ -4,8 +4,6 @@
 // llama.cpp, as HF's norm_topk_prob). No shared expert.
 #include "model/qwen3moe.h"
 
-#include <optional>
-
 #include "absl/strings/str_format.h"
 
 namespace moetier {
@@ -23,22 +21,7 @@ absl::StatusOr<Model> LoadQwen3Moe(const ModelLoader& loader) {
   hp.qk_norm = QkNorm::kPerHead;
   hp.router.renormalize = true;
   if (absl::Status s = loader.ReadExpertCounts(hp); !s.ok()) return s;
-  // expert_feed_forward_length, else llama.cpp's fallback n_ff / top-k.
-  if (loader.Has("expert_feed_forward_length")) {
-    absl::StatusOr<int> n_ff_exp = loader.RequiredDim("expert_feed_forward_length", kMaxModelDim);
-    if (!n_ff_exp.ok()) return n_ff_exp.status();
-    hp.n_ff_exp = *n_ff_exp;
-  } else {
-    absl::StatusOr<std::optional<int>> n_ff =
-        loader.UniformPerLayer("feed_forward_length", hp.n_layer, kMaxModelDim);
-    if (!n_ff.ok()) return n_ff.status();
-    if (!n_ff->has_value() || **n_ff / hp.n_expert_used == 0) {
-      return loader.Error(absl::StrFormat("neither %s nor a usable %s is present",
-                                          loader.Key("expert_feed_forward_length"),
-                                          loader.Key("feed_forward_length")));
-    }
-    hp.n_ff_exp = **n_ff / hp.n_expert_used;
-  }
+  if (absl::Status s = loader.ReadExpertWidth(hp); !s.ok()) return s;
 
   ModelWeights& w = model.weights;
   if (absl::Status s = loader.ReadEmbeddingAndOutput(hp, /*output_may_be_tied=*/true, w); !s.ok()) {

@@ -59,6 +59,11 @@ void L2Normalize(float* x, int64_t n, double eps) {
 
 uint64_t Bytes(const DenseMatrix& m) { return m.values.size() * sizeof(float); }
 
+// y += bias, one value per row of y; an empty bias adds nothing.
+void AddBias(const std::vector<float>& bias, float* y) {
+  for (size_t i = 0; i < bias.size(); ++i) y[i] += bias[i];
+}
+
 }  // namespace
 
 DenseMatrix DequantizeMatrix(const WeightRef& ref, int64_t expert) {
@@ -119,7 +124,10 @@ Attention::Attention(const ModelHparams& hp, const LayerWeights& layer, int max_
       wv_(DequantizeMatrix(layer.attn.v)),
       wo_(DequantizeMatrix(layer.attn.output)),
       q_norm_(DequantizeVector(layer.attn.q_norm)),
-      k_norm_(DequantizeVector(layer.attn.k_norm)) {
+      k_norm_(DequantizeVector(layer.attn.k_norm)),
+      q_bias_(DequantizeVector(layer.attn.q_bias)),
+      k_bias_(DequantizeVector(layer.attn.k_bias)),
+      v_bias_(DequantizeVector(layer.attn.v_bias)) {
   const size_t n_q = static_cast<size_t>(hp.n_head) * hp.head_dim;
   const size_t n_kv = static_cast<size_t>(hp.n_head_kv) * hp.head_dim;
   k_cache_.assign(static_cast<size_t>(max_ctx) * n_kv, 0.0f);
@@ -135,7 +143,8 @@ Attention::Attention(const ModelHparams& hp, const LayerWeights& layer, int max_
 
 uint64_t Attention::weight_bytes() const {
   return Bytes(wq_) + Bytes(wk_) + Bytes(wv_) + Bytes(wo_) +
-         (q_norm_.size() + k_norm_.size()) * sizeof(float);
+         (q_norm_.size() + k_norm_.size() + q_bias_.size() + k_bias_.size() + v_bias_.size()) *
+             sizeof(float);
 }
 
 void Attention::Forward(const float* xn, int pos, float* out) {
@@ -145,6 +154,7 @@ void Attention::Forward(const float* xn, int pos, float* out) {
   if (gated_) {
     // Per head: head_dim q values, then head_dim gate values.
     MatVec(wq_, xn, projected_.data());
+    AddBias(q_bias_, projected_.data());
     for (int h = 0; h < hp_.n_head; ++h) {
       const float* src = projected_.data() + 2 * h * head_dim;
       std::copy_n(src, head_dim, q_.data() + h * head_dim);
@@ -152,9 +162,12 @@ void Attention::Forward(const float* xn, int pos, float* out) {
     }
   } else {
     MatVec(wq_, xn, q_.data());
+    AddBias(q_bias_, q_.data());
   }
   MatVec(wk_, xn, k_.data());
+  AddBias(k_bias_, k_.data());
   MatVec(wv_, xn, v_.data());
+  AddBias(v_bias_, v_.data());
 
   // The q/k norm before rope; norms are in place (RmsNorm reads each x[i]
   // before it writes y[i]).

@@ -48,6 +48,7 @@ class Attention {
   const bool gated_;
   DenseMatrix wq_, wk_, wv_, wo_;
   std::vector<float> q_norm_, k_norm_;
+  std::vector<float> q_bias_, k_bias_, v_bias_;  // empty: none
   std::vector<float> k_cache_, v_cache_;  // [max_ctx][n_head_kv*head_dim]
   std::vector<float> q_, gate_, k_, v_, attn_out_, scores_, projected_;
 };

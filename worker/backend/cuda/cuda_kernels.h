@@ -279,6 +279,9 @@ absl::Status RmsNormGated(const float* x, const float* w, const float* z, int64_
 // x[i] += y[i] for i < n (the residual add).
 absl::Status AddInPlace(float* x, const float* y, int64_t n, CudaStream stream);
 
+// rows[r * n + i] += bias[i] for r < n_rows, i < n (a projection's bias).
+absl::Status AddRowBias(float* rows, const float* bias, int64_t n_rows, int n, CudaStream stream);
+
 // dst row i = src row rows[i] for i < n_rows, rows of n floats; rows is a
 // device array of indices into src (each in 0..n_src_rows-1, unchecked on the
 // device). Gathers a batch's token rows into expert order.

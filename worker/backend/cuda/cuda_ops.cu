@@ -210,6 +210,13 @@ __global__ void AddInPlaceKernel(float* x, const float* y, int64_t n) {
   }
 }
 
+__global__ void AddRowBiasKernel(float* rows, const float* bias, int64_t total, int n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    rows[i] += bias[i % n];
+  }
+}
+
 // One block per destination row.
 __global__ void GatherRowsKernel(const float* src, const int32_t* rows, int n, float* dst) {
   const int64_t r = blockIdx.x;
@@ -367,6 +374,17 @@ absl::Status AddInPlace(float* x, const float* y, int64_t n, CudaStream stream) 
   AddInPlaceKernel<<<static_cast<unsigned>(blocks < 65535 ? blocks : 65535), kRowThreads, 0,
                      AsStream(stream)>>>(x, y, n);
   return LaunchStatus("AddInPlace");
+}
+
+absl::Status AddRowBias(float* rows, const float* bias, int64_t n_rows, int n, CudaStream stream) {
+  MOETIER_CUDA_REQUIRE(rows != nullptr && bias != nullptr, "null pointer");
+  MOETIER_CUDA_REQUIRE(n_rows >= 0 && n > 0, "bad size");
+  const int64_t total = n_rows * n;
+  if (total == 0) return absl::OkStatus();
+  const int64_t blocks = (total + kRowThreads - 1) / kRowThreads;
+  AddRowBiasKernel<<<static_cast<unsigned>(blocks < 65535 ? blocks : 65535), kRowThreads, 0,
+                     AsStream(stream)>>>(rows, bias, total, n);
+  return LaunchStatus("AddRowBias");
 }
 
 absl::Status GatherRows(const float* src, const int32_t* rows, int64_t n_rows, int n, float* dst,

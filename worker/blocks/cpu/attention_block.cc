@@ -41,12 +41,12 @@ CpuAttentionBlock::CpuAttentionBlock(const ModelHparams& hp,
   const size_t kv_dim = static_cast<size_t>(hp.n_head_kv) * hp.head_dim;
   for (const LayerWeights& l : layers) {
     if (!IsAttention(l.mixer)) {
-      norms_.emplace_back();
+      vectors_.emplace_back();
       continue;
     }
-    norms_.push_back(
-        {DecodedValues(l.attn_norm), DecodedValues(l.attn.q_norm),
-         DecodedValues(l.attn.k_norm)});
+    vectors_.push_back({DecodedValues(l.attn_norm), DecodedValues(l.attn.q_norm),
+                        DecodedValues(l.attn.k_norm), DecodedValues(l.attn.q_bias),
+                        DecodedValues(l.attn.k_bias), DecodedValues(l.attn.v_bias)});
   }
   q_ = AlignedBytes(b * q_dim * f);
   bool any_gated = false;
@@ -121,7 +121,7 @@ void CpuAttentionBlock::Forward(int layer, std::span<const CpuRowSpan> spans,
                                 std::span<const CpuKvLayer* const> kv) {
   const AttentionWeights& w = layers_[static_cast<size_t>(layer)].attn;
   const bool gated = layers_[static_cast<size_t>(layer)].mixer == MixerKind::kGatedAttention;
-  const Norms& norms = norms_[static_cast<size_t>(layer)];
+  const LayerVectors& vectors = vectors_[static_cast<size_t>(layer)];
   const int64_t n_embd = hp_.n_embd;
   const int head_dim = hp_.head_dim;
   const int64_t q_dim = static_cast<int64_t>(hp_.n_head) * head_dim;
@@ -131,7 +131,7 @@ void CpuAttentionBlock::Forward(int layer, std::span<const CpuRowSpan> spans,
   for (const CpuRowSpan& span : spans) {
     MOETIER_CPU_CHECK(span.pos0 + span.n <= max_ctx_, "attention past the context");
   }
-  batch_.NormRows(0, n, norms.attn_norm.data(), hp_.rms_eps);
+  batch_.NormRows(0, n, vectors.attn_norm.data(), hp_.rms_eps);
 
   // q, k and v read the same normed input: it is prepared once per format.
   const WeightRef* mats[3] = {&w.q, &w.k, &w.v};
@@ -142,6 +142,15 @@ void CpuAttentionBlock::Forward(int layer, std::span<const CpuRowSpan> spans,
     jobs[i] = MakeMatJob(m, m.data, batch_.PrepareInput(n, m.type), n, outs[i]);
   }
   runner_.Run(jobs, 3, CpuPhase::kAttentionProjections);
+  const std::vector<float>* biases[3] = {&vectors.q_bias, &vectors.k_bias, &vectors.v_bias};
+  for (int i = 0; i < 3; ++i) {
+    const std::vector<float>& bias = *biases[i];
+    const int64_t dim = static_cast<int64_t>(bias.size());
+    for (int t = 0; t < n && dim > 0; ++t) {
+      float* row = outs[i] + t * dim;
+      for (int64_t j = 0; j < dim; ++j) row[j] += bias[static_cast<size_t>(j)];
+    }
+  }
   if (gated) {
     // Each head's head_dim q values, then its head_dim gate values.
     for (int t = 0; t < n; ++t) {
@@ -175,12 +184,12 @@ void CpuAttentionBlock::Forward(int layer, std::span<const CpuRowSpan> spans,
       case QkNorm::kNone:
         break;
       case QkNorm::kPerHead:
-        cpu::RmsNormHeads(qt, norms.q_norm.data(), hp_.n_head, head_dim, hp_.rms_eps);
-        cpu::RmsNormHeads(kt, norms.k_norm.data(), hp_.n_head_kv, head_dim, hp_.rms_eps);
+        cpu::RmsNormHeads(qt, vectors.q_norm.data(), hp_.n_head, head_dim, hp_.rms_eps);
+        cpu::RmsNormHeads(kt, vectors.k_norm.data(), hp_.n_head_kv, head_dim, hp_.rms_eps);
         break;
       case QkNorm::kWhole:
-        cpu::RmsNorm(qt, norms.q_norm.data(), q_dim, hp_.rms_eps, qt);
-        cpu::RmsNorm(kt, norms.k_norm.data(), kv_dim, hp_.rms_eps, kt);
+        cpu::RmsNorm(qt, vectors.q_norm.data(), q_dim, hp_.rms_eps, qt);
+        cpu::RmsNorm(kt, vectors.k_norm.data(), kv_dim, hp_.rms_eps, kt);
         break;
     }
     const float* c = rope_cos_.floats() + t * half;

@@ -51,8 +51,11 @@ class CpuAttentionBlock {
   uint64_t allocated_bytes() const;
 
  private:
-  struct Norms {
+  // A layer's norm weights and projection biases, decoded to f32 once
+  // (empty where the layer has none).
+  struct LayerVectors {
     std::vector<float> attn_norm, q_norm, k_norm;
+    std::vector<float> q_bias, k_bias, v_bias;
   };
 
   const ModelHparams& hp_;
@@ -63,7 +66,7 @@ class CpuAttentionBlock {
   const bool stored_kv_;
   CpuBatch& batch_;
   CpuMatRunner& runner_;
-  std::vector<Norms> norms_;  // decoded to f32 once, per layer
+  std::vector<LayerVectors> vectors_;  // per layer
 
   // Per batch row, from BeginBatch: its position and its span.
   std::vector<int> row_pos_, row_span_;

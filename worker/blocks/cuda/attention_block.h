@@ -44,6 +44,10 @@ struct CudaAttentionWeights {
   float* attn_norm = nullptr;
   float* q_norm = nullptr;  // null without a q/k norm
   float* k_norm = nullptr;
+  // Added to the q (gated: q and gate), k and v projections; null: none.
+  float* q_bias = nullptr;
+  float* k_bias = nullptr;
+  float* v_bias = nullptr;
   // q: {n_embd, n_head * head_dim}, or for a gated layer {n_embd, 2 *
   // n_head * head_dim}, each head's q rows followed by its gate rows.
   DeviceMatrix q, k, v, output;
