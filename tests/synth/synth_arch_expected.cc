@@ -58,6 +58,17 @@ std::vector<ExpectedTensor> ExpectedTensors(const SynthShape& s) {
         }
         add("ffn_norm.weight", {s.n_embd});
         break;
+      case SynthArch::kQwen2Moe:
+        add("attn_norm.weight", {s.n_embd});
+        add("attn_q.weight", {s.n_embd, q});
+        add("attn_k.weight", {s.n_embd, kv});
+        add("attn_v.weight", {s.n_embd, kv});
+        add("attn_output.weight", {q, s.n_embd});
+        add("attn_q.bias", {q});
+        add("attn_k.bias", {kv});
+        add("attn_v.bias", {kv});
+        add("ffn_norm.weight", {s.n_embd});
+        break;
       case SynthArch::kQwen35Moe:
       case SynthArch::kQwen3Next: {
         add("attn_norm.weight", {s.n_embd});
@@ -97,7 +108,7 @@ std::vector<ExpectedTensor> ExpectedTensors(const SynthShape& s) {
     add("ffn_gate_exps.weight", {s.n_embd, s.n_ff_exp, s.n_expert});
     add("ffn_up_exps.weight", {s.n_embd, s.n_ff_exp, s.n_expert});
     add("ffn_down_exps.weight", {s.n_ff_exp, s.n_embd, s.n_expert});
-    if (IsSynthDeltaNetHybrid(s.arch)) {
+    if (IsSynthDeltaNetHybrid(s.arch) || s.arch == SynthArch::kQwen2Moe) {
       add("ffn_gate_inp_shexp.weight", {s.n_embd});
       add("ffn_gate_shexp.weight", {s.n_embd, s.n_ff_shexp});
       add("ffn_up_shexp.weight", {s.n_embd, s.n_ff_shexp});
@@ -213,7 +224,10 @@ std::vector<ExpectedKey> ExpectedKeys(const SynthShape& s, SynthQuant quant) {
       {a + ".block_count", u32(s.n_layer)},
       {a + ".context_length", u32(s.n_ctx)},
       {a + ".embedding_length", u32(s.n_embd)},
-      {a + ".feed_forward_length", u32(s.n_ff_exp)},
+      // qwen2moe: HF's intermediate_size, written as what llama.cpp's
+      // fallback would take the expert width from.
+      {a + ".feed_forward_length",
+       u32(s.arch == SynthArch::kQwen2Moe ? s.n_ff_exp * s.n_expert_used : s.n_ff_exp)},
       {a + ".attention.head_count", u32(s.n_head)},
       {a + ".attention.head_count_kv", u32(s.n_head_kv)},
       {a + ".rope.freq_base", GgufValue::Float32(s.rope_base)},
@@ -240,6 +254,12 @@ std::vector<ExpectedKey> ExpectedKeys(const SynthShape& s, SynthQuant quant) {
       k.push_back({"tokenizer.ggml.eos_token_id", u32(2)});
       k.push_back({"tokenizer.ggml.unknown_token_id", u32(0)});
       k.push_back({"tokenizer.ggml.add_eos_token", GgufValue::Bool(false)});
+      break;
+    case SynthArch::kQwen2Moe:
+      k.push_back({a + ".expert_feed_forward_length", u32(s.n_ff_exp)});
+      k.push_back({a + ".expert_shared_feed_forward_length", u32(s.n_ff_shexp)});
+      k.push_back({"tokenizer.ggml.model", GgufValue::String("gpt2")});
+      k.push_back({"tokenizer.ggml.pre", GgufValue::String("qwen2")});
       break;
     case SynthArch::kQwen35Moe:
     case SynthArch::kQwen3Next:
@@ -304,8 +324,9 @@ void CheckMetadata(const GgufMetadata& md, const SynthShape& s, SynthQuant quant
     EXPECT_TRUE(expected_names.count(kv.key) || OtherKeys().count(kv.key))
         << "unexpected key " << kv.key;
   }
-  EXPECT_EQ(md.Has("tokenizer.ggml.bos_token_id"),
-            s.arch == SynthArch::kLlama || s.arch == SynthArch::kQwen3Next)
+  EXPECT_EQ(md.Has("tokenizer.ggml.bos_token_id"), s.arch == SynthArch::kLlama ||
+                                                       s.arch == SynthArch::kQwen3Next ||
+                                                       s.arch == SynthArch::kQwen2Moe)
       << "olmoe and qwen35moe files have no bos key";
 
   const absl::StatusOr<std::vector<std::string>> tokens =
@@ -348,6 +369,7 @@ void CheckMetadata(const GgufMetadata& md, const SynthShape& s, SynthQuant quant
                   HasSubstr("{{- '<|im_start|>assistant\\n' }}"));
       break;
     case SynthArch::kQwen3Next:
+    case SynthArch::kQwen2Moe:
       // The Qwen3 vocabulary, as qwen3moe's: bos = pad = <|endoftext|>.
       EXPECT_EQ((*tokens)[md.GetUintOr("tokenizer.ggml.eos_token_id", 0)], "<|im_end|>");
       EXPECT_EQ((*tokens)[md.GetUintOr("tokenizer.ggml.padding_token_id", 0)], "<|endoftext|>");

@@ -17,7 +17,8 @@
 namespace moetier::synth_arch_expected {
 
 inline constexpr SynthArch kNewArchs[] = {SynthArch::kOlmoe, SynthArch::kLlama,
-                                          SynthArch::kQwen35Moe, SynthArch::kQwen3Next};
+                                          SynthArch::kQwen35Moe, SynthArch::kQwen3Next,
+                                          SynthArch::kQwen2Moe};
 
 std::string ArchName(SynthArch arch);
 std::string QuantName(SynthQuant quant);

@@ -99,6 +99,19 @@ TEST(SynthArchPresetTest, FullShapesAreTheRealModels) {
     EXPECT_EQ(p.ssm_inner_size, p.ssm_time_step_rank * p.ssm_state_size) << name;
   }
 
+  // Qwen2-57B-A14B; every qwen2moe preset has llama.cpp's square attn_q.
+  const SynthShape q2 = *SynthPreset(SynthArch::kQwen2Moe, "full");
+  EXPECT_EQ(std::make_tuple(q2.n_layer, q2.n_embd, q2.n_head, q2.n_head_kv, q2.head_dim),
+            std::make_tuple(28, 3584, 28, 4, 128));
+  EXPECT_EQ(std::make_tuple(q2.n_expert, q2.n_expert_used, q2.n_ff_exp, q2.n_ff_shexp),
+            std::make_tuple(64, 8, 2560, 20480));
+  EXPECT_EQ(std::make_tuple(q2.n_vocab, q2.n_ctx), std::make_tuple(151936, 32768));
+  EXPECT_FLOAT_EQ(q2.rope_base, 1e6f);
+  for (const char* name : {"tiny", "small", "full"}) {
+    const SynthShape p = *SynthPreset(SynthArch::kQwen2Moe, name);
+    EXPECT_EQ(p.n_head * p.head_dim, p.n_embd) << name;
+  }
+
   for (const SynthArch arch : kAllSynthArchs) {
     for (const char* name : {"tiny", "small", "full"}) {
       const absl::StatusOr<SynthShape> s = SynthPreset(arch, name);
@@ -147,6 +160,9 @@ TEST(SynthArchPresetTest, ValidationNamesTheFlag) {
   s = *SynthPreset(SynthArch::kOlmoe, "tiny");
   s.tied_output = true;
   EXPECT_THAT(std::string(ValidateSynthShape(s).message()), HasSubstr("--tied-output"));
+  s = *SynthPreset(SynthArch::kQwen2Moe, "tiny");
+  s.head_dim = 16;
+  EXPECT_THAT(std::string(ValidateSynthShape(s).message()), HasSubstr("--head-dim"));
 
   for (const SynthArch arch : kAllSynthArchs) {
     for (const SynthQuant quant :
@@ -198,7 +214,8 @@ TEST(SynthArchPlanTest, FullSizesArePlausible) {
   };
   for (const Case c :
        {Case{SynthArch::kOlmoe, 6.8e9, 7.0e9}, Case{SynthArch::kLlama, 46.5e9, 46.9e9},
-        Case{SynthArch::kQwen35Moe, 34.0e9, 35.5e9}, Case{SynthArch::kQwen3Next, 79.0e9, 81.0e9}}) {
+        Case{SynthArch::kQwen35Moe, 34.0e9, 35.5e9}, Case{SynthArch::kQwen3Next, 79.0e9, 81.0e9},
+        Case{SynthArch::kQwen2Moe, 57.0e9, 57.8e9}}) {
     uint64_t elements = 0;
     for (const SynthTensor& t : PlanSynthTensors(*SynthPreset(c.arch, "full"), SynthQuant::kF32)) {
       elements += static_cast<uint64_t>(t.element_count());
@@ -473,6 +490,8 @@ TEST(SynthArchCommandLineTest, HelpDocumentsEveryArchitectureAndFlag) {
                            "qwen35moe",
                            "qwen3next",
                            "Qwen3-Next-80B-A3B",
+                           "qwen2moe",
+                           "Qwen2-57B-A14B",
                            "--legacy-ssm-in",
                            "q8_0-f32",
                            "--rope-dims",
@@ -500,7 +519,10 @@ TEST(SynthArchCommandLineTest, FlagsOfOtherArchitecturesAreRefused) {
         "--arch qwen35moe --rope-dims 10 --out x.gguf", "--arch olmoe --tied-output --out x.gguf",
         "--arch qwen3next --rope-sections 2,1,1,0 --out x.gguf",
         "--arch qwen35moe --legacy-ssm-in --out x.gguf",
-        "--arch llama --ssm-group-count 2 --out x.gguf"}) {
+        "--arch llama --ssm-group-count 2 --out x.gguf",
+        "--arch qwen2moe --ssm-state-size 8 --out x.gguf",
+        "--arch qwen2moe --tied-output --out x.gguf",
+        "--arch qwen3moe --shared-ffn 64 --out x.gguf"}) {
     const RunResult r = RunTool(args);
     EXPECT_EQ(r.exit_code, 2) << args << ": " << r.output;
     EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << args << ": " << r.output;
@@ -524,6 +546,12 @@ TEST(SynthArchCommandLineTest, DryRunOfTheFullShapes) {
   EXPECT_EQ(next.exit_code, 0) << next.output;
   EXPECT_THAT(next.output, HasSubstr("12 of 48 layers"));
   EXPECT_THAT(next.output, HasSubstr("experts 512 (top 10)"));
+  // Per layer: attn_norm, q/k/v/output, three biases, ffn_norm, router,
+  // three expert tensors and the shared expert's four.
+  const RunResult qwen2 = RunTool("--arch qwen2moe --preset full --quant q4_k_m --dry-run");
+  EXPECT_EQ(qwen2.exit_code, 0) << qwen2.output;
+  EXPECT_THAT(qwen2.output, HasSubstr("tensors: 479"));
+  EXPECT_THAT(qwen2.output, HasSubstr("experts 64 (top 8)"));
 }
 
 TEST(SynthArchCommandLineTest, WritesQwen35MoeWithShapeFlags) {

@@ -24,6 +24,8 @@ const SynthArchitecture& SynthArchitectureFor(SynthArch arch) {
       return Qwen35MoeArchitecture();
     case SynthArch::kQwen3Next:
       return Qwen3NextArchitecture();
+    case SynthArch::kQwen2Moe:
+      return Qwen2MoeArchitecture();
   }
   std::abort();
 }
@@ -178,13 +180,29 @@ SynthQuantRole SynthAttentionMoeRole(SynthTensorKind kind) {
     case K::kAttnOutput:
       return R::kAttnOutput;
     case K::kFfnDownExps:
+    case K::kFfnDownShexp:
       return R::kFfnDown;
     case K::kFfnGateExps:
     case K::kFfnUpExps:
+    case K::kFfnGateShexp:
+    case K::kFfnUpShexp:
       return R::kOther;
     default:
       return R::kUnquantized;
   }
+}
+
+void SynthTensorTable::AddSharedExpert(const SynthShape& s, const SynthScales& scale, int64_t l) {
+  using K = SynthTensorKind;
+  // The shared expert's gate logit dot(w, x) has unit spread.
+  Add(SynthBlockName(l, "ffn_gate_inp_shexp"), K::kFfnGateInpShexp, l, {s.n_embd}, 0.0f,
+      scale.inv_sqrt_embd);
+  Add(SynthBlockName(l, "ffn_gate_shexp"), K::kFfnGateShexp, l, {s.n_embd, s.n_ff_shexp}, 0.0f,
+      scale.inv_sqrt_embd);
+  Add(SynthBlockName(l, "ffn_up_shexp"), K::kFfnUpShexp, l, {s.n_embd, s.n_ff_shexp}, 0.0f,
+      scale.inv_sqrt_embd);
+  Add(SynthBlockName(l, "ffn_down_shexp"), K::kFfnDownShexp, l, {s.n_ff_shexp, s.n_embd}, 0.0f,
+      scale.ResidualOut(s.n_ff_shexp));
 }
 
 std::string SynthMetadata::ArchKey(std::string_view suffix) const { return absl::StrCat(arch_, ".", std::string(suffix)); }

@@ -48,6 +48,7 @@ const SynthArchitecture& OlmoeArchitecture();
 const SynthArchitecture& LlamaArchitecture();
 const SynthArchitecture& Qwen35MoeArchitecture();
 const SynthArchitecture& Qwen3NextArchitecture();
+const SynthArchitecture& Qwen2MoeArchitecture();
 
 // ---------------------------------------------------------------- shared parts
 
@@ -104,7 +105,8 @@ TensorType SynthLlamaQ4KMType(const SynthLlamaQuantInput& in);
 TensorType SynthUniformType(SynthQuant quant, SynthQuantRole role, int64_t ne0);
 
 // The role of a tensor of the attention + routed-expert layouts (llama,
-// olmoe): ffn_gate_exps and ffn_up_exps take the ftype's default.
+// olmoe, qwen2moe): ffn_gate_exps, ffn_up_exps and the shared expert's gate
+// and up take the ftype's default, ffn_down_shexp is an ffn_down.
 SynthQuantRole SynthAttentionMoeRole(SynthTensorKind kind);
 
 // The scales of the initial distributions (all elements mean + stddev *
@@ -152,6 +154,9 @@ class SynthTensorTable {
                                int64_t q_rows);
   // ffn_gate_inp (the router) and the stacked ffn_gate/up/down_exps of layer l.
   void AddRoutedExperts(const SynthShape& s, const SynthScales& scale, int64_t l);
+  // The sigmoid-gated shared expert of layer l: ffn_gate_inp_shexp {n_embd}
+  // and ffn_gate/up/down_shexp of width s.n_ff_shexp.
+  void AddSharedExpert(const SynthShape& s, const SynthScales& scale, int64_t l);
   std::vector<SynthTensor> Take() { return std::move(tensors_); }
 
  private:
@@ -186,7 +191,8 @@ class SynthMetadata {
   std::vector<GgufKeyValue> kv_;
 };
 
-// The Qwen3 tokenizer keys as qwen3moe and qwen3next files carry them:
+// The Qwen3 tokenizer keys as qwen3moe and qwen3next files carry them (and
+// synthetic qwen2moe files, whose real models have the same vocabulary):
 // gpt2/qwen2 byte-level BPE over an n_vocab vocabulary laid out like
 // Qwen3's, eos <|im_end|>, pad and bos <|endoftext|>, add_bos_token false,
 // and the Qwen3 chat template. Fails only if the vocabulary cannot be built.

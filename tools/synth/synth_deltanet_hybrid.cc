@@ -175,15 +175,7 @@ std::vector<SynthTensor> PlanSynthDeltaNetHybrid(const SynthShape& s, SynthQuant
       AddDeltaNetLayer(s, scale, l, projections, table);
     }
     table.AddRoutedExperts(s, scale, l);
-    // The shared expert's gate logit dot(w, x) has unit spread.
-    table.Add(SynthBlockName(l, "ffn_gate_inp_shexp"), K::kFfnGateInpShexp, l, {s.n_embd}, 0.0f,
-              scale.inv_sqrt_embd);
-    table.Add(SynthBlockName(l, "ffn_gate_shexp"), K::kFfnGateShexp, l, {s.n_embd, s.n_ff_shexp},
-              0.0f, scale.inv_sqrt_embd);
-    table.Add(SynthBlockName(l, "ffn_up_shexp"), K::kFfnUpShexp, l, {s.n_embd, s.n_ff_shexp}, 0.0f,
-              scale.inv_sqrt_embd);
-    table.Add(SynthBlockName(l, "ffn_down_shexp"), K::kFfnDownShexp, l, {s.n_ff_shexp, s.n_embd},
-              0.0f, scale.ResidualOut(s.n_ff_shexp));
+    table.AddSharedExpert(s, scale, l);
   }
   return table.Take();
 }

@@ -1,5 +1,5 @@
 // moetier-synth: writes a GGUF of one of the MoE architectures moetier serves
-// (qwen3moe, olmoe, llama with experts, qwen35moe, qwen3next) with deterministic random
+// (qwen3moe, olmoe, llama with experts, qwen35moe, qwen3next, qwen2moe) with deterministic random
 // weights, real tensor names and encodings and a real tokenizer, for tests
 // and benchmarks.
 #include <unistd.h>
@@ -37,7 +37,7 @@ constexpr int kExitUsage = 2;
 
 constexpr std::string_view kUsage = R"(moetier-synth: write a synthetic MoE GGUF model
 
-usage: moetier-synth [--arch qwen3moe|olmoe|llama|qwen35moe|qwen3next]
+usage: moetier-synth [--arch qwen3moe|olmoe|llama|qwen35moe|qwen3next|qwen2moe]
                      [--preset tiny|small|full]
                      [--quant f32|q8_0|q4_k_m|q8_0-f32] [--seed N] --out FILE
                      [shape flags] [split flags] [--dry-run]
@@ -58,7 +58,10 @@ constexpr std::string_view kArchitectures =
     qwen3next: Qwen3-Next-80B-A3B: the same hybrid with beta and alpha in one
                ssm_ba (and with --legacy-ssm-in, q, k, v, z in one ssm_in),
                value heads grouped by key head, plain NEOX rope; gpt2/qwen2
-               tokenizer)";
+               tokenizer
+    qwen2moe : Qwen2-57B-A14B: attention with q/k/v biases and no q/k norm,
+               routed + shared expert in every layer, output.weight always
+               present; gpt2/qwen2 tokenizer)";
 
 constexpr std::string_view kPresets =
     R"(    qwen3moe  tiny : 2 layers, embd 64, E 8 (top 2), expert ffn 256, H/Hkv 4/2 x D 32,
@@ -91,7 +94,14 @@ constexpr std::string_view kPresets =
               small: as qwen35moe small, rope 16 dims without sections
               full : Qwen3-Next-80B-A3B: 48 layers, embd 2048, E 512 (top 10), ffn 512 +
                      512, 16/2 x 256, rope 64 dims, state 128, groups 16, value heads 32,
-                     inner 4096, vocab 151936, ctx 262144; all as qwen35moe's)";
+                     inner 4096, vocab 151936, ctx 262144; all as qwen35moe's
+    qwen2moe  tiny : 2 layers, embd 128, E 8 (top 2), expert and shared ffn 256, 4/2 x 32,
+                     vocab 512, ctx 4096
+              small: 4 layers, embd 256, E 16 (top 4), ffn 256 + 512, 4/2 x 64, vocab 4096,
+                     ctx 8192
+              full : Qwen2-57B-A14B: 28 layers, embd 3584, E 64 (top 8), ffn 2560 + 20480,
+                     28/4 x 128, vocab 151936, ctx 32768; all: rope base 1e6, rms eps 1e-6;
+                     heads x head dim must equal embd (llama.cpp's square attn_q))";
 
 constexpr std::string_view kMixes = R"(    f32     : everything F32 (general.file_type 0)
     q8_0    : every other matrix Q8_0 (general.file_type 7)
@@ -99,11 +109,11 @@ constexpr std::string_view kMixes = R"(    f32     : everything F32 (general.fil
               if tied), output Q6_K, attn_q/attn_k/attn_output Q4_K, attn_v Q6_K,
               ffn_gate_exps/ffn_up_exps Q4_K, ffn_down_exps Q6_K in layers i with
               i < n/8 or i >= 7n/8 or (i - n/8) % 3 == 2 (llama.cpp's
-              use_more_bits), Q4_K in the others. olmoe, llama, qwen35moe, qwen3next:
+              use_more_bits), Q4_K in the others. olmoe, llama, qwen35moe, qwen3next, qwen2moe:
               llama-quantize's rule: Q4_K, output Q6_K, attn_v (and attn_qkv, ssm_in) and
               every ffn_down Q6_K in use_more_bits layers, and with exactly 8
               experts attn_k/attn_v Q8_0 and attn_output Q5_K; ssm_conv1d, ssm_a,
-              ssm_dt, ffn_gate_inp_shexp stay F32
+              ssm_dt, ffn_gate_inp_shexp and the attention biases stay F32
     q8_0-f32: qwen35moe and qwen3next, the tensor-type shares of a dynamic ("UD")
               4-bit file: F32 for small tensors and ssm_alpha/ssm_beta/ssm_ba, Q8_0 for every
               non-expert matrix, experts Q4_K (gate/up) and Q5_K (down), layer 0's
@@ -118,7 +128,7 @@ read the residual stream; 1/sqrt(fan_in * 2 * layers) for those that write it
 2/sqrt(embd) for token_embd, output and ffn_gate_inp (logit and router-logit spread
 about 2); norm weights 1 +- 0.05 (qwen35moe and qwen3next store their norms as 1 + w,
 so they are near 1 there too). Both: ssm_a = -exp(u), u uniform in [0, ln 16];
-ssm_dt.bias 1 +- 0.25; ssm_conv1d 1/sqrt(kernel).
+ssm_dt.bias 1 +- 0.25; ssm_conv1d 1/sqrt(kernel). qwen2moe's q/k/v biases: 0 +- 0.5.
 
 Tokenizers (merges and pieces learned from a built-in corpus; ids past what the
 corpus supports are [PAD<id>], type UNUSED, as llama.cpp's converter pads):
@@ -130,6 +140,7 @@ corpus supports are [PAD<id>], type UNUSED, as llama.cpp's converter pads):
              248069 in a 248320 vocabulary); eos <|im_end|>, pad <|endoftext|>, no
              bos, add_bos_token false, the Qwen3.5 chat template (opens <think>)
   qwen3next: as qwen3moe
+  qwen2moe : as qwen3moe (the Qwen2 vocabulary is Qwen3's)
   olmoe    : gpt2/olmo (GPT-2 splitting): |||IP_ADDRESS||| 0, <|padding|> 1, byte
              tokens, merges, |||EMAIL_ADDRESS|||, |||PHONE_NUMBER|||, <|endoftext|>
              (50277..50279 in a 50304 vocabulary); eos <|endoftext|>, pad <|padding|>,
@@ -160,7 +171,7 @@ struct CommandLine {
   std::string rope_scaling;
   bool rope_freq_factors = false;
   bool tied_output = false;
-  // qwen35moe and qwen3next.
+  // qwen35moe and qwen3next (shared_ffn: qwen2moe too).
   std::optional<int64_t> rope_dims, shared_ffn, full_attention_interval, ssm_conv_kernel,
       ssm_state_size, ssm_group_count, ssm_time_step_rank, ssm_inner_size;
   std::optional<std::array<int32_t, 4>> rope_sections;
@@ -306,8 +317,8 @@ FlagSet MakeFlags(CommandLine& cl) {
           cl.rope_sections = sections;
           return absl::OkStatus();
         });
-  AddShapeFlag(f, "--shared-ffn", "N", "qwen35moe, qwen3next: expert_shared_feed_forward_length",
-               &cl.shared_ffn);
+  AddShapeFlag(f, "--shared-ffn", "N",
+               "qwen35moe, qwen3next, qwen2moe: expert_shared_feed_forward_length", &cl.shared_ffn);
   AddShapeFlag(f, "--full-attention-interval", "N",
                "qwen35moe, qwen3next: layer i is full attention when (i+1) % N == 0",
                &cl.full_attention_interval);
@@ -394,7 +405,6 @@ absl::StatusOr<SynthOptions> BuildOptions(const CommandLine& cl) {
   const bool hybrid = IsSynthDeltaNetHybrid(*arch);
   const std::pair<const char*, bool> hybrid_flags[] = {
       {"--rope-dims", cl.rope_dims.has_value()},
-      {"--shared-ffn", cl.shared_ffn.has_value()},
       {"--full-attention-interval", cl.full_attention_interval.has_value()},
       {"--ssm-conv-kernel", cl.ssm_conv_kernel.has_value()},
       {"--ssm-state-size", cl.ssm_state_size.has_value()},
@@ -407,6 +417,10 @@ absl::StatusOr<SynthOptions> BuildOptions(const CommandLine& cl) {
       return absl::InvalidArgumentError(
           absl::StrCat(flag, " is used by qwen35moe and qwen3next only, not by ", cl.arch));
     }
+  }
+  if (cl.shared_ffn && !hybrid && *arch != SynthArch::kQwen2Moe) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--shared-ffn is used by qwen35moe, qwen3next and qwen2moe only, not by ", cl.arch));
   }
   if (cl.rope_dims) s.n_rot = *cl.rope_dims;
   if (cl.rope_sections) s.rope_sections = *cl.rope_sections;

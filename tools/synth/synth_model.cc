@@ -15,7 +15,7 @@ absl::StatusOr<SynthArch> ParseSynthArch(std::string_view name) {
   }
   return absl::InvalidArgumentError(
       absl::StrCat("unknown architecture '", std::string(name),
-                   "' (expected qwen3moe, olmoe, llama, qwen35moe or qwen3next)"));
+                   "' (expected qwen3moe, olmoe, llama, qwen35moe, qwen3next or qwen2moe)"));
 }
 
 std::string_view SynthArchName(SynthArch arch) {
@@ -30,6 +30,8 @@ std::string_view SynthArchName(SynthArch arch) {
       return "qwen35moe";
     case SynthArch::kQwen3Next:
       return "qwen3next";
+    case SynthArch::kQwen2Moe:
+      return "qwen2moe";
   }
   std::abort();
 }

@@ -26,11 +26,12 @@ enum class SynthArch {
   kLlama,      // "llama" with experts: Mixtral-8x7B (§3.5)
   kQwen35Moe,  // "qwen35moe": Qwen3.6-35B-A3B, Gated DeltaNet + gated attention (§3.3-3.4)
   kQwen3Next,  // "qwen3next": Qwen3-Next-80B-A3B, the same hybrid with fused projections (§3.3)
+  kQwen2Moe,   // "qwen2moe": Qwen2-57B-A14B, q/k/v biases and a shared expert (§3.2)
 };
 
-inline constexpr SynthArch kAllSynthArchs[] = {SynthArch::kQwen3Moe, SynthArch::kOlmoe,
-                                               SynthArch::kLlama, SynthArch::kQwen35Moe,
-                                               SynthArch::kQwen3Next};
+inline constexpr SynthArch kAllSynthArchs[] = {SynthArch::kQwen3Moe,  SynthArch::kOlmoe,
+                                               SynthArch::kLlama,     SynthArch::kQwen35Moe,
+                                               SynthArch::kQwen3Next, SynthArch::kQwen2Moe};
 
 // qwen35moe and qwen3next: Gated DeltaNet layers and gated attention.
 inline bool IsSynthDeltaNetHybrid(SynthArch arch) {
@@ -67,10 +68,11 @@ struct SynthShape {
   // between 1 and 8 (as a converted Llama 3 carries).
   bool rope_freq_factors = false;
 
+  // qwen35moe, qwen3next and qwen2moe.
+  int64_t n_ff_shexp = 0;  // expert_shared_feed_forward_length
   // qwen35moe and qwen3next (rope_sections: qwen35moe; legacy_ssm_in: qwen3next).
   int64_t n_rot = 0;                           // rope.dimension_count
   std::array<int32_t, 4> rope_sections = {};   // rope.dimension_sections
-  int64_t n_ff_shexp = 0;                      // expert_shared_feed_forward_length
   int64_t full_attention_interval = 0;         // layer i is full attention when (i+1) % it == 0
   int64_t ssm_conv_kernel = 0;                 // ssm.conv_kernel, K
   int64_t ssm_state_size = 0;                  // ssm.state_size, d_k
@@ -153,6 +155,10 @@ enum class SynthTensorKind {
   kFfnDownShexp,
   // llama.
   kRopeFreqs,
+  // qwen2moe.
+  kAttnQBias,
+  kAttnKBias,
+  kAttnVBias,
 };
 
 // llama.cpp's use_more_bits(): the layers whose ffn_down Q4_K_M bumps to Q6_K
