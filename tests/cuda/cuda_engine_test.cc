@@ -107,8 +107,9 @@ class CudaEngineTest : public ::testing::Test {
 // over the whole projection, no renormalization), qwen35moe (Gated
 // DeltaNet and gated attention layers, multi-section rope, the shared
 // expert) and qwen3next (the same with value heads grouped by key head and
-// projections regrouped at load); rope scaled by YaRN and linearly, and by
-// llama's rope_freqs.
+// projections regrouped at load), qwen2moe (q/k/v biases, a shared expert
+// in every layer); rope scaled by YaRN and linearly, and by llama's
+// rope_freqs.
 const char* const kModels[] = {"tiny-f32",
                                "tiny-q8_0",
                                "small-q4_k_m",
@@ -123,7 +124,9 @@ const char* const kModels[] = {"tiny-f32",
                                "mixtral-rope-freqs-tiny-f32",
                                "qwen3next-tiny-f32",
                                "qwen3next-ssm-in-tiny-f32",
-                               "qwen3next-small-q4_k_m"};
+                               "qwen3next-small-q4_k_m",
+                               "qwen2moe-tiny-f32",
+                               "qwen2moe-small-q4_k_m"};
 
 TEST_F(CudaEngineTest, DecodeMatchesReference) {
   for (const char* name : kModels) {

@@ -51,6 +51,7 @@ SYNTH_ARCHS = {
     "qwen3moe": "qwen3",
     "qwen35moe": "qwen3.5",
     "qwen3next": "qwen3",
+    "qwen2moe": "qwen3",
 }
 
 # Template files: the special tokens of the models that carry them, as
@@ -232,6 +233,7 @@ SHORTENED_QWEN3_TEMPLATE = (
 KNOWN_DIFFERENCES = {
     ("synth:qwen3moe", "ends_with_assistant"): SHORTENED_QWEN3_TEMPLATE,
     ("synth:qwen3next", "ends_with_assistant"): SHORTENED_QWEN3_TEMPLATE,
+    ("synth:qwen2moe", "ends_with_assistant"): SHORTENED_QWEN3_TEMPLATE,
 }
 
 

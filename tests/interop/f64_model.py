@@ -9,6 +9,8 @@ Supported architectures (general.architecture):
              sigmoid-gated shared expert
   qwen3next  the same hybrid with ssm_ba (or a legacy ssm_in), value heads grouped
              by key head and plain NEOX rope
+  qwen2moe   q/k/v biases, no q/k norm, NEOX rope, softmax -> top-k, and a
+             sigmoid-gated shared expert in every layer
 
 Everything is computed in float64 with no activation quantization; the Gated
 DeltaNet recurrence runs token by token. Hyperparameters come from the file's
@@ -21,7 +23,7 @@ import numpy as np
 from dequant import dequantize
 from gguf_file import GGUFError
 
-SUPPORTED_ARCHS = ("qwen3moe", "olmoe", "llama", "qwen35moe", "qwen3next")
+SUPPORTED_ARCHS = ("qwen3moe", "olmoe", "llama", "qwen35moe", "qwen3next", "qwen2moe")
 HYBRID_ARCHS = ("qwen35moe", "qwen3next")
 
 

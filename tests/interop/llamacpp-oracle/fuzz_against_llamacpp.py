@@ -6,7 +6,8 @@ and top-k, heads and KV heads, head size, vocabulary, RoPE base, RoPE
 scaling (none, linear or YaRN) and norm epsilon, tied output; for llama
 rope frequency factors (rope_freqs.weight); for qwen35moe and qwen3next also the DeltaNet
 sizes and the attention interval, for qwen35moe the RoPE sections, for qwen3next the legacy
-ssm_in layout now and then), writes it with moetier-synth, runs a
+ssm_in layout now and then, for qwen2moe the shared expert's width), writes it with
+moetier-synth, runs a
 seeded random token sequence through llama.cpp (llamacpp_logits.mjs) and
 through moetier-worker on the reference and the CPU backend, and compares
 every position's logits: max |diff| / row range, and KL. A case fails past
@@ -37,7 +38,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 from logit_compare import compare, read_logits  # noqa: E402
 import node_llama  # noqa: E402
 
-ARCHS = ("qwen3moe", "qwen35moe", "qwen3next", "llama", "olmoe")
+ARCHS = ("qwen3moe", "qwen35moe", "qwen3next", "llama", "olmoe", "qwen2moe")
 
 
 def parse_args():
@@ -87,6 +88,10 @@ def draw_shape(rng, arch):
         # embd / heads values. So is OLMoE-1B-7B.
         flags["--heads-kv"] = heads
         flags["--head-dim"] = flags["--embd"] // heads
+    if arch == "qwen2moe":
+        # llama.cpp's qwen2moe reads attn_q as embd x embd.
+        flags["--head-dim"] = flags["--embd"] // heads
+        flags["--shared-ffn"] = rng.choice([32, 64, 256])
     if arch in ("qwen35moe", "qwen3next"):
         rope_dims = rng.choice([d for d in (8, 16, 32, 64) if d <= head_dim])
         half = rope_dims // 2
@@ -122,7 +127,7 @@ def draw_shape(rng, arch):
         flags["--rope-scaling-factor"] = rng.choice([0.5, 2, 4, 8, 32])
         flags["--rope-original-context"] = rng.choice([16, 64, 256, 4096])
     args = [str(x) for kv in flags.items() for x in kv]
-    if arch != "olmoe" and rng.random() < 0.3:
+    if arch not in ("olmoe", "qwen2moe") and rng.random() < 0.3:
         args.append("--tied-output")
     if arch == "llama" and rng.random() < 0.5:
         args.append("--rope-freq-factors")

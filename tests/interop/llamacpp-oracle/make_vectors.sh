@@ -15,6 +15,9 @@
 #   qwen3next-tiny-f32        qwen3next: ssm_ba, value heads grouped by key head
 #   qwen3next-ssm-in-tiny-f32 qwen3next with the legacy ssm_in projection
 #   qwen3next-small-q4_k_m    qwen3next, Q4_K_M-like (quantized ssm_ba rows)
+#   qwen2moe-tiny-f32         qwen2moe: q/k/v biases, GQA, a shared expert
+#   qwen2moe-small-q4_k_m     qwen2moe, Q4_K_M-like, one KV head per head
+#                             (Qwen1.5-MoE's plain multi-head attention)
 #
 #   tests/interop/llamacpp-oracle/make_vectors.sh [BUILD_DIR]
 #
@@ -112,3 +115,15 @@ hybrid qwen3next-tiny-f32 --preset tiny --quant f32 --seed 31
 hybrid qwen3next-ssm-in-tiny-f32 --preset tiny --quant f32 --seed 32 --legacy-ssm-in \
   --full-attention-interval 2
 hybrid qwen3next-small-q4_k_m --preset small --quant q4_k_m --seed 33
+
+# qwen2moe: the biases and the shared expert in every layer.
+qwen2() {
+  name=$1
+  shift
+  "$build/tools/synth/moetier-synth" --arch qwen2moe --quiet --out "$out/$name.gguf" "$@"
+  echo "3,250,17,480,99,1,305,42,77,260,8,511,130,64,2,371,19,444,150,23,300,7,88,401" \
+    > "$out/$name.ids"
+  oracles "$name"
+}
+qwen2 qwen2moe-tiny-f32 --preset tiny --quant f32 --seed 41
+qwen2 qwen2moe-small-q4_k_m --preset small --quant q4_k_m --seed 42 --heads-kv 4
