@@ -1,6 +1,7 @@
 #include "gguf/tokenizer/chat_template.h"
 
 #include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -158,16 +159,43 @@ ChatSpecialTokens DefaultSpecialTokens(ChatTemplateStyle style) {
   return {};
 }
 
+// The text of a system turn the template writes as one string literal,
+// "<|im_start|>system\n<text><|im_end|>" (the newline a Jinja "\n" escape
+// or itself): the default system message of Qwen1.5, Qwen2 and Qwen2.5,
+// which their templates render when the chat has none. A turn built from
+// the messages (a quote, a "+" or braces before <|im_end|>) is not one.
+std::optional<std::string> HardCodedSystemTurn(std::string_view text) {
+  constexpr std::string_view kOpen = "<|im_start|>system";
+  constexpr std::string_view kClose = "<|im_end|>";
+  for (size_t at = text.find(kOpen); at != std::string_view::npos; at = text.find(kOpen, at + 1)) {
+    std::string_view rest = text.substr(at + kOpen.size());
+    if (rest.starts_with("\\n")) {
+      rest.remove_prefix(2);
+    } else if (rest.starts_with("\n")) {
+      rest.remove_prefix(1);
+    } else {
+      continue;
+    }
+    const size_t end = rest.find(kClose);
+    if (end == 0 || end == std::string_view::npos) continue;
+    const std::string_view body = rest.substr(0, end);
+    if (body.find_first_of("'\"\\{}+%\n") != std::string_view::npos) continue;
+    return std::string(body);
+  }
+  return std::nullopt;
+}
+
 // --- rendering ---------------------------------------------------------------
 
 void AppendChatMlTurn(std::string_view role, std::string_view content, std::string* out) {
   absl::StrAppend(out, "<|im_start|>", Sv(role), "\n", Sv(content), "<|im_end|>\n");
 }
 
-void RenderChatMl(ChatTemplateStyle style, std::span<const ChatMessage> messages,
-                  const ChatRenderOptions& options, std::string* out) {
+void RenderChatMl(ChatTemplateStyle style, std::string_view default_system,
+                  std::span<const ChatMessage> messages, const ChatRenderOptions& options,
+                  std::string* out) {
   if (style == ChatTemplateStyle::kQwen2 && messages.front().role != "system") {
-    AppendChatMlTurn("system", kQwen2DefaultSystem, out);
+    AppendChatMlTurn("system", default_system, out);
   }
   for (const ChatMessage& message : messages) AppendChatMlTurn(message.role, message.content, out);
   if (options.add_generation_prompt) *out += "<|im_start|>assistant\n";
@@ -326,7 +354,9 @@ ChatTemplate::ChatTemplate(ChatTemplateStyle style, ChatSpecialTokens tokens)
 absl::StatusOr<ChatTemplate> ChatTemplate::Detect(std::string_view template_text) {
   absl::StatusOr<ChatTemplate> detected = Detect(template_text, ChatSpecialTokens{});
   if (!detected.ok()) return detected.status();
-  return ChatTemplate(detected->style());
+  ChatTemplate with_usual_tokens(detected->style());
+  with_usual_tokens.default_system_ = detected->default_system_;
+  return with_usual_tokens;
 }
 
 absl::StatusOr<ChatTemplate> ChatTemplate::Detect(std::string_view template_text,
@@ -346,12 +376,14 @@ absl::StatusOr<ChatTemplate> ChatTemplate::Detect(std::string_view template_text
         "(OLMoE-1B-7B-0924-Instruct, OLMo 2); found ",
         DescribeTemplate(template_text)));
   }
-  ChatTemplateStyle style = ChatTemplateStyle::kChatMl;
-  if (Contains(template_text, kQwen2DefaultSystem)) {
-    style = ChatTemplateStyle::kQwen2;
-  } else if (Contains(template_text, "enable_thinking")) {
-    style = ChatTemplateStyle::kQwen3;
+  if (std::optional<std::string> system = HardCodedSystemTurn(template_text)) {
+    ChatTemplate qwen2(ChatTemplateStyle::kQwen2, std::move(tokens));
+    qwen2.default_system_ = *std::move(system);
+    return qwen2;
   }
+  const ChatTemplateStyle style = Contains(template_text, "enable_thinking")
+                                      ? ChatTemplateStyle::kQwen3
+                                      : ChatTemplateStyle::kChatMl;
   return ChatTemplate(style, std::move(tokens));
 }
 
@@ -382,12 +414,12 @@ absl::StatusOr<std::string> ChatTemplate::Render(std::span<const ChatMessage> me
   if (!bytes.ok()) return bytes.status();
 
   std::string out;
-  out.reserve(*bytes + tokens_.bos_token.size() +
-              messages.size() * tokens_.eos_token.size() + kQwen2DefaultSystem.size());
+  out.reserve(*bytes + tokens_.bos_token.size() + messages.size() * tokens_.eos_token.size() +
+              default_system_.size());
   switch (style_) {
     case ChatTemplateStyle::kChatMl:
     case ChatTemplateStyle::kQwen2:
-      RenderChatMl(style_, messages, options, &out);
+      RenderChatMl(style_, default_system_, messages, options, &out);
       break;
     case ChatTemplateStyle::kQwen3:
       if (absl::Status s = RenderQwen3(messages, options, &out); !s.ok()) return s;

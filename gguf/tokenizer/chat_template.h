@@ -64,7 +64,9 @@ enum class ChatTemplateStyle {
   kQwen3,
   // Qwen3.5/3.6: the generation prompt opens a think block by default.
   kQwen35,
-  // Qwen2/2.5: ChatML with a default system turn when none is given.
+  // Qwen1.5, Qwen2 and Qwen2.5: ChatML with a default system turn when none
+  // is given, whose text the template hard-codes (Qwen2.5's unless
+  // detected from a template).
   kQwen2,
   // Mixtral-8x7B-Instruct-v0.1 and Mistral-7B-Instruct-v0.2 as first
   // published: bos, then "[INST] {user} [/INST]" and "{assistant}</s>" for
@@ -110,6 +112,10 @@ struct ChatSpecialTokens {
   bool add_eos = false;
 };
 
+// Qwen2.5's default system message.
+inline constexpr std::string_view kQwen2DefaultSystem =
+    "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
+
 class ChatTemplate {
  public:
   // A style with its usual special tokens: "<s>", "</s>" and add_bos for the
@@ -120,8 +126,10 @@ class ChatTemplate {
 
   // Recognises the template: first the exact templates of the Mistral and
   // Tulu styles; then a ChatML-like template (it must contain both
-  // "<|im_start|>" and "<|im_end|>"): Qwen2's default system text selects
-  // kQwen2, an "enable_thinking" switch kQwen3, anything else kChatMl.
+  // "<|im_start|>" and "<|im_end|>"): a hard-coded system turn (a string
+  // literal "<|im_start|>system\n<text><|im_end|>", as Qwen1.5, Qwen2 and
+  // Qwen2.5 write their default system message) selects kQwen2 with that
+  // text, an "enable_thinking" switch kQwen3, anything else kChatMl.
   // (Qwen3.5 is not told apart from Qwen3 by its text; choose kQwen35
   // explicitly for it.) Other templates fail with "unsupported chat
   // template" naming the family found where it is recognisable. The
@@ -137,6 +145,8 @@ class ChatTemplate {
 
   ChatTemplateStyle style() const { return style_; }
   const ChatSpecialTokens& special_tokens() const { return tokens_; }
+  // kQwen2: the system message rendered when the chat has none.
+  const std::string& default_system() const { return default_system_; }
 
   // Renders the prompt. Roles must be system, user or assistant, and tool
   // for kQwen3 and kQwen35; there must be at least one message. Tools,
@@ -155,10 +165,7 @@ class ChatTemplate {
  private:
   ChatTemplateStyle style_;
   ChatSpecialTokens tokens_;
+  std::string default_system_{kQwen2DefaultSystem};
 };
-
-// Qwen2's default system message.
-inline constexpr std::string_view kQwen2DefaultSystem =
-    "You are Qwen, created by Alibaba Cloud. You are a helpful assistant.";
 
 }  // namespace moetier

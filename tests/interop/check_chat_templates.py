@@ -65,6 +65,9 @@ TEMPLATE_FILES = {
     "Qwen3.5-4B.jinja": {"bos_token": "", "eos_token": "<|im_end|>", "add_bos": False,
                          "add_eos": False, "pre_tokenizer": "qwen35", "style": "qwen3.5"},
     "Qwen3-Coder.jinja": dict(QWEN3_TOKENS, pre_tokenizer="qwen2", style="chatml"),
+    # Qwen1.5's chat models, the MoE among them: a default system turn of
+    # their own words.
+    "Qwen-Qwen1.5-0.5B-Chat.jinja": dict(QWEN3_TOKENS, pre_tokenizer="qwen2", style="qwen2"),
     "mistralai-Mistral-7B-Instruct-v0.1.jinja": dict(MISTRAL_TOKENS,
                                                      style="mistral-instruct-v0.1"),
     "mistral-common-v1.jinja": dict(MISTRAL_TOKENS, style="mistral-v1"),

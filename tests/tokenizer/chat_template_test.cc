@@ -42,6 +42,36 @@ TEST(ChatTemplate, DetectsChatMlVariants) {
   EXPECT_EQ(ChatTemplate::Detect(kPlainChatMl)->style(), ChatTemplateStyle::kChatMl);
 }
 
+// Qwen1.5's chat models (Qwen1.5-MoE-A2.7B-Chat among them) and Qwen2's
+// hard-code their own default system text; the turn is rendered with it.
+TEST(ChatTemplate, DefaultSystemTextComesFromTheTemplate) {
+  constexpr std::string_view kQwen15Template =
+      "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}{{ "
+      "'<|im_start|>system\\nYou are a helpful assistant<|im_end|>\\n' }}{% endif "
+      "%}{{'<|im_start|>' "
+      "+ message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}{% endfor %}{% if "
+      "add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}";
+  absl::StatusOr<ChatTemplate> qwen15 = ChatTemplate::Detect(kQwen15Template);
+  ASSERT_TRUE(qwen15.ok()) << qwen15.status();
+  EXPECT_EQ(qwen15->style(), ChatTemplateStyle::kQwen2);
+  EXPECT_EQ(qwen15->default_system(), "You are a helpful assistant");
+  EXPECT_EQ(Render(*qwen15, {{"user", "Hi"}}),
+            "<|im_start|>system\nYou are a helpful assistant<|im_end|>\n<|im_start|>user\nHi"
+            "<|im_end|>\n<|im_start|>assistant\n");
+  EXPECT_EQ(Render(*qwen15, {{"system", "S"}, {"user", "Hi"}}, {.add_generation_prompt = false}),
+            "<|im_start|>system\nS<|im_end|>\n<|im_start|>user\nHi<|im_end|>\n");
+
+  // The newline may be the template's own character instead of a Jinja escape.
+  const std::string raw_newline = "{{ '<|im_start|>system\nBe brief.<|im_end|>\n' }}";
+  ASSERT_TRUE(ChatTemplate::Detect(raw_newline).ok());
+  EXPECT_EQ(ChatTemplate::Detect(raw_newline)->default_system(), "Be brief.");
+
+  // A system turn built from the messages is not a default.
+  EXPECT_EQ(ChatTemplate::Detect(kQwen3Template)->style(), ChatTemplateStyle::kQwen3);
+  EXPECT_EQ(ChatTemplate::Detect(kQwen2Template)->default_system(), kQwen2DefaultSystem);
+  EXPECT_EQ(ChatTemplate(ChatTemplateStyle::kQwen2).default_system(), kQwen2DefaultSystem);
+}
+
 TEST(ChatTemplate, ForTokenizerUsesThePreTokenizerToTellQwen35Apart) {
   TokenizerConfig config;
   for (int i = 0; i < 8; ++i) config.tokens.push_back("t" + std::to_string(i));
