@@ -43,7 +43,9 @@ std::vector<ExpectedTensor> ExpectedTensors(const SynthShape& s) {
     };
     switch (s.arch) {
       case SynthArch::kQwen3Moe:
-        ADD_FAILURE() << "qwen3moe is covered by synth_test.cc";
+      case SynthArch::kQwen3VlMoe:
+        ADD_FAILURE() << "qwen3moe and qwen3vlmoe are covered by synth_test.cc and "
+                         "SynthArchFilesTest.Qwen3VlMoeIsQwen3MoeWithRopeSections";
         return t;
       case SynthArch::kOlmoe:
       case SynthArch::kLlama:
@@ -239,6 +241,7 @@ std::vector<ExpectedKey> ExpectedKeys(const SynthShape& s, SynthQuant quant) {
   const bool head_dim_implied = s.head_dim * s.n_head == s.n_embd;
   switch (s.arch) {
     case SynthArch::kQwen3Moe:
+    case SynthArch::kQwen3VlMoe:
       break;
     case SynthArch::kOlmoe:
       k.push_back({"tokenizer.ggml.model", GgufValue::String("gpt2")});
@@ -341,6 +344,7 @@ void CheckMetadata(const GgufMetadata& md, const SynthShape& s, SynthQuant quant
 
   switch (s.arch) {
     case SynthArch::kQwen3Moe:
+    case SynthArch::kQwen3VlMoe:
       break;
     case SynthArch::kOlmoe:
       EXPECT_EQ((*tokens)[md.GetUintOr("tokenizer.ggml.eos_token_id", 0)], "<|endoftext|>");

@@ -337,6 +337,56 @@ TEST_F(SynthArchFilesTest, Qwen3NextLegacySsmInReadsBack) {
   }
 }
 
+// Qwen3-VL's language model: qwen3moe's tensors, byte for byte for the same
+// seed, and qwen3moe's keys under its own prefix plus the rope sections and
+// n_deepstack_layers.
+TEST_F(SynthArchFilesTest, Qwen3VlMoeIsQwen3MoeWithRopeSections) {
+  for (const SynthQuant quant : {SynthQuant::kF32, SynthQuant::kQ4_K_M}) {
+    const std::string q = QuantName(quant);
+    const SynthOptions vl = Options(SynthArch::kQwen3VlMoe, "tiny", quant, 9,
+                                    Path(absl::StrCat("qwen3vlmoe_", q, ".gguf")));
+    const SynthOptions text = Options(SynthArch::kQwen3Moe, "tiny", quant, 9,
+                                      Path(absl::StrCat("qwen3moe_for_vl_", q, ".gguf")));
+    WriteOrDie(vl);
+    WriteOrDie(text);
+    std::unique_ptr<GgufModel> a = OpenOrDie(vl.out_path);
+    std::unique_ptr<GgufModel> b = OpenOrDie(text.out_path);
+    ASSERT_NE(a, nullptr);
+    ASSERT_NE(b, nullptr);
+    ASSERT_EQ(a->tensors().size(), b->tensors().size());
+    for (size_t i = 0; i < a->tensors().size(); ++i) {
+      const GgufTensorInfo& x = a->tensors()[i];
+      const GgufTensorInfo& y = b->tensors()[i];
+      EXPECT_EQ(x.name, y.name);
+      EXPECT_EQ(x.type, y.type) << x.name;
+      const std::span<const uint8_t> bx = a->TensorData(x);
+      const std::span<const uint8_t> by = b->TensorData(y);
+      EXPECT_TRUE(std::equal(bx.begin(), bx.end(), by.begin(), by.end())) << x.name;
+    }
+    const GgufMetadata& m = a->metadata();
+    for (const GgufKeyValue& kv : b->metadata().entries()) {
+      std::string key = kv.key;
+      if (absl::StartsWith(key, "qwen3moe.")) key = "qwen3vl" + key.substr(5);
+      if (key == "general.architecture" || key == "general.name") {
+        EXPECT_THAT(m.GetStringOr(key, ""), HasSubstr("qwen3vlmoe")) << key;
+        continue;
+      }
+      const GgufValue* value = m.Find(key);
+      ASSERT_NE(value, nullptr) << key;
+      EXPECT_TRUE(*value == kv.value) << key;
+    }
+    EXPECT_EQ(m.entries().size(), b->metadata().entries().size() + 2);
+    // Qwen3-VL-30B-A3B's proportions: 3/8, 5/16, 5/16 of the 16 pairs.
+    EXPECT_EQ(m.GetIntArray("qwen3vlmoe.rope.dimension_sections").value(),
+              (std::vector<int64_t>{6, 5, 5, 0}));
+    EXPECT_EQ(m.GetUintOr("qwen3vlmoe.n_deepstack_layers", 0), 2u);  // capped at the 2 layers
+  }
+  const SynthShape full = *SynthPreset(SynthArch::kQwen3VlMoe, "full");
+  EXPECT_EQ(full.rope_sections, (std::array<int32_t, 4>{24, 20, 20, 0}));
+  EXPECT_FLOAT_EQ(full.rope_base, 5e6f);
+  EXPECT_EQ(full.n_ctx, 262144);
+}
+
 TEST_F(SynthArchFilesTest, SameOptionsSameBytesRegardlessOfThreadsAndChunks) {
   for (const SynthArch arch : kNewArchs) {
     const std::string a = ArchName(arch);
@@ -492,6 +542,8 @@ TEST(SynthArchCommandLineTest, HelpDocumentsEveryArchitectureAndFlag) {
                            "Qwen3-Next-80B-A3B",
                            "qwen2moe",
                            "Qwen2-57B-A14B",
+                           "qwen3vlmoe",
+                           "Qwen3-VL-30B-A3B",
                            "--legacy-ssm-in",
                            "q8_0-f32",
                            "--rope-dims",
@@ -522,7 +574,9 @@ TEST(SynthArchCommandLineTest, FlagsOfOtherArchitecturesAreRefused) {
         "--arch llama --ssm-group-count 2 --out x.gguf",
         "--arch qwen2moe --ssm-state-size 8 --out x.gguf",
         "--arch qwen2moe --tied-output --out x.gguf",
-        "--arch qwen3moe --shared-ffn 64 --out x.gguf"}) {
+        "--arch qwen3moe --shared-ffn 64 --out x.gguf",
+        "--arch qwen3moe --rope-sections 6,5,5,0 --out x.gguf",
+        "--arch qwen3vlmoe --rope-sections 0,0,0,0 --out x.gguf"}) {
     const RunResult r = RunTool(args);
     EXPECT_EQ(r.exit_code, 2) << args << ": " << r.output;
     EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << args << ": " << r.output;

@@ -26,6 +26,8 @@ const SynthArchitecture& SynthArchitectureFor(SynthArch arch) {
       return Qwen3NextArchitecture();
     case SynthArch::kQwen2Moe:
       return Qwen2MoeArchitecture();
+    case SynthArch::kQwen3VlMoe:
+      return Qwen3VlMoeArchitecture();
   }
   std::abort();
 }

@@ -49,6 +49,7 @@ const SynthArchitecture& LlamaArchitecture();
 const SynthArchitecture& Qwen35MoeArchitecture();
 const SynthArchitecture& Qwen3NextArchitecture();
 const SynthArchitecture& Qwen2MoeArchitecture();
+const SynthArchitecture& Qwen3VlMoeArchitecture();
 
 // ---------------------------------------------------------------- shared parts
 
@@ -191,8 +192,9 @@ class SynthMetadata {
   std::vector<GgufKeyValue> kv_;
 };
 
-// The Qwen3 tokenizer keys as qwen3moe and qwen3next files carry them (and
-// synthetic qwen2moe files, whose real models have the same vocabulary):
+// The Qwen3 tokenizer keys as qwen3moe, qwen3vlmoe and qwen3next files carry
+// them (and synthetic qwen2moe files, whose real models have the same
+// vocabulary):
 // gpt2/qwen2 byte-level BPE over an n_vocab vocabulary laid out like
 // Qwen3's, eos <|im_end|>, pad and bos <|endoftext|>, add_bos_token false,
 // and the Qwen3 chat template. Fails only if the vocabulary cannot be built.

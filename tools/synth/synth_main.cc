@@ -1,5 +1,6 @@
 // moetier-synth: writes a GGUF of one of the MoE architectures moetier serves
-// (qwen3moe, olmoe, llama with experts, qwen35moe, qwen3next, qwen2moe) with deterministic random
+// (qwen3moe, olmoe, llama with experts, qwen35moe, qwen3next, qwen2moe, qwen3vlmoe) with
+// deterministic random
 // weights, real tensor names and encodings and a real tokenizer, for tests
 // and benchmarks.
 #include <unistd.h>
@@ -37,7 +38,7 @@ constexpr int kExitUsage = 2;
 
 constexpr std::string_view kUsage = R"(moetier-synth: write a synthetic MoE GGUF model
 
-usage: moetier-synth [--arch qwen3moe|olmoe|llama|qwen35moe|qwen3next|qwen2moe]
+usage: moetier-synth [--arch qwen3moe|olmoe|llama|qwen35moe|qwen3next|qwen2moe|qwen3vlmoe]
                      [--preset tiny|small|full]
                      [--quant f32|q8_0|q4_k_m|q8_0-f32] [--seed N] --out FILE
                      [shape flags] [split flags] [--dry-run]
@@ -61,7 +62,10 @@ constexpr std::string_view kArchitectures =
                tokenizer
     qwen2moe : Qwen2-57B-A14B: attention with q/k/v biases and no q/k norm,
                routed + shared expert in every layer, output.weight always
-               present; gpt2/qwen2 tokenizer)";
+               present; gpt2/qwen2 tokenizer
+    qwen3vlmoe: Qwen3-VL-30B-A3B's language model: qwen3moe's tensors with
+               multi-section rope (rope.dimension_sections, --rope-sections)
+               and n_deepstack_layers; gpt2/qwen2 tokenizer)";
 
 constexpr std::string_view kPresets =
     R"(    qwen3moe  tiny : 2 layers, embd 64, E 8 (top 2), expert ffn 256, H/Hkv 4/2 x D 32,
@@ -101,7 +105,10 @@ constexpr std::string_view kPresets =
                      ctx 8192
               full : Qwen2-57B-A14B: 28 layers, embd 3584, E 64 (top 8), ffn 2560 + 20480,
                      28/4 x 128, vocab 151936, ctx 32768; all: rope base 1e6, rms eps 1e-6;
-                     heads x head dim must equal embd (llama.cpp's square attn_q))";
+                     heads x head dim must equal embd (llama.cpp's square attn_q)
+    qwen3vlmoe      : as qwen3moe's, rope sections 3/8, 5/16, 5/16 of the head's pairs
+                     ([6,5,5,0] tiny, [12,10,10,0] small); full: Qwen3-VL-30B-A3B, as
+                     Qwen3-30B-A3B with sections [24,20,20,0], rope base 5e6, ctx 262144)";
 
 constexpr std::string_view kMixes = R"(    f32     : everything F32 (general.file_type 0)
     q8_0    : every other matrix Q8_0 (general.file_type 7)
@@ -141,6 +148,7 @@ corpus supports are [PAD<id>], type UNUSED, as llama.cpp's converter pads):
              bos, add_bos_token false, the Qwen3.5 chat template (opens <think>)
   qwen3next: as qwen3moe
   qwen2moe : as qwen3moe (the Qwen2 vocabulary is Qwen3's)
+  qwen3vlmoe: as qwen3moe
   olmoe    : gpt2/olmo (GPT-2 splitting): |||IP_ADDRESS||| 0, <|padding|> 1, byte
              tokens, merges, |||EMAIL_ADDRESS|||, |||PHONE_NUMBER|||, <|endoftext|>
              (50277..50279 in a 50304 vocabulary); eos <|endoftext|>, pad <|padding|>,
@@ -310,7 +318,8 @@ FlagSet MakeFlags(CommandLine& cl) {
   AddShapeFlag(f, "--rope-dims", "N",
                "qwen35moe, qwen3next: rope.dimension_count, even, at most head-dim", &cl.rope_dims);
   f.Add({"--rope-sections"}, "A,B,C,D",
-        "qwen35moe: rope.dimension_sections; they sum to rope-dims / 2",
+        "qwen35moe: rope.dimension_sections, summing to rope-dims / 2; qwen3vlmoe: any "
+        "non-negative sections with a positive sum",
         [&cl](std::string_view flag, std::string_view value) -> absl::Status {
           std::array<int32_t, 4> sections{};
           if (absl::Status s = ParseSections(flag, value, sections); !s.ok()) return s;
@@ -394,9 +403,10 @@ absl::StatusOr<SynthOptions> BuildOptions(const CommandLine& cl) {
   s.rope_freq_factors = cl.rope_freq_factors;
 
   // The flags of one architecture are refused by the others.
-  if (cl.rope_sections.has_value() && *arch != SynthArch::kQwen35Moe) {
+  if (cl.rope_sections.has_value() && *arch != SynthArch::kQwen35Moe &&
+      *arch != SynthArch::kQwen3VlMoe) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--rope-sections is used by qwen35moe only, not by ", cl.arch));
+        absl::StrCat("--rope-sections is used by qwen35moe and qwen3vlmoe only, not by ", cl.arch));
   }
   if (cl.legacy_ssm_in && *arch != SynthArch::kQwen3Next) {
     return absl::InvalidArgumentError(
@@ -482,6 +492,10 @@ void PrintPlan(const SynthOptions& o, const SynthPlan& plan) {
     std::printf("  rope scaling %s, factor %g, original context %lld\n",
                 s.rope_scaling_type.c_str(), static_cast<double>(s.rope_scaling_factor),
                 static_cast<long long>(s.rope_scaling_original_ctx));
+  }
+  if (s.arch == SynthArch::kQwen3VlMoe) {
+    std::printf("  rope sections [%d,%d,%d,%d]\n", s.rope_sections[0], s.rope_sections[1],
+                s.rope_sections[2], s.rope_sections[3]);
   }
   if (IsSynthDeltaNetHybrid(s.arch)) {
     int64_t attention_layers = 0;

@@ -13,9 +13,9 @@ absl::StatusOr<SynthArch> ParseSynthArch(std::string_view name) {
   for (const SynthArch arch : kAllSynthArchs) {
     if (name == SynthArchName(arch)) return arch;
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown architecture '", std::string(name),
-                   "' (expected qwen3moe, olmoe, llama, qwen35moe, qwen3next or qwen2moe)"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown architecture '", std::string(name),
+      "' (expected qwen3moe, olmoe, llama, qwen35moe, qwen3next, qwen2moe or qwen3vlmoe)"));
 }
 
 std::string_view SynthArchName(SynthArch arch) {
@@ -32,6 +32,8 @@ std::string_view SynthArchName(SynthArch arch) {
       return "qwen3next";
     case SynthArch::kQwen2Moe:
       return "qwen2moe";
+    case SynthArch::kQwen3VlMoe:
+      return "qwen3vlmoe";
   }
   std::abort();
 }

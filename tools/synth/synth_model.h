@@ -21,17 +21,18 @@ namespace moetier {
 
 // The architectures moetier-synth writes, by general.architecture.
 enum class SynthArch {
-  kQwen3Moe,   // "qwen3moe": Qwen3-30B-A3B (SPEC.md §3.1)
-  kOlmoe,      // "olmoe": OLMoE-1B-7B (§3.6)
-  kLlama,      // "llama" with experts: Mixtral-8x7B (§3.5)
-  kQwen35Moe,  // "qwen35moe": Qwen3.6-35B-A3B, Gated DeltaNet + gated attention (§3.3-3.4)
-  kQwen3Next,  // "qwen3next": Qwen3-Next-80B-A3B, the same hybrid with fused projections (§3.3)
-  kQwen2Moe,   // "qwen2moe": Qwen2-57B-A14B, q/k/v biases and a shared expert (§3.2)
+  kQwen3Moe,    // "qwen3moe": Qwen3-30B-A3B (SPEC.md §3.1)
+  kOlmoe,       // "olmoe": OLMoE-1B-7B (§3.6)
+  kLlama,       // "llama" with experts: Mixtral-8x7B (§3.5)
+  kQwen35Moe,   // "qwen35moe": Qwen3.6-35B-A3B, Gated DeltaNet + gated attention (§3.3-3.4)
+  kQwen3Next,   // "qwen3next": Qwen3-Next-80B-A3B, the same hybrid with fused projections (§3.3)
+  kQwen2Moe,    // "qwen2moe": Qwen2-57B-A14B, q/k/v biases and a shared expert (§3.2)
+  kQwen3VlMoe,  // "qwen3vlmoe": Qwen3-VL-30B-A3B's language model, qwen3moe with IMROPE
 };
 
-inline constexpr SynthArch kAllSynthArchs[] = {SynthArch::kQwen3Moe,  SynthArch::kOlmoe,
-                                               SynthArch::kLlama,     SynthArch::kQwen35Moe,
-                                               SynthArch::kQwen3Next, SynthArch::kQwen2Moe};
+inline constexpr SynthArch kAllSynthArchs[] = {
+    SynthArch::kQwen3Moe,  SynthArch::kOlmoe,    SynthArch::kLlama,     SynthArch::kQwen35Moe,
+    SynthArch::kQwen3Next, SynthArch::kQwen2Moe, SynthArch::kQwen3VlMoe};
 
 // qwen35moe and qwen3next: Gated DeltaNet layers and gated attention.
 inline bool IsSynthDeltaNetHybrid(SynthArch arch) {
@@ -70,7 +71,8 @@ struct SynthShape {
 
   // qwen35moe, qwen3next and qwen2moe.
   int64_t n_ff_shexp = 0;  // expert_shared_feed_forward_length
-  // qwen35moe and qwen3next (rope_sections: qwen35moe; legacy_ssm_in: qwen3next).
+  // qwen35moe and qwen3next (rope_sections: qwen35moe and qwen3vlmoe;
+  // legacy_ssm_in: qwen3next).
   int64_t n_rot = 0;                           // rope.dimension_count
   std::array<int32_t, 4> rope_sections = {};   // rope.dimension_sections
   int64_t full_attention_interval = 0;         // layer i is full attention when (i+1) % it == 0

@@ -1,5 +1,9 @@
 // qwen3moe (Qwen3-30B-A3B, SPEC.md §3.1): attention with per-head q/k norms,
-// a routed-expert FFN without a shared expert, and the Qwen3 tokenizer.
+// a routed-expert FFN without a shared expert, and the Qwen3 tokenizer; and
+// qwen3vlmoe (the language model of Qwen3-VL-30B-A3B), the same tensors with
+// multi-section rope (rope.dimension_sections) and n_deepstack_layers.
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "synth/synth_arch.h"
 #include "synth/synth_tokenizer.h"
@@ -7,11 +11,46 @@
 namespace moetier {
 namespace {
 
+// The vision tower's layers whose features Qwen3-VL adds to the language
+// model's first layers (deepstack_visual_indexes); text has none.
+constexpr int64_t kQwen3VlDeepstackLayers = 3;
+
 class Qwen3Moe final : public SynthArchitecture {
  public:
-  SynthArch arch() const override { return SynthArch::kQwen3Moe; }
+  explicit Qwen3Moe(SynthArch arch) : arch_(arch) {}
+  SynthArch arch() const override { return arch_; }
 
   absl::StatusOr<SynthShape> Preset(std::string_view name) const override {
+    absl::StatusOr<SynthShape> s = TextPreset(name);
+    if (!s.ok() || arch_ != SynthArch::kQwen3VlMoe) return s;
+    // Qwen3-VL's mrope_section, for rope over the whole head: 3/8, 5/16
+    // and 5/16 of the pairs (24, 20, 20 of Qwen3-VL-30B-A3B's 64).
+    const int32_t pairs = static_cast<int32_t>(s->head_dim / 2);
+    const int32_t t = pairs * 3 / 8;
+    const int32_t h = (pairs - t) / 2;
+    s->rope_sections = {t, h, pairs - t - h, 0};
+    if (name == "full") {
+      // Qwen3-VL-30B-A3B's text model.
+      s->rope_base = 5e6f;
+      s->n_ctx = 262144;
+    }
+    return s;
+  }
+
+  absl::Status Validate(const SynthShape& s) const override {
+    if (arch_ != SynthArch::kQwen3VlMoe) return absl::OkStatus();
+    // llama.cpp takes any sections: pair i lies in sector i mod their sum.
+    int64_t sum = 0;
+    for (int32_t v : s.rope_sections) {
+      if (v < 0) return absl::InvalidArgumentError("--rope-sections must not be negative");
+      sum += v;
+    }
+    if (sum == 0) return absl::InvalidArgumentError("--rope-sections must not all be 0");
+    return absl::OkStatus();
+  }
+
+ private:
+  absl::StatusOr<SynthShape> TextPreset(std::string_view name) const {
     SynthShape s;
     s.rope_base = 1e6f;
     s.rms_eps = 1e-6f;
@@ -65,8 +104,7 @@ class Qwen3Moe final : public SynthArchitecture {
         absl::StrCat("unknown preset '", std::string(name), "' (expected tiny, small or full)"));
   }
 
-  absl::Status Validate(const SynthShape&) const override { return absl::OkStatus(); }
-
+ public:
   std::vector<SynthTensor> PlanTensors(const SynthShape& s, SynthQuant quant) const override {
     const SynthScales scale(s);
     const int64_t q_dim = s.n_head * s.head_dim;
@@ -105,10 +143,17 @@ class Qwen3Moe final : public SynthArchitecture {
     md.ArchU32("attention.value_length", s.head_dim);
     md.ArchU32("expert_count", s.n_expert);
     md.ArchU32("expert_feed_forward_length", s.n_ff_exp);
+    if (arch_ == SynthArch::kQwen3VlMoe) {
+      md.ArchI32Array("rope.dimension_sections", {s.rope_sections.begin(), s.rope_sections.end()});
+      md.ArchU32("n_deepstack_layers", std::min(kQwen3VlDeepstackLayers, s.n_layer));
+    }
     md.FileType(quant);
     if (absl::Status status = AddSynthQwen3Tokenizer(s.n_vocab, md); !status.ok()) return status;
     return md.Take();
   }
+
+ private:
+  const SynthArch arch_;
 };
 
 }  // namespace
@@ -149,7 +194,12 @@ TensorType SynthTensorType(SynthQuant quant, SynthTensorKind kind, int64_t layer
 }
 
 const SynthArchitecture& Qwen3MoeArchitecture() {
-  static const Qwen3Moe* arch = new Qwen3Moe;
+  static const Qwen3Moe* arch = new Qwen3Moe(SynthArch::kQwen3Moe);
+  return *arch;
+}
+
+const SynthArchitecture& Qwen3VlMoeArchitecture() {
+  static const Qwen3Moe* arch = new Qwen3Moe(SynthArch::kQwen3VlMoe);
   return *arch;
 }
 
