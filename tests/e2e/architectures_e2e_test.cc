@@ -1,9 +1,9 @@
 // Every architecture through the real daemon, the store and a CPU worker:
 // for the independent writer's llama-with-experts (Mixtral layout) and olmoe
-// files, and a qwen2moe file (attention biases, a shared expert in every
-// layer), Score through moetierd gives the standalone CPU worker's logits bit
-// for bit, and the worker's expert cache at its smallest size with prefetch
-// gives the same greedy tokens and logits as no cache.
+// files, and qwen2moe (attention biases, a shared expert in every layer) and
+// qwen3vlmoe (multi-section rope) files, Score through moetierd gives the standalone CPU worker's
+// logits bit for bit, and the worker's expert cache at its smallest size with prefetch gives the
+// same greedy tokens and logits as no cache.
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -91,7 +91,7 @@ TEST_P(ArchitectureE2eTest, DaemonEqualsStandaloneAndTheCacheChangesNothing) {
 
 INSTANTIATE_TEST_SUITE_P(Vectors, ArchitectureE2eTest,
                          ::testing::Values("mixtral-small-q4_k_m", "olmoe-tiny-f32",
-                                           "qwen2moe-small-q4_k_m"),
+                                           "qwen2moe-small-q4_k_m", "qwen3vlmoe-tiny-f32"),
                          [](const ::testing::TestParamInfo<const char*>& param_info) {
                            std::string s = param_info.param;
                            for (char& c : s) {

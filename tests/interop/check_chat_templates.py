@@ -52,6 +52,7 @@ SYNTH_ARCHS = {
     "qwen35moe": "qwen3.5",
     "qwen3next": "qwen3",
     "qwen2moe": "qwen3",
+    "qwen3vlmoe": "qwen3",
 }
 
 # Template files: the special tokens of the models that carry them, as
@@ -237,6 +238,7 @@ KNOWN_DIFFERENCES = {
     ("synth:qwen3moe", "ends_with_assistant"): SHORTENED_QWEN3_TEMPLATE,
     ("synth:qwen3next", "ends_with_assistant"): SHORTENED_QWEN3_TEMPLATE,
     ("synth:qwen2moe", "ends_with_assistant"): SHORTENED_QWEN3_TEMPLATE,
+    ("synth:qwen3vlmoe", "ends_with_assistant"): SHORTENED_QWEN3_TEMPLATE,
 }
 
 

@@ -11,6 +11,8 @@ Supported architectures (general.architecture):
              by key head and plain NEOX rope
   qwen2moe   q/k/v biases, no q/k norm, NEOX rope, softmax -> top-k, and a
              sigmoid-gated shared expert in every layer
+  qwen3vlmoe qwen3moe with multi-section rope (rope.dimension_sections); text
+             positions (p, p, p, 0)
 
 Everything is computed in float64 with no activation quantization; the Gated
 DeltaNet recurrence runs token by token. Hyperparameters come from the file's
@@ -23,7 +25,8 @@ import numpy as np
 from dequant import dequantize
 from gguf_file import GGUFError
 
-SUPPORTED_ARCHS = ("qwen3moe", "olmoe", "llama", "qwen35moe", "qwen3next", "qwen2moe")
+SUPPORTED_ARCHS = ("qwen3moe", "olmoe", "llama", "qwen35moe", "qwen3next", "qwen2moe",
+                   "qwen3vlmoe")
 HYBRID_ARCHS = ("qwen35moe", "qwen3next")
 
 
@@ -184,6 +187,8 @@ class Model:
         self.n_expert = int(self._key("expert_count", 0))
         self.n_expert_used = int(self._key("expert_used_count", 0))
         self.expert_weights_scale = float(self._key("expert_weights_scale", 0.0))
+        if a == "qwen3vlmoe":
+            self.sections = list(self._req("rope.dimension_sections"))
         if a in HYBRID_ARCHS:
             self.interval = int(self._key("full_attention_interval", 4))
             # qwen3next's rope is plain NEOX over rope.dimension_count dims.
@@ -279,7 +284,7 @@ class Model:
         return n_head, n_head_kv, head_dim, v_dim, n_rot
 
     def attention(self, il, h, positions):
-        """Softmax attention of qwen3moe, olmoe and llama."""
+        """Softmax attention of qwen3moe, qwen3vlmoe, qwen2moe, olmoe and llama."""
         p = f"blk.{il}."
         T = h.shape[0]
         n_head, n_head_kv, hd, vd, n_rot = self._heads(il)
@@ -296,14 +301,16 @@ class Model:
         q = q.reshape(T, n_head, hd)
         k = k.reshape(T, n_head_kv, hd)
         v = v.reshape(T, n_head_kv, vd)
-        if self.arch == "qwen3moe":
+        if self.arch in ("qwen3moe", "qwen3vlmoe"):
             q = rms_norm(q, self.w(p + "attn_q_norm.weight"), self.eps)
             k = rms_norm(k, self.w(p + "attn_k_norm.weight"), self.eps)
         neox = self.arch != "llama"
         freq, magnitude = self.rope_scaling.frequencies(n_rot, self.rope_base,
                                                         self.rope_freq_factors())
-        q = rope(q, positions, n_rot, freq, magnitude, neox)
-        k = rope(k, positions, n_rot, freq, magnitude, neox)
+        pair_pos = (imrope_pair_positions(positions, n_rot, self.sections)
+                    if self.arch == "qwen3vlmoe" else None)
+        q = rope(q, positions, n_rot, freq, magnitude, neox, pair_pos)
+        k = rope(k, positions, n_rot, freq, magnitude, neox, pair_pos)
         a = causal_attention(q, k, v, 1.0 / math.sqrt(hd))
         return self.linear(a.reshape(T, n_head * vd), p + "attn_output.weight", p + "attn_output.bias")
 
@@ -429,7 +436,7 @@ class Model:
         up_w = self.w(p + "ffn_up_exps.weight")
         down_w = self.w(p + "ffn_down_exps.weight")
         probs = softmax(self.linear(h, p + "ffn_gate_inp.weight", p + "ffn_gate_inp.bias"), axis=-1)
-        renormalize = self.arch in ("qwen3moe", "llama", "qwen35moe", "qwen3next")
+        renormalize = self.arch in ("qwen3moe", "qwen3vlmoe", "llama", "qwen35moe", "qwen3next")
         out = np.zeros_like(h)
         for t in range(h.shape[0]):
             top = np.argsort(-probs[t], kind="stable")[:self.n_expert_used]

@@ -503,6 +503,42 @@ TEST_F(ArchitectureTest, Qwen35MoeNeedsTheRopeSections) {
               AllOf(HasSubstr("qwen35moe.rope.dimension_sections"), HasSubstr("missing")));
 }
 
+// Qwen3-VL's language model: qwen3moe's layers with multi-section rope.
+// The vector's sections [1,6,6,0] (sum 13) hold pairs 3, 6, 9 and 12 of 16
+// at position 0: sector i mod 13 is a multiple of 3 at or past 3 * 1.
+TEST_F(ArchitectureTest, Qwen3VlMoeIsQwen3MoeWithRopeSections) {
+  LoadVector("qwen3vlmoe-tiny-f32");
+  absl::StatusOr<Model> model = Load(tiny_);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const ModelHparams& hp = model->hparams;
+  EXPECT_EQ(hp.architecture, "qwen3vlmoe");
+  EXPECT_EQ(hp.qk_norm, QkNorm::kPerHead);
+  EXPECT_EQ(hp.rope_style, RopeStyle::kNeox);
+  EXPECT_TRUE(hp.router.renormalize);
+  ASSERT_EQ(hp.n_rot, 32);
+  std::vector<uint8_t> held_at_zero(16, 1);
+  for (int pair : {3, 6, 9, 12}) held_at_zero[static_cast<size_t>(pair)] = 0;
+  EXPECT_EQ(hp.rope_pair_uses_position, held_at_zero);
+  for (const LayerWeights& l : model->weights.layers) {
+    EXPECT_EQ(l.mixer, MixerKind::kAttention);
+    EXPECT_EQ(l.ffn, FfnKind::kMoe);
+  }
+}
+
+TEST_F(ArchitectureTest, Qwen3VlMoeNeedsTheRopeSections) {
+  LoadVector("qwen3vlmoe-tiny-f32");
+  tiny_.Remove("qwen3vlmoe.rope.dimension_sections");
+  absl::StatusOr<Model> model = Load(tiny_);
+  ASSERT_FALSE(model.ok());
+  EXPECT_THAT(model.status().message(),
+              AllOf(HasSubstr("qwen3vlmoe.rope.dimension_sections"), HasSubstr("missing"),
+                    HasSubstr("multi-section rope of qwen3vlmoe")));
+  tiny_.Set("qwen3vlmoe.rope.dimension_sections", GgufValue::Int32Array({8, 8, 0}));
+  model = Load(tiny_);
+  ASSERT_FALSE(model.ok());
+  EXPECT_THAT(model.status().message(), HasSubstr("must be 4 non-negative values"));
+}
+
 TEST_F(ArchitectureTest, Qwen35MoeConvOfTheWrongShapeIsNamed) {
   LoadVector("qwen35moe-tiny-f32");
   testing::EditableTensor* conv = tiny_.Find("blk.1.ssm_conv1d.weight");

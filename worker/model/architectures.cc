@@ -14,13 +14,15 @@
 #include "model/qwen35moe.h"
 #include "model/qwen3moe.h"
 #include "model/qwen3next.h"
+#include "model/qwen3vlmoe.h"
 
 namespace moetier {
 namespace {
 
-constexpr std::array<Architecture, 6> kArchitectures = {{
+constexpr std::array<Architecture, 7> kArchitectures = {{
     {"qwen3moe", "Qwen3-30B-A3B, Qwen3-235B-A22B", &LoadQwen3Moe},
     {"qwen35moe", "Qwen3.5-35B-A3B, Qwen3.6-35B-A3B", &LoadQwen35Moe},
+    {"qwen3vlmoe", "Qwen3-VL-30B-A3B, Qwen3-VL-235B-A22B (text)", &LoadQwen3VlMoe},
     {"qwen3next", "Qwen3-Next-80B-A3B", &LoadQwen3Next},
     {"qwen2moe", "Qwen1.5-MoE-A2.7B, Qwen2-57B-A14B", &LoadQwen2Moe},
     {"llama", "Mixtral-8x7B and other llama models with routed experts", &LoadLlamaMoe},

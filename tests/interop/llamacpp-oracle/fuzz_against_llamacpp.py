@@ -6,7 +6,8 @@ and top-k, heads and KV heads, head size, vocabulary, RoPE base, RoPE
 scaling (none, linear or YaRN) and norm epsilon, tied output; for llama
 rope frequency factors (rope_freqs.weight); for qwen35moe and qwen3next also the DeltaNet
 sizes and the attention interval, for qwen35moe the RoPE sections, for qwen3next the legacy
-ssm_in layout now and then, for qwen2moe the shared expert's width), writes it with
+ssm_in layout now and then, for qwen2moe the shared expert's width, for qwen3vlmoe the
+RoPE sections), writes it with
 moetier-synth, runs a
 seeded random token sequence through llama.cpp (llamacpp_logits.mjs) and
 through moetier-worker on the reference and the CPU backend, and compares
@@ -38,7 +39,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 from logit_compare import compare, read_logits  # noqa: E402
 import node_llama  # noqa: E402
 
-ARCHS = ("qwen3moe", "qwen35moe", "qwen3next", "llama", "olmoe", "qwen2moe")
+ARCHS = ("qwen3moe", "qwen35moe", "qwen3next", "llama", "olmoe", "qwen2moe", "qwen3vlmoe")
 
 
 def parse_args():
@@ -88,6 +89,11 @@ def draw_shape(rng, arch):
         # embd / heads values. So is OLMoE-1B-7B.
         flags["--heads-kv"] = heads
         flags["--head-dim"] = flags["--embd"] // heads
+    if arch == "qwen3vlmoe":
+        # Any sections: pair i lies in sector i mod their sum.
+        sections = [rng.randint(0, 8) for _ in range(3)]
+        sections[rng.randrange(3)] += 1
+        flags["--rope-sections"] = ",".join(str(x) for x in sections + [0])
     if arch == "qwen2moe":
         # llama.cpp's qwen2moe reads attn_q as embd x embd.
         flags["--head-dim"] = flags["--embd"] // heads

@@ -18,6 +18,9 @@
 #   qwen2moe-tiny-f32         qwen2moe: q/k/v biases, GQA, a shared expert
 #   qwen2moe-small-q4_k_m     qwen2moe, Q4_K_M-like, one KV head per head
 #                             (Qwen1.5-MoE's plain multi-head attention)
+#   qwen3vlmoe-tiny-f32       qwen3vlmoe (Qwen3-VL's language model): rope
+#                             sections holding 4 of 16 pairs at position 0
+#   qwen3vlmoe-small-q4_k_m   qwen3vlmoe, Q4_K_M-like, Qwen3-VL's proportions
 #
 #   tests/interop/llamacpp-oracle/make_vectors.sh [BUILD_DIR]
 #
@@ -127,3 +130,17 @@ qwen2() {
 }
 qwen2 qwen2moe-tiny-f32 --preset tiny --quant f32 --seed 41
 qwen2 qwen2moe-small-q4_k_m --preset small --quant q4_k_m --seed 42 --heads-kv 4
+
+# qwen3vlmoe: sections [1,6,6,0] hold pairs 3, 6, 9 and 12 at position 0
+# (the real proportions hold only the slowest pairs, which barely turn in 24
+# positions).
+vl() {
+  name=$1
+  shift
+  "$build/tools/synth/moetier-synth" --arch qwen3vlmoe --quiet --out "$out/$name.gguf" "$@"
+  echo "3,250,17,480,99,1,305,42,77,260,8,511,130,64,2,371,19,444,150,23,300,7,88,401" \
+    > "$out/$name.ids"
+  oracles "$name"
+}
+vl qwen3vlmoe-tiny-f32 --preset tiny --quant f32 --seed 51 --rope-sections 1,6,6,0
+vl qwen3vlmoe-small-q4_k_m --preset small --quant q4_k_m --seed 52 --experts 16

@@ -1,0 +1,46 @@
+#include "model/rope_sections.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+
+namespace moetier {
+
+std::vector<uint8_t> ImropePairUsesPosition(int n_rot, const std::vector<int64_t>& sections) {
+  int64_t total = 0;
+  for (int64_t s : sections) total += s;
+  std::vector<uint8_t> uses(static_cast<size_t>(n_rot / 2), 0);
+  for (int i = 0; i < n_rot / 2; ++i) {
+    const int64_t s = i % total;
+    uses[static_cast<size_t>(i)] = (s % 3 == 0 && s < 3 * sections[0]) ||
+                                   (s % 3 == 1 && s < 3 * sections[1]) ||
+                                   (s % 3 == 2 && s < 3 * sections[2]);
+  }
+  return uses;
+}
+
+absl::Status ReadImropeSections(const ModelLoader& loader, ModelHparams& hp) {
+  absl::StatusOr<std::vector<int64_t>> sections = loader.IntArray("rope.dimension_sections");
+  if (!sections.ok()) return sections.status();
+  if (sections->empty()) {
+    return loader.Error(
+        absl::StrFormat("required key %s is missing (the multi-section rope of %s needs it)",
+                        loader.Key("rope.dimension_sections"), loader.arch()));
+  }
+  int64_t section_sum = 0;
+  for (int64_t s : *sections) {
+    if (s < 0) break;
+    section_sum += s;
+  }
+  if (sections->size() != 4 || section_sum <= 0 ||
+      std::any_of(sections->begin(), sections->end(), [](int64_t s) { return s < 0; })) {
+    return loader.Error(
+        absl::StrFormat("%s = [%s] must be 4 non-negative values with a positive sum",
+                        loader.Key("rope.dimension_sections"), absl::StrJoin(*sections, ", ")));
+  }
+  hp.rope_pair_uses_position = ImropePairUsesPosition(hp.n_rot, *sections);
+  return absl::OkStatus();
+}
+
+}  // namespace moetier
