@@ -576,7 +576,8 @@ TEST(SynthArchCommandLineTest, FlagsOfOtherArchitecturesAreRefused) {
         "--arch qwen2moe --tied-output --out x.gguf",
         "--arch qwen3moe --shared-ffn 64 --out x.gguf",
         "--arch qwen3moe --rope-sections 6,5,5,0 --out x.gguf",
-        "--arch qwen3vlmoe --rope-sections 0,0,0,0 --out x.gguf"}) {
+        "--arch qwen3vlmoe --rope-sections 0,0,0,0 --out x.gguf",
+        "--arch qwen3vlmoe --rope-sections 11,11,11,0 --out x.gguf"}) {
     const RunResult r = RunTool(args);
     EXPECT_EQ(r.exit_code, 2) << args << ": " << r.output;
     EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << args << ": " << r.output;

@@ -537,6 +537,11 @@ TEST_F(ArchitectureTest, Qwen3VlMoeNeedsTheRopeSections) {
   model = Load(tiny_);
   ASSERT_FALSE(model.ok());
   EXPECT_THAT(model.status().message(), HasSubstr("must be 4 non-negative values"));
+  // ggml asserts sections summing to at most the head size (32 here).
+  tiny_.Set("qwen3vlmoe.rope.dimension_sections", GgufValue::Int32Array({11, 11, 11, 0}));
+  model = Load(tiny_);
+  ASSERT_FALSE(model.ok());
+  EXPECT_THAT(model.status().message(), AllOf(HasSubstr("sum to 33"), HasSubstr("head size 32")));
 }
 
 TEST_F(ArchitectureTest, Qwen35MoeConvOfTheWrongShapeIsNamed) {

@@ -318,8 +318,8 @@ FlagSet MakeFlags(CommandLine& cl) {
   AddShapeFlag(f, "--rope-dims", "N",
                "qwen35moe, qwen3next: rope.dimension_count, even, at most head-dim", &cl.rope_dims);
   f.Add({"--rope-sections"}, "A,B,C,D",
-        "qwen35moe: rope.dimension_sections, summing to rope-dims / 2; qwen3vlmoe: any "
-        "non-negative sections with a positive sum",
+        "qwen35moe: rope.dimension_sections, summing to rope-dims / 2; qwen3vlmoe: "
+        "non-negative sections summing to between 1 and head-dim",
         [&cl](std::string_view flag, std::string_view value) -> absl::Status {
           std::array<int32_t, 4> sections{};
           if (absl::Status s = ParseSections(flag, value, sections); !s.ok()) return s;

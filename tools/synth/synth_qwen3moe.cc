@@ -39,13 +39,17 @@ class Qwen3Moe final : public SynthArchitecture {
 
   absl::Status Validate(const SynthShape& s) const override {
     if (arch_ != SynthArch::kQwen3VlMoe) return absl::OkStatus();
-    // llama.cpp takes any sections: pair i lies in sector i mod their sum.
+    // Pair i lies in sector i mod the sections' sum, which ggml allows up to
+    // the head size.
     int64_t sum = 0;
     for (int32_t v : s.rope_sections) {
       if (v < 0) return absl::InvalidArgumentError("--rope-sections must not be negative");
       sum += v;
     }
-    if (sum == 0) return absl::InvalidArgumentError("--rope-sections must not all be 0");
+    if (sum == 0 || sum > s.head_dim) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--rope-sections must sum to between 1 and head-dim (", s.head_dim, "), not ", sum));
+    }
     return absl::OkStatus();
   }
 

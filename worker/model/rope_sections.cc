@@ -39,6 +39,12 @@ absl::Status ReadImropeSections(const ModelLoader& loader, ModelHparams& hp) {
         absl::StrFormat("%s = [%s] must be 4 non-negative values with a positive sum",
                         loader.Key("rope.dimension_sections"), absl::StrJoin(*sections, ", ")));
   }
+  if (section_sum > hp.head_dim) {
+    // ggml's rope_multi asserts this too (sect_dims <= ne0).
+    return loader.Error(absl::StrFormat("%s = [%s] sum to %d, more than the head size %d",
+                                        loader.Key("rope.dimension_sections"),
+                                        absl::StrJoin(*sections, ", "), section_sum, hp.head_dim));
+  }
   hp.rope_pair_uses_position = ImropePairUsesPosition(hp.n_rot, *sections);
   return absl::OkStatus();
 }

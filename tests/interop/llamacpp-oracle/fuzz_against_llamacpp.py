@@ -90,8 +90,9 @@ def draw_shape(rng, arch):
         flags["--heads-kv"] = heads
         flags["--head-dim"] = flags["--embd"] // heads
     if arch == "qwen3vlmoe":
-        # Any sections: pair i lies in sector i mod their sum.
-        sections = [rng.randint(0, 8) for _ in range(3)]
+        # Pair i lies in sector i mod the sections' sum, which ggml allows
+        # up to the head size.
+        sections = [rng.randint(0, head_dim // 3) for _ in range(3)]
         sections[rng.randrange(3)] += 1
         flags["--rope-sections"] = ",".join(str(x) for x in sections + [0])
     if arch == "qwen2moe":
