@@ -101,12 +101,7 @@ TEST_F(DecodableTypesTest, AnUnknownArchitectureIsReportedBeforeTheTypes) {
 // llama.cpp multiplies a ".scale" tensor into its weight's products (NVFP4
 // files carry them); ignoring one would give wrong logits without a word.
 TEST_F(DecodableTypesTest, SeparateWeightScalesAreRefused) {
-  EditableTensor scale;
-  scale.name = "blk.0.ffn_up_exps.scale";
-  scale.type = TensorType::kF32;
-  scale.ne = {16};
-  scale.data.assign(16 * sizeof(float), 0);
-  small_.tensors.push_back(scale);
+  small_.tensors.push_back(testing::ZeroF32Vector("blk.0.ffn_up_exps.scale", 16));
   absl::StatusOr<Model> model = Load();
   ASSERT_FALSE(model.ok());
   EXPECT_EQ(model.status().code(), absl::StatusCode::kUnimplemented);

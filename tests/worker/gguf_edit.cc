@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <memory>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "gguf/gguf_reader.h"
@@ -11,6 +12,13 @@
 #include "gtest/gtest.h"
 
 namespace moetier::testing {
+
+EditableTensor ZeroF32Vector(std::string name, int64_t n) {
+  return {.name = std::move(name),
+          .type = TensorType::kF32,
+          .ne = {n},
+          .data = std::vector<uint8_t>(static_cast<size_t>(n) * sizeof(float), 0)};
+}
 
 absl::StatusOr<EditableGguf> EditableGguf::Read(const std::string& path) {
   absl::StatusOr<std::unique_ptr<GgufModel>> model = GgufModel::Open(path);

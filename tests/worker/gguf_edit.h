@@ -35,6 +35,9 @@ struct EditableGguf {
   void RemoveTensor(std::string_view name);
 };
 
+// An F32 tensor of n zeros, {n}: a norm, bias or scale for a file to carry.
+EditableTensor ZeroF32Vector(std::string name, int64_t n);
+
 // A fresh path under the test's temporary directory.
 std::string TempPath(std::string_view file_name);
 

@@ -440,12 +440,7 @@ TEST_F(ArchitectureTest, PerExpertTensorsOfOldMixtralFilesAreRefused) {
 
 TEST_F(ArchitectureTest, AttentionBiasesAreRefusedByName) {
   LoadVector("mixtral-tiny-f32");
-  testing::EditableTensor bias;
-  bias.name = "blk.1.attn_output.bias";
-  bias.type = TensorType::kF32;
-  bias.ne = {64};
-  bias.data.assign(64 * 4, 0);
-  tiny_.tensors.push_back(bias);
+  tiny_.tensors.push_back(testing::ZeroF32Vector("blk.1.attn_output.bias", 64));
   absl::StatusOr<Model> model = Load(tiny_);
   ASSERT_FALSE(model.ok());
   EXPECT_THAT(model.status().message(),
@@ -454,12 +449,7 @@ TEST_F(ArchitectureTest, AttentionBiasesAreRefusedByName) {
 
 TEST_F(ArchitectureTest, UnexpectedQkNormIsRefused) {
   LoadVector("mixtral-tiny-f32");
-  testing::EditableTensor norm;
-  norm.name = "blk.0.attn_q_norm.weight";
-  norm.type = TensorType::kF32;
-  norm.ne = {16};
-  norm.data.assign(16 * 4, 0);
-  tiny_.tensors.push_back(norm);
+  tiny_.tensors.push_back(testing::ZeroF32Vector("blk.0.attn_q_norm.weight", 16));
   absl::StatusOr<Model> model = Load(tiny_);
   ASSERT_FALSE(model.ok());
   EXPECT_THAT(model.status().message(), HasSubstr("blk.0.attn_q_norm.weight"));

@@ -94,12 +94,7 @@ TEST_F(Qwen2MoeModelTest, BiasOfTheWrongShapeIsNamed) {
 
 TEST_F(Qwen2MoeModelTest, OutputBiasIsRefusedByName) {
   EditableGguf g = Vector("qwen2moe-tiny-f32");
-  EditableTensor bias;
-  bias.name = "blk.0.attn_output.bias";
-  bias.type = TensorType::kF32;
-  bias.ne = {kEmbd};
-  bias.data.assign(kEmbd * sizeof(float), 0);
-  g.tensors.push_back(bias);
+  g.tensors.push_back(testing::ZeroF32Vector("blk.0.attn_output.bias", kEmbd));
   absl::StatusOr<Model> model = Load(g);
   ASSERT_FALSE(model.ok());
   EXPECT_EQ(model.status().code(), absl::StatusCode::kUnimplemented);
@@ -151,12 +146,7 @@ TEST_F(Qwen2MoeModelTest, OutputIsRequired) {
 // Other architectures still refuse q/k/v biases.
 TEST_F(Qwen2MoeModelTest, QwenThreeRefusesQueryBias) {
   EditableGguf g = Vector("tiny-f32");
-  EditableTensor bias;
-  bias.name = "blk.0.attn_q.bias";
-  bias.type = TensorType::kF32;
-  bias.ne = {128};
-  bias.data.assign(128 * sizeof(float), 0);
-  g.tensors.push_back(bias);
+  g.tensors.push_back(testing::ZeroF32Vector("blk.0.attn_q.bias", 128));
   absl::StatusOr<Model> model = Load(g);
   ASSERT_FALSE(model.ok());
   EXPECT_THAT(model.status().message(), AllOf(HasSubstr("blk.0.attn_q.bias"), HasSubstr("biases")));

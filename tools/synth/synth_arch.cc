@@ -207,6 +207,13 @@ void SynthTensorTable::AddSharedExpert(const SynthShape& s, const SynthScales& s
       scale.ResidualOut(s.n_ff_shexp));
 }
 
+TensorType SynthAttentionMoeType(const SynthShape& s, SynthQuant quant, const SynthTensor& t) {
+  const SynthQuantRole role = SynthAttentionMoeRole(t.kind);
+  if (quant != SynthQuant::kQ4_K_M) return SynthUniformType(quant, role, t.ne[0]);
+  return SynthLlamaQ4KMType(
+      {role, t.layer, s.n_layer, t.layer, s.n_layer, s.n_expert, t.ne[0], s.tied_output});
+}
+
 std::string SynthMetadata::ArchKey(std::string_view suffix) const { return absl::StrCat(arch_, ".", std::string(suffix)); }
 
 void SynthMetadata::General(std::string_view model_name) {

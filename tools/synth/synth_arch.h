@@ -110,6 +110,11 @@ TensorType SynthUniformType(SynthQuant quant, SynthQuantRole role, int64_t ne0);
 // and up take the ftype's default, ffn_down_shexp is an ffn_down.
 SynthQuantRole SynthAttentionMoeRole(SynthTensorKind kind);
 
+// The type of a tensor of those layouts: SynthUniformType for f32 and q8_0,
+// SynthLlamaQ4KMType for q4_k_m with one attn_v per layer (so its index in
+// file order is the layer).
+TensorType SynthAttentionMoeType(const SynthShape& s, SynthQuant quant, const SynthTensor& t);
+
 // The scales of the initial distributions (all elements mean + stddev *
 // N(0,1) unless noted):
 // - matrices that read the residual stream or the expert activations:

@@ -90,12 +90,8 @@ class Llama final : public SynthArchitecture {
     const SynthScales scale(s);
     const int64_t q_dim = s.n_head * s.head_dim;
     using K = SynthTensorKind;
-    SynthTensorTable table([&](const SynthTensor& t) {
-      const SynthQuantRole role = SynthAttentionMoeRole(t.kind);
-      if (quant != SynthQuant::kQ4_K_M) return SynthUniformType(quant, role, t.ne[0]);
-      return SynthLlamaQ4KMType({role, t.layer, s.n_layer, t.layer, s.n_layer, s.n_expert, t.ne[0],
-                                 s.tied_output});
-    });
+    SynthTensorTable table(
+        [&](const SynthTensor& t) { return SynthAttentionMoeType(s, quant, t); });
     table.AddVocabularyEnds(s, scale);
     if (s.rope_freq_factors) {
       SynthTensor& factors =

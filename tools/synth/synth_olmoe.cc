@@ -82,13 +82,8 @@ class Olmoe final : public SynthArchitecture {
     const int64_t q_dim = s.n_head * s.head_dim;
     const int64_t kv_dim = s.n_head_kv * s.head_dim;
     using K = SynthTensorKind;
-    SynthTensorTable table([&](const SynthTensor& t) {
-      const SynthQuantRole role = SynthAttentionMoeRole(t.kind);
-      if (quant != SynthQuant::kQ4_K_M) return SynthUniformType(quant, role, t.ne[0]);
-      // One attn_v per layer, so its index in file order is the layer.
-      return SynthLlamaQ4KMType({role, t.layer, s.n_layer, t.layer, s.n_layer, s.n_expert, t.ne[0],
-                                 s.tied_output});
-    });
+    SynthTensorTable table(
+        [&](const SynthTensor& t) { return SynthAttentionMoeType(s, quant, t); });
     table.AddVocabularyEnds(s, scale);  // never tied (Validate)
     for (int64_t l = 0; l < s.n_layer; ++l) {
       table.AddNorm(SynthBlockName(l, "attn_norm"), K::kAttnNorm, l, s.n_embd);

@@ -348,6 +348,12 @@ absl::Status ModelLoader::ReadEmbeddingAndOutput(const ModelHparams& hp, bool ou
   return absl::OkStatus();
 }
 
+absl::Status ModelLoader::RequireRopeOverWholeHead(const ModelHparams& hp) const {
+  if (hp.n_rot == hp.head_dim) return absl::OkStatus();
+  return Unsupported(absl::StrFormat("%s = %d differs from the head size %d",
+                                     Key("rope.dimension_count"), hp.n_rot, hp.head_dim));
+}
+
 absl::Status ModelLoader::ReadExpertWidth(ModelHparams& hp) const {
   if (Has("expert_feed_forward_length")) {
     absl::StatusOr<int> n_ff_exp = RequiredDim("expert_feed_forward_length", kMaxModelDim);

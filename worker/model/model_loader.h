@@ -76,6 +76,9 @@ class ModelLoader {
   // vocabulary size from token_embd. Leaves the architecture's own fields
   // (rope style, q/k norm, experts) alone.
   absl::Status ReadCommonHparams(ModelHparams& hp) const;
+  // Unimplemented unless rope.dimension_count is the head size, which the
+  // llama.cpp graphs of qwen3moe and qwen2moe assert.
+  absl::Status RequireRopeOverWholeHead(const ModelHparams& hp) const;
   // expert_count and expert_used_count (1 <= used <= count).
   absl::Status ReadExpertCounts(ModelHparams& hp) const;
   // hp.n_ff_exp: expert_feed_forward_length, else llama.cpp's fallback

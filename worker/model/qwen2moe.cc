@@ -16,11 +16,7 @@ absl::StatusOr<Model> LoadQwen2Moe(const ModelLoader& loader) {
   Model model;
   ModelHparams& hp = model.hparams;
   if (absl::Status s = loader.ReadCommonHparams(hp); !s.ok()) return s;
-  if (hp.n_rot != hp.head_dim) {
-    return loader.Unsupported(absl::StrFormat("%s = %d differs from the head size %d",
-                                              loader.Key("rope.dimension_count"), hp.n_rot,
-                                              hp.head_dim));
-  }
+  if (absl::Status s = loader.RequireRopeOverWholeHead(hp); !s.ok()) return s;
   hp.rope_style = RopeStyle::kNeox;
   hp.qk_norm = QkNorm::kNone;
   hp.router.renormalize = false;

@@ -86,16 +86,23 @@ echo "1,17,300,42,7,499,212,3,88,100,250,61,5,77,123,456,9,300,18,402,33,271,144
   > "$out/$name.ids"
 oracles "$name"
 
+# Writes "$out/$1.gguf" with moetier-synth and the remaining arguments, the
+# ids every file below runs, and its oracles.
+made() {
+  name=$1
+  shift
+  "$build/tools/synth/moetier-synth" --quiet --out "$out/$name.gguf" "$@"
+  echo "3,250,17,480,99,1,305,42,77,260,8,511,130,64,2,371,19,444,150,23,300,7,88,401" \
+    > "$out/$name.ids"
+  oracles "$name"
+}
+
 # Rope scaling: original contexts shorter than the 24 positions, so that
 # YaRN's ramp lies inside the rotated pairs and the positions pass it.
 synth() {
   name=$1
   shift
-  "$build/tools/synth/moetier-synth" --preset tiny --quant f32 --layers 2 --quiet \
-    --out "$out/$name.gguf" "$@"
-  echo "3,250,17,480,99,1,305,42,77,260,8,511,130,64,2,371,19,444,150,23,300,7,88,401" \
-    > "$out/$name.ids"
-  oracles "$name"
+  made "$name" --preset tiny --quant f32 --layers 2 "$@"
 }
 synth yarn-tiny-f32 --arch qwen3moe --seed 21 --expert-ffn 64 --rope-scaling yarn \
   --rope-scaling-factor 4 --rope-original-context 16
@@ -106,41 +113,19 @@ synth qwen35moe-yarn-tiny-f32 --arch qwen35moe --seed 23 --full-attention-interv
 
 # qwen3next: value heads twice the key heads, so grouped and tiled orders
 # differ; the legacy file also has an attention layer every second layer.
-hybrid() {
-  name=$1
-  shift
-  "$build/tools/synth/moetier-synth" --arch qwen3next --quiet --out "$out/$name.gguf" "$@"
-  echo "3,250,17,480,99,1,305,42,77,260,8,511,130,64,2,371,19,444,150,23,300,7,88,401" \
-    > "$out/$name.ids"
-  oracles "$name"
-}
-hybrid qwen3next-tiny-f32 --preset tiny --quant f32 --seed 31
-hybrid qwen3next-ssm-in-tiny-f32 --preset tiny --quant f32 --seed 32 --legacy-ssm-in \
-  --full-attention-interval 2
-hybrid qwen3next-small-q4_k_m --preset small --quant q4_k_m --seed 33
+made qwen3next-tiny-f32 --arch qwen3next --preset tiny --quant f32 --seed 31
+made qwen3next-ssm-in-tiny-f32 --arch qwen3next --preset tiny --quant f32 --seed 32 \
+  --legacy-ssm-in --full-attention-interval 2
+made qwen3next-small-q4_k_m --arch qwen3next --preset small --quant q4_k_m --seed 33
 
 # qwen2moe: the biases and the shared expert in every layer.
-qwen2() {
-  name=$1
-  shift
-  "$build/tools/synth/moetier-synth" --arch qwen2moe --quiet --out "$out/$name.gguf" "$@"
-  echo "3,250,17,480,99,1,305,42,77,260,8,511,130,64,2,371,19,444,150,23,300,7,88,401" \
-    > "$out/$name.ids"
-  oracles "$name"
-}
-qwen2 qwen2moe-tiny-f32 --preset tiny --quant f32 --seed 41
-qwen2 qwen2moe-small-q4_k_m --preset small --quant q4_k_m --seed 42 --heads-kv 4
+made qwen2moe-tiny-f32 --arch qwen2moe --preset tiny --quant f32 --seed 41
+made qwen2moe-small-q4_k_m --arch qwen2moe --preset small --quant q4_k_m --seed 42 --heads-kv 4
 
 # qwen3vlmoe: sections [1,6,6,0] hold pairs 3, 6, 9 and 12 at position 0
 # (the real proportions hold only the slowest pairs, which barely turn in 24
 # positions).
-vl() {
-  name=$1
-  shift
-  "$build/tools/synth/moetier-synth" --arch qwen3vlmoe --quiet --out "$out/$name.gguf" "$@"
-  echo "3,250,17,480,99,1,305,42,77,260,8,511,130,64,2,371,19,444,150,23,300,7,88,401" \
-    > "$out/$name.ids"
-  oracles "$name"
-}
-vl qwen3vlmoe-tiny-f32 --preset tiny --quant f32 --seed 51 --rope-sections 1,6,6,0
-vl qwen3vlmoe-small-q4_k_m --preset small --quant q4_k_m --seed 52 --experts 16
+made qwen3vlmoe-tiny-f32 --arch qwen3vlmoe --preset tiny --quant f32 --seed 51 \
+  --rope-sections 1,6,6,0
+made qwen3vlmoe-small-q4_k_m --arch qwen3vlmoe --preset small --quant q4_k_m --seed 52 \
+  --experts 16
