@@ -159,15 +159,20 @@ ChatSpecialTokens DefaultSpecialTokens(ChatTemplateStyle style) {
   return {};
 }
 
-// The text of a system turn the template writes as one string literal,
-// "<|im_start|>system\n<text><|im_end|>" (the newline a Jinja "\n" escape
-// or itself): the default system message of Qwen1.5, Qwen2 and Qwen2.5,
-// which their templates render when the chat has none. A turn built from
-// the messages (a quote, a "+" or braces before <|im_end|>) is not one.
+// The text of a system turn the template writes inside one string literal,
+// "<|im_start|>system\n<text><|im_end|>": the default system message of
+// Qwen1.5, Qwen2 and Qwen2.5, which their templates render when the chat has
+// none. The literal's quote is the last one before it; Jinja's escapes in it
+// are decoded (\n, \\, \', \"), and that quote before <|im_end|> ends it,
+// so a turn built from the messages ('...system\n' + content +
+// '<|im_end|>') is not one.
 std::optional<std::string> HardCodedSystemTurn(std::string_view text) {
   constexpr std::string_view kOpen = "<|im_start|>system";
   constexpr std::string_view kClose = "<|im_end|>";
   for (size_t at = text.find(kOpen); at != std::string_view::npos; at = text.find(kOpen, at + 1)) {
+    const size_t quote_at = text.substr(0, at).find_last_of("'\"");
+    if (quote_at == std::string_view::npos) continue;
+    const char quote = text[quote_at];
     std::string_view rest = text.substr(at + kOpen.size());
     if (rest.starts_with("\\n")) {
       rest.remove_prefix(2);
@@ -176,11 +181,24 @@ std::optional<std::string> HardCodedSystemTurn(std::string_view text) {
     } else {
       continue;
     }
-    const size_t end = rest.find(kClose);
-    if (end == 0 || end == std::string_view::npos) continue;
-    const std::string_view body = rest.substr(0, end);
-    if (body.find_first_of("'\"\\{}+%\n") != std::string_view::npos) continue;
-    return std::string(body);
+    std::string body;
+    bool literal = true;
+    while (literal && !rest.empty() && !rest.starts_with(kClose)) {
+      const char c = rest.front();
+      rest.remove_prefix(1);
+      if (c == quote) {
+        literal = false;
+      } else if (c != '\\') {
+        body += c;
+      } else if (!rest.empty() && (rest.front() == 'n' || rest.front() == '\\' ||
+                                   rest.front() == '\'' || rest.front() == '"')) {
+        body += rest.front() == 'n' ? '\n' : rest.front();
+        rest.remove_prefix(1);
+      } else {
+        literal = false;  // an escape this decoder does not know
+      }
+    }
+    if (literal && !body.empty() && rest.starts_with(kClose)) return body;
   }
   return std::nullopt;
 }
@@ -346,10 +364,12 @@ std::string_view ChatTemplateStyleName(ChatTemplateStyle style) {
 }
 
 ChatTemplate::ChatTemplate(ChatTemplateStyle style)
-    : style_(style), tokens_(DefaultSpecialTokens(style)) {}
+    : ChatTemplate(style, DefaultSpecialTokens(style)) {}
 
 ChatTemplate::ChatTemplate(ChatTemplateStyle style, ChatSpecialTokens tokens)
-    : style_(style), tokens_(std::move(tokens)) {}
+    : style_(style),
+      tokens_(std::move(tokens)),
+      default_system_(style == ChatTemplateStyle::kQwen2 ? kQwen2DefaultSystem : "") {}
 
 absl::StatusOr<ChatTemplate> ChatTemplate::Detect(std::string_view template_text) {
   absl::StatusOr<ChatTemplate> detected = Detect(template_text, ChatSpecialTokens{});
@@ -376,15 +396,15 @@ absl::StatusOr<ChatTemplate> ChatTemplate::Detect(std::string_view template_text
         "(OLMoE-1B-7B-0924-Instruct, OLMo 2); found ",
         DescribeTemplate(template_text)));
   }
+  if (Contains(template_text, "enable_thinking")) {
+    return ChatTemplate(ChatTemplateStyle::kQwen3, std::move(tokens));
+  }
   if (std::optional<std::string> system = HardCodedSystemTurn(template_text)) {
     ChatTemplate qwen2(ChatTemplateStyle::kQwen2, std::move(tokens));
     qwen2.default_system_ = *std::move(system);
     return qwen2;
   }
-  const ChatTemplateStyle style = Contains(template_text, "enable_thinking")
-                                      ? ChatTemplateStyle::kQwen3
-                                      : ChatTemplateStyle::kChatMl;
-  return ChatTemplate(style, std::move(tokens));
+  return ChatTemplate(ChatTemplateStyle::kChatMl, std::move(tokens));
 }
 
 absl::StatusOr<ChatTemplate> ChatTemplate::ForTokenizer(const Tokenizer& tokenizer) {

@@ -126,10 +126,11 @@ class ChatTemplate {
 
   // Recognises the template: first the exact templates of the Mistral and
   // Tulu styles; then a ChatML-like template (it must contain both
-  // "<|im_start|>" and "<|im_end|>"): a hard-coded system turn (a string
-  // literal "<|im_start|>system\n<text><|im_end|>", as Qwen1.5, Qwen2 and
-  // Qwen2.5 write their default system message) selects kQwen2 with that
-  // text, an "enable_thinking" switch kQwen3, anything else kChatMl.
+  // "<|im_start|>" and "<|im_end|>"): an "enable_thinking" switch selects
+  // kQwen3; else a hard-coded system turn (a string literal
+  // "<|im_start|>system\n<text><|im_end|>", as Qwen1.5, Qwen2 and Qwen2.5
+  // write their default system message) kQwen2 with that text, Jinja's
+  // escapes decoded; anything else kChatMl.
   // (Qwen3.5 is not told apart from Qwen3 by its text; choose kQwen35
   // explicitly for it.) Other templates fail with "unsupported chat
   // template" naming the family found where it is recognisable. The
@@ -145,7 +146,8 @@ class ChatTemplate {
 
   ChatTemplateStyle style() const { return style_; }
   const ChatSpecialTokens& special_tokens() const { return tokens_; }
-  // kQwen2: the system message rendered when the chat has none.
+  // kQwen2: the system message rendered when the chat has none (Qwen2.5's
+  // unless detected from a template); empty for the other styles.
   const std::string& default_system() const { return default_system_; }
 
   // Renders the prompt. Roles must be system, user or assistant, and tool
@@ -165,7 +167,7 @@ class ChatTemplate {
  private:
   ChatTemplateStyle style_;
   ChatSpecialTokens tokens_;
-  std::string default_system_{kQwen2DefaultSystem};
+  std::string default_system_;
 };
 
 }  // namespace moetier

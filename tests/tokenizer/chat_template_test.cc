@@ -66,9 +66,21 @@ TEST(ChatTemplate, DefaultSystemTextComesFromTheTemplate) {
   ASSERT_TRUE(ChatTemplate::Detect(raw_newline).ok());
   EXPECT_EQ(ChatTemplate::Detect(raw_newline)->default_system(), "Be brief.");
 
-  // A system turn built from the messages is not a default.
+  // Jinja's escapes in the literal are decoded, and braces are text there
+  // (Qwen2.5-Math's default asks for \boxed{}).
+  const std::string escaped =
+      "{{ '<|im_start|>system\\nPut the answer in \\\\boxed{}, it\\'s \"final\".<|im_end|>\\n' }}";
+  ASSERT_TRUE(ChatTemplate::Detect(escaped).ok());
+  EXPECT_EQ(ChatTemplate::Detect(escaped)->default_system(),
+            "Put the answer in \\boxed{}, it's \"final\".");
+
+  // A system turn built from the messages is not a default; a thinking
+  // switch is Qwen3's even beside a hard-coded turn.
   EXPECT_EQ(ChatTemplate::Detect(kQwen3Template)->style(), ChatTemplateStyle::kQwen3);
-  EXPECT_EQ(ChatTemplate::Detect(kQwen2Template)->default_system(), kQwen2DefaultSystem);
+  EXPECT_EQ(ChatTemplate::Detect(raw_newline + std::string(kQwen3Template))->style(),
+            ChatTemplateStyle::kQwen3);
+  EXPECT_EQ(ChatTemplate::Detect(kPlainChatMl)->default_system(), "");
+  EXPECT_EQ(ChatTemplate(ChatTemplateStyle::kChatMl).default_system(), "");
   EXPECT_EQ(ChatTemplate(ChatTemplateStyle::kQwen2).default_system(), kQwen2DefaultSystem);
 }
 

@@ -526,7 +526,17 @@ TEST_F(ArchitectureTest, Qwen3VlMoeNeedsTheRopeSections) {
   tiny_.Set("qwen3vlmoe.rope.dimension_sections", GgufValue::Int32Array({8, 8, 0}));
   model = Load(tiny_);
   ASSERT_FALSE(model.ok());
-  EXPECT_THAT(model.status().message(), HasSubstr("must be 4 non-negative values"));
+  EXPECT_THAT(model.status().message(), HasSubstr("must be 4 values"));
+  // ggml asserts one of the first three positive; a section alone past the
+  // head size is refused before any sum.
+  for (const std::vector<int32_t>& bad :
+       {std::vector<int32_t>{0, 0, 0, 8}, std::vector<int32_t>{40, 0, 0, 0},
+        std::vector<int32_t>{1, -1, 0, 0}}) {
+    tiny_.Set("qwen3vlmoe.rope.dimension_sections", GgufValue::Int32Array(bad));
+    model = Load(tiny_);
+    ASSERT_FALSE(model.ok());
+    EXPECT_THAT(model.status().message(), HasSubstr("one of the first three positive"));
+  }
   // ggml asserts sections summing to at most the head size (32 here).
   tiny_.Set("qwen3vlmoe.rope.dimension_sections", GgufValue::Int32Array({11, 11, 11, 0}));
   model = Load(tiny_);

@@ -132,6 +132,18 @@ TEST_F(Qwen2MoeModelTest, WidthsFallBackToFeedForwardLength) {
   model = Load(g);
   ASSERT_TRUE(model.ok()) << model.status();
   EXPECT_EQ(model->hparams.n_ff_shared, 256);
+
+  // llama.cpp reads a width of 0 as absent too.
+  g.Set("qwen2moe.expert_feed_forward_length", GgufValue::Uint32(0));
+  g.Set("qwen2moe.expert_shared_feed_forward_length", GgufValue::Uint32(0));
+  g.Set("qwen2moe.feed_forward_length", GgufValue::Uint32(512));
+  model = Load(g);
+  ASSERT_FALSE(model.ok());  // shared width 512 from the fallback, tensors 256
+  EXPECT_THAT(model.status().message(), HasSubstr("blk.0.ffn_gate_shexp.weight"));
+  g.Set("qwen2moe.expert_shared_feed_forward_length", GgufValue::Uint32(256));
+  model = Load(g);
+  ASSERT_TRUE(model.ok()) << model.status();
+  EXPECT_EQ(model->hparams.n_ff_exp, 256);  // 512 / top-2
 }
 
 // A qwen2moe file without output.weight is refused, as llama.cpp does.

@@ -493,6 +493,9 @@ void PrintPlan(const SynthOptions& o, const SynthPlan& plan) {
                 s.rope_scaling_type.c_str(), static_cast<double>(s.rope_scaling_factor),
                 static_cast<long long>(s.rope_scaling_original_ctx));
   }
+  if (s.arch == SynthArch::kQwen2Moe) {
+    std::printf("  shared ffn %lld\n", static_cast<long long>(s.n_ff_shexp));
+  }
   if (s.arch == SynthArch::kQwen3VlMoe) {
     std::printf("  rope sections [%d,%d,%d,%d]\n", s.rope_sections[0], s.rope_sections[1],
                 s.rope_sections[2], s.rope_sections[3]);

@@ -46,9 +46,10 @@ class Qwen3Moe final : public SynthArchitecture {
       if (v < 0) return absl::InvalidArgumentError("--rope-sections must not be negative");
       sum += v;
     }
-    if (sum == 0 || sum > s.head_dim) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--rope-sections must sum to between 1 and head-dim (", s.head_dim, "), not ", sum));
+    if (s.rope_sections[0] + s.rope_sections[1] + s.rope_sections[2] == 0 || sum > s.head_dim) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--rope-sections must sum to at most head-dim (", s.head_dim, "), not ", sum,
+                       ", with one of the first three positive"));
     }
     return absl::OkStatus();
   }

@@ -49,6 +49,10 @@ absl::Status ModelLoader::Unsupported(absl::string_view what) const {
 
 bool ModelLoader::Has(absl::string_view suffix) const { return meta_.Has(Key(suffix)); }
 
+bool ModelLoader::HasNonZero(absl::string_view suffix) const {
+  return Has(suffix) && meta_.GetUintOr(Key(suffix), 1) != 0;
+}
+
 absl::StatusOr<int> ModelLoader::RequiredDim(absl::string_view suffix, uint64_t max) const {
   const std::string key = Key(suffix);
   absl::StatusOr<uint64_t> v = meta_.GetUint(key);
@@ -355,7 +359,7 @@ absl::Status ModelLoader::RequireRopeOverWholeHead(const ModelHparams& hp) const
 }
 
 absl::Status ModelLoader::ReadExpertWidth(ModelHparams& hp) const {
-  if (Has("expert_feed_forward_length")) {
+  if (HasNonZero("expert_feed_forward_length")) {
     absl::StatusOr<int> n_ff_exp = RequiredDim("expert_feed_forward_length", kMaxModelDim);
     if (!n_ff_exp.ok()) return n_ff_exp.status();
     hp.n_ff_exp = *n_ff_exp;
@@ -386,11 +390,14 @@ absl::Status ModelLoader::ReadAttention(int il, const ModelHparams& hp, Attentio
     refused_biases.insert(refused_biases.begin(), {"attn_q.bias", "attn_k.bias", "attn_v.bias"});
   }
   for (const char* bias : refused_biases) {
-    if (HasTensor(absl::StrCat(blk, bias))) {
-      return Unsupported(absl::StrFormat(
-          "tensor '%s%s': attention biases of this kind are not supported for %s models", blk, bias,
-          arch_));
+    if (!HasTensor(absl::StrCat(blk, bias))) continue;
+    if (options.qkv_biases) {
+      return Unsupported(
+          absl::StrFormat("tensor '%s%s': %s models have biases on attn_q, attn_k and attn_v only",
+                          blk, bias, arch_));
     }
+    return Unsupported(absl::StrFormat(
+        "tensor '%s%s': attention biases are not supported for %s models", blk, bias, arch_));
   }
   if (options.qkv_biases) {
     const std::pair<const char*, int64_t> biases[] = {

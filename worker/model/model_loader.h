@@ -57,6 +57,9 @@ class ModelLoader {
 
   // Keys under the architecture's prefix.
   bool Has(absl::string_view suffix) const;
+  // Present with a value other than 0, which llama.cpp reads as absent for
+  // the widths it has fallbacks for.
+  bool HasNonZero(absl::string_view suffix) const;
   // A positive integer no larger than `max`.
   absl::StatusOr<int> RequiredDim(absl::string_view suffix, uint64_t max) const;
   absl::StatusOr<int> OptionalDim(absl::string_view suffix, uint64_t max, int fallback) const;
@@ -81,8 +84,8 @@ class ModelLoader {
   absl::Status RequireRopeOverWholeHead(const ModelHparams& hp) const;
   // expert_count and expert_used_count (1 <= used <= count).
   absl::Status ReadExpertCounts(ModelHparams& hp) const;
-  // hp.n_ff_exp: expert_feed_forward_length, else llama.cpp's fallback
-  // feed_forward_length / top-k (needs ReadExpertCounts first).
+  // hp.n_ff_exp: expert_feed_forward_length, else (absent or 0) llama.cpp's
+  // fallback feed_forward_length / top-k (needs ReadExpertCounts first).
   absl::Status ReadExpertWidth(ModelHparams& hp) const;
 
   // `name` resolved, with shape `ne`, a decodable type and whole blocks.
@@ -108,7 +111,8 @@ class ModelLoader {
   // ffn_up_exps (or a fused ffn_gate_up_exps) and ffn_down_exps.
   absl::Status ReadRoutedExperts(int il, const ModelHparams& hp, MoeWeights& out) const;
   // Every layer of an architecture whose layers are all the same pre-norm
-  // attention block and routed-expert FFN (qwen3moe, olmoe, llama): per
+  // attention block and routed-expert FFN (qwen3moe, qwen3vlmoe, qwen2moe,
+  // olmoe, llama): per
   // blk.<il>, attn_norm, the attention (ReadAttention), ffn_norm and the
   // experts (ReadRoutedExperts).
   absl::Status ReadAttentionMoeLayers(const ModelHparams& hp, ModelWeights& w,

@@ -22,9 +22,9 @@ absl::StatusOr<Model> LoadQwen2Moe(const ModelLoader& loader) {
   hp.router.renormalize = false;
   if (absl::Status s = loader.ReadExpertCounts(hp); !s.ok()) return s;
   if (absl::Status s = loader.ReadExpertWidth(hp); !s.ok()) return s;
-  // expert_shared_feed_forward_length, else llama.cpp's fallback: the
-  // dense feed_forward_length.
-  const char* shared_key = loader.Has("expert_shared_feed_forward_length")
+  // expert_shared_feed_forward_length, else (absent or 0) llama.cpp's
+  // fallback: the dense feed_forward_length.
+  const char* shared_key = loader.HasNonZero("expert_shared_feed_forward_length")
                                ? "expert_shared_feed_forward_length"
                                : "feed_forward_length";
   absl::StatusOr<std::optional<int>> n_ff_shared =

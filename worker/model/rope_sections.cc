@@ -28,24 +28,25 @@ absl::Status ReadImropeSections(const ModelLoader& loader, ModelHparams& hp) {
         absl::StrFormat("required key %s is missing (the multi-section rope of %s needs it)",
                         loader.Key("rope.dimension_sections"), loader.arch()));
   }
-  int64_t section_sum = 0;
-  for (int64_t s : *sections) {
-    if (s < 0) break;
-    section_sum += s;
+  // ggml asserts one of the first three sections positive (the fourth alone
+  // would turn no pair) and their sum at most the head size; a section
+  // larger than the head size is refused before anything is summed.
+  const std::vector<int64_t>& v = *sections;
+  if (v.size() != 4 ||
+      std::any_of(v.begin(), v.end(), [&](int64_t s) { return s < 0 || s > hp.head_dim; }) ||
+      (v[0] == 0 && v[1] == 0 && v[2] == 0)) {
+    return loader.Error(absl::StrFormat(
+        "%s = [%s] must be 4 values from 0 to the head size %d, one of the first three positive",
+        loader.Key("rope.dimension_sections"), absl::StrJoin(v, ", "), hp.head_dim));
   }
-  if (sections->size() != 4 || section_sum <= 0 ||
-      std::any_of(sections->begin(), sections->end(), [](int64_t s) { return s < 0; })) {
-    return loader.Error(
-        absl::StrFormat("%s = [%s] must be 4 non-negative values with a positive sum",
-                        loader.Key("rope.dimension_sections"), absl::StrJoin(*sections, ", ")));
-  }
+  const int64_t section_sum = v[0] + v[1] + v[2] + v[3];
   if (section_sum > hp.head_dim) {
     // ggml's rope_multi asserts this too (sect_dims <= ne0).
     return loader.Error(absl::StrFormat("%s = [%s] sum to %d, more than the head size %d",
                                         loader.Key("rope.dimension_sections"),
                                         absl::StrJoin(*sections, ", "), section_sum, hp.head_dim));
   }
-  hp.rope_pair_uses_position = ImropePairUsesPosition(hp.n_rot, *sections);
+  hp.rope_pair_uses_position = ImropePairUsesPosition(hp.n_rot, v);
   return absl::OkStatus();
 }
 

@@ -18,9 +18,10 @@ namespace moetier {
 // sector the fourth id, 0.
 std::vector<uint8_t> ImropePairUsesPosition(int n_rot, const std::vector<int64_t>& sections);
 
-// The required <arch>.rope.dimension_sections (four non-negative values with
-// a positive sum no larger than the head size, as ggml requires) into
-// hp.rope_pair_uses_position; needs hp.n_rot and hp.head_dim.
+// The required <arch>.rope.dimension_sections (four non-negative values, one
+// of the first three positive, whose sum is no larger than the head size, as
+// ggml requires) into hp.rope_pair_uses_position; needs hp.n_rot and
+// hp.head_dim.
 absl::Status ReadImropeSections(const ModelLoader& loader, ModelHparams& hp);
 
 }  // namespace moetier

@@ -143,10 +143,13 @@ void CpuAttentionBlock::Forward(int layer, std::span<const CpuRowSpan> spans,
   }
   runner_.Run(jobs, 3, CpuPhase::kAttentionProjections);
   const std::vector<float>* biases[3] = {&vectors.q_bias, &vectors.k_bias, &vectors.v_bias};
+  const int64_t widths[3] = {gated ? 2 * q_dim : q_dim, kv_dim, kv_dim};
   for (int i = 0; i < 3; ++i) {
     const std::vector<float>& bias = *biases[i];
-    const int64_t dim = static_cast<int64_t>(bias.size());
-    for (int t = 0; t < n && dim > 0; ++t) {
+    if (bias.empty()) continue;
+    const int64_t dim = widths[i];
+    MOETIER_CPU_CHECK(static_cast<int64_t>(bias.size()) == dim, "a bias per projection row");
+    for (int t = 0; t < n; ++t) {
       float* row = outs[i] + t * dim;
       for (int64_t j = 0; j < dim; ++j) row[j] += bias[static_cast<size_t>(j)];
     }
