@@ -47,6 +47,18 @@ TEST(InspectTest, ShowsRopeScaling) {
   EXPECT_THAT(r.output, HasSubstr("rope.scaling.original_context_length 16\n"));
 }
 
+// The keys that set qwen2moe's shared expert and qwen3vlmoe's rope apart.
+TEST(InspectTest, ShowsSharedExpertWidthAndRopeSections) {
+  CommandResult r =
+      RunInspect(std::string(MOETIER_TEST_DATA_DIR) + "/vectors/qwen2moe-tiny-f32.gguf");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("expert_shared_feed_forward_length    256\n"));
+  r = RunInspect(std::string(MOETIER_TEST_DATA_DIR) + "/vectors/qwen3vlmoe-tiny-f32.gguf");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("rope.dimension_sections              [1, 6, 6, 0]\n"));
+  EXPECT_THAT(r.output, EndsWith("verdict:       supported by this build\n"));
+}
+
 TEST(InspectTest, EndsWithTheVerdictOfTheWorkersCheck) {
   CommandResult r = RunInspect(kTinyF32);
   ASSERT_EQ(r.exit_code, 0) << r.output;

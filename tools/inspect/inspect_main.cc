@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "base/flags/flag_set.h"
 #include "gguf/gguf_reader.h"
 #include "model/architectures.h"
@@ -32,6 +33,17 @@ std::string FormatValue(const GgufValue& value) {
       [&](const auto& v) -> std::string {
         using T = std::decay_t<decltype(v)>;
         if constexpr (std::is_same_v<T, GgufArray>) {
+          // A short array of integers (rope sections, per-layer counts) is
+          // shown whole.
+          constexpr size_t kShownElements = 8;
+          if (const auto* ints = std::get_if<std::vector<int64_t>>(&v.elements);
+              ints != nullptr && ints->size() <= kShownElements) {
+            return absl::StrFormat("[%s]", absl::StrJoin(*ints, ", "));
+          }
+          if (const auto* uints = std::get_if<std::vector<uint64_t>>(&v.elements);
+              uints != nullptr && uints->size() <= kShownElements) {
+            return absl::StrFormat("[%s]", absl::StrJoin(*uints, ", "));
+          }
           return absl::StrFormat("[%s x %d]", GgufValueTypeName(v.element_type), v.size());
         } else if constexpr (std::is_same_v<T, std::string>) {
           if (v.size() > 60) return absl::StrFormat("\"%s...\" (%d bytes)", v.substr(0, 57), v.size());
@@ -72,8 +84,10 @@ int Run(const std::string& path, bool all_keys, bool list_tensors) {
   for (const char* key :
        {"block_count", "embedding_length", "attention.head_count", "attention.head_count_kv",
         "attention.key_length", "expert_count", "expert_used_count", "expert_feed_forward_length",
-        "context_length", "rope.freq_base", "rope.scaling.type", "rope.scaling.factor",
-        "rope.scaling.original_context_length", "attention.layer_norm_rms_epsilon"}) {
+        "expert_shared_feed_forward_length", "context_length", "rope.freq_base",
+        "rope.dimension_count", "rope.dimension_sections", "rope.scaling.type",
+        "rope.scaling.factor", "rope.scaling.original_context_length",
+        "attention.layer_norm_rms_epsilon"}) {
     const std::string full = arch + "." + key;
     if (const GgufValue* value = meta.Find(full)) {
       std::printf("  %-36s %s\n", key, FormatValue(*value).c_str());
