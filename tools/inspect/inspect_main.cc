@@ -36,14 +36,18 @@ std::string FormatValue(const GgufValue& value) {
           // A short array of integers (rope sections, per-layer counts) is
           // shown whole.
           constexpr size_t kShownElements = 8;
-          if (const auto* ints = std::get_if<std::vector<int64_t>>(&v.elements);
-              ints != nullptr && ints->size() <= kShownElements) {
-            return absl::StrFormat("[%s]", absl::StrJoin(*ints, ", "));
-          }
-          if (const auto* uints = std::get_if<std::vector<uint64_t>>(&v.elements);
-              uints != nullptr && uints->size() <= kShownElements) {
-            return absl::StrFormat("[%s]", absl::StrJoin(*uints, ", "));
-          }
+          const std::string whole = std::visit(
+              [](const auto& elements) -> std::string {
+                using E = typename std::decay_t<decltype(elements)>::value_type;
+                if constexpr (std::is_integral_v<E> && !std::is_same_v<E, bool>) {
+                  if (elements.size() <= kShownElements) {
+                    return absl::StrFormat("[%s]", absl::StrJoin(elements, ", "));
+                  }
+                }
+                return "";
+              },
+              v.elements);
+          if (!whole.empty()) return whole;
           return absl::StrFormat("[%s x %d]", GgufValueTypeName(v.element_type), v.size());
         } else if constexpr (std::is_same_v<T, std::string>) {
           if (v.size() > 60) return absl::StrFormat("\"%s...\" (%d bytes)", v.substr(0, 57), v.size());

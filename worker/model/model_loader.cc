@@ -400,15 +400,14 @@ absl::Status ModelLoader::ReadAttention(int il, const ModelHparams& hp, Attentio
         "tensor '%s%s': attention biases are not supported for %s models", blk, bias, arch_));
   }
   if (options.qkv_biases) {
-    const std::pair<const char*, int64_t> biases[] = {
-        {"attn_q.bias", q_rows}, {"attn_k.bias", n_kv}, {"attn_v.bias", n_kv}};
-    WeightRef* outs[] = {&out.q_bias, &out.k_bias, &out.v_bias};
-    for (size_t i = 0; i < 3; ++i) {
-      const std::string name = blk + biases[i].first;
-      if (!HasTensor(name)) continue;
-      absl::StatusOr<WeightRef> bias = Tensor(name, {biases[i].second, 1, 1, 1});
+    for (const LayerTensorSpec& b :
+         {LayerTensorSpec{"attn_q.bias", {q_rows, 1, 1, 1}, &out.q_bias},
+          LayerTensorSpec{"attn_k.bias", {n_kv, 1, 1, 1}, &out.k_bias},
+          LayerTensorSpec{"attn_v.bias", {n_kv, 1, 1, 1}, &out.v_bias}}) {
+      if (!HasTensor(blk + b.suffix)) continue;
+      absl::StatusOr<WeightRef> bias = LayerTensor(il, b.suffix, b.ne);
       if (!bias.ok()) return bias.status();
-      *outs[i] = *std::move(bias);
+      *b.out = *std::move(bias);
     }
   }
   if (!gated_q && !HasTensor(blk + "attn_q.weight") && HasTensor(blk + "attn_qkv.weight")) {

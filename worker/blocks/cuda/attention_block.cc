@@ -103,26 +103,26 @@ absl::Status CudaAttentionBlock::Forward(int layer, std::span<const CudaRowSpan>
   const int n = spans.back().row0 + spans.back().n;
   MOETIER_RETURN_IF_ERROR(
       cuda::RmsNorm(batch_.x, l.attn_norm, n, n_embd, hp_.rms_eps, batch_.xn, stream));
-  if (l.gated) {
-    // Each head's head_dim q values, then its head_dim gate values.
-    MOETIER_RETURN_IF_ERROR(ctx_.MatMul(l.q, batch_.xn, n, q_and_gate_));
-    if (l.q_bias != nullptr) {
-      MOETIER_RETURN_IF_ERROR(cuda::AddRowBias(q_and_gate_, l.q_bias, n, 2 * q_dim, stream));
-    }
-    MOETIER_RETURN_IF_ERROR(cuda::SplitRowHalves(
-        q_and_gate_, static_cast<int64_t>(n) * hp_.n_head, head_dim, q_, gate_, stream));
-  } else {
-    MOETIER_RETURN_IF_ERROR(ctx_.MatMul(l.q, batch_.xn, n, q_));
-    if (l.q_bias != nullptr) {
-      MOETIER_RETURN_IF_ERROR(cuda::AddRowBias(q_, l.q_bias, n, q_dim, stream));
+  // A gated layer's q rows hold each head's head_dim q values, then its
+  // head_dim gate values; its bias covers both.
+  struct Projection {
+    const DeviceMatrix& weights;
+    const float* bias;
+    float* out;
+    int rows;
+  };
+  for (const Projection& p :
+       {Projection{l.q, l.q_bias, l.gated ? q_and_gate_ : q_, l.gated ? 2 * q_dim : q_dim},
+        Projection{l.k, l.k_bias, k_, kv_dim}, Projection{l.v, l.v_bias, v_, kv_dim}}) {
+    MOETIER_RETURN_IF_ERROR(ctx_.MatMul(p.weights, batch_.xn, n, p.out));
+    if (p.bias != nullptr) {
+      MOETIER_RETURN_IF_ERROR(cuda::AddRowBias(p.out, p.bias, n, p.rows, stream));
     }
   }
-  MOETIER_RETURN_IF_ERROR(ctx_.MatMul(l.k, batch_.xn, n, k_));
-  if (l.k_bias != nullptr)
-    MOETIER_RETURN_IF_ERROR(cuda::AddRowBias(k_, l.k_bias, n, kv_dim, stream));
-  MOETIER_RETURN_IF_ERROR(ctx_.MatMul(l.v, batch_.xn, n, v_));
-  if (l.v_bias != nullptr)
-    MOETIER_RETURN_IF_ERROR(cuda::AddRowBias(v_, l.v_bias, n, kv_dim, stream));
+  if (l.gated) {
+    MOETIER_RETURN_IF_ERROR(cuda::SplitRowHalves(q_and_gate_, static_cast<int64_t>(n) * hp_.n_head,
+                                                 head_dim, q_, gate_, stream));
+  }
   // A norm over the whole projection runs here; a per-head norm runs with
   // the rope below (QkNormRope: one launch for both heads' norm and rope).
   if (hp_.qk_norm == QkNorm::kWhole) {
