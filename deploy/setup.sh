@@ -26,6 +26,7 @@ build_packages=(
 test_packages=(
   libgtest-dev libgmock-dev
   python3-numpy   # the independent float64 forward pass of tests/interop
+  python3-regex   # llama.cpp's pre-tokenizer regexes, the oracle of tests/interop/check_pre_tokenizers.py
   python3-jinja2  # the chat template oracle of tests/interop
   tmux            # drives `moetier run`'s interactive chat as a person would
   python3-grpcio python3-protobuf  # the API from a client that is not ours

@@ -1,6 +1,7 @@
 #include "gguf/tokenizer/pre_tokenizer.h"
 
 #include <cstdint>
+#include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -29,8 +30,11 @@ uint32_t AsciiLower(uint32_t cp) { return (cp >= 'A' && cp <= 'Z') ? cp + ('a' -
 // indices.
 class Scanner {
  public:
-  Scanner(const std::vector<Unit>& units, bool gpt2)
-      : units_(units), n_(units.size() - 1), gpt2_(gpt2) {}
+  Scanner(const std::vector<Unit>& units, PreTokenizer kind)
+      : units_(units),
+        n_(units.size() - 1),
+        gpt2_(kind == PreTokenizer::kGpt2),
+        digits_max_(kind == PreTokenizer::kLlama3 ? 3 : 1) {}
 
   template <typename Emit>
   void Run(Emit&& emit) {
@@ -72,8 +76,14 @@ class Scanner {
       return end;
     }
 
-    // \p{N}, one codepoint at a time
-    if (cls & kNumber) return pos + 1;
+    // \p{N}, or \p{N}{1,3} for llama3 (llama.cpp's
+    // unicode_regex_split_custom_llama3): the regex is greedy, so a run is
+    // cut into groups of digits_max_ from its start.
+    if (cls & kNumber) {
+      size_t end = pos + 1;
+      while (end - pos < digits_max_ && (Cls(end) & kNumber)) ++end;
+      return end;
+    }
 
     //  ?[^\s\p{L}\p{N}]+[\r\n]*
     constexpr uint8_t kWordOrSpace = kLetter | kNumber | kSpace;
@@ -151,6 +161,7 @@ class Scanner {
   const std::vector<Unit>& units_;
   const size_t n_;
   const bool gpt2_;
+  const size_t digits_max_;  // codepoints in one \p{N} piece, at most
 };
 
 struct NamedPreTokenizer {
@@ -158,11 +169,25 @@ struct NamedPreTokenizer {
   PreTokenizerInfo info;
 };
 
+constexpr PreTokenizerInfo kLlama3Info = {
+    .kind = PreTokenizer::kLlama3,
+    .clean_up_spaces = true,
+    .ignore_merges = true,
+    .add_bos_by_default = true,
+};
+
 // tokenizer.ggml.pre names and what llama.cpp's llama_vocab::impl::load sets
 // for each. The GPT-2 names are those llama.cpp maps to
 // LLAMA_VOCAB_PRE_TYPE_GPT2, _MPT, _OLMO, _JAIS, _TRILLION or
 // _GRANITE_DOCLING (all one regex) without adding a separator token or
-// per-token strip attributes.
+// per-token strip attributes. The Llama 3 names are those it maps to
+// LLAMA_VOCAB_PRE_TYPE_LLAMA3 (which also sets ignore_merges and add_bos),
+// _DBRX, _SMAUG or _CHATGLM4, all one regex. For "glm4" and "chatglm-bpe"
+// llama.cpp also drops the default bos id of gpt2 vocabularies (11); moetier
+// assumes no such default, so only tokenizer.ggml.bos_token_id sets one, as
+// in llama.cpp, and tokenizer.ggml.add_bos_token still decides whether it is
+// added. GLM files name [gMASK] there and leave add_bos_token unset or false:
+// their chat template writes "[gMASK]<sop>" itself.
 constexpr NamedPreTokenizer kPreTokenizerNames[] = {
     {"qwen2", {PreTokenizer::kQwen2, false}},
     {"deepseek-r1-qwen", {PreTokenizer::kQwen2, false}},
@@ -180,6 +205,19 @@ constexpr NamedPreTokenizer kPreTokenizerNames[] = {
     {"exaone4", {PreTokenizer::kGpt2, true}},
     {"trillion", {PreTokenizer::kGpt2, false}},
     {"granite-docling", {PreTokenizer::kGpt2, false}},
+    {"llama3", kLlama3Info},
+    {"llama-v3", kLlama3Info},
+    {"llama-bpe", kLlama3Info},
+    {"falcon3", kLlama3Info},
+    {"falcon-h1", kLlama3Info},
+    {"pixtral", kLlama3Info},
+    {"midm-2.0", kLlama3Info},
+    {"lfm2", kLlama3Info},
+    {"jina-v5-nano", kLlama3Info},
+    {"dbrx", {PreTokenizer::kLlama3, true}},
+    {"smaug-bpe", {PreTokenizer::kLlama3, true}},
+    {"glm4", {PreTokenizer::kLlama3, true}},
+    {"chatglm-bpe", {PreTokenizer::kLlama3, true}},
 };
 
 }  // namespace
@@ -207,13 +245,22 @@ std::string_view PreTokenizerName(PreTokenizer kind) {
       return "qwen35";
     case PreTokenizer::kGpt2:
       return "gpt2";
+    case PreTokenizer::kLlama3:
+      return "llama3";
   }
   return "?";
 }
 
 const char* SupportedPreTokenizerNames() {
-  return "qwen2, deepseek-r1-qwen, qwen35, olmo, gpt-2, mpt, jais, phi-2, jina-es, jina-de, "
-         "gigachat, a.x-4.0, mellum, exaone4, trillion, granite-docling";
+  static const std::string* const names = [] {
+    auto* joined = new std::string();
+    for (const NamedPreTokenizer& entry : kPreTokenizerNames) {
+      if (!joined->empty()) joined->append(", ");
+      joined->append(entry.name);
+    }
+    return joined;
+  }();
+  return names->c_str();
 }
 
 void PreTokenize(PreTokenizer kind, std::string_view text, std::vector<std::string_view>* pieces) {
@@ -236,7 +283,7 @@ void PreTokenize(PreTokenizer kind, std::string_view text, std::vector<std::stri
   }
   units.push_back({text.size(), 0, 0});
 
-  Scanner scanner(units, kind == PreTokenizer::kGpt2);
+  Scanner scanner(units, kind);
   scanner.Run([&](size_t first, size_t end) {
     pieces->push_back(text.substr(units[first].offset, units[end].offset - units[first].offset));
   });

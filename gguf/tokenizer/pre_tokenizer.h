@@ -20,6 +20,10 @@ enum class PreTokenizer {
   // GPT-2 (OLMoE and other GPT-NeoX-style vocabularies), case-sensitive:
   // 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
   kGpt2,
+  // kQwen2 with \p{N} widened to \p{N}{1,3}, so a run of digits splits into
+  // groups of three from its start ("12345" is "123", "45"). Llama 3, DBRX,
+  // Smaug and GLM-4 vocabularies.
+  kLlama3,
 };
 
 // What llama.cpp (llama-vocab.cpp) derives from one tokenizer.ggml.pre name.
@@ -28,13 +32,21 @@ struct PreTokenizerInfo {
   // llama.cpp's clean_spaces: detokenizing removes the space before ? ! . ,
   // and some contractions (Tokenizer::Detokenize).
   bool clean_up_spaces;
+  // llama.cpp's ignore_merges: a piece that is itself a token is encoded as
+  // that token without running the merges. Llama 3's vocabulary holds words
+  // its merges do not build, and Hugging Face's tokenizer takes them whole.
+  bool ignore_merges = false;
+  // Whether BOS is added when tokenizer.ggml.add_bos_token is absent; the
+  // key, when present, decides. llama.cpp turns it on for the Llama 3 names.
+  bool add_bos_by_default = false;
 };
 
 // Maps tokenizer.ggml.pre to a scanner: "qwen2" and "deepseek-r1-qwen";
-// "qwen35"; and the names llama.cpp gives the GPT-2 pattern with no other
-// special handling ("olmo", "gpt-2", "mpt", "jais", "phi-2", ...; see
-// SupportedPreTokenizerNames). "default" is not among them: llama.cpp runs
-// a different chain of regexes for it.
+// "qwen35"; the names llama.cpp gives the GPT-2 pattern with no other
+// special handling ("olmo", "gpt-2", "mpt", "jais", "phi-2", ...); and those
+// it gives the Llama 3 pattern ("llama-bpe", "llama3", "dbrx", "smaug-bpe",
+// "glm4", ...). SupportedPreTokenizerNames lists them all. "default" is not
+// among them: llama.cpp runs a different chain of regexes for it.
 absl::StatusOr<PreTokenizerInfo> LookUpPreTokenizer(std::string_view name);
 absl::StatusOr<PreTokenizer> PreTokenizerFromName(std::string_view name);
 std::string_view PreTokenizerName(PreTokenizer kind);

@@ -146,6 +146,7 @@ struct Tokenizer::BpeScratch {
   };
   std::vector<Symbol> symbols;
   std::vector<Candidate> queue;  // a heap
+  std::string mapped;            // the word in byte-level form, for ignore_merges
 };
 
 absl::StatusOr<TokenizerModel> TokenizerModelFromName(std::string_view name) {
@@ -206,9 +207,10 @@ absl::StatusOr<Tokenizer> Tokenizer::Create(TokenizerConfig config) {
             absl::StrCat("tokenizer.ggml.scores[", i, "] is NaN; scores must be ordered"));
       }
     }
-    if (!config.merges.empty()) {
+    if (!config.merges.empty() || config.ignore_merges) {
       return absl::InvalidArgumentError(
-          "a SentencePiece (llama) vocabulary merges by score; it takes no merges");
+          "a SentencePiece (llama) vocabulary merges by score; it takes no merges and no "
+          "ignore_merges");
     }
   }
   const std::pair<const char*, int32_t> special_ids[] = {
@@ -248,6 +250,7 @@ absl::StatusOr<Tokenizer> Tokenizer::Create(TokenizerConfig config) {
   t.add_eos_ = config.add_eos;
   t.add_space_prefix_ = config.add_space_prefix;
   t.clean_up_spaces_ = config.clean_up_spaces;
+  t.ignore_merges_ = config.ignore_merges;
   t.chat_template_ = std::move(config.chat_template);
 
   // A text stored twice resolves to the later id.
@@ -426,6 +429,16 @@ absl::Status Tokenizer::EncodeWord(std::string_view word, BpeScratch* scratch,
                                    std::vector<int32_t>* ids) const {
   using Symbol = BpeScratch::Symbol;
   using Candidate = BpeScratch::Candidate;
+  // As llama.cpp: the whole word is looked up before any merge, among all
+  // tokens, special ones included.
+  if (ignore_merges_) {
+    scratch->mapped.clear();
+    ByteLevelEncode(word, &scratch->mapped);
+    if (const auto it = token_ids_.find(scratch->mapped); it != token_ids_.end()) {
+      ids->push_back(it->second);
+      return absl::OkStatus();
+    }
+  }
   const auto n = static_cast<int32_t>(word.size());
   std::vector<Symbol>& symbols = scratch->symbols;
   symbols.clear();

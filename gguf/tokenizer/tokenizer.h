@@ -1,8 +1,8 @@
 // The tokenizers of GGUF vocabularies (SPEC.md §4), matching llama.cpp's
 // llama_tokenize / llama_detokenize:
-//  - byte-level BPE (tokenizer.ggml.model "gpt2": Qwen, OLMoE): special-token
-//    splitting, a pre-tokenizer (pre_tokenizer.h), the GPT-2 byte map and
-//    rank-ordered merges;
+//  - byte-level BPE (tokenizer.ggml.model "gpt2": Qwen, OLMoE, Llama 3,
+//    GLM-4): special-token splitting, a pre-tokenizer (pre_tokenizer.h), the
+//    GPT-2 byte map and rank-ordered merges;
 //  - SentencePiece (tokenizer.ggml.model "llama": Mixtral and other llama
 //    vocabularies): "▁" for spaces, score-ordered merges and <0xXX> byte
 //    tokens for what the vocabulary lacks (tokenizer_spm.cc).
@@ -61,6 +61,9 @@ struct TokenizerConfig {
   // index. SentencePiece merges by score and takes none.
   std::vector<std::string> merges;
   PreTokenizer pre_tokenizer = PreTokenizer::kQwen2;  // byte-level BPE only
+  // Byte-level BPE only: a pre-tokenized piece that is itself a token is
+  // encoded as that token, merges or not (PreTokenizerInfo::ignore_merges).
+  bool ignore_merges = false;
   int32_t bos_id = kNoToken;
   int32_t eos_id = kNoToken;
   int32_t pad_id = kNoToken;
@@ -88,9 +91,11 @@ class Tokenizer {
   static absl::StatusOr<Tokenizer> Create(TokenizerConfig config);
   // Reads the tokenizer.* keys of a GGUF file (SPEC.md §4.1) with llama.cpp's
   // defaults: tokenizer.ggml.model "gpt2" with a pre-tokenizer that
-  // LookUpPreTokenizer accepts, or "llama" (SentencePiece, which needs
-  // tokenizer.ggml.scores; bos/eos/unknown default to 1/2/0 and
-  // add_bos_token and add_space_prefix to true).
+  // LookUpPreTokenizer accepts (which also sets clean_up_spaces,
+  // ignore_merges and, for the Llama 3 names, add_bos_token's default of
+  // true), or "llama" (SentencePiece, which needs tokenizer.ggml.scores;
+  // bos/eos/unknown default to 1/2/0 and add_bos_token and add_space_prefix
+  // to true).
   static absl::StatusOr<Tokenizer> FromGgufMetadata(const GgufMetadata& metadata);
 
   // Text to token ids. Special tokens (control, user-defined, unknown) are cut
@@ -135,6 +140,7 @@ class Tokenizer {
   bool add_eos() const { return add_eos_; }
   bool add_space_prefix() const { return add_space_prefix_; }
   bool clean_up_spaces() const { return clean_up_spaces_; }
+  bool ignore_merges() const { return ignore_merges_; }
   TokenizerModel model() const { return model_; }
   // Meaningful for byte-level BPE only.
   PreTokenizer pre_tokenizer() const { return pre_tokenizer_; }
@@ -208,6 +214,7 @@ class Tokenizer {
   bool add_eos_ = false;
   bool add_space_prefix_ = false;
   bool clean_up_spaces_ = false;
+  bool ignore_merges_ = false;
   std::string chat_template_;
   std::vector<int32_t> eog_ids_;
 };

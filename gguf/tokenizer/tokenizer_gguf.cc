@@ -76,6 +76,7 @@ absl::StatusOr<Tokenizer> Tokenizer::FromGgufMetadata(const GgufMetadata& metada
 
   TokenizerConfig config;
   config.model = *model;
+  bool add_bos_by_default = spm;
   // llama.cpp gives SentencePiece no pre-tokenizer and ignores the key.
   if (!spm) {
     if (!metadata.Has(kPreKey)) {
@@ -90,6 +91,8 @@ absl::StatusOr<Tokenizer> Tokenizer::FromGgufMetadata(const GgufMetadata& metada
     if (!pre_tokenizer.ok()) return pre_tokenizer.status();
     config.pre_tokenizer = pre_tokenizer->kind;
     config.clean_up_spaces = pre_tokenizer->clean_up_spaces;
+    config.ignore_merges = pre_tokenizer->ignore_merges;
+    add_bos_by_default = pre_tokenizer->add_bos_by_default;
   }
 
   absl::StatusOr<std::vector<std::string>> tokens = metadata.GetStringArray(kTokensKey);
@@ -152,7 +155,8 @@ absl::StatusOr<Tokenizer> Tokenizer::FromGgufMetadata(const GgufMetadata& metada
     }
   }
 
-  absl::StatusOr<bool> add_bos = ReadBool(metadata, "tokenizer.ggml.add_bos_token", spm);
+  absl::StatusOr<bool> add_bos =
+      ReadBool(metadata, "tokenizer.ggml.add_bos_token", add_bos_by_default);
   if (!add_bos.ok()) return add_bos.status();
   config.add_bos = *add_bos;
   absl::StatusOr<bool> add_eos = ReadBool(metadata, "tokenizer.ggml.add_eos_token", false);

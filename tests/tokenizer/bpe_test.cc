@@ -350,6 +350,21 @@ TEST(TokenizerConfig, AddSpecialUsesBosAndEos) {
   EXPECT_THAT(*t.Encode("a", false), ElementsAre('a'));
 }
 
+TEST(TokenizerConfig, IgnoreMergesTakesAWordThatIsAToken) {
+  // The merges build "ab" but never "abc" or " abc".
+  TokenizerConfig config = ByteVocab({"ab", "abc", " abc"}, {{"a", "b"}});
+  const Tokenizer merging = MustCreate(config);
+  EXPECT_THAT(MustEncode(merging, "abc abc", false), ElementsAre(256, 'c', ' ', 256, 'c'));
+
+  config.ignore_merges = true;
+  const Tokenizer whole = MustCreate(std::move(config));
+  EXPECT_TRUE(whole.ignore_merges());
+  EXPECT_THAT(MustEncode(whole, "abc abc", false), ElementsAre(257, 258));
+  // Words that are no token still merge.
+  EXPECT_THAT(MustEncode(whole, "abcd abd", false), ElementsAre(256, 'c', 'd', ' ', 256, 'd'));
+  EXPECT_EQ(MustDecode(whole, MustEncode(whole, "abc abcd", false), false), "abc abcd");
+}
+
 TEST(TokenizerConfig, CleanUpSpacesAsLlamaCpp) {
   TokenizerConfig config = ByteVocab({}, {});
   config.pre_tokenizer = PreTokenizer::kGpt2;
@@ -396,6 +411,15 @@ TEST(TokenizerConfig, RejectsInconsistentInput) {
     ASSERT_FALSE(t.ok());
     EXPECT_THAT(std::string(t.status().message()),
                 HasSubstr("add_bos_token is true, but tokenizer.ggml.bos_token_id is not set"));
+  }
+  {
+    TokenizerConfig config = ByteVocab({}, {});
+    config.model = TokenizerModel::kSentencePiece;
+    config.scores.assign(config.tokens.size(), 0.0f);
+    config.ignore_merges = true;
+    const auto t = Tokenizer::Create(std::move(config));
+    ASSERT_FALSE(t.ok());
+    EXPECT_THAT(std::string(t.status().message()), HasSubstr("no ignore_merges"));
   }
   {
     TokenizerConfig config = ByteVocab({}, {});

@@ -149,13 +149,53 @@ TEST(FromGgufMetadata, AcceptsAValidVocabulary) {
   EXPECT_FALSE(olmo->add_bos());
 }
 
+Tokenizer MustLoad(const GgufMetadata& m) {
+  absl::StatusOr<Tokenizer> t = Tokenizer::FromGgufMetadata(m);
+  EXPECT_TRUE(t.ok()) << t.status();
+  return *std::move(t);
+}
+
+// Token 257 plays the part of <|begin_of_text|> or GLM's [gMASK].
+TEST(FromGgufMetadata, Llama3NamesAddBosUnlessTheFileSaysOtherwise) {
+  GgufMetadata m = ValidMetadata("gpt2", "llama-bpe");
+  m.Add({"tokenizer.ggml.bos_token_id", GgufValue::Uint32(257)});
+  const Tokenizer t = MustLoad(m);
+  EXPECT_EQ(t.pre_tokenizer(), PreTokenizer::kLlama3);
+  EXPECT_TRUE(t.clean_up_spaces());
+  EXPECT_TRUE(t.ignore_merges());
+  EXPECT_TRUE(t.add_bos());
+  EXPECT_EQ(*t.Encode("ab", true, /*add_special=*/true), (std::vector<int32_t>{257, 256}));
+
+  m.Add({"tokenizer.ggml.add_bos_token", GgufValue::Bool(false)});
+  EXPECT_FALSE(MustLoad(m).add_bos());
+}
+
+TEST(FromGgufMetadata, Glm4AddsNoBos) {
+  // As llama.cpp's converter writes GLM-4 files: a bos id, no add_bos_token.
+  GgufMetadata m = ValidMetadata("gpt2", "glm4");
+  m.Add({"tokenizer.ggml.bos_token_id", GgufValue::Uint32(257)});
+  for (const bool with_bos_id : {true, false}) {
+    const Tokenizer t = MustLoad(with_bos_id ? m : ValidMetadata("gpt2", "chatglm-bpe"));
+    EXPECT_EQ(t.pre_tokenizer(), PreTokenizer::kLlama3);
+    EXPECT_TRUE(t.clean_up_spaces());
+    EXPECT_FALSE(t.ignore_merges());
+    EXPECT_FALSE(t.add_bos());
+    EXPECT_EQ(*t.Encode("ab", true, /*add_special=*/true), (std::vector<int32_t>{256}));
+  }
+  // llama.cpp clears only the default bos id; the file's keys still rule.
+  m.Add({"tokenizer.ggml.add_bos_token", GgufValue::Bool(true)});
+  EXPECT_EQ(*MustLoad(m).Encode("ab", true, /*add_special=*/true),
+            (std::vector<int32_t>{257, 256}));
+}
+
 TEST(FromGgufMetadata, ClearErrors) {
   const std::string model_error = ErrorOf(ValidMetadata("bert"));
   EXPECT_THAT(model_error, HasSubstr("unsupported tokenizer model \"bert\""));
   EXPECT_THAT(model_error, HasSubstr("supported: gpt2 (byte-level BPE), llama (SentencePiece)"));
-  const std::string pre_error = ErrorOf(ValidMetadata("gpt2", "llama-bpe"));
-  EXPECT_THAT(pre_error, HasSubstr("llama-bpe"));
+  const std::string pre_error = ErrorOf(ValidMetadata("gpt2", "deepseek-llm"));
+  EXPECT_THAT(pre_error, HasSubstr("deepseek-llm"));
   EXPECT_THAT(pre_error, HasSubstr("supported: qwen2"));
+  EXPECT_THAT(pre_error, HasSubstr("llama-bpe"));
   EXPECT_THAT(ErrorOf(ValidMetadata("gpt2", "qwen2", false)),
               HasSubstr("tokenizer.ggml.merges is missing"));
   EXPECT_THAT(ErrorOf(ValidMetadata("gpt2", "qwen2", true, 259)),

@@ -1,9 +1,11 @@
 #include "gguf/tokenizer/pre_tokenizer.h"
 
+#include <iterator>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "gguf/tokenizer/unicode.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -11,6 +13,7 @@ namespace moetier {
 namespace {
 
 using ::testing::ElementsAre;
+using ::testing::HasSubstr;
 
 std::vector<std::string> Split(std::string_view text, PreTokenizer kind = PreTokenizer::kQwen2) {
   std::vector<std::string> out;
@@ -176,6 +179,106 @@ TEST(Gpt2PreTokenizer, InvalidUtf8IsPunctuation) {
   EXPECT_THAT(Gpt2(" \x80"), ElementsAre(" \x80"));
 }
 
+std::vector<std::string> Llama3(std::string_view text) {
+  return Split(text, PreTokenizer::kLlama3);
+}
+
+TEST(Llama3PreTokenizer, DigitRunsSplitIntoGroupsOfThreeFromTheLeft) {
+  EXPECT_THAT(Llama3("12345"), ElementsAre("123", "45"));
+  EXPECT_THAT(Llama3("1"), ElementsAre("1"));
+  EXPECT_THAT(Llama3("123"), ElementsAre("123"));
+  EXPECT_THAT(Llama3("1234567"), ElementsAre("123", "456", "7"));
+  EXPECT_THAT(Llama3(" 2024年"), ElementsAre(" ", "202", "4", "年"));
+  EXPECT_THAT(Llama3("In 2024, 1,000,000 people"),
+              ElementsAre("In", " ", "202", "4", ",", " ", "1", ",", "000", ",", "000", " people"));
+  EXPECT_THAT(Llama3("abc12345def"), ElementsAre("abc", "123", "45", "def"));
+  EXPECT_THAT(Llama3("3.14159"), ElementsAre("3", ".", "141", "59"));
+  EXPECT_THAT(Llama3("v1.2.3-rc4"), ElementsAre("v", "1", ".", "2", ".", "3", "-rc", "4"));
+  // Every \p{N} counts, not only ASCII: Arabic-Indic and fullwidth digits,
+  // superscripts (No) and Roman numerals (Nl), mixed in one run.
+  EXPECT_THAT(Llama3("٣٤٥٦"), ElementsAre("٣٤٥", "٦"));
+  EXPECT_THAT(Llama3("１２３４"), ElementsAre("１２３", "４"));
+  EXPECT_THAT(Llama3("x12²3"), ElementsAre("x", "12²", "3"));
+  EXPECT_THAT(Llama3("Ⅻ1"), ElementsAre("Ⅻ1"));
+  // A digit never leads a letter run, and a run ends at the first non-digit.
+  EXPECT_THAT(Llama3("12ab"), ElementsAre("12", "ab"));
+  EXPECT_THAT(Llama3("1234\n"), ElementsAre("123", "4", "\n"));
+}
+
+TEST(Llama3PreTokenizer, RestOfThePatternIsQwen2s) {
+  EXPECT_THAT(Llama3("I'll DON'T we're"), ElementsAre("I", "'ll", " DON", "'T", " we", "'re"));
+  EXPECT_THAT(Llama3("a   b"), ElementsAre("a", "  ", " b"));
+  EXPECT_THAT(Llama3("a \r\n  b"), ElementsAre("a", " \r\n", " ", " b"));
+  EXPECT_THAT(Llama3("x = f(a, b)"), ElementsAre("x", " =", " f", "(a", ",", " b", ")"));
+  EXPECT_THAT(Llama3("你好，世界"), ElementsAre("你好", "，世界"));
+  EXPECT_THAT(Llama3("cafe\xCC\x81 ok"), ElementsAre("cafe", "\xCC\x81", " ok"));
+}
+
+// Random text from characters the scanners treat differently, and invalid
+// bytes. `max_digit_run` bounds how many \p{N} codepoints follow one another.
+std::string RandomText(std::mt19937& rng, int max_digit_run) {
+  static const char* const kNumbers[] = {"7", "0", "٣", "²", "１", "Ⅻ"};
+  static const char* const kOthers[] = {
+      "a",    "Z",    "s",   "t", "l", "'", " ",  " ",  "\xC2\xA0", "\t",           "\n",
+      "\r",   ".",    ",",   "!", "(", "é", "你", "，", "\xCC\x81", "\xE3\x80\x80", "🙂",
+      "\x80", "\xFF", "\xC0"};
+  std::string text;
+  int digit_run = 0;
+  const int length = static_cast<int>(rng() % 30);
+  for (int i = 0; i < length; ++i) {
+    if (rng() % 3 == 0 && digit_run < max_digit_run) {
+      text += kNumbers[rng() % std::size(kNumbers)];
+      ++digit_run;
+    } else {
+      text += kOthers[rng() % std::size(kOthers)];
+      digit_run = 0;
+    }
+  }
+  return text;
+}
+
+TEST(Llama3PreTokenizer, AgreesWithQwen2WhereNoDigitsAreAdjacent) {
+  std::mt19937 rng(20240);
+  for (int trial = 0; trial < 5000; ++trial) {
+    const std::string text = RandomText(rng, 1);
+    ASSERT_EQ(PreTokenize(PreTokenizer::kLlama3, text), PreTokenize(PreTokenizer::kQwen2, text))
+        << "text: " << text;
+  }
+}
+
+// Qwen2 gives every \p{N} codepoint a piece of its own; Llama 3 joins up to
+// three neighbours and leaves everything else alone.
+std::vector<std::string_view> GroupDigitsByThree(std::string_view text,
+                                                 const std::vector<std::string_view>& pieces) {
+  const auto is_digit = [](std::string_view piece) {
+    const Utf8Unit u = DecodeUtf8(piece, 0);
+    return u.valid && u.length == piece.size() && IsNumber(u.codepoint);
+  };
+  std::vector<std::string_view> grouped;
+  int run = 0;
+  for (const std::string_view piece : pieces) {
+    if (is_digit(piece) && run > 0 && run < 3) {
+      const std::string_view last = grouped.back();
+      grouped.back() = text.substr(last.data() - text.data(), last.size() + piece.size());
+      ++run;
+      continue;
+    }
+    grouped.push_back(piece);
+    run = is_digit(piece) ? 1 : 0;
+  }
+  return grouped;
+}
+
+TEST(Llama3PreTokenizer, IsQwen2WithDigitsGroupedByThree) {
+  std::mt19937 rng(31337);
+  for (int trial = 0; trial < 5000; ++trial) {
+    const std::string text = RandomText(rng, 7);
+    ASSERT_EQ(PreTokenize(PreTokenizer::kLlama3, text),
+              GroupDigitsByThree(text, PreTokenize(PreTokenizer::kQwen2, text)))
+        << "text: " << text;
+  }
+}
+
 TEST(PreTokenizer, PiecesConcatenateToInputForRandomBytes) {
   std::mt19937 rng(1234);
   for (int trial = 0; trial < 2000; ++trial) {
@@ -187,7 +290,8 @@ TEST(PreTokenizer, PiecesConcatenateToInputForRandomBytes) {
       text.push_back(rng() % 2 ? kInteresting[rng() % (sizeof(kInteresting) - 1)]
                                : static_cast<char>(rng() % 256));
     }
-    for (PreTokenizer kind : {PreTokenizer::kQwen2, PreTokenizer::kQwen35, PreTokenizer::kGpt2}) {
+    for (PreTokenizer kind : {PreTokenizer::kQwen2, PreTokenizer::kQwen35, PreTokenizer::kGpt2,
+                              PreTokenizer::kLlama3}) {
       std::string joined;
       for (std::string_view piece : PreTokenize(kind, text)) {
         ASSERT_FALSE(piece.empty());
@@ -202,12 +306,20 @@ TEST(PreTokenizer, Names) {
   EXPECT_EQ(*PreTokenizerFromName("qwen2"), PreTokenizer::kQwen2);
   EXPECT_EQ(*PreTokenizerFromName("deepseek-r1-qwen"), PreTokenizer::kQwen2);
   EXPECT_EQ(*PreTokenizerFromName("qwen35"), PreTokenizer::kQwen35);
-  const absl::StatusOr<PreTokenizer> bad = PreTokenizerFromName("llama-bpe");
+  // llama.cpp's deepseek-llm is a chain of regexes of its own.
+  const absl::StatusOr<PreTokenizer> bad = PreTokenizerFromName("deepseek-llm");
   ASSERT_FALSE(bad.ok());
-  EXPECT_THAT(std::string(bad.status().message()), ::testing::HasSubstr("llama-bpe"));
-  EXPECT_THAT(std::string(bad.status().message()), ::testing::HasSubstr("qwen2"));
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kUnimplemented);
+  const std::string message(bad.status().message());
+  EXPECT_THAT(message, HasSubstr("\"deepseek-llm\""));
+  for (const char* name : {"qwen2", "deepseek-r1-qwen", "qwen35", "olmo", "granite-docling",
+                           "llama3", "llama-bpe", "dbrx", "smaug-bpe", "glm4", "chatglm-bpe"}) {
+    EXPECT_THAT(message, HasSubstr(std::string(" ") + name)) << name;
+  }
+  EXPECT_THAT(message, HasSubstr(SupportedPreTokenizerNames()));
   EXPECT_EQ(PreTokenizerName(PreTokenizer::kQwen35), "qwen35");
   EXPECT_EQ(PreTokenizerName(PreTokenizer::kGpt2), "gpt2");
+  EXPECT_EQ(PreTokenizerName(PreTokenizer::kLlama3), "llama3");
 
   // The GPT-2 pattern's names, and whether llama.cpp cleans up spaces.
   for (const char* name : {"olmo", "gpt-2", "mpt", "jais", "phi-2", "exaone4"}) {
@@ -221,7 +333,39 @@ TEST(PreTokenizer, Names) {
   // llama.cpp's "default" is a chain of other regexes, not this scanner.
   const absl::StatusOr<PreTokenizerInfo> fallback = LookUpPreTokenizer("default");
   ASSERT_FALSE(fallback.ok());
-  EXPECT_THAT(std::string(fallback.status().message()), ::testing::HasSubstr("olmo"));
+  EXPECT_THAT(std::string(fallback.status().message()), HasSubstr("olmo"));
+}
+
+TEST(PreTokenizer, Llama3Names) {
+  // LLAMA_VOCAB_PRE_TYPE_LLAMA3 in llama.cpp: clean_spaces, ignore_merges and
+  // add_bos.
+  for (const char* name : {"llama3", "llama-v3", "llama-bpe", "falcon3", "falcon-h1", "pixtral",
+                           "midm-2.0", "lfm2", "jina-v5-nano"}) {
+    const absl::StatusOr<PreTokenizerInfo> info = LookUpPreTokenizer(name);
+    ASSERT_TRUE(info.ok()) << name << ": " << info.status();
+    EXPECT_EQ(info->kind, PreTokenizer::kLlama3) << name;
+    EXPECT_TRUE(info->clean_up_spaces) << name;
+    EXPECT_TRUE(info->ignore_merges) << name;
+    EXPECT_TRUE(info->add_bos_by_default) << name;
+  }
+  // _DBRX, _SMAUG and _CHATGLM4: the same regex and clean_spaces, merges
+  // always run, no BOS unless the file asks for it.
+  for (const char* name : {"dbrx", "smaug-bpe", "glm4", "chatglm-bpe"}) {
+    const absl::StatusOr<PreTokenizerInfo> info = LookUpPreTokenizer(name);
+    ASSERT_TRUE(info.ok()) << name << ": " << info.status();
+    EXPECT_EQ(info->kind, PreTokenizer::kLlama3) << name;
+    EXPECT_TRUE(info->clean_up_spaces) << name;
+    EXPECT_FALSE(info->ignore_merges) << name;
+    EXPECT_FALSE(info->add_bos_by_default) << name;
+  }
+  // The other tables keep llama.cpp's defaults.
+  for (const char* name : {"qwen2", "qwen35", "olmo"}) {
+    EXPECT_FALSE(LookUpPreTokenizer(name)->ignore_merges) << name;
+    EXPECT_FALSE(LookUpPreTokenizer(name)->add_bos_by_default) << name;
+  }
+  // Names are exact.
+  EXPECT_FALSE(LookUpPreTokenizer("Llama3").ok());
+  EXPECT_FALSE(LookUpPreTokenizer("glm").ok());
 }
 
 }  // namespace
