@@ -53,6 +53,7 @@ SYNTH_ARCHS = {
     "qwen3next": "qwen3",
     "qwen2moe": "qwen3",
     "qwen3vlmoe": "qwen3",
+    "glm4moe": "qwen3",
 }
 
 # Template files: the special tokens of the models that carry them, as
@@ -239,6 +240,7 @@ KNOWN_DIFFERENCES = {
     ("synth:qwen3next", "ends_with_assistant"): SHORTENED_QWEN3_TEMPLATE,
     ("synth:qwen2moe", "ends_with_assistant"): SHORTENED_QWEN3_TEMPLATE,
     ("synth:qwen3vlmoe", "ends_with_assistant"): SHORTENED_QWEN3_TEMPLATE,
+    ("synth:glm4moe", "ends_with_assistant"): SHORTENED_QWEN3_TEMPLATE,
 }
 
 

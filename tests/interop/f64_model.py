@@ -13,6 +13,11 @@ Supported architectures (general.architecture):
              sigmoid-gated shared expert in every layer
   qwen3vlmoe qwen3moe with multi-section rope (rope.dimension_sections); text
              positions (p, p, p, 0)
+  glm4moe    q/k/v biases, optional per-head q/k RMSNorm, NEOX rope over
+             rope.dimension_count dims; dense SwiGLU in the leading layers, then
+             sigmoid router -> top-k of probabilities + exp_probs_b -> weights from
+             the unbiased probabilities (renormalized, scaled), and an ungated
+             shared expert; the nextn (MTP) blocks after the others do not run
 
 Everything is computed in float64 with no activation quantization; the Gated
 DeltaNet recurrence runs token by token. Hyperparameters come from the file's
@@ -26,7 +31,7 @@ from dequant import dequantize
 from gguf_file import GGUFError
 
 SUPPORTED_ARCHS = ("qwen3moe", "olmoe", "llama", "qwen35moe", "qwen3next", "qwen2moe",
-                   "qwen3vlmoe")
+                   "qwen3vlmoe", "glm4moe")
 HYBRID_ARCHS = ("qwen35moe", "qwen3next")
 
 
@@ -187,6 +192,16 @@ class Model:
         self.n_expert = int(self._key("expert_count", 0))
         self.n_expert_used = int(self._key("expert_used_count", 0))
         self.expert_weights_scale = float(self._key("expert_weights_scale", 0.0))
+        # llama.cpp's expert_gating_func: 1 softmax, 2 sigmoid; glm4moe
+        # files without the key (or with 0) route by sigmoid.
+        self.gating = int(self._key("expert_gating_func", 0)) or (2 if a == "glm4moe" else 1)
+        if self.gating not in (1, 2):
+            raise ModelError(f"{a}: unsupported expert_gating_func {self.gating}")
+        if a == "glm4moe":
+            self.renormalize = bool(self._key("expert_weights_norm", False))
+        else:
+            self.renormalize = a in ("qwen3moe", "qwen3vlmoe", "llama", "qwen35moe", "qwen3next")
+        self.n_dense_lead = int(self._key("leading_dense_block_count", 0)) if a == "glm4moe" else 0
         if a == "qwen3vlmoe":
             self.sections = list(self._req("rope.dimension_sections"))
         if a in HYBRID_ARCHS:
@@ -266,7 +281,8 @@ class Model:
                 x = x + self.gated_attention(il, h, positions)
             else:
                 x = x + self.attention(il, h, positions)
-            norm = "post_attention_norm.weight" if self.arch in HYBRID_ARCHS else "ffn_norm.weight"
+            norm = ("post_attention_norm.weight" if self.arch in HYBRID_ARCHS + ("glm4moe",)
+                    else "ffn_norm.weight")
             h = rms_norm(x, self.w(p + norm), self.eps)
             x = x + self.ffn(il, h)
         x = rms_norm(x, self.w("output_norm.weight"), self.eps)
@@ -284,7 +300,7 @@ class Model:
         return n_head, n_head_kv, head_dim, v_dim, n_rot
 
     def attention(self, il, h, positions):
-        """Softmax attention of qwen3moe, qwen3vlmoe, qwen2moe, olmoe and llama."""
+        """Softmax attention of qwen3moe, qwen3vlmoe, qwen2moe, glm4moe, olmoe and llama."""
         p = f"blk.{il}."
         T = h.shape[0]
         n_head, n_head_kv, hd, vd, n_rot = self._heads(il)
@@ -301,7 +317,9 @@ class Model:
         q = q.reshape(T, n_head, hd)
         k = k.reshape(T, n_head_kv, hd)
         v = v.reshape(T, n_head_kv, vd)
-        if self.arch in ("qwen3moe", "qwen3vlmoe"):
+        if self.arch in ("qwen3moe", "qwen3vlmoe") or (
+                self.arch == "glm4moe" and self.has(p + "attn_q_norm.weight")):
+            # Per head, after the biases (GLM-4.5 has these norms, GLM-4.5-Air not).
             q = rms_norm(q, self.w(p + "attn_q_norm.weight"), self.eps)
             k = rms_norm(k, self.w(p + "attn_k_norm.weight"), self.eps)
         neox = self.arch != "llama"
@@ -420,12 +438,23 @@ class Model:
             return int(v)
         return self._per_layer("feed_forward_length", il) // max(self.n_expert_used, 1)
 
+    def dense_ffn(self, il, h):
+        p = f"blk.{il}."
+        if self.arch == "glm4moe":
+            n_ff = self._per_layer("feed_forward_length", il)
+            self._expect_shape(p + "ffn_gate.weight", (n_ff, self.n_embd))
+            self._expect_shape(p + "ffn_up.weight", (n_ff, self.n_embd))
+            self._expect_shape(p + "ffn_down.weight", (self.n_embd, n_ff))
+        return self.linear(silu(self.linear(h, p + "ffn_gate.weight")) * self.linear(h, p + "ffn_up.weight"),
+                           p + "ffn_down.weight")
+
     def ffn(self, il, h):
         p = f"blk.{il}."
+        if il < self.n_dense_lead:
+            return self.dense_ffn(il, h)
         if not self.has(p + "ffn_gate_inp.weight"):
             if self.arch == "llama" and self.has(p + "ffn_gate.weight"):
-                return self.linear(silu(self.linear(h, p + "ffn_gate.weight")) * self.linear(h, p + "ffn_up.weight"),
-                                   p + "ffn_down.weight")
+                return self.dense_ffn(il, h)
             raise ModelError(f"{self.arch}: missing tensor {p}ffn_gate_inp.weight")
         n_ff = self._expert_width(il)
         self._expect_shape(p + "ffn_gate_inp.weight", (self.n_expert, self.n_embd))
@@ -435,23 +464,35 @@ class Model:
         gate_w = self.w(p + "ffn_gate_exps.weight")
         up_w = self.w(p + "ffn_up_exps.weight")
         down_w = self.w(p + "ffn_down_exps.weight")
-        probs = softmax(self.linear(h, p + "ffn_gate_inp.weight", p + "ffn_gate_inp.bias"), axis=-1)
-        renormalize = self.arch in ("qwen3moe", "qwen3vlmoe", "llama", "qwen35moe", "qwen3next")
+        router_logits = self.linear(h, p + "ffn_gate_inp.weight", p + "ffn_gate_inp.bias")
+        probs = sigmoid(router_logits) if self.gating == 2 else softmax(router_logits, axis=-1)
+        # glm4moe: the selection bias picks the experts, the unbiased
+        # probabilities weigh them.
+        selection = probs
+        if self.has(p + "exp_probs_b.bias"):
+            self._expect_shape(p + "exp_probs_b.bias", (self.n_expert,))
+            selection = probs + self.w(p + "exp_probs_b.bias")
         out = np.zeros_like(h)
         for t in range(h.shape[0]):
-            top = np.argsort(-probs[t], kind="stable")[:self.n_expert_used]
+            top = np.argsort(-selection[t], kind="stable")[:self.n_expert_used]
             weights = probs[t, top]
-            if renormalize:
+            if self.renormalize:
                 weights = weights / max(weights.sum(), 6.103515625e-5)
             if self.expert_weights_scale and self.expert_weights_scale != 1.0:
                 weights = weights * self.expert_weights_scale
             for e, wgt in zip(top, weights):
                 act = silu(gate_w[e] @ h[t]) * (up_w[e] @ h[t])
                 out[t] += wgt * (down_w[e] @ act)
-        if self.has(p + "ffn_gate_inp_shexp.weight"):
+        if self.has(p + "ffn_gate_shexp.weight"):
+            if self.arch == "glm4moe":
+                n_ff_shexp = n_ff * int(self._key("expert_shared_count", 0))
+                self._expect_shape(p + "ffn_gate_shexp.weight", (n_ff_shexp, self.n_embd))
+                self._expect_shape(p + "ffn_down_shexp.weight", (self.n_embd, n_ff_shexp))
             shared = silu(self.linear(h, p + "ffn_gate_shexp.weight")) * self.linear(h, p + "ffn_up_shexp.weight")
             shared = self.linear(shared, p + "ffn_down_shexp.weight")
-            out += sigmoid(h @ self.w(p + "ffn_gate_inp_shexp.weight"))[:, None] * shared
+            if self.has(p + "ffn_gate_inp_shexp.weight"):
+                shared = sigmoid(h @ self.w(p + "ffn_gate_inp_shexp.weight"))[:, None] * shared
+            out += shared
         return out
 
 

@@ -36,7 +36,8 @@ std::vector<ExpectedTensor> ExpectedTensors(const SynthShape& s) {
   if (!s.tied_output) t.push_back({"output.weight", {s.n_embd, s.n_vocab}, -1});
   const int64_t q = s.n_head * s.head_dim;
   const int64_t kv = s.n_head_kv * s.head_dim;
-  for (int64_t l = 0; l < s.n_layer; ++l) {
+  // glm4moe's nextn blocks follow the layers that run.
+  for (int64_t l = 0; l < s.n_layer + s.n_nextn_layer; ++l) {
     const std::string b = absl::StrCat("blk.", l, ".");
     auto add = [&](const std::string& n, std::vector<int64_t> ne) {
       t.push_back({b + n, std::move(ne), l});
@@ -71,6 +72,45 @@ std::vector<ExpectedTensor> ExpectedTensors(const SynthShape& s) {
         add("attn_v.bias", {kv});
         add("ffn_norm.weight", {s.n_embd});
         break;
+      case SynthArch::kGlm4Moe:
+        add("attn_norm.weight", {s.n_embd});
+        add("attn_q.weight", {s.n_embd, q});
+        add("attn_k.weight", {s.n_embd, kv});
+        add("attn_v.weight", {s.n_embd, kv});
+        add("attn_output.weight", {q, s.n_embd});
+        add("attn_q.bias", {q});
+        add("attn_k.bias", {kv});
+        add("attn_v.bias", {kv});
+        if (s.qk_norm) {
+          add("attn_q_norm.weight", {s.head_dim});
+          add("attn_k_norm.weight", {s.head_dim});
+        }
+        add("post_attention_norm.weight", {s.n_embd});
+        if (l < s.n_layer_dense_lead) {
+          add("ffn_gate.weight", {s.n_embd, s.n_ff});
+          add("ffn_up.weight", {s.n_embd, s.n_ff});
+          add("ffn_down.weight", {s.n_ff, s.n_embd});
+        } else {
+          add("ffn_gate_inp.weight", {s.n_embd, s.n_expert});
+          add("ffn_gate_exps.weight", {s.n_embd, s.n_ff_exp, s.n_expert});
+          add("ffn_up_exps.weight", {s.n_embd, s.n_ff_exp, s.n_expert});
+          add("ffn_down_exps.weight", {s.n_ff_exp, s.n_embd, s.n_expert});
+          add("exp_probs_b.bias", {s.n_expert});
+          if (s.n_expert_shared > 0) {
+            // No ffn_gate_inp_shexp: GLM's shared expert is not gated.
+            const int64_t shared = s.n_ff_exp * s.n_expert_shared;
+            add("ffn_gate_shexp.weight", {s.n_embd, shared});
+            add("ffn_up_shexp.weight", {s.n_embd, shared});
+            add("ffn_down_shexp.weight", {shared, s.n_embd});
+          }
+        }
+        if (l >= s.n_layer) {
+          add("nextn.eh_proj.weight", {2 * s.n_embd, s.n_embd});
+          add("nextn.enorm.weight", {s.n_embd});
+          add("nextn.hnorm.weight", {s.n_embd});
+          add("nextn.shared_head_norm.weight", {s.n_embd});
+        }
+        continue;
       case SynthArch::kQwen35Moe:
       case SynthArch::kQwen3Next: {
         add("attn_norm.weight", {s.n_embd});
@@ -180,7 +220,10 @@ TensorType ExpectedType(const SynthShape& s, SynthQuant quant, const ExpectedTen
   } else if (absl::StrContains(n, "attn_output.weight")) {
     want = eight ? TensorType::kQ5_K : TensorType::kQ4_K;
   } else if (absl::StrContains(n, "ffn_down")) {
-    want = UseMoreBits(t.layer, s.n_layer) ? TensorType::kQ6_K : TensorType::kQ4_K;
+    // llama-quantize's layer count is block_count, glm4moe's nextn blocks
+    // included.
+    const int64_t n_block = s.n_layer + s.n_nextn_layer;
+    want = UseMoreBits(t.layer, n_block) ? TensorType::kQ6_K : TensorType::kQ4_K;
   }
   return Fit(want, ne0);
 }
@@ -223,13 +266,15 @@ std::vector<ExpectedKey> ExpectedKeys(const SynthShape& s, SynthQuant quant) {
                                 : quant == SynthQuant::kQ8_0 ? 7
                                                              : 15)},
       {"general.quantization_version", u32(2)},
-      {a + ".block_count", u32(s.n_layer)},
+      {a + ".block_count", u32(s.n_layer + s.n_nextn_layer)},
       {a + ".context_length", u32(s.n_ctx)},
       {a + ".embedding_length", u32(s.n_embd)},
       // qwen2moe: HF's intermediate_size, written as what llama.cpp's
       // fallback would take the expert width from.
-      {a + ".feed_forward_length",
-       u32(s.arch == SynthArch::kQwen2Moe ? s.n_ff_exp * s.n_expert_used : s.n_ff_exp)},
+      // glm4moe: the dense layers' width.
+      {a + ".feed_forward_length", u32(s.arch == SynthArch::kQwen2Moe ? s.n_ff_exp * s.n_expert_used
+                                       : s.arch == SynthArch::kGlm4Moe ? s.n_ff
+                                                                       : s.n_ff_exp)},
       {a + ".attention.head_count", u32(s.n_head)},
       {a + ".attention.head_count_kv", u32(s.n_head_kv)},
       {a + ".rope.freq_base", GgufValue::Float32(s.rope_base)},
@@ -264,6 +309,21 @@ std::vector<ExpectedKey> ExpectedKeys(const SynthShape& s, SynthQuant quant) {
       k.push_back({"tokenizer.ggml.model", GgufValue::String("gpt2")});
       k.push_back({"tokenizer.ggml.pre", GgufValue::String("qwen2")});
       break;
+    case SynthArch::kGlm4Moe:
+      // The converter writes the head size from GLM's config, which has it.
+      k.push_back({a + ".attention.key_length", u32(s.head_dim)});
+      k.push_back({a + ".attention.value_length", u32(s.head_dim)});
+      k.push_back({a + ".rope.dimension_count", u32(s.n_rot)});
+      k.push_back({a + ".expert_feed_forward_length", u32(s.n_ff_exp)});
+      k.push_back({a + ".expert_shared_count", u32(s.n_expert_shared)});
+      k.push_back({a + ".leading_dense_block_count", u32(s.n_layer_dense_lead)});
+      k.push_back({a + ".expert_gating_func", u32(2)});  // sigmoid
+      k.push_back({a + ".expert_weights_scale", GgufValue::Float32(s.expert_weights_scale)});
+      k.push_back({a + ".expert_weights_norm", GgufValue::Bool(s.expert_weights_norm)});
+      k.push_back({a + ".nextn_predict_layers", u32(s.n_nextn_layer)});
+      k.push_back({"tokenizer.ggml.model", GgufValue::String("gpt2")});
+      k.push_back({"tokenizer.ggml.pre", GgufValue::String("qwen2")});
+      break;
     case SynthArch::kQwen35Moe:
     case SynthArch::kQwen3Next:
       k.push_back({a + ".attention.key_length", u32(s.head_dim)});
@@ -287,7 +347,7 @@ std::vector<ExpectedKey> ExpectedKeys(const SynthShape& s, SynthQuant quant) {
                    GgufValue::String(s.arch == SynthArch::kQwen35Moe ? "qwen35" : "qwen2")});
       break;
   }
-  if (!head_dim_implied && !IsSynthDeltaNetHybrid(s.arch)) {
+  if (!head_dim_implied && !IsSynthDeltaNetHybrid(s.arch) && s.arch != SynthArch::kGlm4Moe) {
     k.push_back({a + ".attention.key_length", u32(s.head_dim)});
     k.push_back({a + ".attention.value_length", u32(s.head_dim)});
   }
@@ -327,9 +387,9 @@ void CheckMetadata(const GgufMetadata& md, const SynthShape& s, SynthQuant quant
     EXPECT_TRUE(expected_names.count(kv.key) || OtherKeys().count(kv.key))
         << "unexpected key " << kv.key;
   }
-  EXPECT_EQ(md.Has("tokenizer.ggml.bos_token_id"), s.arch == SynthArch::kLlama ||
-                                                       s.arch == SynthArch::kQwen3Next ||
-                                                       s.arch == SynthArch::kQwen2Moe)
+  EXPECT_EQ(md.Has("tokenizer.ggml.bos_token_id"),
+            s.arch == SynthArch::kLlama || s.arch == SynthArch::kQwen3Next ||
+                s.arch == SynthArch::kQwen2Moe || s.arch == SynthArch::kGlm4Moe)
       << "olmoe and qwen35moe files have no bos key";
 
   const absl::StatusOr<std::vector<std::string>> tokens =
@@ -374,6 +434,7 @@ void CheckMetadata(const GgufMetadata& md, const SynthShape& s, SynthQuant quant
       break;
     case SynthArch::kQwen3Next:
     case SynthArch::kQwen2Moe:
+    case SynthArch::kGlm4Moe:
       // The Qwen3 vocabulary, as qwen3moe's: bos = pad = <|endoftext|>.
       EXPECT_EQ((*tokens)[md.GetUintOr("tokenizer.ggml.eos_token_id", 0)], "<|im_end|>");
       EXPECT_EQ((*tokens)[md.GetUintOr("tokenizer.ggml.padding_token_id", 0)], "<|endoftext|>");

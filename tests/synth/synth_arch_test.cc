@@ -1,5 +1,5 @@
 // Tests of the architectures beyond qwen3moe (olmoe, llama with experts,
-// qwen35moe, qwen3next): presets, the tensor tables and type rules restated here
+// qwen35moe, qwen3next, qwen2moe, glm4moe): presets, the tensor tables and type rules restated here
 // independently of the tool, the metadata real files carry, files read back
 // with the project's GGUF reader, deterministic bytes, the weight
 // distributions through every encoding, the tokenizers, the command line,
@@ -112,6 +112,30 @@ TEST(SynthArchPresetTest, FullShapesAreTheRealModels) {
     EXPECT_EQ(p.n_head * p.head_dim, p.n_embd) << name;
   }
 
+  // GLM-4.5-Air: 46 layers that run and one nextn block, rope over half of
+  // each head; every glm4moe preset has one leading dense layer, one shared
+  // expert, renormalized routing weights and a nextn block.
+  const SynthShape g = *SynthPreset(SynthArch::kGlm4Moe, "full");
+  EXPECT_EQ(std::make_tuple(g.n_layer, g.n_nextn_layer, g.n_embd, g.n_head, g.n_head_kv, g.head_dim,
+                            g.n_rot),
+            std::make_tuple(46, 1, 4096, 96, 8, 128, 64));
+  EXPECT_EQ(std::make_tuple(g.n_ff, g.n_expert, g.n_expert_used, g.n_ff_exp, g.n_expert_shared),
+            std::make_tuple(10944, 128, 8, 1408, 1));
+  EXPECT_EQ(std::make_tuple(g.n_vocab, g.n_ctx), std::make_tuple(151552, 131072));
+  EXPECT_FLOAT_EQ(g.rope_base, 1e6f);
+  EXPECT_FLOAT_EQ(g.rms_eps, 1e-5f);
+  EXPECT_FLOAT_EQ(g.expert_weights_scale, 1.0f);
+  EXPECT_FALSE(g.qk_norm);
+  EXPECT_FALSE(g.tied_output);
+  for (const char* name : {"tiny", "small", "full"}) {
+    const SynthShape p = *SynthPreset(SynthArch::kGlm4Moe, name);
+    EXPECT_EQ(std::make_tuple(p.n_layer_dense_lead, p.n_expert_shared, p.n_nextn_layer),
+              std::make_tuple(1, 1, 1))
+        << name;
+    EXPECT_TRUE(p.expert_weights_norm) << name;
+    EXPECT_EQ(p.n_rot * 2, p.head_dim) << name;
+  }
+
   for (const SynthArch arch : kAllSynthArchs) {
     for (const char* name : {"tiny", "small", "full"}) {
       const absl::StatusOr<SynthShape> s = SynthPreset(arch, name);
@@ -139,6 +163,23 @@ TEST(SynthArchPresetTest, TinyAndSmallMirrorTheTestVectors) {
             std::make_tuple(256, 16, 4, 256, 4, 2, 64, 16));
   EXPECT_EQ(std::make_tuple(s.ssm_group_count, s.ssm_time_step_rank, s.ssm_state_size),
             std::make_tuple(2, 4, 64));
+
+  // The glm4moe vectors: routing scales neither 0 nor 1, q/k norm only in
+  // the small one.
+  const SynthShape gt = *SynthPreset(SynthArch::kGlm4Moe, "tiny");
+  EXPECT_EQ(
+      std::make_tuple(gt.n_layer, gt.n_embd, gt.n_ff, gt.n_expert, gt.n_expert_used, gt.n_ff_exp,
+                      gt.n_head, gt.n_head_kv, gt.head_dim, gt.n_rot, gt.n_vocab),
+      std::make_tuple(3, 128, 384, 8, 2, 128, 4, 2, 32, 16, 512));
+  EXPECT_FLOAT_EQ(gt.expert_weights_scale, 1.8f);
+  EXPECT_FALSE(gt.qk_norm);
+  const SynthShape gs = *SynthPreset(SynthArch::kGlm4Moe, "small");
+  EXPECT_EQ(
+      std::make_tuple(gs.n_layer, gs.n_embd, gs.n_ff, gs.n_expert, gs.n_expert_used, gs.n_ff_exp,
+                      gs.n_head, gs.n_head_kv, gs.head_dim, gs.n_rot, gs.n_vocab),
+      std::make_tuple(4, 256, 512, 16, 4, 256, 4, 2, 64, 32, 4096));
+  EXPECT_FLOAT_EQ(gs.expert_weights_scale, 2.5f);
+  EXPECT_TRUE(gs.qk_norm);
 }
 
 TEST(SynthArchPresetTest, ValidationNamesTheFlag) {
@@ -163,6 +204,28 @@ TEST(SynthArchPresetTest, ValidationNamesTheFlag) {
   s = *SynthPreset(SynthArch::kQwen2Moe, "tiny");
   s.head_dim = 16;
   EXPECT_THAT(std::string(ValidateSynthShape(s).message()), HasSubstr("--head-dim"));
+  s = *SynthPreset(SynthArch::kGlm4Moe, "tiny");
+  s.n_layer_dense_lead = s.n_layer + 1;  // a nextn block would be dense
+  EXPECT_THAT(std::string(ValidateSynthShape(s).message()), HasSubstr("--leading-dense-layers"));
+  s = *SynthPreset(SynthArch::kGlm4Moe, "tiny");
+  s.n_rot = 15;
+  EXPECT_THAT(std::string(ValidateSynthShape(s).message()), HasSubstr("--rope-dims"));
+  s.n_rot = s.head_dim + 2;
+  EXPECT_THAT(std::string(ValidateSynthShape(s).message()), HasSubstr("--rope-dims"));
+  s = *SynthPreset(SynthArch::kGlm4Moe, "tiny");
+  s.expert_weights_scale = -1.0f;
+  EXPECT_THAT(std::string(ValidateSynthShape(s).message()), HasSubstr("--expert-weights-scale"));
+  s.expert_weights_scale = std::nanf("");
+  EXPECT_THAT(std::string(ValidateSynthShape(s).message()), HasSubstr("--expert-weights-scale"));
+  s = *SynthPreset(SynthArch::kGlm4Moe, "tiny");
+  s.n_nextn_layer = 9;
+  EXPECT_THAT(std::string(ValidateSynthShape(s).message()), HasSubstr("--nextn-layers"));
+  s = *SynthPreset(SynthArch::kGlm4Moe, "tiny");
+  s.n_ff = 0;
+  EXPECT_THAT(std::string(ValidateSynthShape(s).message()), HasSubstr("--dense-ffn"));
+  s = *SynthPreset(SynthArch::kGlm4Moe, "tiny");
+  s.n_expert_shared = -1;
+  EXPECT_THAT(std::string(ValidateSynthShape(s).message()), HasSubstr("--shared-experts"));
 
   for (const SynthArch arch : kAllSynthArchs) {
     for (const SynthQuant quant :
@@ -215,7 +278,9 @@ TEST(SynthArchPlanTest, FullSizesArePlausible) {
   for (const Case c :
        {Case{SynthArch::kOlmoe, 6.8e9, 7.0e9}, Case{SynthArch::kLlama, 46.5e9, 46.9e9},
         Case{SynthArch::kQwen35Moe, 34.0e9, 35.5e9}, Case{SynthArch::kQwen3Next, 79.0e9, 81.0e9},
-        Case{SynthArch::kQwen2Moe, 57.0e9, 57.8e9}}) {
+        Case{SynthArch::kQwen2Moe, 57.0e9, 57.8e9},
+        // GLM-4.5-Air: 106B in the layers that run, 110B with the nextn block.
+        Case{SynthArch::kGlm4Moe, 109.0e9, 110.0e9}}) {
     uint64_t elements = 0;
     for (const SynthTensor& t : PlanSynthTensors(*SynthPreset(c.arch, "full"), SynthQuant::kF32)) {
       elements += static_cast<uint64_t>(t.element_count());
@@ -544,6 +609,16 @@ TEST(SynthArchCommandLineTest, HelpDocumentsEveryArchitectureAndFlag) {
                            "Qwen2-57B-A14B",
                            "qwen3vlmoe",
                            "Qwen3-VL-30B-A3B",
+                           "glm4moe",
+                           "GLM-4.5-Air",
+                           "--dense-ffn",
+                           "--leading-dense-layers",
+                           "--shared-experts",
+                           "--expert-weights-scale",
+                           "--no-expert-weights-norm",
+                           "--qk-norm",
+                           "--no-qk-norm",
+                           "--nextn-layers",
                            "--legacy-ssm-in",
                            "q8_0-f32",
                            "--rope-dims",
@@ -563,21 +638,31 @@ TEST(SynthArchCommandLineTest, HelpDocumentsEveryArchitectureAndFlag) {
 }
 
 TEST(SynthArchCommandLineTest, FlagsOfOtherArchitecturesAreRefused) {
-  for (const char* args :
-       {"--arch mixtral --out x.gguf", "--arch llama --shared-ffn 64 --out x.gguf",
-        "--arch olmoe --ssm-state-size 8 --out x.gguf",
-        "--arch llama --quant q8_0-f32 --out x.gguf",
-        "--arch qwen35moe --rope-sections 1,2 --out x.gguf",
-        "--arch qwen35moe --rope-dims 10 --out x.gguf", "--arch olmoe --tied-output --out x.gguf",
-        "--arch qwen3next --rope-sections 2,1,1,0 --out x.gguf",
-        "--arch qwen35moe --legacy-ssm-in --out x.gguf",
-        "--arch llama --ssm-group-count 2 --out x.gguf",
-        "--arch qwen2moe --ssm-state-size 8 --out x.gguf",
-        "--arch qwen2moe --tied-output --out x.gguf",
-        "--arch qwen3moe --shared-ffn 64 --out x.gguf",
-        "--arch qwen3moe --rope-sections 6,5,5,0 --out x.gguf",
-        "--arch qwen3vlmoe --rope-sections 0,0,0,0 --out x.gguf",
-        "--arch qwen3vlmoe --rope-sections 11,11,11,0 --out x.gguf"}) {
+  for (const char* args : {"--arch mixtral --out x.gguf",
+                           "--arch llama --shared-ffn 64 --out x.gguf",
+                           "--arch olmoe --ssm-state-size 8 --out x.gguf",
+                           "--arch llama --quant q8_0-f32 --out x.gguf",
+                           "--arch qwen35moe --rope-sections 1,2 --out x.gguf",
+                           "--arch qwen35moe --rope-dims 10 --out x.gguf",
+                           "--arch olmoe --tied-output --out x.gguf",
+                           "--arch qwen3next --rope-sections 2,1,1,0 --out x.gguf",
+                           "--arch qwen35moe --legacy-ssm-in --out x.gguf",
+                           "--arch llama --ssm-group-count 2 --out x.gguf",
+                           "--arch qwen2moe --ssm-state-size 8 --out x.gguf",
+                           "--arch qwen2moe --tied-output --out x.gguf",
+                           "--arch qwen3moe --shared-ffn 64 --out x.gguf",
+                           "--arch qwen3moe --rope-sections 6,5,5,0 --out x.gguf",
+                           "--arch qwen3vlmoe --rope-sections 0,0,0,0 --out x.gguf",
+                           "--arch qwen3vlmoe --rope-sections 11,11,11,0 --out x.gguf",
+                           "--arch qwen3moe --nextn-layers 1 --out x.gguf",
+                           "--arch qwen2moe --qk-norm --out x.gguf",
+                           "--arch qwen3moe --rope-dims 16 --out x.gguf",
+                           "--arch olmoe --expert-weights-scale 2 --out x.gguf",
+                           "--arch glm4moe --shared-ffn 64 --out x.gguf",
+                           "--arch glm4moe --rope-sections 4,2,2,0 --out x.gguf",
+                           "--arch glm4moe --leading-dense-layers 4 --out x.gguf",
+                           "--arch glm4moe --rope-dims 64 --out x.gguf",
+                           "--arch glm4moe --nextn-layers 9 --out x.gguf"}) {
     const RunResult r = RunTool(args);
     EXPECT_EQ(r.exit_code, 2) << args << ": " << r.output;
     EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << args << ": " << r.output;
@@ -607,6 +692,16 @@ TEST(SynthArchCommandLineTest, DryRunOfTheFullShapes) {
   EXPECT_EQ(qwen2.exit_code, 0) << qwen2.output;
   EXPECT_THAT(qwen2.output, HasSubstr("tensors: 479"));
   EXPECT_THAT(qwen2.output, HasSubstr("experts 64 (top 8)"));
+  // GLM-4.5-Air: output and the vocabulary ends (3); per block attn_norm,
+  // q/k/v/output, three biases and post_attention_norm (9), then a dense
+  // FFN (3) in layer 0, router, selection bias, three expert tensors and
+  // three shared in the 45 others (8), and in the nextn block the MoE
+  // tensors and its own four: 3 + 12 + 45 x 17 + 21.
+  const RunResult glm = RunTool("--arch glm4moe --preset full --quant q4_k_m --dry-run");
+  EXPECT_EQ(glm.exit_code, 0) << glm.output;
+  EXPECT_THAT(glm.output, HasSubstr("tensors: 801"));
+  EXPECT_THAT(glm.output, HasSubstr("layers 46,"));
+  EXPECT_THAT(glm.output, HasSubstr("nextn layers 1, leading dense 1 (ffn 10944)"));
 }
 
 TEST(SynthArchCommandLineTest, WritesQwen35MoeWithShapeFlags) {
@@ -636,6 +731,55 @@ TEST(SynthArchCommandLineTest, WritesQwen35MoeWithShapeFlags) {
   CheckTensors(*model, s, SynthQuant::kQ8_0);
   EXPECT_NE(model->FindTensor("blk.2.attn_q.weight"), nullptr);
   EXPECT_NE(model->FindTensor("blk.3.attn_qkv.weight"), nullptr);
+  fs::remove_all(dir);
+}
+
+// --layers counts the glm4moe layers that run; the nextn blocks come after
+// them, and every glm4moe flag reaches the file.
+TEST(SynthArchCommandLineTest, WritesGlm4MoeWithShapeFlags) {
+  const fs::path dir = MakeTempDir("arch_cli_glm");
+  const fs::path out = dir / "g.gguf";
+  const RunResult r = RunTool(absl::StrCat(
+      "--arch glm4moe --preset tiny --quant q4_k_m --layers 4 --leading-dense-layers 2 "
+      "--dense-ffn 96 --shared-experts 2 --expert-weights-scale 0.5 --no-expert-weights-norm "
+      "--qk-norm --nextn-layers 2 --rope-dims 8 --tied-output --quiet --out ",
+      out.string()));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::unique_ptr<GgufModel> model = OpenOrDie(out.string());
+  ASSERT_NE(model, nullptr);
+  SynthShape s = *SynthPreset(SynthArch::kGlm4Moe, "tiny");
+  s.n_layer = 4;
+  s.n_layer_dense_lead = 2;
+  s.n_ff = 96;
+  s.n_expert_shared = 2;
+  s.expert_weights_scale = 0.5f;
+  s.expert_weights_norm = false;
+  s.qk_norm = true;
+  s.n_nextn_layer = 2;
+  s.n_rot = 8;
+  s.tied_output = true;
+  CheckMetadata(model->metadata(), s, SynthQuant::kQ4_K_M);
+  CheckTensors(*model, s, SynthQuant::kQ4_K_M);
+  EXPECT_EQ(model->metadata().GetUintOr("glm4moe.block_count", 0), 6u);
+  EXPECT_NE(model->FindTensor("blk.1.ffn_down.weight"), nullptr);
+  EXPECT_NE(model->FindTensor("blk.2.exp_probs_b.bias"), nullptr);
+  EXPECT_NE(model->FindTensor("blk.5.nextn.eh_proj.weight"), nullptr);
+  EXPECT_EQ(model->FindTensor("blk.3.nextn.eh_proj.weight"), nullptr);
+  EXPECT_EQ(model->FindTensor("blk.2.ffn_gate_inp_shexp.weight"), nullptr);
+  EXPECT_EQ(model->FindTensor("output.weight"), nullptr);
+
+  // Without shared experts, no shexp tensors at all.
+  const fs::path plain = dir / "plain.gguf";
+  ASSERT_EQ(
+      RunTool(absl::StrCat("--arch glm4moe --shared-experts 0 --nextn-layers 0 --quiet --out ",
+                           plain.string()))
+          .exit_code,
+      0);
+  std::unique_ptr<GgufModel> p = OpenOrDie(plain.string());
+  ASSERT_NE(p, nullptr);
+  EXPECT_EQ(p->FindTensor("blk.1.ffn_gate_shexp.weight"), nullptr);
+  EXPECT_EQ(p->FindTensor("blk.3.attn_norm.weight"), nullptr);
+  EXPECT_EQ(p->metadata().GetUintOr("glm4moe.block_count", 0), 3u);
   fs::remove_all(dir);
 }
 

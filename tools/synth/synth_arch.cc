@@ -28,6 +28,8 @@ const SynthArchitecture& SynthArchitectureFor(SynthArch arch) {
       return Qwen2MoeArchitecture();
     case SynthArch::kQwen3VlMoe:
       return Qwen3VlMoeArchitecture();
+    case SynthArch::kGlm4Moe:
+      return Glm4MoeArchitecture();
   }
   std::abort();
 }
@@ -183,11 +185,15 @@ SynthQuantRole SynthAttentionMoeRole(SynthTensorKind kind) {
       return R::kAttnOutput;
     case K::kFfnDownExps:
     case K::kFfnDownShexp:
+    case K::kFfnDown:
       return R::kFfnDown;
     case K::kFfnGateExps:
     case K::kFfnUpExps:
     case K::kFfnGateShexp:
     case K::kFfnUpShexp:
+    case K::kFfnGate:
+    case K::kFfnUp:
+    case K::kNextnEhProj:
       return R::kOther;
     default:
       return R::kUnquantized;
@@ -199,12 +205,18 @@ void SynthTensorTable::AddSharedExpert(const SynthShape& s, const SynthScales& s
   // The shared expert's gate logit dot(w, x) has unit spread.
   Add(SynthBlockName(l, "ffn_gate_inp_shexp"), K::kFfnGateInpShexp, l, {s.n_embd}, 0.0f,
       scale.inv_sqrt_embd);
-  Add(SynthBlockName(l, "ffn_gate_shexp"), K::kFfnGateShexp, l, {s.n_embd, s.n_ff_shexp}, 0.0f,
+  AddSharedExpertProjections(s, scale, l, s.n_ff_shexp);
+}
+
+void SynthTensorTable::AddSharedExpertProjections(const SynthShape& s, const SynthScales& scale,
+                                                  int64_t l, int64_t width) {
+  using K = SynthTensorKind;
+  Add(SynthBlockName(l, "ffn_gate_shexp"), K::kFfnGateShexp, l, {s.n_embd, width}, 0.0f,
       scale.inv_sqrt_embd);
-  Add(SynthBlockName(l, "ffn_up_shexp"), K::kFfnUpShexp, l, {s.n_embd, s.n_ff_shexp}, 0.0f,
+  Add(SynthBlockName(l, "ffn_up_shexp"), K::kFfnUpShexp, l, {s.n_embd, width}, 0.0f,
       scale.inv_sqrt_embd);
-  Add(SynthBlockName(l, "ffn_down_shexp"), K::kFfnDownShexp, l, {s.n_ff_shexp, s.n_embd}, 0.0f,
-      scale.ResidualOut(s.n_ff_shexp));
+  Add(SynthBlockName(l, "ffn_down_shexp"), K::kFfnDownShexp, l, {width, s.n_embd}, 0.0f,
+      scale.ResidualOut(width));
 }
 
 TensorType SynthAttentionMoeType(const SynthShape& s, SynthQuant quant, const SynthTensor& t) {

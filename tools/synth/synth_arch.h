@@ -50,6 +50,7 @@ const SynthArchitecture& Qwen35MoeArchitecture();
 const SynthArchitecture& Qwen3NextArchitecture();
 const SynthArchitecture& Qwen2MoeArchitecture();
 const SynthArchitecture& Qwen3VlMoeArchitecture();
+const SynthArchitecture& Glm4MoeArchitecture();
 
 // ---------------------------------------------------------------- shared parts
 
@@ -106,8 +107,9 @@ TensorType SynthLlamaQ4KMType(const SynthLlamaQuantInput& in);
 TensorType SynthUniformType(SynthQuant quant, SynthQuantRole role, int64_t ne0);
 
 // The role of a tensor of the attention + routed-expert layouts (llama,
-// olmoe, qwen2moe): ffn_gate_exps, ffn_up_exps and the shared expert's gate
-// and up take the ftype's default, ffn_down_shexp is an ffn_down.
+// olmoe, qwen2moe, glm4moe): ffn_gate_exps, ffn_up_exps, the shared
+// expert's and the dense FFN's gate and up, and nextn.eh_proj take the
+// ftype's default; ffn_down_shexp and a dense ffn_down are ffn_downs.
 SynthQuantRole SynthAttentionMoeRole(SynthTensorKind kind);
 
 // The type of a tensor of those layouts: SynthUniformType for f32 and q8_0,
@@ -163,6 +165,10 @@ class SynthTensorTable {
   // The sigmoid-gated shared expert of layer l: ffn_gate_inp_shexp {n_embd}
   // and ffn_gate/up/down_shexp of width s.n_ff_shexp.
   void AddSharedExpert(const SynthShape& s, const SynthScales& scale, int64_t l);
+  // ffn_gate/up/down_shexp of layer l alone, `width` wide: a shared expert
+  // without a gate (glm4moe), or the projections of the gated one.
+  void AddSharedExpertProjections(const SynthShape& s, const SynthScales& scale, int64_t l,
+                                  int64_t width);
   std::vector<SynthTensor> Take() { return std::move(tensors_); }
 
  private:

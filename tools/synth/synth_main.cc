@@ -1,6 +1,6 @@
 // moetier-synth: writes a GGUF of one of the MoE architectures moetier serves
-// (qwen3moe, olmoe, llama with experts, qwen35moe, qwen3next, qwen2moe, qwen3vlmoe) with
-// deterministic random
+// (qwen3moe, olmoe, llama with experts, qwen35moe, qwen3next, qwen2moe, qwen3vlmoe,
+// glm4moe) with deterministic random
 // weights, real tensor names and encodings and a real tokenizer, for tests
 // and benchmarks.
 #include <unistd.h>
@@ -38,7 +38,8 @@ constexpr int kExitUsage = 2;
 
 constexpr std::string_view kUsage = R"(moetier-synth: write a synthetic MoE GGUF model
 
-usage: moetier-synth [--arch qwen3moe|olmoe|llama|qwen35moe|qwen3next|qwen2moe|qwen3vlmoe]
+usage: moetier-synth [--arch qwen3moe|olmoe|llama|qwen35moe|qwen3next|qwen2moe|qwen3vlmoe|
+                             glm4moe]
                      [--preset tiny|small|full]
                      [--quant f32|q8_0|q4_k_m|q8_0-f32] [--seed N] --out FILE
                      [shape flags] [split flags] [--dry-run]
@@ -65,7 +66,13 @@ constexpr std::string_view kArchitectures =
                present; gpt2/qwen2 tokenizer
     qwen3vlmoe: Qwen3-VL-30B-A3B's language model: qwen3moe's tensors with
                multi-section rope (rope.dimension_sections, --rope-sections)
-               and n_deepstack_layers; gpt2/qwen2 tokenizer)";
+               and n_deepstack_layers; gpt2/qwen2 tokenizer
+    glm4moe  : GLM-4.5-Air, GLM-4.5, GLM-4.6/4.7: attention with q/k/v biases and
+               optional per-head q/k norm, rope over part of each head; dense
+               leading layers, then a sigmoid router with a selection bias
+               (exp_probs_b) and an ungated shared expert; nextn (MTP) blocks
+               after the layers that run (block_count counts them, --layers
+               does not); gpt2/qwen2 tokenizer)";
 
 constexpr std::string_view kPresets =
     R"(    qwen3moe  tiny : 2 layers, embd 64, E 8 (top 2), expert ffn 256, H/Hkv 4/2 x D 32,
@@ -108,7 +115,17 @@ constexpr std::string_view kPresets =
                      heads x head dim must equal embd (llama.cpp's square attn_q)
     qwen3vlmoe      : as qwen3moe's, rope sections 3/8, 5/16, 5/16 of the head's pairs
                      ([6,5,5,0] tiny, [12,10,10,0] small); full: Qwen3-VL-30B-A3B, as
-                     Qwen3-30B-A3B with sections [24,20,20,0], rope base 5e6, ctx 262144)";
+                     Qwen3-30B-A3B with sections [24,20,20,0], rope base 5e6, ctx 262144)
+    glm4moe   tiny : 3 layers (1 dense) + 1 nextn, embd 128, dense ffn 384, E 8 (top 2),
+                     expert ffn 128, 1 shared, 4/2 x 32, rope 16 dims, routing scale 1.8,
+                     no q/k norm, vocab 512, ctx 4096
+              small: 4 layers (1 dense) + 1 nextn, embd 256, dense ffn 512, E 16 (top 4),
+                     expert ffn 256, 1 shared, 4/2 x 64, rope 32 dims, routing scale 2.5,
+                     q/k norm, vocab 4096, ctx 8192
+              full : GLM-4.5-Air: 46 layers (1 dense) + 1 nextn, embd 4096, dense ffn
+                     10944, E 128 (top 8), expert ffn 1408, 1 shared, 96/8 x 128, rope 64
+                     dims, routing scale 1, no q/k norm, vocab 151552, ctx 131072; all:
+                     sigmoid router, weights renormalized, rope base 1e6, rms eps 1e-5)";
 
 constexpr std::string_view kMixes = R"(    f32     : everything F32 (general.file_type 0)
     q8_0    : every other matrix Q8_0 (general.file_type 7)
@@ -116,11 +133,12 @@ constexpr std::string_view kMixes = R"(    f32     : everything F32 (general.fil
               if tied), output Q6_K, attn_q/attn_k/attn_output Q4_K, attn_v Q6_K,
               ffn_gate_exps/ffn_up_exps Q4_K, ffn_down_exps Q6_K in layers i with
               i < n/8 or i >= 7n/8 or (i - n/8) % 3 == 2 (llama.cpp's
-              use_more_bits), Q4_K in the others. olmoe, llama, qwen35moe, qwen3next, qwen2moe:
+              use_more_bits), Q4_K in the others. olmoe, llama, qwen35moe, qwen3next, qwen2moe,
+              glm4moe (whose nextn blocks count as layers):
               llama-quantize's rule: Q4_K, output Q6_K, attn_v (and attn_qkv, ssm_in) and
               every ffn_down Q6_K in use_more_bits layers, and with exactly 8
               experts attn_k/attn_v Q8_0 and attn_output Q5_K; ssm_conv1d, ssm_a,
-              ssm_dt, ffn_gate_inp_shexp and the attention biases stay F32
+              ssm_dt, ffn_gate_inp_shexp, exp_probs_b and the attention biases stay F32
     q8_0-f32: qwen35moe and qwen3next, the tensor-type shares of a dynamic ("UD")
               4-bit file: F32 for small tensors and ssm_alpha/ssm_beta/ssm_ba, Q8_0 for every
               non-expert matrix, experts Q4_K (gate/up) and Q5_K (down), layer 0's
@@ -135,7 +153,9 @@ read the residual stream; 1/sqrt(fan_in * 2 * layers) for those that write it
 2/sqrt(embd) for token_embd, output and ffn_gate_inp (logit and router-logit spread
 about 2); norm weights 1 +- 0.05 (qwen35moe and qwen3next store their norms as 1 + w,
 so they are near 1 there too). Both: ssm_a = -exp(u), u uniform in [0, ln 16];
-ssm_dt.bias 1 +- 0.25; ssm_conv1d 1/sqrt(kernel). qwen2moe's q/k/v biases: 0 +- 0.5.
+ssm_dt.bias 1 +- 0.25; ssm_conv1d 1/sqrt(kernel). qwen2moe's and glm4moe's q/k/v biases:
+0 +- 0.5; glm4moe's exp_probs_b 0 +- 0.25 (router probabilities are sigmoids, so this
+reorders many expert choices), nextn.eh_proj 1/sqrt(2 embd).
 
 Tokenizers (merges and pieces learned from a built-in corpus; ids past what the
 corpus supports are [PAD<id>], type UNUSED, as llama.cpp's converter pads):
@@ -149,6 +169,7 @@ corpus supports are [PAD<id>], type UNUSED, as llama.cpp's converter pads):
   qwen3next: as qwen3moe
   qwen2moe : as qwen3moe (the Qwen2 vocabulary is Qwen3's)
   qwen3vlmoe: as qwen3moe
+  glm4moe  : as qwen3moe (GLM's own vocabulary is not built; 151552 rows in full)
   olmoe    : gpt2/olmo (GPT-2 splitting): |||IP_ADDRESS||| 0, <|padding|> 1, byte
              tokens, merges, |||EMAIL_ADDRESS|||, |||PHONE_NUMBER|||, <|endoftext|>
              (50277..50279 in a 50304 vocabulary); eos <|endoftext|>, pad <|padding|>,
@@ -184,6 +205,10 @@ struct CommandLine {
       ssm_state_size, ssm_group_count, ssm_time_step_rank, ssm_inner_size;
   std::optional<std::array<int32_t, 4>> rope_sections;
   bool legacy_ssm_in = false;
+  // glm4moe.
+  std::optional<int64_t> dense_ffn, leading_dense_layers, shared_experts, nextn_layers;
+  std::optional<float> expert_weights_scale;
+  std::optional<bool> expert_weights_norm, qk_norm;
 };
 
 // "A,B,C,D" of non-negative integers.
@@ -278,12 +303,14 @@ FlagSet MakeFlags(CommandLine& cl) {
               &cl.name);
 
   f.AddText("Shape (override the preset; all architectures unless noted):");
-  AddShapeFlag(f, "--layers", "N", "block_count", &cl.layers);
+  AddShapeFlag(f, "--layers", "N",
+               "block_count (glm4moe: the layers that run; block_count adds --nextn-layers)",
+               &cl.layers);
   AddShapeFlag(f, "--embd", "N", "embedding_length", &cl.embd);
   AddShapeFlag(f, "--experts", "N", "expert_count", &cl.experts);
   AddShapeFlag(f, "--experts-used", "N", "expert_used_count (top-k), 1..experts", &cl.experts_used);
   AddShapeFlag(f, "--expert-ffn", "N",
-               "expert FFN width: expert_feed_forward_length (qwen3moe, qwen35moe) or "
+               "expert FFN width: expert_feed_forward_length (qwen3moe, qwen35moe, glm4moe) or "
                "feed_forward_length (olmoe, llama)",
                &cl.expert_ffn);
   AddShapeFlag(f, "--heads", "N", "attention.head_count", &cl.heads);
@@ -313,10 +340,11 @@ FlagSet MakeFlags(CommandLine& cl) {
               &cl.rope_freq_factors);
   f.AddSwitch({"--tied-output"},
               "no output.weight: token_embd is also the output matrix (qwen3moe, llama, "
-              "qwen35moe, qwen3next)",
+              "qwen35moe, qwen3next, glm4moe)",
               &cl.tied_output);
   AddShapeFlag(f, "--rope-dims", "N",
-               "qwen35moe, qwen3next: rope.dimension_count, even, at most head-dim", &cl.rope_dims);
+               "qwen35moe, qwen3next, glm4moe: rope.dimension_count, even, at most head-dim",
+               &cl.rope_dims);
   f.Add({"--rope-sections"}, "A,B,C,D",
         "qwen35moe: rope.dimension_sections, summing to rope-dims / 2; qwen3vlmoe: "
         "non-negative sections summing to between 1 and head-dim",
@@ -345,6 +373,32 @@ FlagSet MakeFlags(CommandLine& cl) {
                "qwen35moe, qwen3next: ssm.inner_size (value heads x value head dim; llama.cpp "
                "reads qwen3next files only with value head dim = state size)",
                &cl.ssm_inner_size);
+  AddShapeFlag(f, "--dense-ffn", "N",
+               "glm4moe: feed_forward_length, the FFN width of the leading dense layers",
+               &cl.dense_ffn);
+  AddShapeFlag(f, "--leading-dense-layers", "N",
+               "glm4moe: leading_dense_block_count, 0..layers (the nextn blocks stay MoE)",
+               &cl.leading_dense_layers);
+  AddShapeFlag(f, "--shared-experts", "N",
+               "glm4moe: expert_shared_count; the shared expert is expert-ffn x N wide; 0: none "
+               "(llama.cpp then adds silu of the FFN input in its place)",
+               &cl.shared_experts);
+  AddShapeFlag(f, "--expert-weights-scale", "X",
+               "glm4moe: expert_weights_scale, the routing weights' factor (0 and 1: none)",
+               &cl.expert_weights_scale);
+  f.AddSwitch({"--expert-weights-norm"}, "glm4moe: expert_weights_norm true (the presets')",
+              [&cl] { cl.expert_weights_norm = true; });
+  f.AddSwitch({"--no-expert-weights-norm"},
+              "glm4moe: expert_weights_norm false: the top-k sigmoid probabilities unnormalized",
+              [&cl] { cl.expert_weights_norm = false; });
+  f.AddSwitch({"--qk-norm"}, "glm4moe: per-head attn_q_norm and attn_k_norm (as GLM-4.5)",
+              [&cl] { cl.qk_norm = true; });
+  f.AddSwitch({"--no-qk-norm"}, "glm4moe: no q/k norm (as GLM-4.5-Air)",
+              [&cl] { cl.qk_norm = false; });
+  AddShapeFlag(f, "--nextn-layers", "N",
+               "glm4moe: nextn_predict_layers, multi-token-prediction blocks after the --layers "
+               "that run (0..8)",
+               &cl.nextn_layers);
   f.AddSwitch({"--legacy-ssm-in"},
               "qwen3next: one ssm_in per DeltaNet layer (q, k, v and z rows per key head) "
               "instead of attn_qkv and attn_gate, as files converted before those existed",
@@ -413,8 +467,27 @@ absl::StatusOr<SynthOptions> BuildOptions(const CommandLine& cl) {
         absl::StrCat("--legacy-ssm-in is used by qwen3next only, not by ", cl.arch));
   }
   const bool hybrid = IsSynthDeltaNetHybrid(*arch);
+  const bool glm = *arch == SynthArch::kGlm4Moe;
+  if (cl.rope_dims && !hybrid && !glm) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--rope-dims is used by qwen35moe, qwen3next and glm4moe only, not by ", cl.arch));
+  }
+  const std::pair<const char*, bool> glm_flags[] = {
+      {"--dense-ffn", cl.dense_ffn.has_value()},
+      {"--leading-dense-layers", cl.leading_dense_layers.has_value()},
+      {"--shared-experts", cl.shared_experts.has_value()},
+      {"--expert-weights-scale", cl.expert_weights_scale.has_value()},
+      {"--expert-weights-norm or --no-expert-weights-norm", cl.expert_weights_norm.has_value()},
+      {"--qk-norm or --no-qk-norm", cl.qk_norm.has_value()},
+      {"--nextn-layers", cl.nextn_layers.has_value()},
+  };
+  for (const auto& [flag, given] : glm_flags) {
+    if (given && !glm) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, " is used by glm4moe only, not by ", cl.arch));
+    }
+  }
   const std::pair<const char*, bool> hybrid_flags[] = {
-      {"--rope-dims", cl.rope_dims.has_value()},
       {"--full-attention-interval", cl.full_attention_interval.has_value()},
       {"--ssm-conv-kernel", cl.ssm_conv_kernel.has_value()},
       {"--ssm-state-size", cl.ssm_state_size.has_value()},
@@ -442,6 +515,13 @@ absl::StatusOr<SynthOptions> BuildOptions(const CommandLine& cl) {
   if (cl.ssm_time_step_rank) s.ssm_time_step_rank = *cl.ssm_time_step_rank;
   if (cl.ssm_inner_size) s.ssm_inner_size = *cl.ssm_inner_size;
   s.legacy_ssm_in = cl.legacy_ssm_in;
+  if (cl.dense_ffn) s.n_ff = *cl.dense_ffn;
+  if (cl.leading_dense_layers) s.n_layer_dense_lead = *cl.leading_dense_layers;
+  if (cl.shared_experts) s.n_expert_shared = *cl.shared_experts;
+  if (cl.expert_weights_scale) s.expert_weights_scale = *cl.expert_weights_scale;
+  if (cl.expert_weights_norm) s.expert_weights_norm = *cl.expert_weights_norm;
+  if (cl.qk_norm) s.qk_norm = *cl.qk_norm;
+  if (cl.nextn_layers) s.n_nextn_layer = *cl.nextn_layers;
 
   SynthOptions options;
   options.shape = s;
@@ -495,6 +575,16 @@ void PrintPlan(const SynthOptions& o, const SynthPlan& plan) {
   }
   if (s.arch == SynthArch::kQwen2Moe) {
     std::printf("  shared ffn %lld\n", static_cast<long long>(s.n_ff_shexp));
+  }
+  if (s.arch == SynthArch::kGlm4Moe) {
+    std::printf(
+        "  nextn layers %lld, leading dense %lld (ffn %lld), shared experts %lld, rope %lld "
+        "dims, routing scale %g, %s, %s\n",
+        static_cast<long long>(s.n_nextn_layer), static_cast<long long>(s.n_layer_dense_lead),
+        static_cast<long long>(s.n_ff), static_cast<long long>(s.n_expert_shared),
+        static_cast<long long>(s.n_rot), static_cast<double>(s.expert_weights_scale),
+        s.expert_weights_norm ? "weights renormalized" : "weights not renormalized",
+        s.qk_norm ? "q/k norm" : "no q/k norm");
   }
   if (s.arch == SynthArch::kQwen3VlMoe) {
     std::printf("  rope sections [%d,%d,%d,%d]\n", s.rope_sections[0], s.rope_sections[1],

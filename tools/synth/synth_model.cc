@@ -15,7 +15,8 @@ absl::StatusOr<SynthArch> ParseSynthArch(std::string_view name) {
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "unknown architecture '", std::string(name),
-      "' (expected qwen3moe, olmoe, llama, qwen35moe, qwen3next, qwen2moe or qwen3vlmoe)"));
+      "' (expected qwen3moe, olmoe, llama, qwen35moe, qwen3next, qwen2moe, qwen3vlmoe or "
+      "glm4moe)"));
 }
 
 std::string_view SynthArchName(SynthArch arch) {
@@ -34,6 +35,8 @@ std::string_view SynthArchName(SynthArch arch) {
       return "qwen2moe";
     case SynthArch::kQwen3VlMoe:
       return "qwen3vlmoe";
+    case SynthArch::kGlm4Moe:
+      return "glm4moe";
   }
   std::abort();
 }

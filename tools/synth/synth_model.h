@@ -28,11 +28,12 @@ enum class SynthArch {
   kQwen3Next,   // "qwen3next": Qwen3-Next-80B-A3B, the same hybrid with fused projections (§3.3)
   kQwen2Moe,    // "qwen2moe": Qwen2-57B-A14B, q/k/v biases and a shared expert (§3.2)
   kQwen3VlMoe,  // "qwen3vlmoe": Qwen3-VL-30B-A3B's language model, qwen3moe with IMROPE
+  kGlm4Moe,     // "glm4moe": GLM-4.5-Air, GLM-4.5, GLM-4.6/4.7: sigmoid router, dense lead layers
 };
 
 inline constexpr SynthArch kAllSynthArchs[] = {
-    SynthArch::kQwen3Moe,  SynthArch::kOlmoe,    SynthArch::kLlama,     SynthArch::kQwen35Moe,
-    SynthArch::kQwen3Next, SynthArch::kQwen2Moe, SynthArch::kQwen3VlMoe};
+    SynthArch::kQwen3Moe,  SynthArch::kOlmoe,    SynthArch::kLlama,      SynthArch::kQwen35Moe,
+    SynthArch::kQwen3Next, SynthArch::kQwen2Moe, SynthArch::kQwen3VlMoe, SynthArch::kGlm4Moe};
 
 // qwen35moe and qwen3next: Gated DeltaNet layers and gated attention.
 inline bool IsSynthDeltaNetHybrid(SynthArch arch) {
@@ -71,8 +72,8 @@ struct SynthShape {
 
   // qwen35moe, qwen3next and qwen2moe.
   int64_t n_ff_shexp = 0;  // expert_shared_feed_forward_length
-  // qwen35moe and qwen3next (rope_sections: qwen35moe and qwen3vlmoe;
-  // legacy_ssm_in: qwen3next).
+  // qwen35moe and qwen3next (n_rot: glm4moe too; rope_sections: qwen35moe
+  // and qwen3vlmoe; legacy_ssm_in: qwen3next).
   int64_t n_rot = 0;                           // rope.dimension_count
   std::array<int32_t, 4> rope_sections = {};   // rope.dimension_sections
   int64_t full_attention_interval = 0;         // layer i is full attention when (i+1) % it == 0
@@ -82,6 +83,17 @@ struct SynthShape {
   int64_t ssm_time_step_rank = 0;              // ssm.time_step_rank, H_v
   int64_t ssm_inner_size = 0;                  // ssm.inner_size, H_v * d_v
   bool legacy_ssm_in = false;                  // ssm_in, not attn_qkv + attn_gate
+
+  // glm4moe. n_layer counts the layers that run; the n_nextn_layer
+  // multi-token-prediction blocks follow them (block_count is the sum), in
+  // the file as converted GLM files have them, never run.
+  int64_t n_ff = 0;                   // feed_forward_length, the dense layers' FFN width
+  int64_t n_layer_dense_lead = 0;     // leading_dense_block_count
+  int64_t n_expert_shared = 0;        // expert_shared_count; shared width n_ff_exp * it
+  float expert_weights_scale = 0.0f;  // expert_weights_scale (0 and 1: unscaled)
+  bool expert_weights_norm = false;   // expert_weights_norm
+  bool qk_norm = false;               // per-head attn_q_norm / attn_k_norm
+  int64_t n_nextn_layer = 0;          // nextn_predict_layers
 
   bool operator==(const SynthShape&) const = default;
 };
@@ -157,10 +169,20 @@ enum class SynthTensorKind {
   kFfnDownShexp,
   // llama.
   kRopeFreqs,
-  // qwen2moe.
+  // qwen2moe (and glm4moe).
   kAttnQBias,
   kAttnKBias,
   kAttnVBias,
+  // glm4moe: the dense leading layers' FFN, the router's selection bias and
+  // the multi-token-prediction block's own tensors.
+  kFfnGate,
+  kFfnUp,
+  kFfnDown,
+  kExpProbsB,
+  kNextnEhProj,
+  kNextnEnorm,
+  kNextnHnorm,
+  kNextnSharedHeadNorm,
 };
 
 // llama.cpp's use_more_bits(): the layers whose ffn_down Q4_K_M bumps to Q6_K

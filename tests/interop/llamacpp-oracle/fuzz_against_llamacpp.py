@@ -7,13 +7,15 @@ scaling (none, linear or YaRN) and norm epsilon, tied output; for llama
 rope frequency factors (rope_freqs.weight); for qwen35moe and qwen3next also the DeltaNet
 sizes and the attention interval, for qwen35moe the RoPE sections, for qwen3next the legacy
 ssm_in layout now and then, for qwen2moe the shared expert's width, for qwen3vlmoe the
-RoPE sections), writes it with
-moetier-synth, runs a
+RoPE sections, for glm4moe the leading dense layers and their width, the shared
+experts, the routing scale and renormalisation, q/k norm, the nextn blocks and
+partial RoPE), writes it with moetier-synth, runs a
 seeded random token sequence through llama.cpp (llamacpp_logits.mjs) and
-through moetier-worker on the reference and the CPU backend, and compares
-every position's logits: max |diff| / row range, and KL. A case fails past
---tolerance; its synth command line is printed so that it can be made again,
-and with --keep DIR its files stay there.
+through moetier-worker on the reference and the CPU backend (or, with
+--backend float64, through the independent float64 pass, ../float64_forward.py),
+and compares every position's logits: max |diff| / row range, and KL. A case
+fails past --tolerance; its synth command line is printed so that it can be
+made again, and with --keep DIR its files stay there.
 
 The files are F32, so both sides compute in f32 and only rounding separates
 them (about 3e-7 of the row range). Quantized files make no sharp test here:
@@ -39,7 +41,10 @@ sys.path.insert(0, os.path.dirname(HERE))
 from logit_compare import compare, read_logits  # noqa: E402
 import node_llama  # noqa: E402
 
-ARCHS = ("qwen3moe", "qwen35moe", "qwen3next", "llama", "olmoe", "qwen2moe", "qwen3vlmoe")
+ARCHS = ("qwen3moe", "qwen35moe", "qwen3next", "llama", "olmoe", "qwen2moe", "qwen3vlmoe",
+         "glm4moe")
+BACKENDS = ("reference", "cpu", "float64")
+FLOAT64_FORWARD = os.path.join(os.path.dirname(HERE), "float64_forward.py")
 
 
 def parse_args():
@@ -54,6 +59,9 @@ def parse_args():
                    help="architectures to draw from (repeatable; default all)")
     p.add_argument("--tolerance", type=float, default=1e-4, metavar="X",
                    help="largest max |diff| / row range that passes (default 1e-4)")
+    p.add_argument("--backend", action="append", choices=BACKENDS,
+                   help="what llama.cpp is compared with: moetier's reference or CPU backend, or "
+                        "the float64 pass (repeatable; default reference and cpu)")
     p.add_argument("--threads", type=int, default=os.cpu_count(), metavar="N",
                    help="moetier-worker threads (default: all cores)")
     p.add_argument("--keep", metavar="DIR", help="copy each failing case's files here")
@@ -61,6 +69,7 @@ def parse_args():
     if a.cases < 1:
         p.error("--cases must be at least 1")
     a.arch = a.arch or list(ARCHS)
+    a.backend = a.backend or ["reference", "cpu"]
     return a
 
 
@@ -99,6 +108,22 @@ def draw_shape(rng, arch):
         # llama.cpp's qwen2moe reads attn_q as embd x embd.
         flags["--head-dim"] = flags["--embd"] // heads
         flags["--shared-ffn"] = rng.choice([32, 64, 256])
+    if arch == "glm4moe":
+        # Partial rope as GLM's (half of each head there), any even count
+        # short of the head; the nextn blocks are written and never run.
+        # At least one shared expert, as every GLM has: without one,
+        # llama.cpp's glm4moe graph still calls build_ffn, with no tensors,
+        # and adds silu of the FFN input to every MoE layer's output.
+        flags.update({
+            "--rope-dims": rng.randrange(2, head_dim, 2),
+            # At least one layer keeps its experts: moetier refuses a
+            # model of dense layers only.
+            "--leading-dense-layers": rng.randint(0, min(2, flags["--layers"] - 1)),
+            "--dense-ffn": rng.choice([32, 64, 96, 256]),
+            "--shared-experts": rng.randint(1, 2),
+            "--expert-weights-scale": rng.choice([0, 1, 0.5, 1.8, 2.5]),
+            "--nextn-layers": rng.randint(0, 1),
+        })
     if arch in ("qwen35moe", "qwen3next"):
         rope_dims = rng.choice([d for d in (8, 16, 32, 64) if d <= head_dim])
         half = rope_dims // 2
@@ -140,7 +165,19 @@ def draw_shape(rng, arch):
         args.append("--rope-freq-factors")
     if arch == "qwen3next" and rng.random() < 0.3:
         args.append("--legacy-ssm-in")
+    if arch == "glm4moe":
+        args.append(rng.choice(["--qk-norm", "--no-qk-norm"]))
+        args.append(rng.choice(["--expert-weights-norm", "--no-expert-weights-norm"]))
     return args
+
+
+def describe_glm4moe(shape):
+    """The glm4moe draws of a case, for its result line."""
+    def value(flag):
+        return shape[shape.index(flag) + 1]
+    return (f" dense {value('--leading-dense-layers')} shared {value('--shared-experts')}"
+            f" scale {value('--expert-weights-scale')} nextn {value('--nextn-layers')}"
+            f" rope {value('--rope-dims')}/{value('--head-dim')} {shape[-2][2:]} {shape[-1][2:]}")
 
 
 def run(cmd, what):
@@ -154,7 +191,8 @@ def main():
     a = parse_args()
     synth = os.path.join(a.build, "tools", "synth", "moetier-synth")
     worker = os.path.join(a.build, "worker", "moetier-worker")
-    for tool in (synth, worker):
+    tools = [synth] + ([worker] if set(a.backend) - {"float64"} else [])
+    for tool in tools:
         if not os.access(tool, os.X_OK):
             sys.exit(f"fuzz_against_llamacpp: {tool} not found; build moetier first")
     node_llama.ensure_installed()
@@ -182,12 +220,17 @@ def main():
                 run(node_llama.node_command("llamacpp_logits.mjs", model, ids_path, theirs),
                     "llamacpp_logits.mjs")
                 results = []
-                for backend in ("reference", "cpu"):
+                for backend in a.backend:
                     ours = os.path.join(tmp, f"case{case}.{backend}.f32")
-                    cmd = [worker, "--standalone", "--backend", backend, "--model", model,
-                           "--tokens", ",".join(map(str, ids)), "--logits-out", ours,
-                           "--threads", str(a.threads)]
-                    run(cmd, f"moetier-worker --backend {backend}")
+                    if backend == "float64":
+                        cmd = [sys.executable, FLOAT64_FORWARD, model, "--ids-file", ids_path,
+                               "--out", ours]
+                        run(cmd, "float64_forward.py")
+                    else:
+                        cmd = [worker, "--standalone", "--backend", backend, "--model", model,
+                               "--tokens", ",".join(map(str, ids)), "--logits-out", ours,
+                               "--threads", str(a.threads)]
+                        run(cmd, f"moetier-worker --backend {backend}")
                     rel, kl = compare(read_logits(ours, n_vocab), read_logits(theirs, n_vocab))
                     results.append((backend, float(np.max(rel)), float(np.mean(kl))))
                 ok = all(r <= a.tolerance for _, r, _ in results)
@@ -201,6 +244,8 @@ def main():
                 scaling = f" rope {shape[i + 1]} x{shape[i + 3]} from {shape[i + 5]}"
             if "--rope-freq-factors" in shape:
                 scaling += " rope_freqs"
+            if arch == "glm4moe":
+                scaling += describe_glm4moe(shape)
             print(f"case {case} {arch}{scaling} {len(ids) if ids else 0} tokens: "
                   f"{'ok' if ok else 'FAILED'}: {detail}", flush=True)
             if not ok:

@@ -21,6 +21,11 @@
 #   qwen3vlmoe-tiny-f32       qwen3vlmoe (Qwen3-VL's language model): rope
 #                             sections holding 4 of 16 pairs at position 0
 #   qwen3vlmoe-small-q4_k_m   qwen3vlmoe, Q4_K_M-like, Qwen3-VL's proportions
+#   glm4moe-tiny-f32          glm4moe (GLM-4.5-Air's layout): a dense first
+#                             layer, a sigmoid router with a selection bias,
+#                             routing scale 1.8, a shared expert, rope over
+#                             half of each head, a nextn block that never runs
+#   glm4moe-small-q4_k_m      glm4moe, Q4_K_M-like, with GLM-4.5's q/k norm
 #
 #   tests/interop/llamacpp-oracle/make_vectors.sh [BUILD_DIR]
 #
@@ -129,3 +134,9 @@ made qwen3vlmoe-tiny-f32 --arch qwen3vlmoe --preset tiny --quant f32 --seed 51 \
   --rope-sections 1,6,6,0
 made qwen3vlmoe-small-q4_k_m --arch qwen3vlmoe --preset small --quant q4_k_m --seed 52 \
   --experts 16
+
+# glm4moe: exp_probs_b changes which experts are chosen but not their
+# weights; the nextn block after the layers that run is in the file, as in
+# converted GLM files, and must not run (llama.cpp skips its tensors).
+made glm4moe-tiny-f32 --arch glm4moe --preset tiny --quant f32 --seed 61
+made glm4moe-small-q4_k_m --arch glm4moe --preset small --quant q4_k_m --seed 62
