@@ -2,11 +2,14 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
-#include "gguf/model_fingerprint.h"
 #include "base/check.h"
+#include "gguf/model_fingerprint.h"
 
 namespace moetier {
 namespace {
@@ -48,6 +51,20 @@ absl::Status CheckExpertTensor(const GgufTensorInfo& t, uint32_t n_expert) {
         ShapeString(t), TensorTypeName(t.type), expected));
   }
   return absl::OkStatus();
+}
+
+// N for a tensor named "blk.N.<...>"; empty for others.
+std::optional<uint32_t> BlockOf(absl::string_view name) {
+  constexpr absl::string_view kPrefix = "blk.";
+  if (!absl::StartsWith(name, kPrefix)) return std::nullopt;
+  name.remove_prefix(kPrefix.size());
+  const size_t dot = name.find('.');
+  if (dot == absl::string_view::npos) return std::nullopt;
+  uint32_t layer = 0;
+  if (!absl::SimpleAtoi(name.substr(0, dot), &layer)) {
+    return std::nullopt;
+  }
+  return layer;
 }
 
 store::ExpertSliceDesc SliceOf(const GgufTensorInfo& t, int64_t rows) {
@@ -202,7 +219,16 @@ absl::StatusOr<ModelManifest> BuildModelManifest(const GgufModel& model) {
         "%sexpert_used_count is %d; it must be in [1, expert_count=%d]", a, *expert_used,
         *expert_count));
   }
-  m.n_layer = static_cast<uint32_t>(*block_count);
+  // The last nextn_predict_layers blocks predict further tokens (MTP) and
+  // never run in the main pass: the worker reads the layers before them
+  // (ModelLoader::ReadCommonHparams), so only those experts are stored.
+  const uint64_t nextn = meta.GetUintOr(a + "nextn_predict_layers", 0);
+  if (nextn >= *block_count) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%snextn_predict_layers = %d leaves no layers of %sblock_count = %d", a,
+                        nextn, a, *block_count));
+  }
+  m.n_layer = static_cast<uint32_t>(*block_count - nextn);
   m.n_expert = static_cast<uint32_t>(*expert_count);
   hp.n_layer = m.n_layer;
   hp.n_expert = m.n_expert;
@@ -265,6 +291,9 @@ absl::StatusOr<ModelManifest> BuildModelManifest(const GgufModel& model) {
   for (const GgufTensorInfo& t : model.tensors()) {
     const GgufTensorInfo* found = model.FindTensor(t.name);
     if (found != nullptr && expert_tensors.contains(found)) continue;
+    if (std::optional<uint32_t> layer = BlockOf(t.name); layer.has_value() && *layer >= m.n_layer) {
+      continue;  // a prediction (MTP) layer's tensor
+    }
     if (t.name.size() >= store::kTensorNameBytes) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "tensor name '%s' is longer than %d bytes", t.name, store::kTensorNameBytes - 1));

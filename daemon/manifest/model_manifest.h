@@ -72,7 +72,7 @@ struct ModelManifest {
   uint64_t fingerprint = 0;
   std::vector<std::string> shard_paths;
   std::vector<uint64_t> shard_sizes;
-  uint32_t n_layer = 0;   // layers of the expert table (block_count)
+  uint32_t n_layer = 0;  // layers of the expert table (block_count less nextn_predict_layers)
   uint32_t n_expert = 0;
   std::vector<ManifestLayer> layers;
   std::vector<DenseTensor> dense;

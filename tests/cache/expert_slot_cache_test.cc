@@ -70,6 +70,53 @@ TEST(ExpertSlotCacheTest, PoolIsSpreadOverLayersRemainderFirst) {
   EXPECT_EQ(Make(Options(100))->n_slots(), 24u);
 }
 
+// A layer without routed experts (glm4moe's dense first layer) has
+// expert_bytes 0: it gets no slots, counts toward no minimum, and static
+// placement skips it.
+TEST(ExpertSlotCacheTest, ALayerWithoutExpertsGetsNoSlots) {
+  ExpertSlotCacheOptions o = Options(4);
+  o.expert_bytes = {0, 1000, 800};
+  EXPECT_EQ(MinDynamicPoolBytes(o), 2 * 2 * kSlot);
+  EXPECT_EQ(FullPoolBytes(o), 2 * 8 * kSlot);
+  std::unique_ptr<ExpertSlotCache> cache = Make(o);
+  ASSERT_NE(cache, nullptr);
+  EXPECT_EQ(cache->slot_budget(0), 0u);
+  EXPECT_EQ(cache->slot_budget(1), 2u);
+  EXPECT_EQ(cache->slot_budget(2), 2u);
+  EXPECT_EQ(cache->max_group(), 2u);
+  EXPECT_NE(cache->Describe().find("2-2 per layer"), std::string::npos) << cache->Describe();
+  EXPECT_EQ(Make([&] {
+              ExpertSlotCacheOptions big = o;
+              big.pool_bytes = 100 * kSlot;
+              return big;
+            }())
+                ->n_slots(),
+            16u);
+
+  // Static placement with no host layers: layers 1 and 2 own slots 0-15.
+  o.pool_bytes = 16 * kSlot;
+  o.static_host_layers = 0;
+  EXPECT_EQ(StaticPoolBytes(o, 0), 16 * kSlot);
+  cache = Make(o);
+  ASSERT_NE(cache, nullptr);
+  EXPECT_EQ(cache->InitialFills().size(), 16u);
+  EXPECT_EQ(cache->slot_budget(0), 0u);
+  EXPECT_FALSE(cache->Resident(0, 3));
+  const std::vector<ExpertPlacement> at1 = Token(*cache, 1, {3, 5});
+  EXPECT_EQ(at1[0].slot, 3);
+  EXPECT_EQ(at1[1].slot, 5);
+  const std::vector<ExpertPlacement> at2 = Token(*cache, 2, {0, 7});
+  EXPECT_EQ(at2[0].slot, 8);
+  EXPECT_EQ(at2[1].slot, 15);
+
+  // A model of such layers only has nothing to cache.
+  o = Options(4);
+  o.expert_bytes = {0, 0, 0};
+  absl::StatusOr<std::unique_ptr<ExpertSlotCache>> none = ExpertSlotCache::Create(o);
+  ASSERT_FALSE(none.ok());
+  EXPECT_NE(none.status().message().find("no layer has routed experts"), absl::string_view::npos);
+}
+
 TEST(ExpertSlotCacheTest, MissesAreFilledOnceThenHit) {
   std::unique_ptr<ExpertSlotCache> cache = Make(Options(6));
   std::vector<ExpertPlacement> p = Token(*cache, 1, {3, 5});

@@ -107,16 +107,17 @@ TEST_P(F32VectorTest, MatchesReferenceEngine) {
 
 // qwen3moe, llama with experts (NORM rope, no q/k norm), olmoe (q/k norm
 // over the whole projection, no renormalization) and qwen2moe (q/k/v
-// biases, a shared expert): one set of blocks; multi-section rope (qwen35moe
-// and qwen3vlmoe); and rope scaled linearly and by YaRN, and divided by
-// llama's rope_freqs.
+// biases, a shared expert): one set of blocks; glm4moe (a dense layer, a
+// sigmoid router with a selection bias, half-head rope); multi-section rope
+// (qwen35moe and qwen3vlmoe); and rope scaled linearly and by YaRN, and
+// divided by llama's rope_freqs.
 INSTANTIATE_TEST_SUITE_P(Vectors, F32VectorTest,
                          ::testing::Values("tiny-f32", "mixtral-tiny-f32", "olmoe-tiny-f32",
                                            "qwen35moe-tiny-f32", "yarn-tiny-f32",
                                            "mixtral-linear-tiny-f32", "qwen35moe-yarn-tiny-f32",
                                            "mixtral-rope-freqs-tiny-f32", "qwen3next-tiny-f32",
                                            "qwen3next-ssm-in-tiny-f32", "qwen2moe-tiny-f32",
-                                           "qwen3vlmoe-tiny-f32"),
+                                           "qwen3vlmoe-tiny-f32", "glm4moe-tiny-f32"),
                          [](const ::testing::TestParamInfo<const char*>& param_info) {
                            std::string s = param_info.param;
                            std::replace(s.begin(), s.end(), '-', '_');
@@ -168,7 +169,8 @@ INSTANTIATE_TEST_SUITE_P(Vectors, QuantizedVectorTest,
                          ::testing::Values("tiny-q8_0", "small-q4_k_m", "mixtral-small-q4_k_m",
                                            "qwen35moe-small-q4_k_m", "qwen3next-small-q4_k_m",
                                            "qwen2moe-small-q4_k_m", "qwen3vlmoe-small-q4_k_m",
-                                           "mixed-low-bit", "iq-grids-low-bit"),
+                                           "glm4moe-small-q4_k_m", "mixed-low-bit",
+                                           "iq-grids-low-bit"),
                          [](const ::testing::TestParamInfo<const char*>& param_info) {
                            std::string s = param_info.param;
                            std::replace(s.begin(), s.end(), '-', '_');
@@ -234,7 +236,8 @@ INSTANTIATE_TEST_SUITE_P(Vectors, FaithfulnessTest,
                          ::testing::Values("tiny-q8_0", "small-q4_k_m", "mixtral-small-q4_k_m",
                                            "qwen35moe-small-q4_k_m", "qwen3next-small-q4_k_m",
                                            "qwen2moe-small-q4_k_m", "qwen3vlmoe-small-q4_k_m",
-                                           "mixed-low-bit", "iq-grids-low-bit"),
+                                           "glm4moe-small-q4_k_m", "mixed-low-bit",
+                                           "iq-grids-low-bit"),
                          [](const ::testing::TestParamInfo<const char*>& param_info) {
                            std::string s = param_info.param;
                            std::replace(s.begin(), s.end(), '-', '_');

@@ -152,11 +152,15 @@ TEST(CpuOpsTest, AttentionMatchesDirectFormulaWithGqa) {
   ASSERT_TRUE(SetSimdLevel(BestSupportedSimdLevel()).ok());
 }
 
+constexpr RouterParams kSoftmaxRenormalized{};
+constexpr RouterParams kSoftmaxPlain{.renormalize = false};
+
 TEST(CpuOpsTest, RouterSoftmaxTopKRenormalize) {
   const std::vector<float> logits = {0.5f, 2.0f, -1.0f, 2.0f, 1.5f, 0.0f};
   std::vector<float> probs(6), weights(3);
   std::vector<int32_t> ids(3);
-  RouterTopK(logits.data(), 6, 3, true, probs.data(), ids.data(), weights.data());
+  RouterTopK(logits.data(), 6, 3, kSoftmaxRenormalized, nullptr, probs.data(), ids.data(),
+             weights.data());
   // Ties go to the lower id, in descending order of probability.
   EXPECT_EQ(ids, (std::vector<int32_t>{1, 3, 4}));
   double z = 0.0;
@@ -166,7 +170,7 @@ TEST(CpuOpsTest, RouterSoftmaxTopKRenormalize) {
   EXPECT_NEAR(weights[0], p1 / (2 * p1 + p4), 1e-6);
   EXPECT_NEAR(weights[2], p4 / (2 * p1 + p4), 1e-6);
 
-  RouterTopK(logits.data(), 6, 2, false, probs.data(), ids.data(), weights.data());
+  RouterTopK(logits.data(), 6, 2, kSoftmaxPlain, nullptr, probs.data(), ids.data(), weights.data());
   EXPECT_NEAR(weights[0], p1, 1e-7);
   EXPECT_NEAR(weights[1], p1, 1e-7);
 }
@@ -176,9 +180,36 @@ TEST(CpuOpsTest, RouterRenormalizeFloorsTinySums) {
   const std::vector<float> logits = {100.0f, 0.0f, 0.0f, 0.0f};
   std::vector<float> probs(4), weights(2);
   std::vector<int32_t> ids(2);
-  RouterTopK(logits.data(), 4, 1, true, probs.data(), ids.data(), weights.data());
+  RouterTopK(logits.data(), 4, 1, kSoftmaxRenormalized, nullptr, probs.data(), ids.data(),
+             weights.data());
   EXPECT_EQ(ids[0], 0);
   EXPECT_NEAR(weights[0], 1.0f, 1e-6);
+}
+
+// glm4moe's router: each expert's sigmoid, the choice on sigmoid + bias, the
+// weights from the sigmoid alone, renormalized, then scaled.
+TEST(CpuOpsTest, RouterSigmoidChoosesWithTheBiasAndWeighsWithout) {
+  const std::vector<float> logits = {2.0f, 1.0f, 0.0f, -1.0f};
+  const std::vector<float> bias = {0.0f, 0.0f, 0.5f, 0.0f};
+  std::vector<float> probs(4), weights(2);
+  std::vector<int32_t> ids(2);
+  const RouterParams router{
+      .gating = RouterGating::kSigmoid, .renormalize = true, .weights_scale = 2.5f};
+  RouterTopK(logits.data(), 4, 2, router, bias.data(), probs.data(), ids.data(), weights.data());
+  const auto sigmoid = [](double z) { return 1.0 / (1.0 + std::exp(-z)); };
+  for (int e = 0; e < 4; ++e) EXPECT_NEAR(probs[e], sigmoid(logits[e]), 1e-7) << e;
+  // sigmoid(0) + 0.5 = 1.0 beats sigmoid(2) = 0.88 and sigmoid(1) = 0.73.
+  EXPECT_EQ(ids, (std::vector<int32_t>{2, 0}));
+  const double sum = sigmoid(0.0) + sigmoid(2.0);
+  EXPECT_NEAR(weights[0], 2.5 * sigmoid(0.0) / sum, 1e-6);
+  EXPECT_NEAR(weights[1], 2.5 * sigmoid(2.0) / sum, 1e-6);
+
+  // Without the bias the two largest sigmoids win; unnormalized, only scaled.
+  RouterTopK(logits.data(), 4, 2, {.gating = RouterGating::kSigmoid, .renormalize = false}, nullptr,
+             probs.data(), ids.data(), weights.data());
+  EXPECT_EQ(ids, (std::vector<int32_t>{0, 1}));
+  EXPECT_NEAR(weights[0], sigmoid(2.0), 1e-7);
+  EXPECT_NEAR(weights[1], sigmoid(1.0), 1e-7);
 }
 
 TEST(CpuOpsTest, EmbeddingRowDecodes) {

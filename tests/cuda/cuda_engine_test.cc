@@ -108,8 +108,10 @@ class CudaEngineTest : public ::testing::Test {
 // DeltaNet and gated attention layers, multi-section rope, the shared
 // expert) and qwen3next (the same with value heads grouped by key head and
 // projections regrouped at load), qwen2moe (q/k/v biases, a shared expert
-// in every layer), qwen3vlmoe (multi-section rope on plain attention); rope scaled by YaRN and
-// linearly, and by llama's rope_freqs.
+// in every layer), qwen3vlmoe (multi-section rope on plain attention),
+// glm4moe (a dense layer, a sigmoid router with a selection bias, an
+// ungated shared expert); rope scaled by YaRN and linearly, and by llama's
+// rope_freqs.
 const char* const kModels[] = {"tiny-f32",
                                "tiny-q8_0",
                                "small-q4_k_m",
@@ -128,7 +130,9 @@ const char* const kModels[] = {"tiny-f32",
                                "qwen2moe-tiny-f32",
                                "qwen2moe-small-q4_k_m",
                                "qwen3vlmoe-tiny-f32",
-                               "qwen3vlmoe-small-q4_k_m"};
+                               "qwen3vlmoe-small-q4_k_m",
+                               "glm4moe-tiny-f32",
+                               "glm4moe-small-q4_k_m"};
 
 TEST_F(CudaEngineTest, DecodeMatchesReference) {
   for (const char* name : kModels) {

@@ -358,21 +358,33 @@ TEST_F(CudaKernelsTest, SiluMulMatchesCpu) {
 
 TEST_F(CudaKernelsTest, RouterTopKMatchesCpu) {
   uint32_t seed = 20;
+  const RouterParams routers[] = {
+      {},
+      {.renormalize = false},
+      {.gating = RouterGating::kSigmoid, .renormalize = true, .weights_scale = 2.5f},
+      {.gating = RouterGating::kSigmoid, .renormalize = false},
+  };
   for (int n_expert : {8, 60, 128, 512}) {
     for (int k : {1, 2, 8}) {
-      for (bool renormalize : {true, false}) {
-        SCOPED_TRACE(std::to_string(n_expert) + " experts, top " + std::to_string(k));
+      for (size_t r = 0; r < std::size(routers); ++r) {
+        const RouterParams& router = routers[r];
+        // The sigmoid routers choose with a selection bias (glm4moe's).
+        const bool biased = router.gating == RouterGating::kSigmoid;
+        SCOPED_TRACE(std::to_string(n_expert) + " experts, top " + std::to_string(k) + ", router " +
+                     std::to_string(r));
         const int n_tokens = 4;
         std::vector<float> logits = Gaussian(static_cast<size_t>(n_tokens * n_expert), seed++, 2.0f);
         // Token 3: all equal, so ties decide (lower id first).
         std::fill(logits.begin() + 3 * n_expert, logits.end(), 0.5f);
+        const std::vector<float> bias = Gaussian(static_cast<size_t>(n_expert), seed++, 0.3f);
         DeviceBuffer logits_dev(logits);
+        DeviceBuffer bias_dev(bias);
         DeviceBuffer probs_dev(logits.size() * sizeof(float));
         DeviceBuffer ids_dev(static_cast<size_t>(n_tokens * k) * sizeof(int32_t));
         DeviceBuffer weights_dev(static_cast<size_t>(n_tokens * k) * sizeof(float));
-        ASSERT_TRUE(RouterTopK(logits_dev.as<float>(), n_tokens, n_expert, k, renormalize,
-                               probs_dev.as<float>(), ids_dev.as<int32_t>(),
-                               weights_dev.as<float>(), nullptr)
+        ASSERT_TRUE(RouterTopK(logits_dev.as<float>(), n_tokens, n_expert, k, router,
+                               biased ? bias_dev.as<float>() : nullptr, probs_dev.as<float>(),
+                               ids_dev.as<int32_t>(), weights_dev.as<float>(), nullptr)
                         .ok());
         const std::vector<float> probs = probs_dev.Download<float>(logits.size());
         const std::vector<int32_t> ids = ids_dev.Download<int32_t>(static_cast<size_t>(n_tokens * k));
@@ -382,8 +394,9 @@ TEST_F(CudaKernelsTest, RouterTopKMatchesCpu) {
           std::vector<float> want_probs(static_cast<size_t>(n_expert));
           std::vector<int32_t> want_ids(static_cast<size_t>(k));
           std::vector<float> want_weights(static_cast<size_t>(k));
-          cpu::RouterTopK(logits.data() + t * n_expert, n_expert, k, renormalize,
-                          want_probs.data(), want_ids.data(), want_weights.data());
+          cpu::RouterTopK(logits.data() + t * n_expert, n_expert, k, router,
+                          biased ? bias.data() : nullptr, want_probs.data(), want_ids.data(),
+                          want_weights.data());
           for (int e = 0; e < n_expert; ++e) {
             ASSERT_NEAR(probs[static_cast<size_t>(t * n_expert + e)],
                         want_probs[static_cast<size_t>(e)],
@@ -737,10 +750,12 @@ TEST(CudaKernelsArgsTest, RejectsBadArgumentsBeforeLaunching) {
       RopeNeox(f, reinterpret_cast<int32_t*>(f), 1, 1, 64, 65, 1e4f, {}, nullptr, nullptr, nullptr)
           .code(),
       absl::StatusCode::kInvalidArgument);  // odd n_rot
-  EXPECT_EQ(RouterTopK(f, 1, 8, 9, true, f, reinterpret_cast<int32_t*>(f), f, nullptr).code(),
-            absl::StatusCode::kInvalidArgument);  // k > n_expert
-  EXPECT_EQ(RouterTopK(f, 1, 2000, 8, true, f, reinterpret_cast<int32_t*>(f), f, nullptr).code(),
-            absl::StatusCode::kInvalidArgument);  // too many experts
+  EXPECT_EQ(
+      RouterTopK(f, 1, 8, 9, {}, nullptr, f, reinterpret_cast<int32_t*>(f), f, nullptr).code(),
+      absl::StatusCode::kInvalidArgument);  // k > n_expert
+  EXPECT_EQ(
+      RouterTopK(f, 1, 2000, 8, {}, nullptr, f, reinterpret_cast<int32_t*>(f), f, nullptr).code(),
+      absl::StatusCode::kInvalidArgument);  // too many experts
   EXPECT_EQ(SampleTemperature(f, 10, 1.0f, 1.0f, reinterpret_cast<int32_t*>(f), nullptr).code(),
             absl::StatusCode::kInvalidArgument);  // uniform outside [0, 1)
   EXPECT_EQ(GatherRows(f, nullptr, 1, 64, f, nullptr).code(),

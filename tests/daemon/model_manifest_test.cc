@@ -9,13 +9,14 @@
 #include <array>
 #include <cstring>
 #include <set>
+#include <string>
 
 #include "absl/strings/str_format.h"
 #include "gguf/gguf_reader.h"
+#include "gguf/model_fingerprint.h"
 #include "gguf/writer/gguf_writer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "gguf/model_fingerprint.h"
 #include "test_model.h"
 
 namespace moetier {
@@ -179,6 +180,29 @@ TEST(ModelManifestTest, FingerprintIdentifiesTheModel) {
   EXPECT_EQ(fa->fingerprint, fa2->fingerprint) << "same layout, same fingerprint";
   EXPECT_NE(fa->fingerprint, fb->fingerprint);
   EXPECT_NE(fa->fingerprint, 0u);
+}
+
+// glm4moe: a dense first layer (no experts to store) and a last block that
+// only predicts further tokens (nextn_predict_layers), which the worker
+// never runs: neither its experts nor its other tensors go into the store.
+TEST(ModelManifestTest, DenseLayersHoldNoExpertsAndTheMtpBlockIsLeftOut) {
+  absl::StatusOr<std::unique_ptr<GgufModel>> gguf =
+      GgufModel::Open(std::string(MOETIER_TEST_DATA_DIR) + "/vectors/glm4moe-tiny-f32.gguf");
+  ASSERT_TRUE(gguf.ok()) << gguf.status();
+  absl::StatusOr<ModelManifest> m = BuildModelManifest(**gguf);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->n_layer, 3u);  // block_count 4 less one MTP block
+  ASSERT_EQ(m->layers.size(), 3u);
+  EXPECT_FALSE(m->HasExperts(0));
+  EXPECT_TRUE(m->HasExperts(1));
+  EXPECT_TRUE(m->HasExperts(2));
+  EXPECT_EQ(m->expert_count, 2u * m->n_expert);
+  bool dense_ffn = false;
+  for (const DenseTensor& d : m->dense) {
+    EXPECT_EQ(d.name.rfind("blk.3.", 0), std::string::npos) << d.name;
+    dense_ffn = dense_ffn || d.name == "blk.0.ffn_down.weight";
+  }
+  EXPECT_TRUE(dense_ffn);
 }
 
 TEST(ModelManifestTest, RefusesModelsWithoutExperts) {

@@ -59,6 +59,20 @@ TEST(InspectTest, ShowsSharedExpertWidthAndRopeSections) {
   EXPECT_THAT(r.output, EndsWith("verdict:       supported by this build\n"));
 }
 
+// glm4moe's router and layer plan: the dense lead, the shared experts, the
+// gating, the routing scale and the MTP block.
+TEST(InspectTest, ShowsTheDenseLeadAndTheRouterKeys) {
+  const CommandResult r =
+      RunInspect(std::string(MOETIER_TEST_DATA_DIR) + "/vectors/glm4moe-tiny-f32.gguf");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("leading_dense_block_count            1\n"));
+  EXPECT_THAT(r.output, HasSubstr("expert_shared_count                  1\n"));
+  EXPECT_THAT(r.output, HasSubstr("expert_gating_func                   2\n"));
+  EXPECT_THAT(r.output, HasSubstr("expert_weights_scale                 1.8\n"));
+  EXPECT_THAT(r.output, HasSubstr("nextn_predict_layers                 1\n"));
+  EXPECT_THAT(r.output, EndsWith("verdict:       supported by this build\n"));
+}
+
 TEST(InspectTest, EndsWithTheVerdictOfTheWorkersCheck) {
   CommandResult r = RunInspect(kTinyF32);
   ASSERT_EQ(r.exit_code, 0) << r.output;

@@ -270,6 +270,67 @@ TEST(RoutingTraceRecorderTest, RecordingLeavesLogitsBitIdentical) {
   }
 }
 
+// glm4moe's first layer is dense: it never routes, the trace holds
+// experts 0..k-1 with weight 0 for it, and replaying the trace on the same
+// model gives the same logits.
+TEST(RoutingTraceRecorderTest, ALayerWithoutExpertsHoldsAPlaceholder) {
+  absl::StatusOr<std::unique_ptr<GgufModel>> gguf =
+      GgufModel::Open(DataPath("glm4moe-tiny-f32.gguf"));
+  ASSERT_TRUE(gguf.ok()) << gguf.status();
+  absl::StatusOr<Model> model = LoadModel(**gguf);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const ModelHparams& hp = model->hparams;
+  const std::vector<bool> routed = RoutedLayers(model->weights);
+  ASSERT_EQ(routed, (std::vector<bool>{false, true, true}));
+  const std::vector<int32_t> ids = ReadIds(DataPath("glm4moe-tiny-f32.ids"));
+  auto engine = [&](RoutingObserver* observer, RoutingOverride* override) {
+    CpuEngineConfig config;
+    config.max_ctx = 64;
+    config.n_threads = 2;
+    config.max_batch = 5;
+    config.routing_observer = observer;
+    config.routing_override = override;
+    absl::StatusOr<std::unique_ptr<CpuEngine>> e = CpuEngine::Create(*model, config);
+    EXPECT_TRUE(e.ok()) << e.status();
+    return e.ok() ? *std::move(e) : nullptr;
+  };
+  const std::string path = TempPath("dense-first.trace");
+  std::vector<float> expected;
+  {
+    absl::StatusOr<std::unique_ptr<RoutingTraceRecorder>> recorder =
+        RoutingTraceRecorder::Create(path, hp.n_layer, hp.n_expert, hp.n_expert_used, routed);
+    ASSERT_TRUE(recorder.ok()) << recorder.status();
+    std::unique_ptr<CpuEngine> recording = engine(recorder->get(), nullptr);
+    ASSERT_NE(recording, nullptr);
+    expected = RunTokens(*recording, ids, false);
+    ASSERT_TRUE((*recorder)->Close().ok());
+  }
+  const RoutingTrace trace = ReadTrace(path);
+  ASSERT_EQ(trace.n_token(), ids.size());
+  for (size_t t = 0; t < trace.n_token(); ++t) {
+    EXPECT_THAT(trace.Experts(t, 0), ::testing::ElementsAre(0u, 1u)) << "token " << t;
+    EXPECT_THAT(trace.Weights(t, 0), ::testing::ElementsAre(0.0f, 0.0f)) << "token " << t;
+  }
+  absl::StatusOr<std::unique_ptr<RoutingTraceReplayer>> replayer =
+      RoutingTraceReplayer::Create(path, hp.n_layer, hp.n_expert, hp.n_expert_used);
+  ASSERT_TRUE(replayer.ok()) << replayer.status();
+  std::unique_ptr<CpuEngine> replaying = engine(nullptr, replayer->get());
+  ASSERT_NE(replaying, nullptr);
+  EXPECT_EQ(RunTokens(*replaying, ids, true), expected);
+  std::remove(path.c_str());
+
+  // Without the flags the recorder expects layer 0 first and refuses layer 1.
+  absl::StatusOr<std::unique_ptr<RoutingTraceRecorder>> unaware =
+      RoutingTraceRecorder::Create(path, hp.n_layer, hp.n_expert, hp.n_expert_used);
+  ASSERT_TRUE(unaware.ok()) << unaware.status();
+  std::unique_ptr<CpuEngine> failing = engine(unaware->get(), nullptr);
+  ASSERT_NE(failing, nullptr);
+  absl::StatusOr<std::unique_ptr<Sequence>> seq = failing->NewSequence();
+  ASSERT_TRUE(seq.ok());
+  EXPECT_FALSE(failing->Forward(**seq, ids, LogitRows::kNone, nullptr).ok());
+  std::remove(path.c_str());
+}
+
 TEST(RoutingTraceReplayerTest, ReplayingTheSameTextIsBitIdentical) {
   const Tiny& tiny = TinyModel();
   const ModelHparams& hp = tiny.hp();

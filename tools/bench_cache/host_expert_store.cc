@@ -36,6 +36,7 @@ absl::StatusOr<std::unique_ptr<HostExpertStore>> HostExpertStore::Create(
   (void)madvise(base, size, MADV_HUGEPAGE);
   auto* bytes = static_cast<uint8_t*>(base);
   for (size_t li = 0; li < layout.size(); ++li) {
+    if (!HasRoutedExperts(model.weights.layers[li].ffn)) continue;
     const MoeWeights& lw = model.weights.layers[li].moe;
     const LayerLayout& l = layout[li];
     for (int e = 0; e < n_expert; ++e) {

@@ -85,13 +85,30 @@ int Run(const std::string& path, bool all_keys, bool list_tensors) {
               (*model)->shards().size() == 1 ? "" : "s", (*model)->shards().front()->version());
   std::printf("name:          %s\n", meta.GetStringOr("general.name", "(none)").c_str());
   std::printf("architecture:  %s\n", arch.c_str());
-  for (const char* key :
-       {"block_count", "embedding_length", "attention.head_count", "attention.head_count_kv",
-        "attention.key_length", "expert_count", "expert_used_count", "expert_feed_forward_length",
-        "expert_shared_feed_forward_length", "context_length", "rope.freq_base",
-        "rope.dimension_count", "rope.dimension_sections", "rope.scaling.type",
-        "rope.scaling.factor", "rope.scaling.original_context_length",
-        "attention.layer_norm_rms_epsilon"}) {
+  for (const char* key : {"block_count",
+                          "embedding_length",
+                          "attention.head_count",
+                          "attention.head_count_kv",
+                          "attention.key_length",
+                          "expert_count",
+                          "expert_used_count",
+                          "expert_feed_forward_length",
+                          "expert_shared_feed_forward_length",
+                          "expert_shared_count",
+                          "leading_dense_block_count",
+                          "feed_forward_length",
+                          "expert_gating_func",
+                          "expert_weights_norm",
+                          "expert_weights_scale",
+                          "nextn_predict_layers",
+                          "context_length",
+                          "rope.freq_base",
+                          "rope.dimension_count",
+                          "rope.dimension_sections",
+                          "rope.scaling.type",
+                          "rope.scaling.factor",
+                          "rope.scaling.original_context_length",
+                          "attention.layer_norm_rms_epsilon"}) {
     const std::string full = arch + "." + key;
     if (const GgufValue* value = meta.Find(full)) {
       std::printf("  %-36s %s\n", key, FormatValue(*value).c_str());

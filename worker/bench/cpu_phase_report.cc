@@ -39,7 +39,8 @@ void PrintPhases(const char* what, const CpuPhaseSeconds& seconds, const std::st
   group("DeltaNet", {CpuPhase::kDeltaNetProjections, CpuPhase::kDeltaNet});
   group("attention", {CpuPhase::kAttentionProjections, CpuPhase::kAttention});
   group("experts", {CpuPhase::kRouter, CpuPhase::kExpertFetch, CpuPhase::kExperts});
-  for (CpuPhase p : {CpuPhase::kSharedExpert, CpuPhase::kOutput, CpuPhase::kOther}) {
+  for (CpuPhase p :
+       {CpuPhase::kSharedExpert, CpuPhase::kDenseFfn, CpuPhase::kOutput, CpuPhase::kOther}) {
     if (share({p}) > 0.0) absl::StrAppendFormat(&line, "; %s %.1f%%", name(p), share({p}));
   }
   std::printf("%s time by block: %s%s\n", what, line.c_str(), label.c_str());

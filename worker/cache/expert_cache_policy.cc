@@ -46,15 +46,17 @@ absl::Status ExpertCacheShape::Validate() const {
   }
   uint64_t sum = 0;
   for (uint32_t l = 0; l < n_layer; ++l) {
-    // Fewer slots than top_k could not hold one token's experts at once.
-    if (slot_budget[l] < top_k || slot_budget[l] > n_expert) {
+    // Fewer slots than top_k could not hold one token's experts at once; 0
+    // is a layer without routed experts, which never routes.
+    if ((slot_budget[l] != 0 && slot_budget[l] < top_k) || slot_budget[l] > n_expert) {
       return absl::InvalidArgumentError(
           absl::StrFormat("expert cache: layer %u has a budget of %u slots, outside [top_k = %u, "
-                          "n_expert = %u]",
+                          "n_expert = %u] (or 0 for a layer without experts)",
                           l, slot_budget[l], top_k, n_expert));
     }
     sum += slot_budget[l];
   }
+  if (sum == 0) return absl::InvalidArgumentError("expert cache: no layer has slots");
   if (sum > static_cast<uint64_t>(INT32_MAX)) {
     return absl::InvalidArgumentError("expert cache: more than 2^31 slots in all");
   }

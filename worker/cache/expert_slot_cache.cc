@@ -10,6 +10,16 @@ namespace {
 
 constexpr double kMiB = 1024.0 * 1024.0;
 
+// Layers from `first` on that have routed experts (expert_bytes 0: a layer
+// without experts, FfnKind::kDense, which never routes).
+uint32_t ExpertLayers(const ExpertSlotCacheOptions& o, uint32_t first = 0) {
+  uint32_t n = 0;
+  for (uint32_t l = first; l < o.n_layer && l < o.expert_bytes.size(); ++l) {
+    n += o.expert_bytes[l] != 0 ? 1 : 0;
+  }
+  return n;
+}
+
 absl::Status ValidateFields(const ExpertSlotCacheOptions& o) {
   if (o.n_layer == 0 || o.n_expert == 0 || o.top_k == 0 || o.top_k > o.n_expert) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -21,11 +31,14 @@ absl::Status ValidateFields(const ExpertSlotCacheOptions& o) {
         "expert cache: %u expert sizes for %u layers", o.expert_bytes.size(), o.n_layer));
   }
   for (uint32_t l = 0; l < o.n_layer; ++l) {
-    if (o.expert_bytes[l] == 0 || o.expert_bytes[l] > o.slot_bytes) {
+    if (o.expert_bytes[l] > o.slot_bytes) {
       return absl::InvalidArgumentError(absl::StrFormat(
           "expert cache: layer %u's experts (%u bytes) do not fit a slot of %u bytes", l,
           o.expert_bytes[l], o.slot_bytes));
     }
+  }
+  if (ExpertLayers(o) == 0) {
+    return absl::InvalidArgumentError("expert cache: no layer has routed experts");
   }
   if (o.static_host_layers > static_cast<int>(o.n_layer)) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -40,22 +53,23 @@ absl::Status ValidateFields(const ExpertSlotCacheOptions& o) {
 }  // namespace
 
 uint64_t MinDynamicPoolBytes(const ExpertSlotCacheOptions& options) {
-  return uint64_t{options.n_layer} * options.top_k * options.slot_bytes;
+  return uint64_t{ExpertLayers(options)} * options.top_k * options.slot_bytes;
 }
 
 uint64_t FullPoolBytes(const ExpertSlotCacheOptions& options) {
-  return uint64_t{options.n_layer} * options.n_expert * options.slot_bytes;
+  return uint64_t{ExpertLayers(options)} * options.n_expert * options.slot_bytes;
 }
 
 uint64_t StaticPoolBytes(const ExpertSlotCacheOptions& options, int host_layers) {
-  const uint64_t device_layers = options.n_layer - std::min<uint64_t>(host_layers, options.n_layer);
-  return device_layers * options.n_expert * options.slot_bytes;
+  const uint32_t first = static_cast<uint32_t>(std::max(host_layers, 0));
+  return uint64_t{ExpertLayers(options, first)} * options.n_expert * options.slot_bytes;
 }
 
 absl::StatusOr<std::unique_ptr<ExpertSlotCache>> ExpertSlotCache::Create(
     const ExpertSlotCacheOptions& options) {
   if (absl::Status s = ValidateFields(options); !s.ok()) return s;
-  const uint64_t max_slots = uint64_t{options.n_layer} * options.n_expert;
+  const uint32_t expert_layers = ExpertLayers(options);
+  const uint64_t max_slots = uint64_t{expert_layers} * options.n_expert;
   const uint64_t slots = std::min(options.pool_bytes / options.slot_bytes, max_slots);
   if (options.static_host_layers >= 0) {
     const uint64_t need = StaticPoolBytes(options, options.static_host_layers);
@@ -63,7 +77,8 @@ absl::StatusOr<std::unique_ptr<ExpertSlotCache>> ExpertSlotCache::Create(
       return absl::InvalidArgumentError(absl::StrFormat(
           "expert cache: static placement with --n-cpu-moe %d keeps %u layers' experts on the "
           "device and needs %.0f MiB; the cache has %.0f MiB",
-          options.static_host_layers, options.n_layer - options.static_host_layers, need / kMiB,
+          options.static_host_layers,
+          ExpertLayers(options, static_cast<uint32_t>(options.static_host_layers)), need / kMiB,
           options.pool_bytes / kMiB));
     }
     auto cache = std::unique_ptr<ExpertSlotCache>(
@@ -75,17 +90,23 @@ absl::StatusOr<std::unique_ptr<ExpertSlotCache>> ExpertSlotCache::Create(
         "expert cache: %.0f MiB holds %u slots of %.2f MiB; the cache needs at least top_k = %u "
         "slots per layer, %u in all: %.0f MiB",
         options.pool_bytes / kMiB, slots, options.slot_bytes / kMiB, options.top_k,
-        options.n_layer * options.top_k, MinDynamicPoolBytes(options) / kMiB));
+        expert_layers * options.top_k, MinDynamicPoolBytes(options) / kMiB));
   }
   auto cache = std::unique_ptr<ExpertSlotCache>(
       new ExpertSlotCache(options, static_cast<uint32_t>(slots)));
-  // Even shares; the remainder goes one slot each to the first layers.
+  // Even shares among the layers with experts; the remainder goes one slot
+  // each to the first of them.
   ExpertCacheShape shape;
   shape.n_layer = options.n_layer;
   shape.n_expert = options.n_expert;
   shape.top_k = options.top_k;
-  shape.slot_budget.assign(options.n_layer, static_cast<uint32_t>(slots / options.n_layer));
-  for (uint32_t l = 0; l < slots % options.n_layer; ++l) ++shape.slot_budget[l];
+  shape.slot_budget.assign(options.n_layer, 0);
+  uint64_t remainder = slots % expert_layers;
+  for (uint32_t l = 0; l < options.n_layer; ++l) {
+    if (options.expert_bytes[l] == 0) continue;
+    shape.slot_budget[l] = static_cast<uint32_t>(slots / expert_layers) + (remainder > 0 ? 1 : 0);
+    if (remainder > 0) --remainder;
+  }
   absl::StatusOr<std::unique_ptr<ExpertCachePolicy>> policy =
       MakeExpertCachePolicy(options.policy, shape);
   if (!policy.ok()) return policy.status();
@@ -103,21 +124,29 @@ ExpertSlotCache::ExpertSlotCache(const ExpertSlotCacheOptions& options, uint32_t
       scratch_(options.n_expert) {
   pinned_.reserve(options.n_expert);
   routed_.reserve(options.top_k);
+  if (is_static()) {
+    // Static slots, layer after layer of those on the device with experts.
+    static_slot_base_.assign(options.n_layer, -1);
+    int32_t next = 0;
+    for (uint32_t l = static_cast<uint32_t>(options.static_host_layers); l < options.n_layer; ++l) {
+      if (options.expert_bytes[l] == 0) continue;
+      static_slot_base_[l] = next;
+      next += static_cast<int32_t>(options.n_expert);
+    }
+  }
 }
 
 uint32_t ExpertSlotCache::max_group() const {
   if (is_static()) return options_.n_expert;
   uint32_t smallest = options_.n_expert;
   for (uint32_t l = 0; l < options_.n_layer; ++l) {
-    smallest = std::min(smallest, policy_->slot_budget(l));
+    if (options_.expert_bytes[l] != 0) smallest = std::min(smallest, policy_->slot_budget(l));
   }
   return smallest;
 }
 
 uint32_t ExpertSlotCache::slot_budget(uint32_t layer) const {
-  if (is_static()) {
-    return static_cast<int>(layer) < options_.static_host_layers ? 0 : options_.n_expert;
-  }
+  if (is_static()) return static_slot_base_[layer] < 0 ? 0 : options_.n_expert;
   return policy_->slot_budget(layer);
 }
 
@@ -130,22 +159,29 @@ std::string ExpertSlotCache::Describe() const {
         options_.static_host_layers - 1, options_.static_host_layers, options_.n_layer - 1,
         n_slots_, pool_mib);
   }
+  uint32_t fewest = options_.n_expert;
+  uint32_t most = 0;
+  for (uint32_t l = 0; l < options_.n_layer; ++l) {
+    if (options_.expert_bytes[l] == 0) continue;
+    fewest = std::min(fewest, policy_->slot_budget(l));
+    most = std::max(most, policy_->slot_budget(l));
+  }
   return absl::StrFormat(
       "expert cache: %u slots of %.2f MiB (%.0f MiB, %.1f%% of all experts), %u-%u per layer, "
       "policy %s, misses %s, prefetch %s",
       n_slots_, options_.slot_bytes / kMiB, pool_mib,
-      100.0 * n_slots_ / (static_cast<double>(options_.n_layer) * options_.n_expert),
-      policy_->slot_budget(options_.n_layer - 1), policy_->slot_budget(0), policy_->name(),
-      MissPolicyName(options_.miss_policy), options_.prefetch ? "on" : "off");
+      100.0 * n_slots_ / (static_cast<double>(ExpertLayers(options_)) * options_.n_expert), fewest,
+      most, policy_->name(), MissPolicyName(options_.miss_policy),
+      options_.prefetch ? "on" : "off");
 }
 
 std::vector<SlotFill> ExpertSlotCache::InitialFills() {
   std::vector<SlotFill> fills;
   if (!is_static()) return fills;
-  const uint32_t first = static_cast<uint32_t>(options_.static_host_layers);
-  for (uint32_t l = first; l < options_.n_layer; ++l) {
+  for (uint32_t l = 0; l < options_.n_layer; ++l) {
+    if (static_slot_base_[l] < 0) continue;
     for (uint32_t e = 0; e < options_.n_expert; ++e) {
-      fills.push_back({l, e, static_cast<int32_t>((l - first) * options_.n_expert + e)});
+      fills.push_back({l, e, static_slot_base_[l] + static_cast<int32_t>(e)});
       stats_.bytes_filled += options_.expert_bytes[l];
     }
   }
@@ -215,7 +251,7 @@ void ExpertSlotCache::Place(uint32_t layer, std::span<const int32_t> experts,
   MOETIER_CHECK(pinned_.empty());  // the previous Place was released
   pinned_layer_ = layer;
   if (is_static()) {
-    const bool on_host = static_cast<int>(layer) < options_.static_host_layers;
+    const bool on_host = static_slot_base_[layer] < 0;
     for (size_t i = 0; i < experts.size(); ++i) {
       const uint32_t e = static_cast<uint32_t>(experts[i]);
       MOETIER_CHECK(e < options_.n_expert);
@@ -224,9 +260,7 @@ void ExpertSlotCache::Place(uint32_t layer, std::span<const int32_t> experts,
         ++stats_.misses;
         ++stats_.misses_on_host;
       } else {
-        const uint32_t first = static_cast<uint32_t>(options_.static_host_layers);
-        out[i] = {ExpertSite::kSlot,
-                  static_cast<int32_t>((layer - first) * options_.n_expert + e), false};
+        out[i] = {ExpertSite::kSlot, static_slot_base_[layer] + static_cast<int32_t>(e), false};
         ++stats_.hits;
       }
     }
@@ -349,7 +383,7 @@ absl::StatusOr<std::unique_ptr<ExpertSlotCache>> ResizedExpertSlotCache(
         "expert cache: %.1f MiB holds %u slots of %.2f MiB; the cache needs at least top_k = %u "
         "slots per layer, %u in all: give at least %u MiB",
         pool_bytes / kMiB, pool_bytes / o.slot_bytes, o.slot_bytes / kMiB, o.top_k,
-        o.n_layer * o.top_k, min_mib));
+        min_bytes / o.slot_bytes, min_mib));
   }
   ExpertSlotCacheOptions options = o;
   options.pool_bytes = pool_bytes;
@@ -360,7 +394,7 @@ absl::StatusOr<std::unique_ptr<ExpertSlotCache>> ResizedExpertSlotCache(
 }
 
 bool ExpertSlotCache::Resident(uint32_t layer, uint32_t expert) const {
-  if (is_static()) return static_cast<int>(layer) >= options_.static_host_layers;
+  if (is_static()) return static_slot_base_[layer] >= 0;
   return policy_->Resident(layer, expert);
 }
 

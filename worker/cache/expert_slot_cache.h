@@ -50,7 +50,8 @@ struct ExpertSlotCacheOptions {
   uint32_t n_expert = 0;
   uint32_t top_k = 0;
   // Bytes one fill copies for an expert of each layer (gate, up and down);
-  // n_layer entries. Layers may differ (quantization mixes).
+  // n_layer entries. Layers may differ (quantization mixes); 0 marks a layer
+  // without routed experts (FfnKind::kDense), which gets no slots.
   std::vector<uint64_t> expert_bytes;
   uint64_t slot_bytes = 0;  // one slot; at least the largest expert_bytes
   uint64_t pool_bytes = 0;  // the pool: pool_bytes / slot_bytes slots
@@ -61,9 +62,9 @@ struct ExpertSlotCacheOptions {
   MissCostModel cost;           // used by MissPolicy::kAuto
 };
 
-// The pool a dynamic cache needs at least (top_k slots per layer), the one
-// that holds every expert, and the one static placement with N host layers
-// needs.
+// The pool a dynamic cache needs at least (top_k slots per layer with
+// experts), the one that holds every expert, and the one static placement
+// with N host layers needs.
 uint64_t MinDynamicPoolBytes(const ExpertSlotCacheOptions& options);
 uint64_t FullPoolBytes(const ExpertSlotCacheOptions& options);
 uint64_t StaticPoolBytes(const ExpertSlotCacheOptions& options, int host_layers);
@@ -178,6 +179,9 @@ class ExpertSlotCache {
   std::unique_ptr<ExpertCachePolicy> policy_;  // dynamic only
   ExpertSlotCacheStats stats_;
   std::vector<uint8_t> prefetched_unused_;  // [layer][expert]
+  // Static placement: the first slot of each layer's experts; -1 for layers
+  // on the host or without experts.
+  std::vector<int32_t> static_slot_base_;
   // Pins taken by Place, released by Release: (layer, expert) pairs.
   std::vector<uint32_t> pinned_;
   uint32_t pinned_layer_ = 0;

@@ -372,6 +372,7 @@ absl::Status CpuEngine::ForwardBatch(std::span<const BatchPart> parts, const int
     switch (layer.ffn) {
       case FfnKind::kMoe:
       case FfnKind::kMoeWithSharedExpert:
+      case FfnKind::kDense:
         // Routing hooks see the first part's positions: with hooks that
         // follow positions a batch holds one sequence (ForwardMany refuses
         // more).

@@ -47,9 +47,14 @@ constexpr BackendWeightSupport kCudaSupport = {
 };
 
 // The dense matrices a layer reads (its mixer's, the router, a shared
-// expert's), uploaded with the embedding and output.
+// expert's or its dense FFN's), uploaded with the embedding and output.
 std::vector<const WeightRef*> DenseMatrices(const LayerWeights& l) {
-  std::vector<const WeightRef*> out = {&l.moe.router};
+  std::vector<const WeightRef*> out;
+  if (HasRoutedExperts(l.ffn)) {
+    out.push_back(&l.moe.router);
+  } else {
+    for (const WeightRef* r : {&l.dense.gate, &l.dense.up, &l.dense.down}) out.push_back(r);
+  }
   if (IsAttention(l.mixer)) {
     for (const WeightRef* r : {&l.attn.q, &l.attn.k, &l.attn.v, &l.attn.output}) out.push_back(r);
   } else {
@@ -270,7 +275,7 @@ absl::Status CudaEngine::UploadWeights(const Model& model,
   std::vector<const WeightRef*> matrices = {&w.token_embd, &w.output};
   for (const LayerWeights& l : w.layers) {
     for (const WeightRef* r : DenseMatrices(l)) matrices.push_back(r);
-    if (own_experts) {
+    if (own_experts && HasRoutedExperts(l.ffn)) {
       for (const WeightRef* r : {&l.moe.gate_exps, &l.moe.up_exps, &l.moe.down_exps}) {
         matrices.push_back(r);
       }
@@ -370,7 +375,18 @@ absl::Status CudaEngine::UploadWeights(const Model& model,
     absl::StatusOr<float*> ffn_norm = upload(src.ffn_norm);
     if (!ffn_norm.ok()) return ffn_norm.status();
     m.ffn_norm = *ffn_norm;
+    if (!HasRoutedExperts(src.ffn)) {
+      m.dense_ffn = true;
+      m.dense_gate = matrix(src.dense.gate);
+      m.dense_up = matrix(src.dense.up);
+      m.dense_down = matrix(src.dense.down);
+      if (own_experts) resident.emplace_back();  // one entry per layer, none used
+      continue;
+    }
     m.router = matrix(src.moe.router);
+    absl::StatusOr<float*> selection_bias = upload(src.moe.selection_bias);
+    if (!selection_bias.ok()) return selection_bias.status();
+    m.selection_bias = *selection_bias;
     m.gate_type = src.moe.gate_exps.type;
     m.up_type = src.moe.up_exps.type;
     m.down_type = src.moe.down_exps.type;
@@ -379,7 +395,9 @@ absl::Status CudaEngine::UploadWeights(const Model& model,
       absl::StatusOr<float*> gate_inp = upload(src.moe.shared_gate_inp);
       if (!gate_inp.ok()) return gate_inp.status();
       m.has_shared_expert = true;
-      m.shared_gate_inp = DeviceMatrix{TensorType::kF32, 1, hp_.n_embd, *gate_inp};
+      if (*gate_inp != nullptr) {
+        m.shared_gate_inp = DeviceMatrix{TensorType::kF32, 1, hp_.n_embd, *gate_inp};
+      }
       m.shared_gate = matrix(src.moe.shared_gate);
       m.shared_up = matrix(src.moe.shared_up);
       m.shared_down = matrix(src.moe.shared_down);
@@ -403,7 +421,8 @@ absl::Status CudaEngine::AllocateBuffers() {
   const uint64_t q_dim = static_cast<uint64_t>(hp_.n_head) * hp_.head_dim;
   const uint64_t kv_dim = static_cast<uint64_t>(hp_.n_head_kv) * hp_.head_dim;
   const uint64_t n_ff = static_cast<uint64_t>(hp_.n_ff_exp);
-  const uint64_t n_ff_shared = static_cast<uint64_t>(hp_.n_ff_shared);
+  // The shared expert and the dense FFN share buffers (CudaMoeBlock).
+  const uint64_t n_ff_shared = static_cast<uint64_t>(std::max(hp_.n_ff_shared, hp_.n_ff_dense));
   const uint64_t n_expert = static_cast<uint64_t>(hp_.n_expert);
   const uint64_t conv_dim = static_cast<uint64_t>(hp_.deltanet.conv_dim());
   const uint64_t value_dim = static_cast<uint64_t>(hp_.deltanet.value_dim());

@@ -18,7 +18,7 @@ RoutedExpertShapes RoutedExpertShapesOf(const Model& model) {
   shapes.n_ff = hp.n_ff_exp;
   for (const LayerWeights& l : model.weights.layers) {
     ExpertLayerShape layer;
-    {
+    if (HasRoutedExperts(l.ffn)) {
       layer.gate = ShapeOf(l.moe.gate_exps);
       layer.up = ShapeOf(l.moe.up_exps);
       layer.down = ShapeOf(l.moe.down_exps);

@@ -3,6 +3,7 @@
 // putting an expert cache in front of a standalone engine.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <span>
 
@@ -27,8 +28,11 @@ class MappedExpertSource final : public ExpertWeightSource {
   }
   void Release(int) override {}
   int max_experts_held() const override {
-    return weights_.layers.empty() ? 1
-                                   : static_cast<int>(weights_.layers[0].moe.gate_exps.ne[2]);
+    int64_t n_expert = 1;  // layers without experts have ne[2] == 1
+    for (const LayerWeights& l : weights_.layers) {
+      n_expert = std::max(n_expert, l.moe.gate_exps.ne[2]);
+    }
+    return static_cast<int>(n_expert);
   }
 
  private:

@@ -40,16 +40,37 @@ absl::Status CheckBatch(std::string_view what, const RoutingBatch& batch, int n_
 
 // ------------------------------------------------------------------ recorder
 
-RoutingTraceRecorder::RoutingTraceRecorder(std::string path, int n_layer, int n_expert, int top_k)
-    : path_(std::move(path)), n_layer_(n_layer), n_expert_(n_expert), top_k_(top_k) {}
+RoutingTraceRecorder::RoutingTraceRecorder(std::string path, int n_layer, int n_expert, int top_k,
+                                           std::vector<bool> routed)
+    : path_(std::move(path)),
+      n_layer_(n_layer),
+      n_expert_(n_expert),
+      top_k_(top_k),
+      routed_(std::move(routed)) {
+  first_routed_ = NextRouted(-1);
+  next_layer_ = first_routed_;
+}
+
+int RoutingTraceRecorder::NextRouted(int layer) const {
+  int next = layer + 1;
+  while (next < n_layer_ && !routed_[static_cast<size_t>(next)]) ++next;
+  return next;
+}
 
 RoutingTraceRecorder::~RoutingTraceRecorder() { (void)writer_.Close(); }
 
 absl::StatusOr<std::unique_ptr<RoutingTraceRecorder>> RoutingTraceRecorder::Create(
-    const std::string& path, int n_layer, int n_expert, int top_k) {
+    const std::string& path, int n_layer, int n_expert, int top_k, std::vector<bool> routed) {
   if (absl::Status s = CheckCounts(path, n_layer, n_expert, top_k); !s.ok()) return s;
+  if (routed.empty()) routed.assign(static_cast<size_t>(n_layer), true);
+  if (routed.size() != static_cast<size_t>(n_layer) ||
+      std::find(routed.begin(), routed.end(), true) == routed.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("%s: %d routed-layer flags for %d layers, or no layer routes", path,
+                        routed.size(), n_layer));
+  }
   std::unique_ptr<RoutingTraceRecorder> recorder(
-      new RoutingTraceRecorder(path, n_layer, n_expert, top_k));
+      new RoutingTraceRecorder(path, n_layer, n_expert, top_k, std::move(routed)));
   if (absl::Status s = recorder->writer_.Open(path, static_cast<uint32_t>(n_layer),
                                               static_cast<uint32_t>(n_expert),
                                               static_cast<uint32_t>(top_k), /*with_weights=*/true);
@@ -67,15 +88,25 @@ absl::Status RoutingTraceRecorder::OnRouting(const RoutingBatch& batch) {
                                                path_, batch.layer, batch.experts.size(),
                                                batch.weights.size(), n_choices));
   }
-  // Layer 0 starts a batch (dropping what a failed one left); the others
-  // must continue the current one.
-  if (batch.layer == 0) {
+  // The first routed layer starts a batch (dropping what a failed one
+  // left); the others must continue the current one.
+  if (batch.layer == first_routed_) {
     batch_tokens_ = batch.n_tokens;
     batch_pos0_ = batch.pos0;
     const size_t per_batch = static_cast<size_t>(batch.n_tokens) * n_layer_ * top_k_;
     if (experts_.size() < per_batch) {
+      const size_t had = experts_.size();
       experts_.resize(per_batch);
       weights_.resize(per_batch);
+      // Layers that never report hold the same placeholder choice always.
+      for (size_t at = had; at < per_batch; at += static_cast<size_t>(top_k_)) {
+        const size_t layer = (at / static_cast<size_t>(top_k_)) % static_cast<size_t>(n_layer_);
+        if (routed_[layer]) continue;
+        for (int j = 0; j < top_k_; ++j) {
+          experts_[at + static_cast<size_t>(j)] = static_cast<uint32_t>(j);
+          weights_[at + static_cast<size_t>(j)] = 0.0f;
+        }
+      }
     }
   } else if (batch.layer != next_layer_ || batch.n_tokens != batch_tokens_ ||
              batch.pos0 != batch_pos0_) {
@@ -93,9 +124,9 @@ absl::Status RoutingTraceRecorder::OnRouting(const RoutingBatch& batch) {
       weights_[to + j] = batch.weights[from + j];
     }
   }
-  next_layer_ = batch.layer + 1;
+  next_layer_ = NextRouted(batch.layer);
   if (next_layer_ < n_layer_) return absl::OkStatus();
-  next_layer_ = 0;
+  next_layer_ = first_routed_;
   const size_t per_token = static_cast<size_t>(n_layer_) * top_k_;
   for (int t = 0; t < batch.n_tokens; ++t) {
     const size_t at = static_cast<size_t>(t) * per_token;
@@ -245,9 +276,10 @@ std::string RoutingTraceHooks::ReplayLabel() const {
 }
 
 absl::StatusOr<RoutingTraceHooks> OpenRoutingTraceHooks(const std::string& record_path,
-                                                        const std::string& replay_path,
-                                                        int n_layer, int n_expert, int top_k,
-                                                        double prefetch_accuracy) {
+                                                        const std::string& replay_path, int n_layer,
+                                                        int n_expert, int top_k,
+                                                        double prefetch_accuracy,
+                                                        std::vector<bool> routed_layers) {
   RoutingTraceHooks hooks;
   if (!record_path.empty() && record_path == replay_path) {
     return absl::InvalidArgumentError(absl::StrFormat(
@@ -262,8 +294,8 @@ absl::StatusOr<RoutingTraceHooks> OpenRoutingTraceHooks(const std::string& recor
     if (prefetch_accuracy >= 0) hooks.replayer->SetPrefetchAccuracy(prefetch_accuracy);
   }
   if (!record_path.empty()) {
-    absl::StatusOr<std::unique_ptr<RoutingTraceRecorder>> recorder =
-        RoutingTraceRecorder::Create(record_path, n_layer, n_expert, top_k);
+    absl::StatusOr<std::unique_ptr<RoutingTraceRecorder>> recorder = RoutingTraceRecorder::Create(
+        record_path, n_layer, n_expert, top_k, std::move(routed_layers));
     if (!recorder.ok()) return recorder.status();
     hooks.recorder = *std::move(recorder);
   }

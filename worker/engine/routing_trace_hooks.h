@@ -29,10 +29,12 @@ namespace moetier {
 class RoutingTraceRecorder final : public RoutingObserver {
  public:
   // Creates (truncates) `path` and writes the header for a model of these
-  // counts.
-  static absl::StatusOr<std::unique_ptr<RoutingTraceRecorder>> Create(const std::string& path,
-                                                                      int n_layer, int n_expert,
-                                                                      int top_k);
+  // counts. `routed` (n_layer entries; empty: all) says which layers route:
+  // a layer without experts (FfnKind::kDense) never reports, and the trace
+  // holds experts 0..top_k-1 with weight 0 for it, so that every token still
+  // has every layer's choice.
+  static absl::StatusOr<std::unique_ptr<RoutingTraceRecorder>> Create(
+      const std::string& path, int n_layer, int n_expert, int top_k, std::vector<bool> routed = {});
   ~RoutingTraceRecorder() override;
 
   absl::Status OnRouting(const RoutingBatch& batch) override;
@@ -44,7 +46,10 @@ class RoutingTraceRecorder final : public RoutingObserver {
   uint64_t tokens_written() const { return tokens_written_; }
 
  private:
-  RoutingTraceRecorder(std::string path, int n_layer, int n_expert, int top_k);
+  RoutingTraceRecorder(std::string path, int n_layer, int n_expert, int top_k,
+                       std::vector<bool> routed);
+  // The first routed layer after `layer`, or n_layer.
+  int NextRouted(int layer) const;
 
   std::string path_;
   int n_layer_;
@@ -56,6 +61,8 @@ class RoutingTraceRecorder final : public RoutingObserver {
   std::vector<float> weights_;
   int batch_tokens_ = 0;
   int batch_pos0_ = 0;
+  std::vector<bool> routed_;  // per layer
+  int first_routed_ = 0;
   int next_layer_ = 0;  // the layer the batch expects next
   uint64_t tokens_written_ = 0;
 };
@@ -136,9 +143,11 @@ std::string RoutingReplayLabel(const std::string& path, double prefetch_accuracy
 // is read before the recording is created, and the two paths must differ.
 // `prefetch_accuracy` (negative: the default) is the replayer's, see
 // RoutingTraceReplayer::SetPrefetchAccuracy.
+// `routed_layers` as for RoutingTraceRecorder::Create.
 absl::StatusOr<RoutingTraceHooks> OpenRoutingTraceHooks(const std::string& record_path,
-                                                        const std::string& replay_path,
-                                                        int n_layer, int n_expert, int top_k,
-                                                        double prefetch_accuracy = -1);
+                                                        const std::string& replay_path, int n_layer,
+                                                        int n_expert, int top_k,
+                                                        double prefetch_accuracy = -1,
+                                                        std::vector<bool> routed_layers = {});
 
 }  // namespace moetier

@@ -124,14 +124,21 @@ absl::Status CheckModelForBackend(const Model& model, const BackendWeightSupport
       check(CheckVector(d.a, dn.n_v_heads));
       check(CheckVector(d.norm, dn.d_v));
     }
+    if (!HasRoutedExperts(l.ffn)) {
+      check(CheckMatrix(l.dense.gate, hp.n_embd, hp.n_ff_dense, 1, support));
+      check(CheckMatrix(l.dense.up, hp.n_embd, hp.n_ff_dense, 1, support));
+      check(CheckMatrix(l.dense.down, hp.n_ff_dense, hp.n_embd, 1, support));
+      continue;
+    }
     check(CheckMatrix(l.moe.router, hp.n_embd, hp.n_expert, 1, support));
+    if (l.moe.selection_bias.present()) check(CheckVector(l.moe.selection_bias, hp.n_expert));
     // With an external expert source only the types and shapes matter: the
     // engine never reads these tensors' bytes.
     check(CheckMatrix(l.moe.gate_exps, hp.n_embd, hp.n_ff_exp, hp.n_expert, support));
     check(CheckMatrix(l.moe.up_exps, hp.n_embd, hp.n_ff_exp, hp.n_expert, support));
     check(CheckMatrix(l.moe.down_exps, hp.n_ff_exp, hp.n_embd, hp.n_expert, support));
     if (HasSharedExpert(l.ffn)) {
-      check(CheckVector(l.moe.shared_gate_inp, hp.n_embd));
+      if (l.moe.shared_gate_inp.present()) check(CheckVector(l.moe.shared_gate_inp, hp.n_embd));
       check(CheckMatrix(l.moe.shared_gate, hp.n_embd, hp.n_ff_shared, 1, support));
       check(CheckMatrix(l.moe.shared_up, hp.n_embd, hp.n_ff_shared, 1, support));
       check(CheckMatrix(l.moe.shared_down, hp.n_ff_shared, hp.n_embd, 1, support));

@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "model/decodable_types.h"
+#include "model/glm4moe.h"
 #include "model/llama.h"
 #include "model/model_loader.h"
 #include "model/olmoe.h"
@@ -19,7 +20,7 @@
 namespace moetier {
 namespace {
 
-constexpr std::array<Architecture, 7> kArchitectures = {{
+constexpr std::array<Architecture, 8> kArchitectures = {{
     {"qwen3moe", "Qwen3-30B-A3B, Qwen3-235B-A22B", &LoadQwen3Moe},
     {"qwen35moe", "Qwen3.5-35B-A3B, Qwen3.6-35B-A3B", &LoadQwen35Moe},
     {"qwen3vlmoe", "Qwen3-VL-30B-A3B, Qwen3-VL-235B-A22B (text)", &LoadQwen3VlMoe},
@@ -27,6 +28,7 @@ constexpr std::array<Architecture, 7> kArchitectures = {{
     {"qwen2moe", "Qwen1.5-MoE-A2.7B, Qwen2-57B-A14B", &LoadQwen2Moe},
     {"llama", "Mixtral-8x7B and other llama models with routed experts", &LoadLlamaMoe},
     {"olmoe", "OLMoE-1B-7B", &LoadOlmoe},
+    {"glm4moe", "GLM-4.5-Air, GLM-4.5, GLM-4.6, GLM-4.7", &LoadGlm4Moe},
 }};
 
 }  // namespace

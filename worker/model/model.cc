@@ -33,6 +33,8 @@ std::string_view FfnKindName(FfnKind kind) {
       return "routed experts";
     case FfnKind::kMoeWithSharedExpert:
       return "routed experts with a shared expert";
+    case FfnKind::kDense:
+      return "dense feed-forward";
   }
   return "unknown feed-forward";
 }
@@ -55,7 +57,9 @@ std::vector<Ref*> RefsOf(Weights& w, bool include_experts) {
                    &l.deltanet.out,    &l.ffn_norm,
                    &l.moe.router,      &l.moe.shared_gate_inp,
                    &l.moe.shared_gate, &l.moe.shared_up,
-                   &l.moe.shared_down}) {
+                   &l.moe.shared_down, &l.moe.selection_bias,
+                   &l.dense.gate,      &l.dense.up,
+                   &l.dense.down}) {
       refs.push_back(r);
     }
     if (include_experts) {
@@ -67,6 +71,12 @@ std::vector<Ref*> RefsOf(Weights& w, bool include_experts) {
 }
 
 }  // namespace
+
+std::vector<bool> RoutedLayers(const ModelWeights& w) {
+  std::vector<bool> routed;
+  for (const LayerWeights& l : w.layers) routed.push_back(HasRoutedExperts(l.ffn));
+  return routed;
+}
 
 SequenceStateSize SequenceStateSizeOf(const Model& model, const KvCacheTypes& kv_types) {
   const ModelHparams& hp = model.hparams;

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "base/rope_angles.h"
+#include "base/router_params.h"
 #include "gguf/tensor/tensor_type.h"
 #include "model/kv_cache_types.h"
 #include "model/rope_scaling.h"
@@ -60,12 +61,6 @@ enum class QkNorm : uint8_t {
   kWhole,    // over the whole projection, n_head * head_dim values (olmoe)
 };
 
-// How the router turns its logits into the mixing weights of the top-k.
-struct RouterParams {
-  // Softmax over all experts, then the top k (the only gating so far).
-  bool renormalize = true;  // divide the k weights by their sum (qwen3moe, Mixtral; not olmoe)
-};
-
 // Per layer: what mixes the positions.
 enum class MixerKind : uint8_t {
   kAttention,       // causal GQA softmax attention with a KV cache
@@ -76,7 +71,9 @@ enum class MixerKind : uint8_t {
 // Per layer: the feed-forward block.
 enum class FfnKind : uint8_t {
   kMoe,                  // routed experts only
-  kMoeWithSharedExpert,  // routed experts + a dense expert gated by a sigmoid (qwen35moe)
+  kMoeWithSharedExpert,  // routed experts + a dense expert, gated by a sigmoid (qwen35moe) or not
+                         // (glm4moe)
+  kDense,                // one dense SwiGLU FFN, no router (glm4moe's leading layers)
 };
 
 // The Gated DeltaNet layers' sizes (SPEC.md §3.3): H_k key heads and H_v
@@ -103,6 +100,7 @@ inline bool IsAttention(MixerKind kind) {
   return kind == MixerKind::kAttention || kind == MixerKind::kGatedAttention;
 }
 inline bool HasSharedExpert(FfnKind kind) { return kind == FfnKind::kMoeWithSharedExpert; }
+inline bool HasRoutedExperts(FfnKind kind) { return kind != FfnKind::kDense; }
 
 std::string_view MixerKindName(MixerKind kind);
 std::string_view FfnKindName(FfnKind kind);
@@ -147,6 +145,7 @@ struct ModelHparams {
   int n_ff_exp = 0;       // each expert's FFN width
   RouterParams router;
   int n_ff_shared = 0;  // FfnKind::kMoeWithSharedExpert: the shared expert's width
+  int n_ff_dense = 0;   // FfnKind::kDense: the dense FFN's width
 };
 
 struct AttentionWeights {
@@ -182,17 +181,28 @@ struct DeltaNetWeights {
 
 struct MoeWeights {
   WeightRef router;  // ffn_gate_inp {n_embd, n_expert}
+  // exp_probs_b.bias {n_expert}, fp32: added to the router's probabilities
+  // to choose the top k, never to weigh them (glm4moe); absent: none.
+  WeightRef selection_bias;
   // Expert matrices; for a fused ffn_gate_up_exps tensor, gate and up refer
   // to the two halves of each expert's rows (same data, offset rows).
   WeightRef gate_exps;  // {n_embd, n_ff_exp, n_expert}
   WeightRef up_exps;    // {n_embd, n_ff_exp, n_expert}
   WeightRef down_exps;  // {n_ff_exp, n_embd, n_expert}
   // FfnKind::kMoeWithSharedExpert: out += sigmoid(shared_gate_inp . x) *
-  // SwiGLU_shared(x).
+  // SwiGLU_shared(x), or out += SwiGLU_shared(x) where shared_gate_inp is
+  // absent (glm4moe).
   WeightRef shared_gate_inp;  // ffn_gate_inp_shexp {n_embd}
   WeightRef shared_gate;      // ffn_gate_shexp {n_embd, n_ff_shared}
   WeightRef shared_up;        // ffn_up_shexp {n_embd, n_ff_shared}
   WeightRef shared_down;      // ffn_down_shexp {n_ff_shared, n_embd}
+};
+
+// FfnKind::kDense: out = down(silu(gate . x) * up . x).
+struct DenseFfnWeights {
+  WeightRef gate;  // ffn_gate {n_embd, n_ff_dense}
+  WeightRef up;    // ffn_up {n_embd, n_ff_dense}
+  WeightRef down;  // ffn_down {n_ff_dense, n_embd}
 };
 
 // One layer of the plan: x += Mixer(RMSNorm(x; attn_norm)), then
@@ -204,7 +214,8 @@ struct LayerWeights {
   AttentionWeights attn;        // kAttention, kGatedAttention
   DeltaNetWeights deltanet;     // kGatedDeltaNet
   WeightRef ffn_norm;  // {n_embd} (post_attention_norm in some files)
-  MoeWeights moe;
+  MoeWeights moe;      // kMoe, kMoeWithSharedExpert
+  DenseFfnWeights dense;  // kDense
 };
 
 struct ModelWeights {
@@ -230,6 +241,9 @@ struct Model {
 // experts' only with include_experts), for visiting them all.
 std::vector<const WeightRef*> WeightRefs(const ModelWeights& w, bool include_experts);
 std::vector<WeightRef*> WeightRefs(ModelWeights& w, bool include_experts);
+
+// Per layer, whether it has routed experts (its router reports a choice).
+std::vector<bool> RoutedLayers(const ModelWeights& w);
 
 // What one sequence's state takes in every engine: K and V of every
 // attention layer per position of context (stored as `kv_types` says), and

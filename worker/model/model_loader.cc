@@ -514,15 +514,20 @@ absl::Status ModelLoader::ReadRoutedExperts(int il, const ModelHparams& hp,
   return absl::OkStatus();
 }
 
-absl::Status ModelLoader::ReadSharedExpert(int il, const ModelHparams& hp,
-                                           MoeWeights& out) const {
+absl::Status ModelLoader::ReadSharedExpert(int il, const ModelHparams& hp, MoeWeights& out,
+                                           bool gated) const {
   const int64_t n_embd = hp.n_embd;
   const int64_t n_ff = hp.n_ff_shared;
-  return ReadLayerTensors(il,
-                          {{"ffn_gate_inp_shexp.weight", {n_embd, 1, 1, 1}, &out.shared_gate_inp},
-                           {"ffn_gate_shexp.weight", {n_embd, n_ff, 1, 1}, &out.shared_gate},
-                           {"ffn_up_shexp.weight", {n_embd, n_ff, 1, 1}, &out.shared_up},
-                           {"ffn_down_shexp.weight", {n_ff, n_embd, 1, 1}, &out.shared_down}});
+  if (gated) {
+    if (absl::Status s = ReadLayerTensors(
+            il, {{"ffn_gate_inp_shexp.weight", {n_embd, 1, 1, 1}, &out.shared_gate_inp}});
+        !s.ok()) {
+      return s;
+    }
+  }
+  return ReadLayerTensors(il, {{"ffn_gate_shexp.weight", {n_embd, n_ff, 1, 1}, &out.shared_gate},
+                               {"ffn_up_shexp.weight", {n_embd, n_ff, 1, 1}, &out.shared_up},
+                               {"ffn_down_shexp.weight", {n_ff, n_embd, 1, 1}, &out.shared_down}});
 }
 
 absl::StatusOr<std::vector<int64_t>> ModelLoader::IntArray(absl::string_view suffix) const {

@@ -117,9 +117,10 @@ class ModelLoader {
   // experts (ReadRoutedExperts).
   absl::Status ReadAttentionMoeLayers(const ModelHparams& hp, ModelWeights& w,
                                       AttentionOptions attention = {}) const;
-  // The shared expert of blk.<il>: ffn_gate_inp_shexp {n_embd} and
-  // ffn_{gate,up,down}_shexp for hp.n_ff_shared.
-  absl::Status ReadSharedExpert(int il, const ModelHparams& hp, MoeWeights& out) const;
+  // The shared expert of blk.<il>: ffn_{gate,up,down}_shexp for
+  // hp.n_ff_shared and, when `gated`, its gate ffn_gate_inp_shexp {n_embd}.
+  absl::Status ReadSharedExpert(int il, const ModelHparams& hp, MoeWeights& out,
+                                bool gated = true) const;
   // An optional architecture key holding integers (a scalar or an array);
   // empty when absent.
   absl::StatusOr<std::vector<int64_t>> IntArray(absl::string_view suffix) const;

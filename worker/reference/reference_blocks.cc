@@ -10,9 +10,6 @@
 namespace moetier::reference {
 namespace {
 
-// The router's renormalization floor, as llama.cpp's build_moe_ffn clamps it.
-constexpr float kMinExpertWeightSum = 6.103515625e-5f;
-
 // Rotates the pair (a, b) of one head by the angle of pair index i, with
 // the file's rope scaling (whose magnitude applies at position 0 too).
 void RotatePair(float& a, float& b, int i, int pos, const ModelHparams& hp) {
@@ -340,24 +337,42 @@ void GatedDeltaNet::Forward(const float* xn, int pos, float* out) {
   MatVec(out_, n_.data(), out);
 }
 
+// ------------------------------------------------------------------ FFN
+
+SwigluFfn::SwigluFfn(const WeightRef& gate, const WeightRef& up, const WeightRef& down)
+    : gate_(DequantizeMatrix(gate)),
+      up_(DequantizeMatrix(up)),
+      down_(DequantizeMatrix(down)),
+      gate_act_(static_cast<size_t>(gate_.rows)),
+      up_act_(static_cast<size_t>(up_.rows)) {}
+
+uint64_t SwigluFfn::weight_bytes() const { return Bytes(gate_) + Bytes(up_) + Bytes(down_); }
+
+void SwigluFfn::Forward(const float* x, float* out) {
+  MatVec(gate_, x, gate_act_.data());
+  MatVec(up_, x, up_act_.data());
+  for (size_t j = 0; j < gate_act_.size(); ++j) gate_act_[j] = Silu(gate_act_[j]) * up_act_[j];
+  MatVec(down_, gate_act_.data(), out);
+}
+
 // ------------------------------------------------------------------ MoE
 
 Moe::Moe(const ModelHparams& hp, const LayerWeights& layer)
-    : hp_(hp), router_(DequantizeMatrix(layer.moe.router)) {
+    : hp_(hp),
+      router_(DequantizeMatrix(layer.moe.router)),
+      selection_bias_(DequantizeVector(layer.moe.selection_bias)) {
   if (HasSharedExpert(layer.ffn)) {
+    shared_ = std::make_unique<SwigluFfn>(layer.moe.shared_gate, layer.moe.shared_up,
+                                          layer.moe.shared_down);
     shared_gate_inp_ = DequantizeVector(layer.moe.shared_gate_inp);
-    shared_gate_ = DequantizeMatrix(layer.moe.shared_gate);
-    shared_up_ = DequantizeMatrix(layer.moe.shared_up);
-    shared_down_ = DequantizeMatrix(layer.moe.shared_down);
-    shared_gate_act_.resize(static_cast<size_t>(hp.n_ff_shared));
-    shared_up_act_.resize(static_cast<size_t>(hp.n_ff_shared));
   }
   for (int e = 0; e < hp.n_expert; ++e) {
     gate_.push_back(DequantizeMatrix(layer.moe.gate_exps, e));
     up_.push_back(DequantizeMatrix(layer.moe.up_exps, e));
     down_.push_back(DequantizeMatrix(layer.moe.down_exps, e));
   }
-  logits_.resize(hp.n_expert);
+  probs_.resize(hp.n_expert);
+  selection_.resize(hp.n_expert);
   gate_act_.resize(hp.n_ff_exp);
   up_act_.resize(hp.n_ff_exp);
   expert_out_.resize(hp.n_embd);
@@ -365,48 +380,55 @@ Moe::Moe(const ModelHparams& hp, const LayerWeights& layer)
 }
 
 uint64_t Moe::weight_bytes() const {
-  uint64_t bytes = Bytes(router_) + Bytes(shared_gate_) + Bytes(shared_up_) +
-                   Bytes(shared_down_) + shared_gate_inp_.size() * sizeof(float);
+  uint64_t bytes = Bytes(router_) + (shared_ != nullptr ? shared_->weight_bytes() : 0) +
+                   (shared_gate_inp_.size() + selection_bias_.size()) * sizeof(float);
   for (size_t e = 0; e < gate_.size(); ++e) bytes += Bytes(gate_[e]) + Bytes(up_[e]) + Bytes(down_[e]);
   return bytes;
 }
 
 void Moe::Forward(const float* xn, float* out) {
-  MatVec(router_, xn, logits_.data());
-  Softmax(logits_.data(), hp_.n_expert);
-  const std::vector<float>& probs = logits_;
+  const RouterParams& router = hp_.router;
+  MatVec(router_, xn, probs_.data());
+  if (router.gating == RouterGating::kSigmoid) {
+    for (float& p : probs_) p = static_cast<float>(Sigmoid(p));
+  } else {
+    Softmax(probs_.data(), hp_.n_expert);
+  }
+  // The bias only chooses; the weights stay the unbiased probabilities.
+  selection_ = probs_;
+  for (size_t e = 0; e < selection_bias_.size(); ++e) selection_[e] += selection_bias_[e];
   std::iota(order_.begin(), order_.end(), 0);
-  // Descending probability; equal probabilities keep the lower index first.
-  std::sort(order_.begin(), order_.end(),
-            [&](int a, int b) { return probs[a] != probs[b] ? probs[a] > probs[b] : a < b; });
+  // Descending; equal values keep the lower index first.
+  std::sort(order_.begin(), order_.end(), [&](int a, int b) {
+    return selection_[a] != selection_[b] ? selection_[a] > selection_[b] : a < b;
+  });
   const int k = hp_.n_expert_used;
   float norm = 1.0f;
-  if (hp_.router.renormalize) {
+  if (router.renormalize) {
     float weight_sum = 0.0f;
-    for (int i = 0; i < k; ++i) weight_sum += probs[order_[i]];
-    norm = std::max(weight_sum, kMinExpertWeightSum);
+    for (int i = 0; i < k; ++i) weight_sum += probs_[order_[i]];
+    norm = std::max(weight_sum, kMinRouterWeightSum);
   }
   std::fill(out, out + hp_.n_embd, 0.0f);
   for (int i = 0; i < k; ++i) {
     const int e = order_[i];
-    const float w = probs[e] / norm;
+    const float w = probs_[e] / norm * router.weights_scale;
     MatVec(gate_[e], xn, gate_act_.data());
     MatVec(up_[e], xn, up_act_.data());
     for (int j = 0; j < hp_.n_ff_exp; ++j) gate_act_[j] = Silu(gate_act_[j]) * up_act_[j];
     MatVec(down_[e], gate_act_.data(), expert_out_.data());
     for (int64_t j = 0; j < hp_.n_embd; ++j) out[j] += w * expert_out_[j];
   }
-  if (shared_gate_inp_.empty()) return;
-  // The shared expert, gated by sigmoid(w . x).
-  double logit = 0.0;
-  for (int64_t j = 0; j < hp_.n_embd; ++j) logit += static_cast<double>(shared_gate_inp_[j]) * xn[j];
-  const float gate = static_cast<float>(Sigmoid(logit));
-  MatVec(shared_gate_, xn, shared_gate_act_.data());
-  MatVec(shared_up_, xn, shared_up_act_.data());
-  for (int j = 0; j < hp_.n_ff_shared; ++j) {
-    shared_gate_act_[j] = Silu(shared_gate_act_[j]) * shared_up_act_[j];
+  if (shared_ == nullptr) return;
+  // The shared expert, gated by sigmoid(w . x) where it has a gate.
+  float gate = 1.0f;
+  if (!shared_gate_inp_.empty()) {
+    double logit = 0.0;
+    for (int64_t j = 0; j < hp_.n_embd; ++j)
+      logit += static_cast<double>(shared_gate_inp_[j]) * xn[j];
+    gate = static_cast<float>(Sigmoid(logit));
   }
-  MatVec(shared_down_, shared_gate_act_.data(), expert_out_.data());
+  shared_->Forward(xn, expert_out_.data());
   for (int64_t j = 0; j < hp_.n_embd; ++j) out[j] += gate * expert_out_[j];
 }
 

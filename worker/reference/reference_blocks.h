@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "model/model.h"
@@ -80,23 +81,37 @@ class GatedDeltaNet {
   std::vector<float> m_, z_act_, b_act_, a_act_, u_, o_, n_;
 };
 
+// One SwiGLU FFN in fp32, out = down(silu(gate·x) ⊙ up·x): a dense layer's
+// FFN (FfnKind::kDense) and the shared expert.
+class SwigluFfn {
+ public:
+  SwigluFfn(const WeightRef& gate, const WeightRef& up, const WeightRef& down);
+  void Forward(const float* x, float* out);
+  uint64_t weight_bytes() const;
+
+ private:
+  DenseMatrix gate_, up_, down_;
+  std::vector<float> gate_act_, up_act_;
+};
+
 // One MoE layer: the router and every expert in fp32, and the shared
 // expert where the layer has one.
 class Moe {
  public:
   Moe(const ModelHparams& hp, const LayerWeights& layer);
-  // out = Σ_k w_k · expert_k(xn) over the router's top k.
+  // out = Σ_k w_k · expert_k(xn) over the router's top k (base/router_params.h),
+  // plus the shared expert.
   void Forward(const float* xn, float* out);
   uint64_t weight_bytes() const;
 
  private:
   const ModelHparams& hp_;
   DenseMatrix router_;
+  std::vector<float> selection_bias_;          // empty: none
   std::vector<DenseMatrix> gate_, up_, down_;  // one per expert
-  std::vector<float> shared_gate_inp_;
-  DenseMatrix shared_gate_, shared_up_, shared_down_;
-  std::vector<float> logits_, gate_act_, up_act_, expert_out_;
-  std::vector<float> shared_gate_act_, shared_up_act_;
+  std::unique_ptr<SwigluFfn> shared_;          // null: no shared expert
+  std::vector<float> shared_gate_inp_;         // empty: the shared expert is not gated
+  std::vector<float> probs_, selection_, gate_act_, up_act_, expert_out_;
   std::vector<int> order_;
 };
 

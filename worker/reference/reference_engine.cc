@@ -72,7 +72,12 @@ ReferenceEngine::ReferenceEngine(const Model& model, int max_ctx)
         l.deltanet = std::make_unique<reference::GatedDeltaNet>(hp_, src);
         break;
     }
-    l.moe = std::make_unique<reference::Moe>(hp_, src);
+    if (HasRoutedExperts(src.ffn)) {
+      l.moe = std::make_unique<reference::Moe>(hp_, src);
+    } else {
+      l.dense =
+          std::make_unique<reference::SwigluFfn>(src.dense.gate, src.dense.up, src.dense.down);
+    }
     layers_.push_back(std::move(l));
   }
   x_.resize(hp_.n_embd);
@@ -159,7 +164,11 @@ void ReferenceEngine::ForwardToken(int32_t token, int pos, bool logits) {
     }
     for (int64_t i = 0; i < n_embd; ++i) x_[i] += sub_out_[i];
     reference::RmsNorm(x_.data(), layer.ffn_norm.data(), n_embd, hp_.rms_eps, xn_.data());
-    layer.moe->Forward(xn_.data(), sub_out_.data());
+    if (layer.dense != nullptr) {
+      layer.dense->Forward(xn_.data(), sub_out_.data());
+    } else {
+      layer.moe->Forward(xn_.data(), sub_out_.data());
+    }
     for (int64_t i = 0; i < n_embd; ++i) x_[i] += sub_out_[i];
   }
   if (!logits) return;

@@ -53,7 +53,8 @@ class ReferenceEngine final : public ForwardEngine {
     std::vector<float> attn_norm, ffn_norm;
     std::unique_ptr<reference::Attention> attention;     // attention layers
     std::unique_ptr<reference::GatedDeltaNet> deltanet;  // Gated DeltaNet layers
-    std::unique_ptr<reference::Moe> moe;
+    std::unique_ptr<reference::Moe> moe;                 // routed-expert layers
+    std::unique_ptr<reference::SwigluFfn> dense;         // FfnKind::kDense layers
   };
 
   ReferenceEngine(const Model& model, int max_ctx);

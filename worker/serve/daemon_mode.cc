@@ -134,12 +134,12 @@ absl::Status RunDaemonMode(const WorkerOptions& options, std::FILE* err,
   if (!max_ctx.ok()) return max_ctx.status();
   // Every request's tokens go through the same hooks: one recording, one
   // replay cursor, for the worker's whole life.
-  absl::StatusOr<RoutingTraceHooks> hooks = OpenRoutingTraceHooks(
-      options.routing_trace_out.empty()
-          ? std::string()
-          : WorkerPath(options.routing_trace_out, options.worker_index),
-      options.routing_from_trace, hp.n_layer, hp.n_expert, hp.n_expert_used,
-      options.prefetch_accuracy);
+  absl::StatusOr<RoutingTraceHooks> hooks =
+      OpenRoutingTraceHooks(options.routing_trace_out.empty()
+                                ? std::string()
+                                : WorkerPath(options.routing_trace_out, options.worker_index),
+                            options.routing_from_trace, hp.n_layer, hp.n_expert, hp.n_expert_used,
+                            options.prefetch_accuracy, RoutedLayers(model->weights));
   if (!hooks.ok()) return hooks.status();
   ExpertOrigin experts;
   experts.source = source->get();

@@ -47,6 +47,7 @@ absl::StatusOr<std::unique_ptr<StoreExpertSource>> StoreExpertSource::Create(
   for (int l = 0; l < n_layer; ++l) {
     const store::LayerDesc& d = client.layer(static_cast<uint32_t>(l));
     const ExpertLayerShape& w = experts.layers[static_cast<size_t>(l)];
+    if (w.expert_bytes() == 0) continue;  // a layer without experts (FfnKind::kDense)
     if (d.expert_bytes == 0) {
       return absl::FailedPreconditionError(
           absl::StrFormat("the store has no experts for layer %d, which the model uses", l));

@@ -39,11 +39,12 @@ constexpr size_t kScoreChunk = 32;
 
 // The routing trace hooks the flags ask for (none without the flags). They
 // must outlive the engine given them.
-absl::StatusOr<RoutingTraceHooks> OpenHooks(const WorkerOptions& options,
-                                            const ModelHparams& hp, std::FILE* err) {
-  absl::StatusOr<RoutingTraceHooks> hooks =
-      OpenRoutingTraceHooks(options.routing_trace_out, options.routing_from_trace, hp.n_layer,
-                            hp.n_expert, hp.n_expert_used, options.prefetch_accuracy);
+absl::StatusOr<RoutingTraceHooks> OpenHooks(const WorkerOptions& options, const Model& model,
+                                            std::FILE* err) {
+  const ModelHparams& hp = model.hparams;
+  absl::StatusOr<RoutingTraceHooks> hooks = OpenRoutingTraceHooks(
+      options.routing_trace_out, options.routing_from_trace, hp.n_layer, hp.n_expert,
+      hp.n_expert_used, options.prefetch_accuracy, RoutedLayers(model.weights));
   if (hooks.ok() && hooks->replayer != nullptr) {
     std::fprintf(err, "%s (%zu tokens, cycled): the experts are the trace's, not the router's\n",
                  hooks->ReplayLabel().c_str(), hooks->replayer->n_token());
@@ -103,7 +104,7 @@ absl::Status RunLogits(const WorkerOptions& options, const Model& model, std::FI
     return absl::InvalidArgumentError(absl::StrFormat(
         "%d tokens do not fit the context of %d tokens (see --ctx)", options.tokens.size(), *ctx));
   }
-  absl::StatusOr<RoutingTraceHooks> hooks = OpenHooks(options, hp, err);
+  absl::StatusOr<RoutingTraceHooks> hooks = OpenHooks(options, model, err);
   if (!hooks.ok()) return hooks.status();
   absl::StatusOr<StandaloneEngine> engine = MakeEngine(options, model, *ctx, *hooks, err);
   if (!engine.ok()) return engine.status();
@@ -251,7 +252,7 @@ absl::Status RunGenerate(const WorkerOptions& options, const Model& model,
     std::fprintf(err, "seed: %llu\n", static_cast<unsigned long long>(sampling.seed));
   }
   Sampler sampler(hp.n_vocab, sampling);
-  absl::StatusOr<RoutingTraceHooks> hooks = OpenHooks(options, hp, err);
+  absl::StatusOr<RoutingTraceHooks> hooks = OpenHooks(options, model, err);
   if (!hooks.ok()) return hooks.status();
   absl::StatusOr<StandaloneEngine> engine = MakeEngine(options, model, *ctx, *hooks, err);
   if (!engine.ok()) return engine.status();

@@ -128,33 +128,50 @@ void AttentionHeadsStored(const float* q, const KvRows& k, const KvRows& v, int6
   }
 }
 
-void RouterTopK(const float* logits, int n_expert, int k, bool renormalize, float* probs,
-                int32_t* ids, float* weights) {
+void RouterTopK(const float* logits, int n_expert, int k, const RouterParams& router,
+                const float* selection_bias, float* probs, int32_t* ids, float* weights) {
   MOETIER_CPU_CHECK(k >= 1 && k <= n_expert, "top-k out of range");
-  for (int e = 0; e < n_expert; ++e) probs[e] = logits[e];
-  SoftmaxInPlace(probs, n_expert);
+  if (router.gating == RouterGating::kSigmoid) {
+    // ggml_sigmoid's formula, so that the CPU and llama.cpp choose alike.
+    for (int e = 0; e < n_expert; ++e) probs[e] = 1.0f / (1.0f + std::exp(-logits[e]));
+  } else {
+    for (int e = 0; e < n_expert; ++e) probs[e] = logits[e];
+    SoftmaxInPlace(probs, n_expert);
+  }
+  auto selection = [&](int e) {
+    return selection_bias != nullptr ? probs[e] + selection_bias[e] : probs[e];
+  };
   for (int j = 0; j < k; ++j) {
     int best = -1;
+    float best_value = 0.0f;
     for (int e = 0; e < n_expert; ++e) {
       bool taken = false;
       for (int i = 0; i < j; ++i) taken = taken || ids[i] == e;
-      if (!taken && (best < 0 || probs[e] > probs[best])) best = e;
+      if (taken) continue;
+      const float value = selection(e);
+      if (best < 0 || value > best_value) {
+        best = e;
+        best_value = value;
+      }
     }
     ids[j] = best;
   }
-  RouterWeightsOf(probs, ids, k, renormalize, weights);
+  RouterWeightsOf(probs, ids, k, router, weights);
 }
 
-void RouterWeightsOf(const float* probs, const int32_t* ids, int k, bool renormalize,
+void RouterWeightsOf(const float* probs, const int32_t* ids, int k, const RouterParams& router,
                      float* weights) {
   float sum = 0.0f;
   for (int j = 0; j < k; ++j) {
     weights[j] = probs[ids[j]];
     sum += weights[j];
   }
-  if (renormalize) {
-    const float denom = std::fmax(sum, 6.1035e-5f);
+  if (router.renormalize) {
+    const float denom = std::fmax(sum, kMinRouterWeightSum);
     for (int j = 0; j < k; ++j) weights[j] /= denom;
+  }
+  if (router.weights_scale != 1.0f) {
+    for (int j = 0; j < k; ++j) weights[j] *= router.weights_scale;
   }
 }
 

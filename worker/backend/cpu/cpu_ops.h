@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "base/rope_angles.h"
+#include "base/router_params.h"
 #include "gguf/tensor/tensor_type.h"
 
 namespace moetier::cpu {
@@ -84,18 +85,20 @@ void AttentionHeadsStored(const float* q, const KvRows& k, const KvRows& v, int6
                           int n_head, int n_head_kv, int head_dim, float scale, int h_begin,
                           int h_end, const KvAttendScratch& scratch, float* out);
 
-// MoE routing (SPEC §3.0 build_moe_ffn with softmax gating): probs =
-// softmax(logits) in `probs` (n_expert floats), the k largest in descending
-// order (ties to the lower id) into ids/weights, and, when `renormalize`, the
-// weights divided by max(sum, 6.1035e-5) (RouterWeightsOf).
-void RouterTopK(const float* logits, int n_expert, int k, bool renormalize, float* probs,
-                int32_t* ids, float* weights);
+// MoE routing as `router` says (base/router_params.h, SPEC §3.0
+// build_moe_ffn): the probabilities (softmax or per-expert sigmoid of the
+// logits) into `probs` (n_expert floats); the k largest of probs +
+// selection_bias (null: none) in descending order, ties to the lower id,
+// into ids; their weights into `weights` (RouterWeightsOf).
+void RouterTopK(const float* logits, int n_expert, int k, const RouterParams& router,
+                const float* selection_bias, float* probs, int32_t* ids, float* weights);
 
 // The mixing weights of experts ids[0..k) given the router's probabilities:
-// probs[ids[j]], summed in order and, when `renormalize`, divided by
-// max(sum, 6.1035e-5). RouterTopK's own weights come from it, so a choice
-// equal to the router's gets the router's weights bit for bit.
-void RouterWeightsOf(const float* probs, const int32_t* ids, int k, bool renormalize,
+// probs[ids[j]], summed in order and, when renormalized, divided by
+// max(sum, kMinRouterWeightSum), then multiplied by the weights' scale.
+// RouterTopK's own weights come from it, so a choice equal to the router's
+// gets the router's weights bit for bit.
+void RouterWeightsOf(const float* probs, const int32_t* ids, int k, const RouterParams& router,
                      float* weights);
 
 // One embedding row decoded to f32. Precondition: the type has a codec and

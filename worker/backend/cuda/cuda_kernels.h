@@ -24,6 +24,7 @@
 #include "absl/status/statusor.h"
 #include "backend/cuda/delta_rule.h"
 #include "base/rope_angles.h"
+#include "base/router_params.h"
 #include "gguf/tensor/tensor_type.h"
 
 namespace moetier::cuda {
@@ -175,12 +176,16 @@ absl::Status QkNormRope(float* q, float* k, const float* q_norm, const float* k_
 // out[i] = silu(gate[i]) * up[i]; out may alias either input.
 absl::Status SiluMul(const float* gate, const float* up, int64_t n, float* out, CudaStream stream);
 
-// MoE routing for n_tokens rows of n_expert logits: probs = softmax(logits)
-// ([n_tokens][n_expert]), the k largest in descending order (ties to the
-// lower id) into ids/weights ([n_tokens][k]), and with `renormalize` the
-// weights divided by max(sum, 6.1035e-5). n_expert <= 1024, k <= 64.
-absl::Status RouterTopK(const float* logits, int n_tokens, int n_expert, int k, bool renormalize,
-                        float* probs, int32_t* ids, float* weights, CudaStream stream);
+// MoE routing for n_tokens rows of n_expert logits as `router` says
+// (base/router_params.h): the probabilities into probs
+// ([n_tokens][n_expert]); the k largest of probs + selection_bias (device
+// fp32 [n_expert]; null: none) in descending order, ties to the lower id,
+// into ids ([n_tokens][k]); their probabilities, renormalized and scaled,
+// into weights. The same fp32 arithmetic as cpu::RouterTopK. n_expert <=
+// 1024, k <= 64.
+absl::Status RouterTopK(const float* logits, int n_tokens, int n_expert, int k,
+                        const RouterParams& router, const float* selection_bias, float* probs,
+                        int32_t* ids, float* weights, CudaStream stream);
 
 // One KV cache as attention reads it: KV head g's row for position t starts
 // at byte g * head_stride + t * row_stride of `data` and holds head_dim

@@ -102,50 +102,67 @@ __global__ void SiluMulKernel(const float* gate, const float* up, int64_t n, flo
 constexpr int kMaxExperts = 1024;
 constexpr int kMaxTopK = 64;
 
-// One block per token: softmax into probs (kept in shared memory too), then
-// k rounds of block argmax over the experts not yet taken.
-__global__ void RouterTopKKernel(const float* logits, int n_expert, int k, bool renormalize,
-                                 float* probs, int32_t* ids, float* weights) {
+// One block per token: the probabilities (softmax or per-expert sigmoid)
+// into probs, kept in shared memory too with their selection values (plus
+// the bias), then k rounds of block argmax over the experts not yet taken.
+__global__ void RouterTopKKernel(const float* logits, int n_expert, int k, RouterParams router,
+                                 const float* selection_bias, float* probs, int32_t* ids,
+                                 float* weights) {
   __shared__ float p[kMaxExperts];
+  __shared__ float selection[kMaxExperts];
   __shared__ bool taken[kMaxExperts];
   __shared__ float scratch[32];
   __shared__ ArgMax arg_scratch[32];
   const int64_t token = blockIdx.x;
   const float* lg = logits + token * n_expert;
-  float max = -INFINITY;
-  for (int e = threadIdx.x; e < n_expert; e += blockDim.x) max = fmaxf(max, lg[e]);
-  max = internal::BlockMax(max, scratch);
-  float sum = 0.0f;
-  for (int e = threadIdx.x; e < n_expert; e += blockDim.x) {
-    p[e] = expf(lg[e] - max);
-    taken[e] = false;
-    sum += p[e];
+  if (router.gating == RouterGating::kSigmoid) {
+    for (int e = threadIdx.x; e < n_expert; e += blockDim.x) {
+      p[e] = 1.0f / (1.0f + expf(-lg[e]));  // ggml_sigmoid's formula
+    }
+  } else {
+    float max = -INFINITY;
+    for (int e = threadIdx.x; e < n_expert; e += blockDim.x) max = fmaxf(max, lg[e]);
+    max = internal::BlockMax(max, scratch);
+    float sum = 0.0f;
+    for (int e = threadIdx.x; e < n_expert; e += blockDim.x) {
+      p[e] = expf(lg[e] - max);
+      sum += p[e];
+    }
+    sum = internal::BlockSum(sum, scratch);
+    const float inv = 1.0f / sum;
+    for (int e = threadIdx.x; e < n_expert; e += blockDim.x) p[e] *= inv;
   }
-  sum = internal::BlockSum(sum, scratch);
-  const float inv = 1.0f / sum;
   for (int e = threadIdx.x; e < n_expert; e += blockDim.x) {
-    p[e] *= inv;
     probs[token * n_expert + e] = p[e];
+    selection[e] = selection_bias != nullptr ? p[e] + selection_bias[e] : p[e];
+    taken[e] = false;
   }
   __syncthreads();
   float chosen_sum = 0.0f;  // meaningful in thread 0
   for (int j = 0; j < k; ++j) {
     ArgMax best{-INFINITY, -1};
     for (int e = threadIdx.x; e < n_expert; e += blockDim.x) {
-      if (!taken[e]) best = internal::BetterOf(best, ArgMax{p[e], e});
+      if (!taken[e]) best = internal::BetterOf(best, ArgMax{selection[e], e});
     }
     best = internal::BlockArgMax(best, arg_scratch);
     if (threadIdx.x == 0) {
       ids[token * k + j] = best.index;
-      weights[token * k + j] = best.value;
-      chosen_sum += best.value;
-      if (best.index >= 0) taken[best.index] = true;  // -1 only when probs are NaN
+      // -1 only when the values are NaN.
+      const float w = best.index >= 0 ? p[best.index] : best.value;
+      weights[token * k + j] = w;
+      chosen_sum += w;
+      if (best.index >= 0) taken[best.index] = true;
     }
     __syncthreads();
   }
-  if (threadIdx.x == 0 && renormalize) {
-    const float denom = fmaxf(chosen_sum, 6.1035e-5f);
-    for (int j = 0; j < k; ++j) weights[token * k + j] /= denom;
+  if (threadIdx.x == 0) {
+    if (router.renormalize) {
+      const float denom = fmaxf(chosen_sum, kMinRouterWeightSum);
+      for (int j = 0; j < k; ++j) weights[token * k + j] /= denom;
+    }
+    if (router.weights_scale != 1.0f) {
+      for (int j = 0; j < k; ++j) weights[token * k + j] *= router.weights_scale;
+    }
   }
 }
 
@@ -350,8 +367,9 @@ absl::Status SiluMul(const float* gate, const float* up, int64_t n, float* out,
   return LaunchStatus("SiluMul");
 }
 
-absl::Status RouterTopK(const float* logits, int n_tokens, int n_expert, int k, bool renormalize,
-                        float* probs, int32_t* ids, float* weights, CudaStream stream) {
+absl::Status RouterTopK(const float* logits, int n_tokens, int n_expert, int k,
+                        const RouterParams& router, const float* selection_bias, float* probs,
+                        int32_t* ids, float* weights, CudaStream stream) {
   MOETIER_CUDA_REQUIRE(logits != nullptr && probs != nullptr && ids != nullptr &&
                            weights != nullptr,
                        "null pointer");
@@ -362,7 +380,7 @@ absl::Status RouterTopK(const float* logits, int n_tokens, int n_expert, int k, 
   MOETIER_CUDA_REQUIRE(n_tokens >= 0, "negative n_tokens");
   if (n_tokens == 0) return absl::OkStatus();
   RouterTopKKernel<<<static_cast<unsigned>(n_tokens), kRowThreads, 0, AsStream(stream)>>>(
-      logits, n_expert, k, renormalize, probs, ids, weights);
+      logits, n_expert, k, router, selection_bias, probs, ids, weights);
   return LaunchStatus("RouterTopK");
 }
 

@@ -80,6 +80,8 @@ std::string_view CpuPhaseName(CpuPhase phase) {
       return "DeltaNet recurrence";
     case CpuPhase::kSharedExpert:
       return "shared expert";
+    case CpuPhase::kDenseFfn:
+      return "dense ffn";
     case CpuPhase::kOther:
       return "other";
     case CpuPhase::kCount:

@@ -51,14 +51,15 @@ size_t MaxActRowBytes(int64_t k);
 // routing, combining).
 enum class CpuPhase : int {
   kAttentionProjections = 0,  // attention q/k/v and output projections
-  kDeltaNetProjections,        // Gated DeltaNet in (qkv, z, alpha, beta) and out projections
-  kRouter,           // router logits
-  kExperts,          // expert gate, up and down projections
-  kOutput,           // output projection
-  kAttention,        // attention over the KV cache
-  kExpertFetch,      // waiting for an ExpertWeightSource (store hits, misses read from disk)
-  kDeltaNet,         // Gated DeltaNet conv, recurrence and gated norm
-  kSharedExpert,     // the shared expert's projections
+  kDeltaNetProjections,       // Gated DeltaNet in (qkv, z, alpha, beta) and out projections
+  kRouter,                    // router logits
+  kExperts,                   // expert gate, up and down projections
+  kOutput,                    // output projection
+  kAttention,                 // attention over the KV cache
+  kExpertFetch,   // waiting for an ExpertWeightSource (store hits, misses read from disk)
+  kDeltaNet,      // Gated DeltaNet conv, recurrence and gated norm
+  kSharedExpert,  // the shared expert's projections
+  kDenseFfn,      // the FFN of a layer without experts (FfnKind::kDense)
   kOther,
   kCount,
 };

@@ -28,6 +28,7 @@ CpuMoeBlock::CpuMoeBlock(const ModelHparams& hp, const std::vector<LayerWeights>
     : hp_(hp), layers_(layers), config_(config), batch_(batch), runner_(batch.runner()) {
   for (const LayerWeights& l : layers) {
     ffn_norm_.push_back(DecodedValues(l.ffn_norm));
+    selection_bias_.push_back(DecodedValues(l.moe.selection_bias));
     shapes_.push_back({ShapeOf(l.moe.gate_exps), ShapeOf(l.moe.up_exps), ShapeOf(l.moe.down_exps)});
   }
   const size_t b = static_cast<size_t>(batch.max_batch());
@@ -51,14 +52,18 @@ CpuMoeBlock::CpuMoeBlock(const ModelHparams& hp, const std::vector<LayerWeights>
   act_gather_gate_ = AlignedBytes(bk * MaxActRowBytes(hp.n_embd));
   act_gather_up_ = AlignedBytes(bk * MaxActRowBytes(hp.n_embd));
   act_ff_ = AlignedBytes(bk * MaxActRowBytes(hp.n_ff_exp));
-  bool shared = false;
-  for (const LayerWeights& l : layers) shared = shared || HasSharedExpert(l.ffn);
-  if (shared) {
+  // The shared expert's and the dense FFN's buffers, for the wider of them.
+  int64_t dense_ff = 0;
+  for (const LayerWeights& l : layers) {
+    if (HasSharedExpert(l.ffn)) dense_ff = std::max<int64_t>(dense_ff, hp.n_ff_shared);
+    if (!HasRoutedExperts(l.ffn)) dense_ff = std::max<int64_t>(dense_ff, hp.n_ff_dense);
+  }
+  if (dense_ff > 0) {
     shared_logit_ = AlignedBytes(b * f);
-    shared_gate_out_ = AlignedBytes(b * hp.n_ff_shared * f);
-    shared_up_out_ = AlignedBytes(b * hp.n_ff_shared * f);
+    shared_gate_out_ = AlignedBytes(b * dense_ff * f);
+    shared_up_out_ = AlignedBytes(b * dense_ff * f);
     shared_down_out_ = AlignedBytes(b * hp.n_embd * f);
-    act_shared_ = AlignedBytes(b * MaxActRowBytes(hp.n_ff_shared));
+    act_shared_ = AlignedBytes(b * MaxActRowBytes(dense_ff));
   }
 }
 
@@ -104,8 +109,7 @@ absl::Status CpuMoeBlock::ApplyRoutingHooks(int layer, int n, int pos0) {
     // router weights its own choice.
     for (int t = 0; t < n; ++t) {
       cpu::RouterWeightsOf(router_probs_.floats() + static_cast<size_t>(t) * hp_.n_expert,
-                           ids.data() + static_cast<size_t>(t) * top_k, top_k,
-                           hp_.router.renormalize,
+                           ids.data() + static_cast<size_t>(t) * top_k, top_k, hp_.router,
                            topk_weights_.data() + static_cast<size_t>(t) * top_k);
     }
   }
@@ -118,6 +122,13 @@ absl::Status CpuMoeBlock::ApplyRoutingHooks(int layer, int n, int pos0) {
 }
 
 absl::Status CpuMoeBlock::Forward(int layer, int n, int pos0) {
+  const LayerWeights& weights = layers_[static_cast<size_t>(layer)];
+  if (!HasRoutedExperts(weights.ffn)) {
+    batch_.NormRows(0, n, ffn_norm_[static_cast<size_t>(layer)].data(), hp_.rms_eps);
+    const DenseFfnWeights& d = weights.dense;
+    SwigluIntoResidual(nullptr, d.gate, d.up, d.down, hp_.n_ff_dense, n, CpuPhase::kDenseFfn);
+    return MaybePrefetchNextLayer(layer, n, pos0);
+  }
   const ExpertLayerShape& shape = shapes_[static_cast<size_t>(layer)];
   const int64_t n_embd = hp_.n_embd;
   const int64_t n_ff = hp_.n_ff_exp;
@@ -212,12 +223,21 @@ absl::Status CpuMoeBlock::Forward(int layer, int n, int pos0) {
     }
     for (int64_t i = 0; i < n_embd; ++i) xt[i] += acc[i];
   }
-  if (HasSharedExpert(layers_[static_cast<size_t>(layer)].ffn)) SharedExpert(layer, n);
-  if (config_.expert_source != nullptr && config_.expert_source->wants_prefetch() &&
-      layer + 1 < hp_.n_layer && n <= kMaxPrefetchTokens) {
-    return PrefetchNextLayer(layer + 1, n, pos0);
+  if (HasSharedExpert(weights.ffn)) {
+    const MoeWeights& w = weights.moe;
+    SwigluIntoResidual(&w.shared_gate_inp, w.shared_gate, w.shared_up, w.shared_down,
+                       hp_.n_ff_shared, n, CpuPhase::kSharedExpert);
   }
-  return absl::OkStatus();
+  return MaybePrefetchNextLayer(layer, n, pos0);
+}
+
+absl::Status CpuMoeBlock::MaybePrefetchNextLayer(int layer, int n, int pos0) {
+  if (config_.expert_source == nullptr || !config_.expert_source->wants_prefetch() ||
+      layer + 1 >= hp_.n_layer || n > kMaxPrefetchTokens ||
+      !HasRoutedExperts(layers_[static_cast<size_t>(layer) + 1].ffn)) {
+    return absl::OkStatus();
+  }
+  return PrefetchNextLayer(layer + 1, n, pos0);
 }
 
 void CpuMoeBlock::RouteTokens(int layer, int n) {
@@ -229,34 +249,39 @@ void CpuMoeBlock::RouteTokens(int layer, int n) {
   jobs[0] = MakeMatJob(router, router.data, batch_.PrepareInput(n, router.type), n,
                        router_logits_.floats());
   runner_.Run(jobs, 1, CpuPhase::kRouter);
+  const std::vector<float>& bias = selection_bias_[static_cast<size_t>(layer)];
   for (int t = 0; t < n; ++t) {
-    cpu::RouterTopK(router_logits_.floats() + t * n_expert, n_expert, top_k,
-                    hp_.router.renormalize, router_probs_.floats() + t * n_expert,
+    cpu::RouterTopK(router_logits_.floats() + t * n_expert, n_expert, top_k, hp_.router,
+                    bias.empty() ? nullptr : bias.data(), router_probs_.floats() + t * n_expert,
                     topk_ids_.data() + t * top_k, topk_weights_.data() + t * top_k);
   }
 }
 
-void CpuMoeBlock::SharedExpert(int layer, int n) {
-  const MoeWeights& w = layers_[static_cast<size_t>(layer)].moe;
+void CpuMoeBlock::SwigluIntoResidual(const WeightRef* gate_inp, const WeightRef& gate,
+                                     const WeightRef& up, const WeightRef& down, int64_t n_ff,
+                                     int n, CpuPhase phase) {
   const int64_t n_embd = hp_.n_embd;
-  const int64_t n_ff = hp_.n_ff_shared;
+  const bool gated = gate_inp != nullptr && gate_inp->present();
   MatJob* jobs = runner_.jobs();
-  jobs[0] = MakeMatJob(w.shared_gate_inp, w.shared_gate_inp.data,
-                       batch_.PrepareInput(n, w.shared_gate_inp.type), n, shared_logit_.floats());
-  jobs[1] = MakeMatJob(w.shared_gate, w.shared_gate.data, batch_.PrepareInput(n, w.shared_gate.type),
-                       n, shared_gate_out_.floats());
-  jobs[2] = MakeMatJob(w.shared_up, w.shared_up.data, batch_.PrepareInput(n, w.shared_up.type), n,
-                       shared_up_out_.floats());
-  runner_.Run(jobs, 3, CpuPhase::kSharedExpert);
+  int n_jobs = 0;
+  jobs[n_jobs++] =
+      MakeMatJob(gate, gate.data, batch_.PrepareInput(n, gate.type), n, shared_gate_out_.floats());
+  jobs[n_jobs++] =
+      MakeMatJob(up, up.data, batch_.PrepareInput(n, up.type), n, shared_up_out_.floats());
+  if (gated) {
+    jobs[n_jobs++] = MakeMatJob(*gate_inp, gate_inp->data, batch_.PrepareInput(n, gate_inp->type),
+                                n, shared_logit_.floats());
+  }
+  runner_.Run(jobs, n_jobs, phase);
   runner_.SiluMulRows(shared_gate_out_.floats(), shared_up_out_.floats(), n, n_ff);
   const uint8_t* act =
-      runner_.PrepareAct(act_shared_, shared_gate_out_.floats(), n, n_ff, w.shared_down.type);
-  jobs[0] = MakeMatJob(w.shared_down, w.shared_down.data, act, n, shared_down_out_.floats());
-  runner_.Run(jobs, 1, CpuPhase::kSharedExpert);
+      runner_.PrepareAct(act_shared_, shared_gate_out_.floats(), n, n_ff, down.type);
+  jobs[0] = MakeMatJob(down, down.data, act, n, shared_down_out_.floats());
+  runner_.Run(jobs, 1, phase);
   float* x = batch_.x();
   for (int t = 0; t < n; ++t) {
-    const float gate = 1.0f / (1.0f + std::exp(-shared_logit_.floats()[t]));
-    cpu::AxpyF32(gate, shared_down_out_.floats() + t * n_embd, x + t * n_embd, n_embd);
+    const float scale = gated ? 1.0f / (1.0f + std::exp(-shared_logit_.floats()[t])) : 1.0f;
+    cpu::AxpyF32(scale, shared_down_out_.floats() + t * n_embd, x + t * n_embd, n_embd);
   }
 }
 

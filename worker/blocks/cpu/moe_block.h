@@ -1,13 +1,14 @@
-// The MoE feed-forward block on the CPU, for every architecture with
-// FfnKind::kMoe layers: the router (softmax over all experts, top k,
-// renormalized or not as the model says), the routing hooks (trace
+// The feed-forward block on the CPU, for every FfnKind: the router
+// (base/router_params.h: softmax or sigmoid, a selection bias, renormalized
+// and scaled as the model says), the routing hooks (trace
 // recording and replay), grouping the batch's tokens by expert, acquiring
 // the used experts from the expert source (the mapping, the daemon's
 // store, or an expert cache in front of either) in groups it can hold,
 // their SwiGLU over exactly their rows, the weighted sum into the residual
-// stream, the shared expert gated by a sigmoid where the layer has one
-// (FfnKind::kMoeWithSharedExpert), and the next layer's predicted experts
-// offered for prefetch.
+// stream, the shared expert (gated by a sigmoid where it has a gate) where
+// the layer has one (FfnKind::kMoeWithSharedExpert), the dense SwiGLU of a
+// layer without experts (FfnKind::kDense), and the next layer's predicted
+// experts offered for prefetch.
 //
 // Each selected expert's weights are streamed once per layer per batch.
 #pragma once
@@ -39,7 +40,7 @@ class CpuMoeBlock {
   CpuMoeBlock(const ModelHparams& hp, const std::vector<LayerWeights>& layers,
               const CpuMoeConfig& config, CpuBatch& batch);
 
-  // x += MoE(RMSNorm(x; ffn_norm)) for the batch's n tokens at positions
+  // x += FFN(RMSNorm(x; ffn_norm)) for the batch's n tokens at positions
   // pos0..; errors come from the expert source or a routing hook.
   absl::Status Forward(int layer, int n, int pos0);
 
@@ -55,9 +56,14 @@ class CpuMoeBlock {
   // Offers the expert source the experts `layer`'s router picks for the
   // current hidden state.
   absl::Status PrefetchNextLayer(int layer, int n, int pos0);
-  // x += sigmoid(shared_gate_inp . xn) * SwiGLU_shared(xn), xn as the
-  // router left it.
-  void SharedExpert(int layer, int n);
+  // PrefetchNextLayer when the source wants it and the next layer has
+  // experts.
+  absl::Status MaybePrefetchNextLayer(int layer, int n, int pos0);
+  // x += g * down(silu(gate . xn) * up . xn) over the normed rows xn, with
+  // g = sigmoid(gate_inp . xn) where gate_inp is present, else 1: the shared
+  // expert and a dense layer's FFN.
+  void SwigluIntoResidual(const WeightRef* gate_inp, const WeightRef& gate, const WeightRef& up,
+                          const WeightRef& down, int64_t n_ff, int n, CpuPhase phase);
 
   const ModelHparams& hp_;
   const std::vector<LayerWeights>& layers_;
@@ -65,6 +71,7 @@ class CpuMoeBlock {
   CpuBatch& batch_;
   CpuMatRunner& runner_;
   std::vector<std::vector<float>> ffn_norm_;  // decoded to f32 once, per layer
+  std::vector<std::vector<float>> selection_bias_;  // per layer; empty: none
   std::vector<ExpertLayerShape> shapes_;      // per layer
 
   // B = max_batch, K = n_expert_used.
@@ -85,12 +92,13 @@ class CpuMoeBlock {
   AlignedBytes down_out_;                 // [B * K][n_embd]
   AlignedBytes act_gather_gate_, act_gather_up_;  // [B * K] prepared rows of n_embd
   AlignedBytes act_ff_;                   // [B * K] prepared rows of n_ff_exp
-  // The shared expert (layers that have one).
+  // The shared expert and the dense FFN (layers that have one); F = the
+  // wider of n_ff_shared and n_ff_dense.
   AlignedBytes shared_logit_;             // [B]
-  AlignedBytes shared_gate_out_;          // [B][n_ff_shared]
-  AlignedBytes shared_up_out_;            // [B][n_ff_shared]
+  AlignedBytes shared_gate_out_;          // [B][F]
+  AlignedBytes shared_up_out_;            // [B][F]
   AlignedBytes shared_down_out_;          // [B][n_embd]
-  AlignedBytes act_shared_;               // [B] prepared rows of n_ff_shared
+  AlignedBytes act_shared_;               // [B] prepared rows of F
 };
 
 }  // namespace moetier

@@ -343,8 +343,13 @@ bool CudaExpertCache::IsRegistered(const uint8_t* p, uint64_t bytes) const {
 
 absl::Status CudaExpertCache::MeasureCosts(const RoutedExpertShapes& experts,
                                            void* compute_stream) {
-  const ExpertSlotLayout& g = geometry_[0];
-  const ExpertLayerShape& shape = shapes_[0];
+  // The first layer with experts (a model may lead with dense layers).
+  size_t probe_layer = 0;
+  while (probe_layer + 1 < shapes_.size() && shapes_[probe_layer].expert_bytes() == 0) {
+    ++probe_layer;
+  }
+  const ExpertSlotLayout& g = geometry_[probe_layer];
+  const ExpertLayerShape& shape = shapes_[probe_layer];
   const uint64_t slot_bytes = AlignUp(g.end(), kSlotAlign);
   const uint64_t copy_bytes = std::min(kCopyProbeMaxBytes, 16 * slot_bytes);
   const int64_t n_embd = experts.n_embd;
@@ -383,11 +388,11 @@ absl::Status CudaExpertCache::MeasureCosts(const RoutedExpertShapes& experts,
   }
   cost_.copy_bytes_per_s = static_cast<double>(copy_bytes) / Median(seconds);
 
-  // One real expert (layer 0, expert 0) through the source: host cost, and
-  // a device copy for the device cost.
+  // One real expert (expert 0 of the probe layer) through the source: host
+  // cost, and a device copy for the device cost.
   const int32_t probe_expert[1] = {0};
   ExpertMatrices mats[1];
-  MOETIER_RETURN_IF_ERROR(Acquire(0, probe_expert, mats));
+  MOETIER_RETURN_IF_ERROR(Acquire(static_cast<int>(probe_layer), probe_expert, mats));
   cost_.host = MeasureHostExpertCost(host_ffn_, shape, mats[0], kProbeRows, 3);
   auto* w = static_cast<uint8_t*>(*work);
   // Staged in the slot layout, as a fill from unregistered memory is; the

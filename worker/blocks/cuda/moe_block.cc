@@ -70,15 +70,20 @@ absl::Status CudaMoeBlock::Allocate() {
   MOETIER_RETURN_IF_ERROR(ctx_.AllocBuffer(gate_out_, bk * n_ff, "expert gate outputs"));
   MOETIER_RETURN_IF_ERROR(ctx_.AllocBuffer(up_out_, bk * n_ff, "expert up outputs"));
   MOETIER_RETURN_IF_ERROR(ctx_.AllocBuffer(down_out_, bk * n_embd, "expert outputs"));
-  if (std::any_of(layers_.begin(), layers_.end(),
-                  [](const CudaMoeWeights& l) { return l.has_shared_expert; })) {
-    const uint64_t n_ff_shared = static_cast<uint64_t>(hp_.n_ff_shared);
+  // The shared expert's and the dense FFN's buffers, for the wider of them.
+  uint64_t dense_ff = 0;
+  for (const CudaMoeWeights& l : layers_) {
+    if (l.has_shared_expert) dense_ff = std::max<uint64_t>(dense_ff, hp_.n_ff_shared);
+    if (l.dense_ffn) dense_ff = std::max<uint64_t>(dense_ff, hp_.n_ff_dense);
+  }
+  if (dense_ff > 0) {
     MOETIER_RETURN_IF_ERROR(ctx_.AllocBuffer(shared_logit_, b, "shared expert gate logits"));
     MOETIER_RETURN_IF_ERROR(
-        ctx_.AllocBuffer(shared_gate_out_, b * n_ff_shared, "shared expert gate outputs"));
+        ctx_.AllocBuffer(shared_gate_out_, b * dense_ff, "shared expert / dense FFN gate outputs"));
     MOETIER_RETURN_IF_ERROR(
-        ctx_.AllocBuffer(shared_up_out_, b * n_ff_shared, "shared expert up outputs"));
-    MOETIER_RETURN_IF_ERROR(ctx_.AllocBuffer(shared_down_out_, b * n_embd, "shared expert outputs"));
+        ctx_.AllocBuffer(shared_up_out_, b * dense_ff, "shared expert / dense FFN up outputs"));
+    MOETIER_RETURN_IF_ERROR(
+        ctx_.AllocBuffer(shared_down_out_, b * n_embd, "shared expert / dense FFN outputs"));
   }
   const CudaExpertCacheConfig& cache_config = config_.expert_cache;
   const bool may_predict = config_.expert_source != nullptr && cache_config.prefetch &&
@@ -113,6 +118,9 @@ absl::Status CudaMoeBlock::Allocate() {
     MOETIER_RETURN_IF_ERROR(ctx_.AllocBuffer(device_jobs_, 3 * choices, "expert job tables"));
     MOETIER_RETURN_IF_ERROR(ctx_.AllocBuffer(device_n_jobs_, 1, "expert job count"));
     MOETIER_RETURN_IF_ERROR(ctx_.AllocBuffer(bad_choice_, n_layer, "router choice checks"));
+    // Layers without experts never write theirs.
+    MOETIER_RETURN_IF_ERROR(CudaCall(cudaMemset(bad_choice_, 0, n_layer * sizeof(*bad_choice_)),
+                                     "clearing the router choice checks"));
     MOETIER_RETURN_IF_ERROR(ctx_.AllocPinned(host_bad_choice_, n_layer, "router choice checks"));
     MOETIER_RETURN_IF_ERROR(ctx_.AllocPinned(
         host_routed_ids_, config_.routing_counter != nullptr ? n_layer * choices : 0,
@@ -179,7 +187,7 @@ absl::Status CudaMoeBlock::EnqueueRouterPrediction(int layer, int n) {
       cuda::RmsNorm(batch_.x, next.ffn_norm, n, n_embd, hp_.rms_eps, pred_xn_, ctx_.stream()));
   MOETIER_RETURN_IF_ERROR(ctx_.MatMul(next.router, pred_xn_, n, pred_logits_));
   MOETIER_RETURN_IF_ERROR(cuda::RouterTopK(pred_logits_, n, hp_.n_expert, hp_.n_expert_used,
-                                           hp_.router.renormalize, pred_probs_, pred_ids_,
+                                           hp_.router, next.selection_bias, pred_probs_, pred_ids_,
                                            pred_weights_, ctx_.stream()));
   return CudaCall(
       cudaMemcpyAsync(host_pred_ids_, pred_ids_, static_cast<size_t>(n_slots) * sizeof(int32_t),
@@ -201,13 +209,12 @@ absl::Status CudaMoeBlock::PredictWithOverride(int layer, int n, int pos0) {
 
 absl::Status CudaMoeBlock::RunRouter(int layer, int n) {
   const CudaMoeWeights& l = layers_[static_cast<size_t>(layer)];
-  // Softmax over all experts, top-k, renormalized (as the reference).
+  // The model's router (base/router_params.h), as the reference.
   MOETIER_RETURN_IF_ERROR(
       cuda::RmsNorm(batch_.x, l.ffn_norm, n, hp_.n_embd, hp_.rms_eps, batch_.xn, ctx_.stream()));
   MOETIER_RETURN_IF_ERROR(ctx_.MatMul(l.router, batch_.xn, n, router_logits_));
-  return cuda::RouterTopK(router_logits_, n, hp_.n_expert, hp_.n_expert_used,
-                          hp_.router.renormalize, router_probs_, topk_ids_, topk_weights_,
-                          ctx_.stream());
+  return cuda::RouterTopK(router_logits_, n, hp_.n_expert, hp_.n_expert_used, hp_.router,
+                          l.selection_bias, router_probs_, topk_ids_, topk_weights_, ctx_.stream());
 }
 
 size_t CudaMoeBlock::DeviceRoutedChoices() const {
@@ -228,6 +235,7 @@ absl::Status CudaMoeBlock::UploadExpertTable() {
   std::vector<const void*> table(static_cast<size_t>(hp_.n_layer) * n_expert * 3);
   for (int layer = 0; layer < hp_.n_layer; ++layer) {
     const CudaMoeWeights& l = layers_[static_cast<size_t>(layer)];
+    if (l.dense_ffn) continue;  // no experts: its entries stay null, never read
     for (int e = 0; e < hp_.n_expert; ++e) {
       absl::StatusOr<DeviceExpertMatrices> mats =
           config_.device_experts->ExpertPointers(layer, e, ctx_.stream());
@@ -329,6 +337,7 @@ absl::Status CudaMoeBlock::ReportDeviceRouting(int n) {
   MOETIER_RETURN_IF_ERROR(ctx_.Sync("the router's choices"));
   const int top_k = hp_.n_expert_used;
   for (int layer = 0; layer < hp_.n_layer; ++layer) {
+    if (layers_[static_cast<size_t>(layer)].dense_ffn) continue;
     if (const int32_t bad = host_bad_choice_[layer]; bad != 0) {
       // RouterTopK gives -1 only when the probabilities are NaN.
       return absl::InternalError(absl::StrFormat(
@@ -339,6 +348,7 @@ absl::Status CudaMoeBlock::ReportDeviceRouting(int n) {
   }
   if (ExpertWeightSource* told = config_.routing_counter; told != nullptr) {
     for (int layer = 0; layer < hp_.n_layer; ++layer) {
+      if (layers_[static_cast<size_t>(layer)].dense_ffn) continue;
       told->Route(layer, std::span<const int32_t>(
                              host_routed_ids_ + static_cast<size_t>(layer) * DeviceRoutedChoices(),
                              static_cast<size_t>(n * top_k)));
@@ -454,8 +464,7 @@ absl::Status CudaMoeBlock::ApplyRoutingHooks(int layer, int n, int pos0) {
     // the router's own choice gets its own weights bit for bit.
     for (int t = 0; t < n; ++t) {
       cpu::RouterWeightsOf(host_router_probs_ + static_cast<size_t>(t) * n_expert,
-                           ids.data() + static_cast<size_t>(t) * top_k, top_k,
-                           hp_.router.renormalize,
+                           ids.data() + static_cast<size_t>(t) * top_k, top_k, hp_.router,
                            host_topk_weights_ + static_cast<size_t>(t) * top_k);
     }
     // On the stream before anything that reads them (the combine reads the
@@ -599,9 +608,11 @@ absl::Status CudaMoeBlock::ComputeExperts(int layer, std::span<const ExpertWork>
 }
 
 absl::Status CudaMoeBlock::Forward(int layer, int n, int pos0) {
+  if (layers_[static_cast<size_t>(layer)].dense_ffn) return DenseFfn(layer, n);
   const int top_k = hp_.n_expert_used;
   const bool predict = cache_ != nullptr && cache_->predicts() && n <= kCudaPrefetchMaxTokens &&
-                       layer + 1 < hp_.n_layer;
+                       layer + 1 < hp_.n_layer &&
+                       !layers_[static_cast<size_t>(layer) + 1].dense_ffn;
   if (RoutesOnDevice(n)) {
     // Routed, grouped and computed without the host.
     MOETIER_RETURN_IF_ERROR(DeviceRoutedExperts(layer, n));
@@ -635,16 +646,33 @@ absl::Status CudaMoeBlock::Forward(int layer, int n, int pos0) {
 
 absl::Status CudaMoeBlock::SharedExpert(int layer, int n) {
   const CudaMoeWeights& l = layers_[static_cast<size_t>(layer)];
-  const cuda::CudaStream stream = ctx_.stream();
+  MOETIER_RETURN_IF_ERROR(SwigluOf(l.shared_gate, l.shared_up, l.shared_down, hp_.n_ff_shared, n));
+  if (l.shared_gate_inp.data == nullptr) {
+    return cuda::AddInPlace(batch_.x, shared_down_out_, static_cast<int64_t>(n) * hp_.n_embd,
+                            ctx_.stream());
+  }
   MOETIER_RETURN_IF_ERROR(ctx_.MatMul(l.shared_gate_inp, batch_.xn, n, shared_logit_));
-  MOETIER_RETURN_IF_ERROR(ctx_.MatMul(l.shared_gate, batch_.xn, n, shared_gate_out_));
-  MOETIER_RETURN_IF_ERROR(ctx_.MatMul(l.shared_up, batch_.xn, n, shared_up_out_));
-  const int64_t n_ff = hp_.n_ff_shared;
-  MOETIER_RETURN_IF_ERROR(
-      cuda::SiluMul(shared_gate_out_, shared_up_out_, n * n_ff, shared_gate_out_, stream));
-  MOETIER_RETURN_IF_ERROR(ctx_.MatMul(l.shared_down, shared_gate_out_, n, shared_down_out_));
   return cuda::AddSigmoidScaledRows(batch_.x, shared_down_out_, shared_logit_, n, hp_.n_embd,
-                                    stream);
+                                    ctx_.stream());
+}
+
+absl::Status CudaMoeBlock::DenseFfn(int layer, int n) {
+  const CudaMoeWeights& l = layers_[static_cast<size_t>(layer)];
+  MOETIER_RETURN_IF_ERROR(
+      cuda::RmsNorm(batch_.x, l.ffn_norm, n, hp_.n_embd, hp_.rms_eps, batch_.xn, ctx_.stream()));
+  MOETIER_RETURN_IF_ERROR(SwigluOf(l.dense_gate, l.dense_up, l.dense_down, hp_.n_ff_dense, n));
+  MOETIER_RETURN_IF_ERROR(cuda::AddInPlace(batch_.x, shared_down_out_,
+                                           static_cast<int64_t>(n) * hp_.n_embd, ctx_.stream()));
+  return ctx_.MarkPhase(CudaPhase::kSharedExpert);
+}
+
+absl::Status CudaMoeBlock::SwigluOf(const DeviceMatrix& gate, const DeviceMatrix& up,
+                                    const DeviceMatrix& down, int64_t n_ff, int n) {
+  MOETIER_RETURN_IF_ERROR(ctx_.MatMul(gate, batch_.xn, n, shared_gate_out_));
+  MOETIER_RETURN_IF_ERROR(ctx_.MatMul(up, batch_.xn, n, shared_up_out_));
+  MOETIER_RETURN_IF_ERROR(
+      cuda::SiluMul(shared_gate_out_, shared_up_out_, n * n_ff, shared_gate_out_, ctx_.stream()));
+  return ctx_.MatMul(down, shared_gate_out_, n, shared_down_out_);
 }
 
 absl::Status CudaMoeBlock::CachedExperts(int layer, int n) {

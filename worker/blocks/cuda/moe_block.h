@@ -1,11 +1,12 @@
-// The MoE feed-forward block on one GPU, for every architecture with
-// FfnKind::kMoe or kMoeWithSharedExpert layers: the router (softmax over
-// all experts, top k, renormalized or not as the model says), the routing
-// hooks, grouping the batch's tokens by expert on the host (one sync per
-// layer, the only one), each used expert's products on exactly its rows,
-// the weighted sum into the residual stream, and the shared expert gated
-// by a sigmoid where the layer has one (dense, resident in device memory,
-// never through the expert cache).
+// The feed-forward block on one GPU, for every FfnKind: the router
+// (base/router_params.h: softmax or sigmoid, a selection bias, renormalized
+// and scaled as the model says), the routing hooks, grouping the batch's
+// tokens by expert on the host (one sync per layer, the only one), each
+// used expert's products on exactly its rows, the weighted sum into the
+// residual stream, the shared expert (gated by a sigmoid where it has a
+// gate) where the layer has one, and the SwiGLU of a layer without experts
+// (FfnKind::kDense); shared and dense FFNs are resident in device memory,
+// never through the expert cache.
 //
 // Where the experts are: every expert resident in device memory
 // (DeviceExperts), or a VRAM slot cache over host copies
@@ -75,18 +76,23 @@ class DeviceExperts {
   virtual bool pointers_stay_valid() const { return false; }
 };
 
-// One MoE layer's dense weights on the device.
+// One layer's FFN weights on the device, but for the routed experts.
 struct CudaMoeWeights {
   float* ffn_norm = nullptr;  // fp32
   DeviceMatrix router;
+  float* selection_bias = nullptr;  // fp32 [n_expert]; null: none
   TensorType gate_type = TensorType::kF32;
   TensorType up_type = TensorType::kF32;
   TensorType down_type = TensorType::kF32;
   // FfnKind::kMoeWithSharedExpert: x += sigmoid(shared_gate_inp . xn) *
-  // SwiGLU_shared(xn), after the routed experts' sum.
+  // SwiGLU_shared(xn), after the routed experts' sum; without a gate
+  // (shared_gate_inp.data null) x += SwiGLU_shared(xn).
   bool has_shared_expert = false;
   DeviceMatrix shared_gate_inp;  // fp32, one row of n_embd
   DeviceMatrix shared_gate, shared_up, shared_down;
+  // FfnKind::kDense: x += SwiGLU_dense(xn), and nothing else.
+  bool dense_ffn = false;
+  DeviceMatrix dense_gate, dense_up, dense_down;
 };
 
 struct CudaMoeConfig {
@@ -193,9 +199,14 @@ class CudaMoeBlock {
   absl::Status CachedGroup(int layer, size_t count);
   absl::Status CachedGroupWork(int layer, size_t count, size_t n_need);
   absl::Status PrefetchNext(int layer, int n);
-  // x += sigmoid(shared_gate_inp . xn) * SwiGLU_shared(xn), xn as the
-  // router left it.
+  // x += sigmoid(shared_gate_inp . xn) * SwiGLU_shared(xn) (or ungated),
+  // xn as the router left it.
   absl::Status SharedExpert(int layer, int n);
+  // x += SwiGLU_dense(RMSNorm(x; ffn_norm)) for a layer without experts.
+  absl::Status DenseFfn(int layer, int n);
+  // shared_down_out_ = down(silu(gate . xn) * up . xn) over n rows of xn.
+  absl::Status SwigluOf(const DeviceMatrix& gate, const DeviceMatrix& up, const DeviceMatrix& down,
+                        int64_t n_ff, int n);
 
   const ModelHparams& hp_;
   const RoutedExpertShapes experts_;
@@ -215,10 +226,11 @@ class CudaMoeBlock {
   float* gate_out_ = nullptr;       // [B * K][n_ff_exp]
   float* up_out_ = nullptr;         // [B * K][n_ff_exp]
   float* down_out_ = nullptr;       // [B * K][n_embd]
-  // The shared expert (layers that have one).
+  // The shared expert and the dense FFN (layers that have one), F = the
+  // wider of n_ff_shared and n_ff_dense.
   float* shared_logit_ = nullptr;     // [B]
-  float* shared_gate_out_ = nullptr;  // [B][n_ff_shared]
-  float* shared_up_out_ = nullptr;    // [B][n_ff_shared]
+  float* shared_gate_out_ = nullptr;  // [B][F]
+  float* shared_up_out_ = nullptr;    // [B][F]
   float* shared_down_out_ = nullptr;  // [B][n_embd]
 
   // Pinned host memory for the per-layer exchange with the device.
