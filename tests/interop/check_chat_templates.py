@@ -54,6 +54,7 @@ SYNTH_ARCHS = {
     "qwen2moe": "qwen3",
     "qwen3vlmoe": "qwen3",
     "glm4moe": "qwen3",
+    "ernie4_5-moe": "mistral-instruct",
 }
 
 # Template files: the special tokens of the models that carry them, as

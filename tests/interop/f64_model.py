@@ -18,6 +18,14 @@ Supported architectures (general.architecture):
              sigmoid router -> top-k of probabilities + exp_probs_b -> weights from
              the unbiased probabilities (renormalized, scaled), and an ungated
              shared expert; the nextn (MTP) blocks after the others do not run
+  ernie4_5-moe optional q/k/v biases, NORM rope over the whole head; dense SwiGLU
+             in the leading layers, then, in every interleave_moe_layer_step-th
+             layer, softmax router -> top-k of probabilities + optional
+             exp_probs_b -> weights from the unbiased probabilities
+             (renormalized, never scaled) and an ungated shared expert when
+             expert_shared_feed_forward_length > 0; the layers past the dense
+             ones that the step skips run what llama.cpp's graph runs there
+             (its loader gives them expert tensors only): silu of the FFN input
 
 Everything is computed in float64 with no activation quantization; the Gated
 DeltaNet recurrence runs token by token. Hyperparameters come from the file's
@@ -31,7 +39,7 @@ from dequant import dequantize
 from gguf_file import GGUFError
 
 SUPPORTED_ARCHS = ("qwen3moe", "olmoe", "llama", "qwen35moe", "qwen3next", "qwen2moe",
-                   "qwen3vlmoe", "glm4moe")
+                   "qwen3vlmoe", "glm4moe", "ernie4_5-moe")
 HYBRID_ARCHS = ("qwen35moe", "qwen3next")
 
 
@@ -191,17 +199,29 @@ class Model:
             raise ModelError(f"{a}: {e}") from None
         self.n_expert = int(self._key("expert_count", 0))
         self.n_expert_used = int(self._key("expert_used_count", 0))
-        self.expert_weights_scale = float(self._key("expert_weights_scale", 0.0))
+        ernie = a == "ernie4_5-moe"
+        # llama.cpp's ernie4_5-moe never reads expert_weights_scale or
+        # expert_gating_func: softmax, renormalized, unscaled.
+        self.expert_weights_scale = 0.0 if ernie else float(self._key("expert_weights_scale", 0.0))
         # llama.cpp's expert_gating_func: 1 softmax, 2 sigmoid; glm4moe
         # files without the key (or with 0) route by sigmoid.
-        self.gating = int(self._key("expert_gating_func", 0)) or (2 if a == "glm4moe" else 1)
+        self.gating = 1 if ernie else (int(self._key("expert_gating_func", 0)) or
+                                       (2 if a == "glm4moe" else 1))
         if self.gating not in (1, 2):
             raise ModelError(f"{a}: unsupported expert_gating_func {self.gating}")
         if a == "glm4moe":
             self.renormalize = bool(self._key("expert_weights_norm", False))
         else:
-            self.renormalize = a in ("qwen3moe", "qwen3vlmoe", "llama", "qwen35moe", "qwen3next")
-        self.n_dense_lead = int(self._key("leading_dense_block_count", 0)) if a == "glm4moe" else 0
+            self.renormalize = a in ("qwen3moe", "qwen3vlmoe", "llama", "qwen35moe", "qwen3next",
+                                     "ernie4_5-moe")
+        self.n_dense_lead = (int(self._key("leading_dense_block_count", 0))
+                             if a in ("glm4moe", "ernie4_5-moe") else 0)
+        # Layer i >= n_dense_lead runs its experts when (i + 1) % moe_step == 0.
+        self.moe_step = int(self._req("interleave_moe_layer_step")) if ernie else 1
+        if self.moe_step < 1:
+            raise ModelError(f"{a}: interleave_moe_layer_step {self.moe_step} must be > 0")
+        # Adjacent pairs (2i, 2i+1) for llama and ernie4_5-moe, (i, i + n_rot/2) for the rest.
+        self.neox = a not in ("llama", "ernie4_5-moe")
         if a == "qwen3vlmoe":
             self.sections = list(self._req("rope.dimension_sections"))
         if a in HYBRID_ARCHS:
@@ -297,10 +317,14 @@ class Model:
         n_rot = int(self._key("rope.dimension_count", head_dim))
         if n_rot % 2 or n_rot > head_dim:
             raise ModelError(f"{self.arch}: rope.dimension_count {n_rot} does not fit head_dim {head_dim}")
+        if self.arch == "ernie4_5-moe" and n_rot != head_dim:
+            raise ModelError(f"{self.arch}: rope.dimension_count {n_rot} is not head_dim "
+                             f"{head_dim} (llama.cpp rotates the whole head)")
         return n_head, n_head_kv, head_dim, v_dim, n_rot
 
     def attention(self, il, h, positions):
-        """Softmax attention of qwen3moe, qwen3vlmoe, qwen2moe, glm4moe, olmoe and llama."""
+        """Softmax attention of qwen3moe, qwen3vlmoe, qwen2moe, glm4moe, ernie4_5-moe, olmoe and
+        llama."""
         p = f"blk.{il}."
         T = h.shape[0]
         n_head, n_head_kv, hd, vd, n_rot = self._heads(il)
@@ -322,13 +346,12 @@ class Model:
             # Per head, after the biases (GLM-4.5 has these norms, GLM-4.5-Air not).
             q = rms_norm(q, self.w(p + "attn_q_norm.weight"), self.eps)
             k = rms_norm(k, self.w(p + "attn_k_norm.weight"), self.eps)
-        neox = self.arch != "llama"
         freq, magnitude = self.rope_scaling.frequencies(n_rot, self.rope_base,
                                                         self.rope_freq_factors())
         pair_pos = (imrope_pair_positions(positions, n_rot, self.sections)
                     if self.arch == "qwen3vlmoe" else None)
-        q = rope(q, positions, n_rot, freq, magnitude, neox, pair_pos)
-        k = rope(k, positions, n_rot, freq, magnitude, neox, pair_pos)
+        q = rope(q, positions, n_rot, freq, magnitude, self.neox, pair_pos)
+        k = rope(k, positions, n_rot, freq, magnitude, self.neox, pair_pos)
         a = causal_attention(q, k, v, 1.0 / math.sqrt(hd))
         return self.linear(a.reshape(T, n_head * vd), p + "attn_output.weight", p + "attn_output.bias")
 
@@ -433,14 +456,13 @@ class Model:
     def _expert_width(self, il):
         if self.arch in ("olmoe", "llama"):
             return self._per_layer("feed_forward_length", il)
-        v = self._key("expert_feed_forward_length")
-        if v is not None:
-            return int(v)
+        if self._key("expert_feed_forward_length") is not None:
+            return self._per_layer("expert_feed_forward_length", il)
         return self._per_layer("feed_forward_length", il) // max(self.n_expert_used, 1)
 
     def dense_ffn(self, il, h):
         p = f"blk.{il}."
-        if self.arch == "glm4moe":
+        if self.arch in ("glm4moe", "ernie4_5-moe"):
             n_ff = self._per_layer("feed_forward_length", il)
             self._expect_shape(p + "ffn_gate.weight", (n_ff, self.n_embd))
             self._expect_shape(p + "ffn_up.weight", (n_ff, self.n_embd))
@@ -452,6 +474,13 @@ class Model:
         p = f"blk.{il}."
         if il < self.n_dense_lead:
             return self.dense_ffn(il, h)
+        if (il + 1) % self.moe_step != 0:
+            # ernie4_5-moe: a converted file would hold a dense FFN here, which
+            # llama.cpp cannot load; what it loads has expert tensors, which its
+            # graph leaves alone, running build_ffn with no tensors: silu.
+            if self.has(p + "ffn_gate.weight"):
+                return self.dense_ffn(il, h)
+            return silu(h)
         if not self.has(p + "ffn_gate_inp.weight"):
             if self.arch == "llama" and self.has(p + "ffn_gate.weight"):
                 return self.dense_ffn(il, h)
@@ -470,8 +499,12 @@ class Model:
         # probabilities weigh them.
         selection = probs
         if self.has(p + "exp_probs_b.bias"):
-            self._expect_shape(p + "exp_probs_b.bias", (self.n_expert,))
-            selection = probs + self.w(p + "exp_probs_b.bias")
+            # Converted ERNIE-4.5 files store it {n_expert, 1}.
+            bias = self.w(p + "exp_probs_b.bias").reshape(-1)
+            if bias.size != self.n_expert:
+                raise ModelError(f"{p}exp_probs_b.bias: {bias.size} values for "
+                                 f"{self.n_expert} experts")
+            selection = probs + bias
         out = np.zeros_like(h)
         for t in range(h.shape[0]):
             top = np.argsort(-selection[t], kind="stable")[:self.n_expert_used]
@@ -483,10 +516,16 @@ class Model:
             for e, wgt in zip(top, weights):
                 act = silu(gate_w[e] @ h[t]) * (up_w[e] @ h[t])
                 out[t] += wgt * (down_w[e] @ act)
-        if self.has(p + "ffn_gate_shexp.weight"):
-            if self.arch == "glm4moe":
-                n_ff_shexp = n_ff * int(self._key("expert_shared_count", 0))
+        # ernie4_5-moe: llama.cpp runs the shared expert when its width is set.
+        shared_width = (int(self._key("expert_shared_feed_forward_length", 0))
+                        if self.arch == "ernie4_5-moe" else None)
+        if shared_width == 0:
+            return out
+        if self.has(p + "ffn_gate_shexp.weight") or shared_width:
+            if self.arch in ("glm4moe", "ernie4_5-moe"):
+                n_ff_shexp = shared_width or n_ff * int(self._key("expert_shared_count", 0))
                 self._expect_shape(p + "ffn_gate_shexp.weight", (n_ff_shexp, self.n_embd))
+                self._expect_shape(p + "ffn_up_shexp.weight", (n_ff_shexp, self.n_embd))
                 self._expect_shape(p + "ffn_down_shexp.weight", (self.n_embd, n_ff_shexp))
             shared = silu(self.linear(h, p + "ffn_gate_shexp.weight")) * self.linear(h, p + "ffn_up_shexp.weight")
             shared = self.linear(shared, p + "ffn_down_shexp.weight")

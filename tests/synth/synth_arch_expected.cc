@@ -111,6 +111,37 @@ std::vector<ExpectedTensor> ExpectedTensors(const SynthShape& s) {
           add("nextn.shared_head_norm.weight", {s.n_embd});
         }
         continue;
+      case SynthArch::kErnie45Moe:
+        add("attn_norm.weight", {s.n_embd});
+        add("attn_q.weight", {s.n_embd, q});
+        add("attn_k.weight", {s.n_embd, kv});
+        add("attn_v.weight", {s.n_embd, kv});
+        add("attn_output.weight", {q, s.n_embd});
+        if (s.qkv_bias) {
+          add("attn_q.bias", {q});
+          add("attn_k.bias", {kv});
+          add("attn_v.bias", {kv});
+        }
+        add("ffn_norm.weight", {s.n_embd});
+        if (l < s.n_layer_dense_lead) {
+          add("ffn_gate.weight", {s.n_embd, s.n_ff});
+          add("ffn_up.weight", {s.n_embd, s.n_ff});
+          add("ffn_down.weight", {s.n_ff, s.n_embd});
+          continue;
+        }
+        // Expert tensors in every layer past the dense ones, whatever the
+        // step: llama.cpp's loader asks for them there.
+        add("ffn_gate_inp.weight", {s.n_embd, s.n_expert});
+        add("ffn_gate_exps.weight", {s.n_embd, s.n_ff_exp, s.n_expert});
+        add("ffn_up_exps.weight", {s.n_embd, s.n_ff_exp, s.n_expert});
+        add("ffn_down_exps.weight", {s.n_ff_exp, s.n_embd, s.n_expert});
+        if (s.selection_bias) add("exp_probs_b.bias", {s.n_expert});
+        if (s.n_ff_shexp > 0) {
+          add("ffn_gate_shexp.weight", {s.n_embd, s.n_ff_shexp});
+          add("ffn_up_shexp.weight", {s.n_embd, s.n_ff_shexp});
+          add("ffn_down_shexp.weight", {s.n_ff_shexp, s.n_embd});
+        }
+        continue;
       case SynthArch::kQwen35Moe:
       case SynthArch::kQwen3Next: {
         add("attn_norm.weight", {s.n_embd});
@@ -271,17 +302,19 @@ std::vector<ExpectedKey> ExpectedKeys(const SynthShape& s, SynthQuant quant) {
       {a + ".embedding_length", u32(s.n_embd)},
       // qwen2moe: HF's intermediate_size, written as what llama.cpp's
       // fallback would take the expert width from.
-      // glm4moe: the dense layers' width.
-      {a + ".feed_forward_length", u32(s.arch == SynthArch::kQwen2Moe ? s.n_ff_exp * s.n_expert_used
-                                       : s.arch == SynthArch::kGlm4Moe ? s.n_ff
-                                                                       : s.n_ff_exp)},
+      // glm4moe and ernie4_5-moe: the dense layers' width.
+      {a + ".feed_forward_length",
+       u32(s.arch == SynthArch::kQwen2Moe ? s.n_ff_exp * s.n_expert_used
+           : s.arch == SynthArch::kGlm4Moe || s.arch == SynthArch::kErnie45Moe ? s.n_ff
+                                                                               : s.n_ff_exp)},
       {a + ".attention.head_count", u32(s.n_head)},
       {a + ".attention.head_count_kv", u32(s.n_head_kv)},
       {a + ".rope.freq_base", GgufValue::Float32(s.rope_base)},
       {a + ".attention.layer_norm_rms_epsilon", GgufValue::Float32(s.rms_eps)},
       {a + ".expert_count", u32(s.n_expert)},
       {a + ".expert_used_count", u32(s.n_expert_used)},
-      {"tokenizer.ggml.add_bos_token", GgufValue::Bool(s.arch == SynthArch::kLlama)},
+      {"tokenizer.ggml.add_bos_token",
+       GgufValue::Bool(s.arch == SynthArch::kLlama || s.arch == SynthArch::kErnie45Moe)},
   };
   const bool head_dim_implied = s.head_dim * s.n_head == s.n_embd;
   switch (s.arch) {
@@ -323,6 +356,26 @@ std::vector<ExpectedKey> ExpectedKeys(const SynthShape& s, SynthQuant quant) {
       k.push_back({a + ".nextn_predict_layers", u32(s.n_nextn_layer)});
       k.push_back({"tokenizer.ggml.model", GgufValue::String("gpt2")});
       k.push_back({"tokenizer.ggml.pre", GgufValue::String("qwen2")});
+      break;
+    case SynthArch::kErnie45Moe:
+      // The converter's: the MoE keys, the shared expert's count (of whole
+      // experts) and width (when there is one), and Mixtral's SentencePiece
+      // keys; no rope.dimension_count.
+      k.push_back({a + ".interleave_moe_layer_step", u32(s.moe_layer_step)});
+      k.push_back({a + ".leading_dense_block_count", u32(s.n_layer_dense_lead)});
+      k.push_back({a + ".expert_feed_forward_length", u32(s.n_ff_exp)});
+      if (s.n_ff_shexp % s.n_ff_exp == 0) {
+        k.push_back({a + ".expert_shared_count", u32(s.n_ff_shexp / s.n_ff_exp)});
+      }
+      if (s.n_ff_shexp > 0) {
+        k.push_back({a + ".expert_shared_feed_forward_length", u32(s.n_ff_shexp)});
+      }
+      k.push_back({"tokenizer.ggml.model", GgufValue::String("llama")});
+      k.push_back({"tokenizer.ggml.pre", GgufValue::String("default")});
+      k.push_back({"tokenizer.ggml.bos_token_id", u32(1)});
+      k.push_back({"tokenizer.ggml.eos_token_id", u32(2)});
+      k.push_back({"tokenizer.ggml.unknown_token_id", u32(0)});
+      k.push_back({"tokenizer.ggml.add_eos_token", GgufValue::Bool(false)});
       break;
     case SynthArch::kQwen35Moe:
     case SynthArch::kQwen3Next:
@@ -389,7 +442,8 @@ void CheckMetadata(const GgufMetadata& md, const SynthShape& s, SynthQuant quant
   }
   EXPECT_EQ(md.Has("tokenizer.ggml.bos_token_id"),
             s.arch == SynthArch::kLlama || s.arch == SynthArch::kQwen3Next ||
-                s.arch == SynthArch::kQwen2Moe || s.arch == SynthArch::kGlm4Moe)
+                s.arch == SynthArch::kQwen2Moe || s.arch == SynthArch::kGlm4Moe ||
+                s.arch == SynthArch::kErnie45Moe)
       << "olmoe and qwen35moe files have no bos key";
 
   const absl::StatusOr<std::vector<std::string>> tokens =
@@ -413,7 +467,8 @@ void CheckMetadata(const GgufMetadata& md, const SynthShape& s, SynthQuant quant
       EXPECT_TRUE(md.Has("tokenizer.ggml.merges"));
       EXPECT_FALSE(md.Has("tokenizer.ggml.scores"));
       break;
-    case SynthArch::kLlama: {
+    case SynthArch::kLlama:
+    case SynthArch::kErnie45Moe: {
       EXPECT_EQ((*tokens)[0], "<unk>");
       EXPECT_EQ((*tokens)[1], "<s>");
       EXPECT_EQ((*tokens)[2], "</s>");

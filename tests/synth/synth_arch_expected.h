@@ -16,9 +16,9 @@
 
 namespace moetier::synth_arch_expected {
 
-inline constexpr SynthArch kNewArchs[] = {SynthArch::kOlmoe,     SynthArch::kLlama,
-                                          SynthArch::kQwen35Moe, SynthArch::kQwen3Next,
-                                          SynthArch::kQwen2Moe,  SynthArch::kGlm4Moe};
+inline constexpr SynthArch kNewArchs[] = {
+    SynthArch::kOlmoe,    SynthArch::kLlama,   SynthArch::kQwen35Moe, SynthArch::kQwen3Next,
+    SynthArch::kQwen2Moe, SynthArch::kGlm4Moe, SynthArch::kErnie45Moe};
 
 std::string ArchName(SynthArch arch);
 std::string QuantName(SynthQuant quant);

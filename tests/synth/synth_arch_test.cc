@@ -1,9 +1,8 @@
 // Tests of the architectures beyond qwen3moe (olmoe, llama with experts,
-// qwen35moe, qwen3next, qwen2moe, glm4moe): presets, the tensor tables and type rules restated here
-// independently of the tool, the metadata real files carry, files read back
-// with the project's GGUF reader, deterministic bytes, the weight
-// distributions through every encoding, the tokenizers, the command line,
-// and (where node is set up) the independent GGUF parser.
+// qwen35moe, qwen3next, qwen2moe, glm4moe, ernie4_5-moe): presets, the tensor tables and type rules
+// restated here independently of the tool, the metadata real files carry, files read back with the
+// project's GGUF reader, deterministic bytes, the weight distributions through every encoding, the
+// tokenizers, the command line, and (where node is set up) the independent GGUF parser.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -136,6 +135,28 @@ TEST(SynthArchPresetTest, FullShapesAreTheRealModels) {
     EXPECT_EQ(p.n_rot * 2, p.head_dim) << name;
   }
 
+  // ERNIE-4.5-21B-A3B: one dense layer, then experts in every layer, two
+  // shared experts' width, a tied output and no attention biases; every
+  // ernie4_5-moe preset has the dense first layer, step 1 and the selection
+  // bias.
+  const SynthShape e = *SynthPreset(SynthArch::kErnie45Moe, "full");
+  EXPECT_EQ(std::make_tuple(e.n_layer, e.n_embd, e.n_head, e.n_head_kv, e.head_dim, e.n_ff),
+            std::make_tuple(28, 2560, 20, 4, 128, 12288));
+  EXPECT_EQ(std::make_tuple(e.n_expert, e.n_expert_used, e.n_ff_exp, e.n_ff_shexp),
+            std::make_tuple(64, 6, 1536, 3072));
+  EXPECT_EQ(std::make_tuple(e.n_vocab, e.n_ctx), std::make_tuple(103424, 131072));
+  EXPECT_FLOAT_EQ(e.rope_base, 5e5f);
+  EXPECT_FLOAT_EQ(e.rms_eps, 1e-5f);
+  EXPECT_TRUE(e.tied_output);
+  EXPECT_FALSE(e.qkv_bias);
+  for (const char* name : {"tiny", "small", "full"}) {
+    const SynthShape p = *SynthPreset(SynthArch::kErnie45Moe, name);
+    EXPECT_EQ(std::make_tuple(p.n_layer_dense_lead, p.moe_layer_step), std::make_tuple(1, 1))
+        << name;
+    EXPECT_TRUE(p.selection_bias) << name;
+    EXPECT_EQ(p.n_ff_shexp, 2 * p.n_ff_exp) << name;
+  }
+
   for (const SynthArch arch : kAllSynthArchs) {
     for (const char* name : {"tiny", "small", "full"}) {
       const absl::StatusOr<SynthShape> s = SynthPreset(arch, name);
@@ -180,6 +201,23 @@ TEST(SynthArchPresetTest, TinyAndSmallMirrorTheTestVectors) {
       std::make_tuple(4, 256, 512, 16, 4, 256, 4, 2, 64, 32, 4096));
   EXPECT_FLOAT_EQ(gs.expert_weights_scale, 2.5f);
   EXPECT_TRUE(gs.qk_norm);
+
+  // The ernie4_5-moe vectors: every optional tensor in the tiny one; the
+  // small one, like ERNIE-4.5-21B-A3B, without biases and tied.
+  const SynthShape et = *SynthPreset(SynthArch::kErnie45Moe, "tiny");
+  EXPECT_EQ(
+      std::make_tuple(et.n_layer, et.n_embd, et.n_ff, et.n_expert, et.n_expert_used, et.n_ff_exp,
+                      et.n_ff_shexp, et.n_head, et.n_head_kv, et.head_dim, et.n_vocab),
+      std::make_tuple(4, 128, 256, 8, 2, 128, 256, 4, 2, 32, 512));
+  EXPECT_TRUE(et.qkv_bias);
+  EXPECT_FALSE(et.tied_output);
+  const SynthShape es = *SynthPreset(SynthArch::kErnie45Moe, "small");
+  EXPECT_EQ(
+      std::make_tuple(es.n_layer, es.n_embd, es.n_ff, es.n_expert, es.n_expert_used, es.n_ff_exp,
+                      es.n_ff_shexp, es.n_head, es.n_head_kv, es.head_dim, es.n_vocab),
+      std::make_tuple(4, 256, 512, 16, 4, 256, 512, 4, 2, 64, 4096));
+  EXPECT_FALSE(es.qkv_bias);
+  EXPECT_TRUE(es.tied_output);
 }
 
 TEST(SynthArchPresetTest, ValidationNamesTheFlag) {
@@ -226,6 +264,22 @@ TEST(SynthArchPresetTest, ValidationNamesTheFlag) {
   s = *SynthPreset(SynthArch::kGlm4Moe, "tiny");
   s.n_expert_shared = -1;
   EXPECT_THAT(std::string(ValidateSynthShape(s).message()), HasSubstr("--shared-experts"));
+  s = *SynthPreset(SynthArch::kErnie45Moe, "tiny");
+  s.moe_layer_step = 0;  // llama.cpp asserts a step above 0
+  EXPECT_THAT(std::string(ValidateSynthShape(s).message()), HasSubstr("--moe-layer-step"));
+  s = *SynthPreset(SynthArch::kErnie45Moe, "tiny");
+  s.n_layer_dense_lead = s.n_layer + 1;
+  EXPECT_THAT(std::string(ValidateSynthShape(s).message()), HasSubstr("--leading-dense-layers"));
+  s = *SynthPreset(SynthArch::kErnie45Moe, "tiny");
+  s.n_ff = 0;
+  EXPECT_THAT(std::string(ValidateSynthShape(s).message()), HasSubstr("--dense-ffn"));
+  s = *SynthPreset(SynthArch::kErnie45Moe, "tiny");
+  s.n_ff_shexp = -1;
+  EXPECT_THAT(std::string(ValidateSynthShape(s).message()), HasSubstr("--shared-ffn"));
+  s.n_ff_shexp = 0;  // no shared expert
+  EXPECT_TRUE(ValidateSynthShape(s).ok());
+  s.n_vocab = kSpmFixedTokens;
+  EXPECT_THAT(std::string(ValidateSynthShape(s).message()), HasSubstr("--vocab"));
 
   for (const SynthArch arch : kAllSynthArchs) {
     for (const SynthQuant quant :
@@ -280,7 +334,9 @@ TEST(SynthArchPlanTest, FullSizesArePlausible) {
         Case{SynthArch::kQwen35Moe, 34.0e9, 35.5e9}, Case{SynthArch::kQwen3Next, 79.0e9, 81.0e9},
         Case{SynthArch::kQwen2Moe, 57.0e9, 57.8e9},
         // GLM-4.5-Air: 106B in the layers that run, 110B with the nextn block.
-        Case{SynthArch::kGlm4Moe, 109.0e9, 110.0e9}}) {
+        Case{SynthArch::kGlm4Moe, 109.0e9, 110.0e9},
+        // ERNIE-4.5-21B-A3B: 21.8B, the tied embedding counted once.
+        Case{SynthArch::kErnie45Moe, 21.7e9, 21.9e9}}) {
     uint64_t elements = 0;
     for (const SynthTensor& t : PlanSynthTensors(*SynthPreset(c.arch, "full"), SynthQuant::kF32)) {
       elements += static_cast<uint64_t>(t.element_count());
@@ -377,12 +433,15 @@ std::vector<FileParam> AllFileParams() {
   return params;
 }
 
-INSTANTIATE_TEST_SUITE_P(AllArchsPresetsAndMixes, SynthArchPresetFilesTest, ::testing::ValuesIn(AllFileParams()),
-                         [](const auto& param_info) {
-                           std::string quant = QuantName(std::get<2>(param_info.param));
-                           std::replace(quant.begin(), quant.end(), '-', '_');
-                           return absl::StrCat(ArchName(std::get<0>(param_info.param)), "_",
-                                               std::get<1>(param_info.param), "_", quant);
+INSTANTIATE_TEST_SUITE_P(AllArchsPresetsAndMixes, SynthArchPresetFilesTest,
+                         ::testing::ValuesIn(AllFileParams()), [](const auto& param_info) {
+                           // Test names are identifiers: ernie4_5-moe, q8_0-f32.
+                           std::string name =
+                               absl::StrCat(ArchName(std::get<0>(param_info.param)), "_",
+                                            std::get<1>(param_info.param), "_",
+                                            QuantName(std::get<2>(param_info.param)));
+                           std::replace(name.begin(), name.end(), '-', '_');
+                           return name;
                          });
 
 // Early qwen3next files: one ssm_in per DeltaNet layer instead of attn_qkv
@@ -619,6 +678,13 @@ TEST(SynthArchCommandLineTest, HelpDocumentsEveryArchitectureAndFlag) {
                            "--qk-norm",
                            "--no-qk-norm",
                            "--nextn-layers",
+                           "ernie4_5-moe",
+                           "ERNIE-4.5-21B-A3B",
+                           "--moe-layer-step",
+                           "--qkv-bias",
+                           "--no-qkv-bias",
+                           "--selection-bias",
+                           "--no-selection-bias",
                            "--legacy-ssm-in",
                            "q8_0-f32",
                            "--rope-dims",
@@ -662,7 +728,17 @@ TEST(SynthArchCommandLineTest, FlagsOfOtherArchitecturesAreRefused) {
                            "--arch glm4moe --rope-sections 4,2,2,0 --out x.gguf",
                            "--arch glm4moe --leading-dense-layers 4 --out x.gguf",
                            "--arch glm4moe --rope-dims 64 --out x.gguf",
-                           "--arch glm4moe --nextn-layers 9 --out x.gguf"}) {
+                           "--arch glm4moe --nextn-layers 9 --out x.gguf",
+                           "--arch glm4moe --moe-layer-step 2 --out x.gguf",
+                           "--arch qwen2moe --no-selection-bias --out x.gguf",
+                           "--arch llama --qkv-bias --out x.gguf",
+                           "--arch ernie4_5-moe --shared-experts 2 --out x.gguf",
+                           "--arch ernie4_5-moe --rope-dims 16 --out x.gguf",
+                           "--arch ernie4_5-moe --nextn-layers 1 --out x.gguf",
+                           "--arch ernie4_5-moe --expert-weights-scale 2 --out x.gguf",
+                           "--arch ernie4_5-moe --moe-layer-step 0 --out x.gguf",
+                           "--arch ernie4_5-moe --leading-dense-layers 5 --out x.gguf",
+                           "--arch ernie4_5-moe --vocab 259 --out x.gguf"}) {
     const RunResult r = RunTool(args);
     EXPECT_EQ(r.exit_code, 2) << args << ": " << r.output;
     EXPECT_EQ(std::count(r.output.begin(), r.output.end(), '\n'), 1) << args << ": " << r.output;
@@ -702,6 +778,15 @@ TEST(SynthArchCommandLineTest, DryRunOfTheFullShapes) {
   EXPECT_THAT(glm.output, HasSubstr("tensors: 801"));
   EXPECT_THAT(glm.output, HasSubstr("layers 46,"));
   EXPECT_THAT(glm.output, HasSubstr("nextn layers 1, leading dense 1 (ffn 10944)"));
+  // ERNIE-4.5-21B-A3B: token_embd (tied) and output_norm (2); per layer
+  // attn_norm, q/k/v/output and ffn_norm (6), then a dense FFN (3) in
+  // layer 0, router, three expert tensors, selection bias and three shared
+  // in the 27 others (8): 2 + 9 + 27 x 14.
+  const RunResult ernie = RunTool("--arch ernie4_5-moe --preset full --quant q4_k_m --dry-run");
+  EXPECT_EQ(ernie.exit_code, 0) << ernie.output;
+  EXPECT_THAT(ernie.output, HasSubstr("tensors: 389"));
+  EXPECT_THAT(ernie.output, HasSubstr("experts run in 27 of 28 layers"));
+  EXPECT_THAT(ernie.output, HasSubstr("tied output"));
 }
 
 TEST(SynthArchCommandLineTest, WritesQwen35MoeWithShapeFlags) {
@@ -780,6 +865,68 @@ TEST(SynthArchCommandLineTest, WritesGlm4MoeWithShapeFlags) {
   EXPECT_EQ(p->FindTensor("blk.1.ffn_gate_shexp.weight"), nullptr);
   EXPECT_EQ(p->FindTensor("blk.3.attn_norm.weight"), nullptr);
   EXPECT_EQ(p->metadata().GetUintOr("glm4moe.block_count", 0), 3u);
+  fs::remove_all(dir);
+}
+
+// Every ernie4_5-moe flag reaches the file. With a step of 2 the layers past
+// the dense ones all carry expert tensors (llama.cpp's loader wants them
+// there) and none a dense FFN; no shared expert means neither its tensors
+// nor its width key.
+TEST(SynthArchCommandLineTest, WritesErnie45MoeWithShapeFlags) {
+  const fs::path dir = MakeTempDir("arch_cli_ernie");
+  const fs::path out = dir / "e.gguf";
+  const RunResult r = RunTool(absl::StrCat(
+      "--arch ernie4_5-moe --preset tiny --quant q4_k_m --layers 5 --leading-dense-layers 2 "
+      "--moe-layer-step 2 --dense-ffn 96 --shared-ffn 0 --no-qkv-bias --no-selection-bias "
+      "--tied-output --quiet --out ",
+      out.string()));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::unique_ptr<GgufModel> model = OpenOrDie(out.string());
+  ASSERT_NE(model, nullptr);
+  SynthShape s = *SynthPreset(SynthArch::kErnie45Moe, "tiny");
+  s.n_layer = 5;
+  s.n_layer_dense_lead = 2;
+  s.moe_layer_step = 2;
+  s.n_ff = 96;
+  s.n_ff_shexp = 0;
+  s.qkv_bias = false;
+  s.selection_bias = false;
+  s.tied_output = true;
+  CheckMetadata(model->metadata(), s, SynthQuant::kQ4_K_M);
+  CheckTensors(*model, s, SynthQuant::kQ4_K_M);
+  const GgufMetadata& md = model->metadata();
+  EXPECT_EQ(md.GetUintOr("ernie4_5-moe.interleave_moe_layer_step", 0), 2u);
+  EXPECT_EQ(md.GetUintOr("ernie4_5-moe.expert_shared_count", 9), 0u);
+  EXPECT_FALSE(md.Has("ernie4_5-moe.expert_shared_feed_forward_length"));
+  EXPECT_FALSE(md.Has("ernie4_5-moe.rope.dimension_count"));
+  EXPECT_NE(model->FindTensor("blk.1.ffn_down.weight"), nullptr);
+  EXPECT_NE(model->FindTensor("blk.2.ffn_gate_inp.weight"), nullptr);  // (2 + 1) % 2 != 0
+  EXPECT_EQ(model->FindTensor("blk.2.ffn_gate.weight"), nullptr);
+  EXPECT_EQ(model->FindTensor("blk.3.exp_probs_b.bias"), nullptr);
+  EXPECT_EQ(model->FindTensor("blk.3.ffn_gate_shexp.weight"), nullptr);
+  EXPECT_EQ(model->FindTensor("blk.0.attn_q.bias"), nullptr);
+  EXPECT_EQ(model->FindTensor("output.weight"), nullptr);
+
+  // A shared width that is no whole number of experts has no count key;
+  // heads x head dim short of embd brings the head size keys.
+  const fs::path odd = dir / "odd.gguf";
+  ASSERT_EQ(
+      RunTool(absl::StrCat("--arch ernie4_5-moe --shared-ffn 200 --head-dim 16 --quiet --out ",
+                           odd.string()))
+          .exit_code,
+      0);
+  std::unique_ptr<GgufModel> o = OpenOrDie(odd.string());
+  ASSERT_NE(o, nullptr);
+  s = *SynthPreset(SynthArch::kErnie45Moe, "tiny");
+  s.n_ff_shexp = 200;
+  s.head_dim = 16;
+  CheckMetadata(o->metadata(), s, SynthQuant::kF32);
+  CheckTensors(*o, s, SynthQuant::kF32);
+  EXPECT_FALSE(o->metadata().Has("ernie4_5-moe.expert_shared_count"));
+  EXPECT_EQ(o->metadata().GetUintOr("ernie4_5-moe.expert_shared_feed_forward_length", 0), 200u);
+  EXPECT_EQ(o->metadata().GetUintOr("ernie4_5-moe.attention.key_length", 0), 16u);
+  EXPECT_NE(o->FindTensor("blk.1.attn_q.bias"), nullptr);
+  EXPECT_NE(o->FindTensor("blk.1.exp_probs_b.bias"), nullptr);
   fs::remove_all(dir);
 }
 

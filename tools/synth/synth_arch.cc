@@ -30,6 +30,8 @@ const SynthArchitecture& SynthArchitectureFor(SynthArch arch) {
       return Qwen3VlMoeArchitecture();
     case SynthArch::kGlm4Moe:
       return Glm4MoeArchitecture();
+    case SynthArch::kErnie45Moe:
+      return Ernie45MoeArchitecture();
   }
   std::abort();
 }
@@ -155,6 +157,23 @@ void SynthTensorTable::AddAttentionProjections(const SynthShape& s, const SynthS
       scale.ResidualOut(q_dim));
 }
 
+void SynthTensorTable::AddAttentionBiases(const SynthShape& s, int64_t l, float stddev) {
+  using K = SynthTensorKind;
+  const int64_t q_dim = s.n_head * s.head_dim;
+  const int64_t kv_dim = s.n_head_kv * s.head_dim;
+  Add(SynthBlockRawName(l, "attn_q.bias"), K::kAttnQBias, l, {q_dim}, 0.0f, stddev);
+  Add(SynthBlockRawName(l, "attn_k.bias"), K::kAttnKBias, l, {kv_dim}, 0.0f, stddev);
+  Add(SynthBlockRawName(l, "attn_v.bias"), K::kAttnVBias, l, {kv_dim}, 0.0f, stddev);
+}
+
+void SynthTensorTable::AddDenseFfn(const SynthShape& s, const SynthScales& scale, int64_t l) {
+  using K = SynthTensorKind;
+  Add(SynthBlockName(l, "ffn_gate"), K::kFfnGate, l, {s.n_embd, s.n_ff}, 0.0f, scale.inv_sqrt_embd);
+  Add(SynthBlockName(l, "ffn_up"), K::kFfnUp, l, {s.n_embd, s.n_ff}, 0.0f, scale.inv_sqrt_embd);
+  Add(SynthBlockName(l, "ffn_down"), K::kFfnDown, l, {s.n_ff, s.n_embd}, 0.0f,
+      scale.ResidualOut(s.n_ff));
+}
+
 void SynthTensorTable::AddRoutedExperts(const SynthShape& s, const SynthScales& scale, int64_t l) {
   using K = SynthTensorKind;
   Add(SynthBlockName(l, "ffn_gate_inp"), K::kFfnGateInp, l, {s.n_embd, s.n_expert}, 0.0f,
@@ -267,6 +286,19 @@ void SynthMetadata::TokenId(std::string_view name, int64_t id) {
 }
 
 void SynthMetadata::Bool(std::string key, bool value) { Add(std::move(key), GgufValue::Bool(value)); }
+
+absl::Status AddSynthSpmTokenizer(int64_t n_vocab, SynthMetadata& md) {
+  absl::StatusOr<SynthVocabulary> vocab = BuildSynthSpmVocabulary(n_vocab);
+  if (!vocab.ok()) return vocab.status();
+  md.Vocabulary("llama", "default", *std::move(vocab));
+  md.TokenId("bos", kSpmBosId);
+  md.TokenId("eos", kSpmEosId);
+  md.TokenId("unknown", kSpmUnknownId);
+  md.Bool("tokenizer.ggml.add_bos_token", true);
+  md.Bool("tokenizer.ggml.add_eos_token", false);
+  md.Add("tokenizer.chat_template", GgufValue::String(std::string(SynthMixtralChatTemplate())));
+  return absl::OkStatus();
+}
 
 absl::Status AddSynthQwen3Tokenizer(int64_t n_vocab, SynthMetadata& md) {
   absl::StatusOr<SynthVocabulary> vocab = BuildSynthVocabulary(n_vocab);

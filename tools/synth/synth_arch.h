@@ -51,6 +51,7 @@ const SynthArchitecture& Qwen3NextArchitecture();
 const SynthArchitecture& Qwen2MoeArchitecture();
 const SynthArchitecture& Qwen3VlMoeArchitecture();
 const SynthArchitecture& Glm4MoeArchitecture();
+const SynthArchitecture& Ernie45MoeArchitecture();
 
 // ---------------------------------------------------------------- shared parts
 
@@ -107,7 +108,7 @@ TensorType SynthLlamaQ4KMType(const SynthLlamaQuantInput& in);
 TensorType SynthUniformType(SynthQuant quant, SynthQuantRole role, int64_t ne0);
 
 // The role of a tensor of the attention + routed-expert layouts (llama,
-// olmoe, qwen2moe, glm4moe): ffn_gate_exps, ffn_up_exps, the shared
+// olmoe, qwen2moe, glm4moe, ernie4_5-moe): ffn_gate_exps, ffn_up_exps, the shared
 // expert's and the dense FFN's gate and up, and nextn.eh_proj take the
 // ftype's default; ffn_down_shexp and a dense ffn_down are ffn_downs.
 SynthQuantRole SynthAttentionMoeRole(SynthTensorKind kind);
@@ -160,6 +161,10 @@ class SynthTensorTable {
   // rows (a gated attention's q holds its output gate too).
   void AddAttentionProjections(const SynthShape& s, const SynthScales& scale, int64_t l,
                                int64_t q_rows);
+  // attn_q.bias, attn_k.bias and attn_v.bias of layer l, 0 +- stddev.
+  void AddAttentionBiases(const SynthShape& s, int64_t l, float stddev);
+  // ffn_gate, ffn_up and ffn_down of a dense SwiGLU layer l, s.n_ff wide.
+  void AddDenseFfn(const SynthShape& s, const SynthScales& scale, int64_t l);
   // ffn_gate_inp (the router) and the stacked ffn_gate/up/down_exps of layer l.
   void AddRoutedExperts(const SynthShape& s, const SynthScales& scale, int64_t l);
   // The sigmoid-gated shared expert of layer l: ffn_gate_inp_shexp {n_embd}
@@ -202,6 +207,14 @@ class SynthMetadata {
   std::string arch_;
   std::vector<GgufKeyValue> kv_;
 };
+
+// The SentencePiece tokenizer keys as _set_vocab_sentencepiece and
+// Mixtral's tokenizer_config.json give them (llama, and ernie4_5-moe, whose
+// real vocabulary is SentencePiece too): model "llama", pre "default",
+// BuildSynthSpmVocabulary's tokens, scores and types, bos <s> 1, eos </s> 2,
+// unknown <unk> 0, add_bos_token true, add_eos_token false, Mixtral-Instruct's
+// chat template. Fails only if the vocabulary cannot be built.
+absl::Status AddSynthSpmTokenizer(int64_t n_vocab, SynthMetadata& md);
 
 // The Qwen3 tokenizer keys as qwen3moe, qwen3vlmoe and qwen3next files carry
 // them (and synthetic qwen2moe files, whose real models have the same

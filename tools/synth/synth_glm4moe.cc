@@ -129,7 +129,6 @@ class Glm4Moe final : public SynthArchitecture {
   std::vector<SynthTensor> PlanTensors(const SynthShape& s, SynthQuant quant) const override {
     const SynthScales scale(s);
     const int64_t q_dim = s.n_head * s.head_dim;
-    const int64_t kv_dim = s.n_head_kv * s.head_dim;
     const int64_t n_block = s.n_layer + s.n_nextn_layer;
     using K = SynthTensorKind;
     // llama-quantize counts every block, the nextn ones too, in its
@@ -144,9 +143,7 @@ class Glm4Moe final : public SynthArchitecture {
     for (int64_t l = 0; l < n_block; ++l) {
       table.AddNorm(SynthBlockName(l, "attn_norm"), K::kAttnNorm, l, s.n_embd);
       table.AddAttentionProjections(s, scale, l, q_dim);
-      table.Add(SynthBlockRawName(l, "attn_q.bias"), K::kAttnQBias, l, {q_dim}, 0.0f, kBiasStd);
-      table.Add(SynthBlockRawName(l, "attn_k.bias"), K::kAttnKBias, l, {kv_dim}, 0.0f, kBiasStd);
-      table.Add(SynthBlockRawName(l, "attn_v.bias"), K::kAttnVBias, l, {kv_dim}, 0.0f, kBiasStd);
+      table.AddAttentionBiases(s, l, kBiasStd);
       if (s.qk_norm) {
         table.AddNorm(SynthBlockName(l, "attn_q_norm"), K::kAttnQNorm, l, s.head_dim);
         table.AddNorm(SynthBlockName(l, "attn_k_norm"), K::kAttnKNorm, l, s.head_dim);
@@ -155,7 +152,7 @@ class Glm4Moe final : public SynthArchitecture {
       // Validate keeps the nextn blocks past the dense ones: llama.cpp's
       // prediction graph needs their router.
       if (l < s.n_layer_dense_lead) {
-        AddDenseFfn(s, scale, l, table);
+        table.AddDenseFfn(s, scale, l);
       } else {
         table.AddRoutedExperts(s, scale, l);
         table.Add(SynthBlockRawName(l, "exp_probs_b.bias"), K::kExpProbsB, l, {s.n_expert}, 0.0f,
@@ -199,17 +196,6 @@ class Glm4Moe final : public SynthArchitecture {
   }
 
  private:
-  static void AddDenseFfn(const SynthShape& s, const SynthScales& scale, int64_t l,
-                          SynthTensorTable& table) {
-    using K = SynthTensorKind;
-    table.Add(SynthBlockName(l, "ffn_gate"), K::kFfnGate, l, {s.n_embd, s.n_ff}, 0.0f,
-              scale.inv_sqrt_embd);
-    table.Add(SynthBlockName(l, "ffn_up"), K::kFfnUp, l, {s.n_embd, s.n_ff}, 0.0f,
-              scale.inv_sqrt_embd);
-    table.Add(SynthBlockName(l, "ffn_down"), K::kFfnDown, l, {s.n_ff, s.n_embd}, 0.0f,
-              scale.ResidualOut(s.n_ff));
-  }
-
   // eh_proj reads the normalized embedding and hidden state side by side.
   static void AddNextnTensors(const SynthShape& s, const SynthScales& scale, int64_t l,
                               SynthTensorTable& table) {

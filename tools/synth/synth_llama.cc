@@ -107,11 +107,8 @@ class Llama final : public SynthArchitecture {
     return table.Take();
   }
 
-  absl::StatusOr<std::vector<GgufKeyValue>> BuildMetadata(const SynthShape& s, SynthQuant quant,
-                                                          std::string_view model_name) const override {
-    absl::StatusOr<SynthVocabulary> vocab = BuildSynthSpmVocabulary(s.n_vocab);
-    if (!vocab.ok()) return vocab.status();
-
+  absl::StatusOr<std::vector<GgufKeyValue>> BuildMetadata(
+      const SynthShape& s, SynthQuant quant, std::string_view model_name) const override {
     SynthMetadata md(name());
     md.General(model_name);
     md.ArchU32("block_count", s.n_layer);
@@ -131,13 +128,7 @@ class Llama final : public SynthArchitecture {
     md.ArchU32("vocab_size", s.n_vocab);
     md.ArchU32("rope.dimension_count", s.head_dim);
     md.FileType(quant);
-    md.Vocabulary("llama", "default", *std::move(vocab));
-    md.TokenId("bos", kSpmBosId);
-    md.TokenId("eos", kSpmEosId);
-    md.TokenId("unknown", kSpmUnknownId);
-    md.Bool("tokenizer.ggml.add_bos_token", true);
-    md.Bool("tokenizer.ggml.add_eos_token", false);
-    md.Add("tokenizer.chat_template", GgufValue::String(std::string(SynthMixtralChatTemplate())));
+    if (absl::Status status = AddSynthSpmTokenizer(s.n_vocab, md); !status.ok()) return status;
     return md.Take();
   }
 };

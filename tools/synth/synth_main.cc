@@ -1,6 +1,6 @@
 // moetier-synth: writes a GGUF of one of the MoE architectures moetier serves
 // (qwen3moe, olmoe, llama with experts, qwen35moe, qwen3next, qwen2moe, qwen3vlmoe,
-// glm4moe) with deterministic random
+// glm4moe, ernie4_5-moe) with deterministic random
 // weights, real tensor names and encodings and a real tokenizer, for tests
 // and benchmarks.
 #include <unistd.h>
@@ -39,7 +39,7 @@ constexpr int kExitUsage = 2;
 constexpr std::string_view kUsage = R"(moetier-synth: write a synthetic MoE GGUF model
 
 usage: moetier-synth [--arch qwen3moe|olmoe|llama|qwen35moe|qwen3next|qwen2moe|qwen3vlmoe|
-                             glm4moe]
+                             glm4moe|ernie4_5-moe]
                      [--preset tiny|small|full]
                      [--quant f32|q8_0|q4_k_m|q8_0-f32] [--seed N] --out FILE
                      [shape flags] [split flags] [--dry-run]
@@ -72,7 +72,15 @@ constexpr std::string_view kArchitectures =
                leading layers, then a sigmoid router with a selection bias
                (exp_probs_b) and an ungated shared expert; nextn (MTP) blocks
                after the layers that run (block_count counts them, --layers
-               does not); gpt2/qwen2 tokenizer)";
+               does not); gpt2/qwen2 tokenizer
+    ernie4_5-moe: ERNIE-4.5-21B-A3B, ERNIE-4.5-300B-A47B: plain GQA attention
+               with optional q/k/v biases, NORM rope over the whole head; dense
+               leading layers, then a softmax router with an optional selection
+               bias (exp_probs_b) and an optional ungated shared expert; expert
+               tensors in every layer from --leading-dense-layers on, as
+               llama.cpp's loader wants them, though its graph runs them only
+               every --moe-layer-step-th layer; SentencePiece ("llama")
+               tokenizer)";
 
 constexpr std::string_view kPresets =
     R"(    qwen3moe  tiny : 2 layers, embd 64, E 8 (top 2), expert ffn 256, H/Hkv 4/2 x D 32,
@@ -125,7 +133,16 @@ constexpr std::string_view kPresets =
               full : GLM-4.5-Air: 46 layers (1 dense) + 1 nextn, embd 4096, dense ffn
                      10944, E 128 (top 8), expert ffn 1408, 1 shared, 96/8 x 128, rope 64
                      dims, routing scale 1, no q/k norm, vocab 151552, ctx 131072; all:
-                     sigmoid router, weights renormalized, rope base 1e6, rms eps 1e-5)";
+                     sigmoid router, weights renormalized, rope base 1e6, rms eps 1e-5
+    ernie4_5-moe tiny: 4 layers (1 dense, FFN 256), embd 128, E 8 (top 2), expert ffn
+                     128, shared ffn 256, 4/2 x 32, q/k/v biases, vocab 512, ctx 4096
+              small: 4 layers (1 dense, FFN 512), embd 256, E 16 (top 4), expert ffn
+                     256, shared ffn 512, 4/2 x 64, no biases, tied output, vocab
+                     4096, ctx 8192
+              full : ERNIE-4.5-21B-A3B: 28 layers (1 dense, FFN 12288), embd 2560, E
+                     64 (top 6), expert ffn 1536, shared ffn 3072, 20/4 x 128, no
+                     biases, tied output, vocab 103424, ctx 131072; all: MoE layer
+                     step 1, selection bias, rope base 5e5, rms eps 1e-5)";
 
 constexpr std::string_view kMixes = R"(    f32     : everything F32 (general.file_type 0)
     q8_0    : every other matrix Q8_0 (general.file_type 7)
@@ -134,7 +151,7 @@ constexpr std::string_view kMixes = R"(    f32     : everything F32 (general.fil
               ffn_gate_exps/ffn_up_exps Q4_K, ffn_down_exps Q6_K in layers i with
               i < n/8 or i >= 7n/8 or (i - n/8) % 3 == 2 (llama.cpp's
               use_more_bits), Q4_K in the others. olmoe, llama, qwen35moe, qwen3next, qwen2moe,
-              glm4moe (whose nextn blocks count as layers):
+              glm4moe (whose nextn blocks count as layers), ernie4_5-moe:
               llama-quantize's rule: Q4_K, output Q6_K, attn_v (and attn_qkv, ssm_in) and
               every ffn_down Q6_K in use_more_bits layers, and with exactly 8
               experts attn_k/attn_v Q8_0 and attn_output Q5_K; ssm_conv1d, ssm_a,
@@ -153,9 +170,10 @@ read the residual stream; 1/sqrt(fan_in * 2 * layers) for those that write it
 2/sqrt(embd) for token_embd, output and ffn_gate_inp (logit and router-logit spread
 about 2); norm weights 1 +- 0.05 (qwen35moe and qwen3next store their norms as 1 + w,
 so they are near 1 there too). Both: ssm_a = -exp(u), u uniform in [0, ln 16];
-ssm_dt.bias 1 +- 0.25; ssm_conv1d 1/sqrt(kernel). qwen2moe's and glm4moe's q/k/v biases:
-0 +- 0.5; glm4moe's exp_probs_b 0 +- 0.25 (router probabilities are sigmoids, so this
-reorders many expert choices), nextn.eh_proj 1/sqrt(2 embd).
+ssm_dt.bias 1 +- 0.25; ssm_conv1d 1/sqrt(kernel). qwen2moe's, glm4moe's and ernie4_5-moe's
+q/k/v biases: 0 +- 0.5; glm4moe's exp_probs_b 0 +- 0.25 (router probabilities are
+sigmoids, so this reorders many expert choices), ernie4_5-moe's 0 +- 0.5/experts (its
+softmax probabilities are some 1/experts each), nextn.eh_proj 1/sqrt(2 embd).
 
 Tokenizers (merges and pieces learned from a built-in corpus; ids past what the
 corpus supports are [PAD<id>], type UNUSED, as llama.cpp's converter pads):
@@ -170,6 +188,7 @@ corpus supports are [PAD<id>], type UNUSED, as llama.cpp's converter pads):
   qwen2moe : as qwen3moe (the Qwen2 vocabulary is Qwen3's)
   qwen3vlmoe: as qwen3moe
   glm4moe  : as qwen3moe (GLM's own vocabulary is not built; 151552 rows in full)
+  ernie4_5-moe: as llama (ERNIE's own pieces are not built; 103424 rows in full)
   olmoe    : gpt2/olmo (GPT-2 splitting): |||IP_ADDRESS||| 0, <|padding|> 1, byte
              tokens, merges, |||EMAIL_ADDRESS|||, |||PHONE_NUMBER|||, <|endoftext|>
              (50277..50279 in a 50304 vocabulary); eos <|endoftext|>, pad <|padding|>,
@@ -209,6 +228,9 @@ struct CommandLine {
   std::optional<int64_t> dense_ffn, leading_dense_layers, shared_experts, nextn_layers;
   std::optional<float> expert_weights_scale;
   std::optional<bool> expert_weights_norm, qk_norm;
+  // ernie4_5-moe (dense_ffn, leading_dense_layers and shared_ffn too).
+  std::optional<int64_t> moe_layer_step;
+  std::optional<bool> qkv_bias, selection_bias;
 };
 
 // "A,B,C,D" of non-negative integers.
@@ -310,8 +332,8 @@ FlagSet MakeFlags(CommandLine& cl) {
   AddShapeFlag(f, "--experts", "N", "expert_count", &cl.experts);
   AddShapeFlag(f, "--experts-used", "N", "expert_used_count (top-k), 1..experts", &cl.experts_used);
   AddShapeFlag(f, "--expert-ffn", "N",
-               "expert FFN width: expert_feed_forward_length (qwen3moe, qwen35moe, glm4moe) or "
-               "feed_forward_length (olmoe, llama)",
+               "expert FFN width: expert_feed_forward_length (qwen3moe, qwen35moe, glm4moe, "
+               "ernie4_5-moe) or feed_forward_length (olmoe, llama)",
                &cl.expert_ffn);
   AddShapeFlag(f, "--heads", "N", "attention.head_count", &cl.heads);
   AddShapeFlag(f, "--heads-kv", "N", "attention.head_count_kv; must divide heads", &cl.heads_kv);
@@ -340,7 +362,7 @@ FlagSet MakeFlags(CommandLine& cl) {
               &cl.rope_freq_factors);
   f.AddSwitch({"--tied-output"},
               "no output.weight: token_embd is also the output matrix (qwen3moe, llama, "
-              "qwen35moe, qwen3next, glm4moe)",
+              "qwen35moe, qwen3next, glm4moe, ernie4_5-moe)",
               &cl.tied_output);
   AddShapeFlag(f, "--rope-dims", "N",
                "qwen35moe, qwen3next, glm4moe: rope.dimension_count, even, at most head-dim",
@@ -355,7 +377,9 @@ FlagSet MakeFlags(CommandLine& cl) {
           return absl::OkStatus();
         });
   AddShapeFlag(f, "--shared-ffn", "N",
-               "qwen35moe, qwen3next, qwen2moe: expert_shared_feed_forward_length", &cl.shared_ffn);
+               "qwen35moe, qwen3next, qwen2moe, ernie4_5-moe: expert_shared_feed_forward_length "
+               "(ernie4_5-moe: 0 is no shared expert)",
+               &cl.shared_ffn);
   AddShapeFlag(f, "--full-attention-interval", "N",
                "qwen35moe, qwen3next: layer i is full attention when (i+1) % N == 0",
                &cl.full_attention_interval);
@@ -374,10 +398,12 @@ FlagSet MakeFlags(CommandLine& cl) {
                "reads qwen3next files only with value head dim = state size)",
                &cl.ssm_inner_size);
   AddShapeFlag(f, "--dense-ffn", "N",
-               "glm4moe: feed_forward_length, the FFN width of the leading dense layers",
+               "glm4moe, ernie4_5-moe: feed_forward_length, the FFN width of the leading dense "
+               "layers",
                &cl.dense_ffn);
   AddShapeFlag(f, "--leading-dense-layers", "N",
-               "glm4moe: leading_dense_block_count, 0..layers (the nextn blocks stay MoE)",
+               "glm4moe, ernie4_5-moe: leading_dense_block_count, 0..layers (glm4moe's nextn "
+               "blocks stay MoE)",
                &cl.leading_dense_layers);
   AddShapeFlag(f, "--shared-experts", "N",
                "glm4moe: expert_shared_count; the shared expert is expert-ffn x N wide; 0: none "
@@ -399,6 +425,22 @@ FlagSet MakeFlags(CommandLine& cl) {
                "glm4moe: nextn_predict_layers, multi-token-prediction blocks after the --layers "
                "that run (0..8)",
                &cl.nextn_layers);
+  AddShapeFlag(f, "--moe-layer-step", "N",
+               "ernie4_5-moe: interleave_moe_layer_step, 1 or more; llama.cpp runs the experts "
+               "of layer i >= leading-dense-layers when (i+1) % N == 0 and, in the other layers "
+               "past the dense ones (which carry expert tensors all the same), silu of the FFN "
+               "input instead of an FFN",
+               &cl.moe_layer_step);
+  f.AddSwitch({"--qkv-bias"}, "ernie4_5-moe: attn_q/k/v.bias (the tiny preset's)",
+              [&cl] { cl.qkv_bias = true; });
+  f.AddSwitch({"--no-qkv-bias"}, "ernie4_5-moe: no attention biases (as ERNIE-4.5's checkpoints)",
+              [&cl] { cl.qkv_bias = false; });
+  f.AddSwitch({"--selection-bias"},
+              "ernie4_5-moe: exp_probs_b.bias in every MoE layer (the presets')",
+              [&cl] { cl.selection_bias = true; });
+  f.AddSwitch({"--no-selection-bias"},
+              "ernie4_5-moe: no exp_probs_b: the top-k of the plain softmax probabilities",
+              [&cl] { cl.selection_bias = false; });
   f.AddSwitch({"--legacy-ssm-in"},
               "qwen3next: one ssm_in per DeltaNet layer (q, k, v and z rows per key head) "
               "instead of attn_qkv and attn_gate, as files converted before those existed",
@@ -468,23 +510,36 @@ absl::StatusOr<SynthOptions> BuildOptions(const CommandLine& cl) {
   }
   const bool hybrid = IsSynthDeltaNetHybrid(*arch);
   const bool glm = *arch == SynthArch::kGlm4Moe;
+  const bool ernie = *arch == SynthArch::kErnie45Moe;
   if (cl.rope_dims && !hybrid && !glm) {
     return absl::InvalidArgumentError(absl::StrCat(
         "--rope-dims is used by qwen35moe, qwen3next and glm4moe only, not by ", cl.arch));
   }
-  const std::pair<const char*, bool> glm_flags[] = {
-      {"--dense-ffn", cl.dense_ffn.has_value()},
-      {"--leading-dense-layers", cl.leading_dense_layers.has_value()},
-      {"--shared-experts", cl.shared_experts.has_value()},
-      {"--expert-weights-scale", cl.expert_weights_scale.has_value()},
-      {"--expert-weights-norm or --no-expert-weights-norm", cl.expert_weights_norm.has_value()},
-      {"--qk-norm or --no-qk-norm", cl.qk_norm.has_value()},
-      {"--nextn-layers", cl.nextn_layers.has_value()},
+  struct ArchFlag {
+    const char* flag;
+    bool given;
+    bool used;
+    const char* users;
   };
-  for (const auto& [flag, given] : glm_flags) {
-    if (given && !glm) {
+  const ArchFlag arch_flags[] = {
+      {"--dense-ffn", cl.dense_ffn.has_value(), glm || ernie, "glm4moe and ernie4_5-moe"},
+      {"--leading-dense-layers", cl.leading_dense_layers.has_value(), glm || ernie,
+       "glm4moe and ernie4_5-moe"},
+      {"--shared-experts", cl.shared_experts.has_value(), glm, "glm4moe"},
+      {"--expert-weights-scale", cl.expert_weights_scale.has_value(), glm, "glm4moe"},
+      {"--expert-weights-norm or --no-expert-weights-norm", cl.expert_weights_norm.has_value(), glm,
+       "glm4moe"},
+      {"--qk-norm or --no-qk-norm", cl.qk_norm.has_value(), glm, "glm4moe"},
+      {"--nextn-layers", cl.nextn_layers.has_value(), glm, "glm4moe"},
+      {"--moe-layer-step", cl.moe_layer_step.has_value(), ernie, "ernie4_5-moe"},
+      {"--qkv-bias or --no-qkv-bias", cl.qkv_bias.has_value(), ernie, "ernie4_5-moe"},
+      {"--selection-bias or --no-selection-bias", cl.selection_bias.has_value(), ernie,
+       "ernie4_5-moe"},
+  };
+  for (const ArchFlag& f : arch_flags) {
+    if (f.given && !f.used) {
       return absl::InvalidArgumentError(
-          absl::StrCat(flag, " is used by glm4moe only, not by ", cl.arch));
+          absl::StrCat(f.flag, " is used by ", f.users, " only, not by ", cl.arch));
     }
   }
   const std::pair<const char*, bool> hybrid_flags[] = {
@@ -501,9 +556,10 @@ absl::StatusOr<SynthOptions> BuildOptions(const CommandLine& cl) {
           absl::StrCat(flag, " is used by qwen35moe and qwen3next only, not by ", cl.arch));
     }
   }
-  if (cl.shared_ffn && !hybrid && *arch != SynthArch::kQwen2Moe) {
+  if (cl.shared_ffn && !hybrid && *arch != SynthArch::kQwen2Moe && !ernie) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "--shared-ffn is used by qwen35moe, qwen3next and qwen2moe only, not by ", cl.arch));
+        "--shared-ffn is used by qwen35moe, qwen3next, qwen2moe and ernie4_5-moe only, not by ",
+        cl.arch));
   }
   if (cl.rope_dims) s.n_rot = *cl.rope_dims;
   if (cl.rope_sections) s.rope_sections = *cl.rope_sections;
@@ -522,6 +578,9 @@ absl::StatusOr<SynthOptions> BuildOptions(const CommandLine& cl) {
   if (cl.expert_weights_norm) s.expert_weights_norm = *cl.expert_weights_norm;
   if (cl.qk_norm) s.qk_norm = *cl.qk_norm;
   if (cl.nextn_layers) s.n_nextn_layer = *cl.nextn_layers;
+  if (cl.moe_layer_step) s.moe_layer_step = *cl.moe_layer_step;
+  if (cl.qkv_bias) s.qkv_bias = *cl.qkv_bias;
+  if (cl.selection_bias) s.selection_bias = *cl.selection_bias;
 
   SynthOptions options;
   options.shape = s;
@@ -585,6 +644,20 @@ void PrintPlan(const SynthOptions& o, const SynthPlan& plan) {
         static_cast<long long>(s.n_rot), static_cast<double>(s.expert_weights_scale),
         s.expert_weights_norm ? "weights renormalized" : "weights not renormalized",
         s.qk_norm ? "q/k norm" : "no q/k norm");
+  }
+  if (s.arch == SynthArch::kErnie45Moe) {
+    int64_t expert_layers = 0;
+    for (int64_t l = s.n_layer_dense_lead; l < s.n_layer; ++l) {
+      expert_layers += (l + 1) % s.moe_layer_step == 0;
+    }
+    std::printf(
+        "  leading dense %lld (ffn %lld), moe layer step %lld (experts run in %lld of %lld "
+        "layers), shared ffn %lld, %s, %s\n",
+        static_cast<long long>(s.n_layer_dense_lead), static_cast<long long>(s.n_ff),
+        static_cast<long long>(s.moe_layer_step), static_cast<long long>(expert_layers),
+        static_cast<long long>(s.n_layer), static_cast<long long>(s.n_ff_shexp),
+        s.selection_bias ? "selection bias" : "no selection bias",
+        s.qkv_bias ? "q/k/v biases" : "no q/k/v biases");
   }
   if (s.arch == SynthArch::kQwen3VlMoe) {
     std::printf("  rope sections [%d,%d,%d,%d]\n", s.rope_sections[0], s.rope_sections[1],

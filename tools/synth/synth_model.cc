@@ -15,8 +15,8 @@ absl::StatusOr<SynthArch> ParseSynthArch(std::string_view name) {
   }
   return absl::InvalidArgumentError(absl::StrCat(
       "unknown architecture '", std::string(name),
-      "' (expected qwen3moe, olmoe, llama, qwen35moe, qwen3next, qwen2moe, qwen3vlmoe or "
-      "glm4moe)"));
+      "' (expected qwen3moe, olmoe, llama, qwen35moe, qwen3next, qwen2moe, qwen3vlmoe, "
+      "glm4moe or ernie4_5-moe)"));
 }
 
 std::string_view SynthArchName(SynthArch arch) {
@@ -37,6 +37,8 @@ std::string_view SynthArchName(SynthArch arch) {
       return "qwen3vlmoe";
     case SynthArch::kGlm4Moe:
       return "glm4moe";
+    case SynthArch::kErnie45Moe:
+      return "ernie4_5-moe";
   }
   std::abort();
 }

@@ -29,11 +29,13 @@ enum class SynthArch {
   kQwen2Moe,    // "qwen2moe": Qwen2-57B-A14B, q/k/v biases and a shared expert (§3.2)
   kQwen3VlMoe,  // "qwen3vlmoe": Qwen3-VL-30B-A3B's language model, qwen3moe with IMROPE
   kGlm4Moe,     // "glm4moe": GLM-4.5-Air, GLM-4.5, GLM-4.6/4.7: sigmoid router, dense lead layers
+  kErnie45Moe,  // "ernie4_5-moe": ERNIE-4.5-21B-A3B, ERNIE-4.5-300B-A47B
 };
 
 inline constexpr SynthArch kAllSynthArchs[] = {
-    SynthArch::kQwen3Moe,  SynthArch::kOlmoe,    SynthArch::kLlama,      SynthArch::kQwen35Moe,
-    SynthArch::kQwen3Next, SynthArch::kQwen2Moe, SynthArch::kQwen3VlMoe, SynthArch::kGlm4Moe};
+    SynthArch::kQwen3Moe,   SynthArch::kOlmoe,     SynthArch::kLlama,
+    SynthArch::kQwen35Moe,  SynthArch::kQwen3Next, SynthArch::kQwen2Moe,
+    SynthArch::kQwen3VlMoe, SynthArch::kGlm4Moe,   SynthArch::kErnie45Moe};
 
 // qwen35moe and qwen3next: Gated DeltaNet layers and gated attention.
 inline bool IsSynthDeltaNetHybrid(SynthArch arch) {
@@ -70,7 +72,8 @@ struct SynthShape {
   // between 1 and 8 (as a converted Llama 3 carries).
   bool rope_freq_factors = false;
 
-  // qwen35moe, qwen3next and qwen2moe.
+  // qwen35moe, qwen3next, qwen2moe and ernie4_5-moe (where 0 is no shared
+  // expert).
   int64_t n_ff_shexp = 0;  // expert_shared_feed_forward_length
   // qwen35moe and qwen3next (n_rot: glm4moe too; rope_sections: qwen35moe
   // and qwen3vlmoe; legacy_ssm_in: qwen3next).
@@ -84,9 +87,10 @@ struct SynthShape {
   int64_t ssm_inner_size = 0;                  // ssm.inner_size, H_v * d_v
   bool legacy_ssm_in = false;                  // ssm_in, not attn_qkv + attn_gate
 
-  // glm4moe. n_layer counts the layers that run; the n_nextn_layer
-  // multi-token-prediction blocks follow them (block_count is the sum), in
-  // the file as converted GLM files have them, never run.
+  // glm4moe (n_ff and n_layer_dense_lead: ernie4_5-moe too). n_layer
+  // counts the layers that run; the n_nextn_layer multi-token-prediction
+  // blocks follow them (block_count is the sum), in the file as converted
+  // GLM files have them, never run.
   int64_t n_ff = 0;                   // feed_forward_length, the dense layers' FFN width
   int64_t n_layer_dense_lead = 0;     // leading_dense_block_count
   int64_t n_expert_shared = 0;        // expert_shared_count; shared width n_ff_exp * it
@@ -94,6 +98,13 @@ struct SynthShape {
   bool expert_weights_norm = false;   // expert_weights_norm
   bool qk_norm = false;               // per-head attn_q_norm / attn_k_norm
   int64_t n_nextn_layer = 0;          // nextn_predict_layers
+
+  // ernie4_5-moe. llama.cpp's graph runs the experts of layer i when i >=
+  // n_layer_dense_lead and (i + 1) % moe_layer_step == 0, but its loader
+  // wants expert tensors in every layer from n_layer_dense_lead on.
+  int64_t moe_layer_step = 0;   // interleave_moe_layer_step
+  bool qkv_bias = false;        // attn_q.bias, attn_k.bias, attn_v.bias
+  bool selection_bias = false;  // exp_probs_b.bias
 
   bool operator==(const SynthShape&) const = default;
 };
@@ -169,12 +180,13 @@ enum class SynthTensorKind {
   kFfnDownShexp,
   // llama.
   kRopeFreqs,
-  // qwen2moe (and glm4moe).
+  // qwen2moe (and glm4moe, ernie4_5-moe).
   kAttnQBias,
   kAttnKBias,
   kAttnVBias,
-  // glm4moe: the dense leading layers' FFN, the router's selection bias and
-  // the multi-token-prediction block's own tensors.
+  // glm4moe (the first four: ernie4_5-moe too): the dense leading layers'
+  // FFN, the router's selection bias and the multi-token-prediction block's
+  // own tensors.
   kFfnGate,
   kFfnUp,
   kFfnDown,

@@ -90,7 +90,6 @@ class Qwen2Moe final : public SynthArchitecture {
   std::vector<SynthTensor> PlanTensors(const SynthShape& s, SynthQuant quant) const override {
     const SynthScales scale(s);
     const int64_t q_dim = s.n_head * s.head_dim;
-    const int64_t kv_dim = s.n_head_kv * s.head_dim;
     using K = SynthTensorKind;
     SynthTensorTable table(
         [&](const SynthTensor& t) { return SynthAttentionMoeType(s, quant, t); });
@@ -98,9 +97,7 @@ class Qwen2Moe final : public SynthArchitecture {
     for (int64_t l = 0; l < s.n_layer; ++l) {
       table.AddNorm(SynthBlockName(l, "attn_norm"), K::kAttnNorm, l, s.n_embd);
       table.AddAttentionProjections(s, scale, l, q_dim);
-      table.Add(SynthBlockRawName(l, "attn_q.bias"), K::kAttnQBias, l, {q_dim}, 0.0f, kBiasStd);
-      table.Add(SynthBlockRawName(l, "attn_k.bias"), K::kAttnKBias, l, {kv_dim}, 0.0f, kBiasStd);
-      table.Add(SynthBlockRawName(l, "attn_v.bias"), K::kAttnVBias, l, {kv_dim}, 0.0f, kBiasStd);
+      table.AddAttentionBiases(s, l, kBiasStd);
       table.AddNorm(SynthBlockName(l, "ffn_norm"), K::kFfnNorm, l, s.n_embd);
       table.AddRoutedExperts(s, scale, l);
       table.AddSharedExpert(s, scale, l);

@@ -9,7 +9,9 @@ sizes and the attention interval, for qwen35moe the RoPE sections, for qwen3next
 ssm_in layout now and then, for qwen2moe the shared expert's width, for qwen3vlmoe the
 RoPE sections, for glm4moe the leading dense layers and their width, the shared
 experts, the routing scale and renormalisation, q/k norm, the nextn blocks and
-partial RoPE), writes it with moetier-synth, runs a
+partial RoPE, for ernie4_5-moe the leading dense layers and their width, the MoE
+layer step, the shared expert's width or none, the selection bias and the q/k/v
+biases), writes it with moetier-synth, runs a
 seeded random token sequence through llama.cpp (llamacpp_logits.mjs) and
 through moetier-worker on the reference and the CPU backend (or, with
 --backend float64, through the independent float64 pass, ../float64_forward.py),
@@ -42,7 +44,7 @@ from logit_compare import compare, read_logits  # noqa: E402
 import node_llama  # noqa: E402
 
 ARCHS = ("qwen3moe", "qwen35moe", "qwen3next", "llama", "olmoe", "qwen2moe", "qwen3vlmoe",
-         "glm4moe")
+         "glm4moe", "ernie4_5-moe")
 BACKENDS = ("reference", "cpu", "float64")
 FLOAT64_FORWARD = os.path.join(os.path.dirname(HERE), "float64_forward.py")
 
@@ -73,7 +75,7 @@ def parse_args():
     return a
 
 
-def draw_shape(rng, arch):
+def draw_shape(rng, arch, float64_only=False):
     """moetier-synth shape flags for one random model of `arch`."""
     heads_kv = rng.choice([1, 2, 4])
     heads = heads_kv * rng.choice([1, 2, 4])
@@ -124,6 +126,24 @@ def draw_shape(rng, arch):
             "--expert-weights-scale": rng.choice([0, 1, 0.5, 1.8, 2.5]),
             "--nextn-layers": rng.randint(0, 1),
         })
+    if arch == "ernie4_5-moe":
+        # A step of 2 leaves layers past the dense ones whose expert tensors
+        # llama.cpp's graph skips (running silu of the FFN input there),
+        # which moetier refuses (every released ERNIE-4.5 has step 1): only
+        # the float64 pass, which follows llama.cpp there, draws it. At
+        # least one layer runs its experts. The shared width is any, a whole
+        # number of experts or none.
+        layers = flags["--layers"]
+        lead = rng.randint(0, min(2, layers - 1))
+        step = rng.randint(1, 2) if float64_only else 1
+        if not any((i + 1) % step == 0 for i in range(lead, layers)):
+            step = 1
+        flags.update({
+            "--leading-dense-layers": lead,
+            "--moe-layer-step": step,
+            "--dense-ffn": rng.choice([32, 64, 96, 256]),
+            "--shared-ffn": rng.choice([0, 0, 64, 96, 2 * flags["--expert-ffn"]]),
+        })
     if arch in ("qwen35moe", "qwen3next"):
         rope_dims = rng.choice([d for d in (8, 16, 32, 64) if d <= head_dim])
         half = rope_dims // 2
@@ -168,6 +188,9 @@ def draw_shape(rng, arch):
     if arch == "glm4moe":
         args.append(rng.choice(["--qk-norm", "--no-qk-norm"]))
         args.append(rng.choice(["--expert-weights-norm", "--no-expert-weights-norm"]))
+    if arch == "ernie4_5-moe":
+        args.append(rng.choice(["--selection-bias", "--no-selection-bias"]))
+        args.append(rng.choice(["--qkv-bias", "--no-qkv-bias"]))
     return args
 
 
@@ -178,6 +201,15 @@ def describe_glm4moe(shape):
     return (f" dense {value('--leading-dense-layers')} shared {value('--shared-experts')}"
             f" scale {value('--expert-weights-scale')} nextn {value('--nextn-layers')}"
             f" rope {value('--rope-dims')}/{value('--head-dim')} {shape[-2][2:]} {shape[-1][2:]}")
+
+
+def describe_ernie45moe(shape):
+    """The ernie4_5-moe draws of a case, for its result line."""
+    def value(flag):
+        return shape[shape.index(flag) + 1]
+    return (f" dense {value('--leading-dense-layers')}/{value('--layers')}"
+            f" step {value('--moe-layer-step')} shared {value('--shared-ffn')}"
+            f" {shape[-2][2:]} {shape[-1][2:]}{' tied' if '--tied-output' in shape else ''}")
 
 
 def run(cmd, what):
@@ -201,7 +233,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         for case in range(1, a.cases + 1):
             arch = rng.choice(a.arch)
-            shape = draw_shape(rng, arch)
+            shape = draw_shape(rng, arch, float64_only=set(a.backend) == {"float64"})
             model = os.path.join(tmp, f"case{case}.gguf")
             synth_cmd = [synth, "--arch", arch, "--quant", "f32", "--seed", str(case),
                          "--quiet", "--out", model] + shape
@@ -246,6 +278,8 @@ def main():
                 scaling += " rope_freqs"
             if arch == "glm4moe":
                 scaling += describe_glm4moe(shape)
+            if arch == "ernie4_5-moe":
+                scaling += describe_ernie45moe(shape)
             print(f"case {case} {arch}{scaling} {len(ids) if ids else 0} tokens: "
                   f"{'ok' if ok else 'FAILED'}: {detail}", flush=True)
             if not ok:

@@ -26,6 +26,11 @@
 #                             routing scale 1.8, a shared expert, rope over
 #                             half of each head, a nextn block that never runs
 #   glm4moe-small-q4_k_m      glm4moe, Q4_K_M-like, with GLM-4.5's q/k norm
+#   ernie45moe-tiny-f32       ernie4_5-moe (ERNIE-4.5's layout): a dense first
+#                             layer, a softmax router with a selection bias,
+#                             a shared expert, q/k/v biases, NORM rope
+#   ernie45moe-small-q4_k_m   ernie4_5-moe, Q4_K_M-like, as ERNIE-4.5-21B-A3B
+#                             without biases and with a tied output
 #
 #   tests/interop/llamacpp-oracle/make_vectors.sh [BUILD_DIR]
 #
@@ -140,3 +145,8 @@ made qwen3vlmoe-small-q4_k_m --arch qwen3vlmoe --preset small --quant q4_k_m --s
 # converted GLM files, and must not run (llama.cpp skips its tensors).
 made glm4moe-tiny-f32 --arch glm4moe --preset tiny --quant f32 --seed 61
 made glm4moe-small-q4_k_m --arch glm4moe --preset small --quant q4_k_m --seed 62
+
+# ernie4_5-moe: exp_probs_b changes which experts are chosen but not their
+# weights; the shared expert has no gate; rope turns adjacent pairs.
+made ernie45moe-tiny-f32 --arch ernie4_5-moe --preset tiny --quant f32 --seed 71
+made ernie45moe-small-q4_k_m --arch ernie4_5-moe --preset small --quant q4_k_m --seed 72
