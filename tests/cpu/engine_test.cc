@@ -117,7 +117,8 @@ INSTANTIATE_TEST_SUITE_P(Vectors, F32VectorTest,
                                            "mixtral-linear-tiny-f32", "qwen35moe-yarn-tiny-f32",
                                            "mixtral-rope-freqs-tiny-f32", "qwen3next-tiny-f32",
                                            "qwen3next-ssm-in-tiny-f32", "qwen2moe-tiny-f32",
-                                           "qwen3vlmoe-tiny-f32", "glm4moe-tiny-f32"),
+                                           "qwen3vlmoe-tiny-f32", "glm4moe-tiny-f32",
+                                           "ernie45moe-tiny-f32"),
                          [](const ::testing::TestParamInfo<const char*>& param_info) {
                            std::string s = param_info.param;
                            std::replace(s.begin(), s.end(), '-', '_');
@@ -169,8 +170,8 @@ INSTANTIATE_TEST_SUITE_P(Vectors, QuantizedVectorTest,
                          ::testing::Values("tiny-q8_0", "small-q4_k_m", "mixtral-small-q4_k_m",
                                            "qwen35moe-small-q4_k_m", "qwen3next-small-q4_k_m",
                                            "qwen2moe-small-q4_k_m", "qwen3vlmoe-small-q4_k_m",
-                                           "glm4moe-small-q4_k_m", "mixed-low-bit",
-                                           "iq-grids-low-bit"),
+                                           "glm4moe-small-q4_k_m", "ernie45moe-small-q4_k_m",
+                                           "mixed-low-bit", "iq-grids-low-bit"),
                          [](const ::testing::TestParamInfo<const char*>& param_info) {
                            std::string s = param_info.param;
                            std::replace(s.begin(), s.end(), '-', '_');
@@ -236,8 +237,8 @@ INSTANTIATE_TEST_SUITE_P(Vectors, FaithfulnessTest,
                          ::testing::Values("tiny-q8_0", "small-q4_k_m", "mixtral-small-q4_k_m",
                                            "qwen35moe-small-q4_k_m", "qwen3next-small-q4_k_m",
                                            "qwen2moe-small-q4_k_m", "qwen3vlmoe-small-q4_k_m",
-                                           "glm4moe-small-q4_k_m", "mixed-low-bit",
-                                           "iq-grids-low-bit"),
+                                           "glm4moe-small-q4_k_m", "ernie45moe-small-q4_k_m",
+                                           "mixed-low-bit", "iq-grids-low-bit"),
                          [](const ::testing::TestParamInfo<const char*>& param_info) {
                            std::string s = param_info.param;
                            std::replace(s.begin(), s.end(), '-', '_');

@@ -132,7 +132,9 @@ const char* const kModels[] = {"tiny-f32",
                                "qwen3vlmoe-tiny-f32",
                                "qwen3vlmoe-small-q4_k_m",
                                "glm4moe-tiny-f32",
-                               "glm4moe-small-q4_k_m"};
+                               "glm4moe-small-q4_k_m",
+                               "ernie45moe-tiny-f32",
+                               "ernie45moe-small-q4_k_m"};
 
 TEST_F(CudaEngineTest, DecodeMatchesReference) {
   for (const char* name : kModels) {

@@ -114,7 +114,9 @@ INSTANTIATE_TEST_SUITE_P(
         VectorCase{"qwen2moe-tiny-f32", "llamacpp"}, VectorCase{"qwen2moe-small-q4_k_m", "exact"},
         VectorCase{"qwen3vlmoe-tiny-f32", "exact"}, VectorCase{"qwen3vlmoe-tiny-f32", "llamacpp"},
         VectorCase{"qwen3vlmoe-small-q4_k_m", "exact"}, VectorCase{"glm4moe-tiny-f32", "exact"},
-        VectorCase{"glm4moe-tiny-f32", "llamacpp"}, VectorCase{"glm4moe-small-q4_k_m", "exact"}),
+        VectorCase{"glm4moe-tiny-f32", "llamacpp"}, VectorCase{"glm4moe-small-q4_k_m", "exact"},
+        VectorCase{"ernie45moe-tiny-f32", "exact"}, VectorCase{"ernie45moe-tiny-f32", "llamacpp"},
+        VectorCase{"ernie45moe-small-q4_k_m", "exact"}),
     [](const ::testing::TestParamInfo<VectorCase>& param_info) {
       std::string name = std::string(param_info.param.model) + "_" + param_info.param.expected;
       for (char& ch : name) {

@@ -100,6 +100,7 @@ int Run(const std::string& path, bool all_keys, bool list_tensors) {
                           "expert_gating_func",
                           "expert_weights_norm",
                           "expert_weights_scale",
+                          "interleave_moe_layer_step",
                           "nextn_predict_layers",
                           "context_length",
                           "rope.freq_base",

@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "model/decodable_types.h"
+#include "model/ernie45moe.h"
 #include "model/glm4moe.h"
 #include "model/llama.h"
 #include "model/model_loader.h"
@@ -20,7 +21,7 @@
 namespace moetier {
 namespace {
 
-constexpr std::array<Architecture, 8> kArchitectures = {{
+constexpr std::array<Architecture, 9> kArchitectures = {{
     {"qwen3moe", "Qwen3-30B-A3B, Qwen3-235B-A22B", &LoadQwen3Moe},
     {"qwen35moe", "Qwen3.5-35B-A3B, Qwen3.6-35B-A3B", &LoadQwen35Moe},
     {"qwen3vlmoe", "Qwen3-VL-30B-A3B, Qwen3-VL-235B-A22B (text)", &LoadQwen3VlMoe},
@@ -29,6 +30,7 @@ constexpr std::array<Architecture, 8> kArchitectures = {{
     {"llama", "Mixtral-8x7B and other llama models with routed experts", &LoadLlamaMoe},
     {"olmoe", "OLMoE-1B-7B", &LoadOlmoe},
     {"glm4moe", "GLM-4.5-Air, GLM-4.5, GLM-4.6, GLM-4.7", &LoadGlm4Moe},
+    {"ernie4_5-moe", "ERNIE-4.5-21B-A3B, ERNIE-4.5-300B-A47B", &LoadErnie45Moe},
 }};
 
 }  // namespace

@@ -13,7 +13,6 @@
 // main pass, so they are not read.
 #include "model/glm4moe.h"
 
-#include <cmath>
 #include <optional>
 
 #include "absl/strings/str_format.h"
@@ -47,14 +46,7 @@ absl::Status ReadRouter(const ModelLoader& loader, ModelHparams& hp) {
     if (!norm.ok()) return loader.Error(norm.status().message());
     hp.router.renormalize = *norm;
   }
-  // llama.cpp scales only by a value other than 0 and 1; absent reads as 0.
-  const double scale = meta.GetFloatOr(loader.Key("expert_weights_scale"), 0.0);
-  if (!std::isfinite(scale)) {
-    return loader.Error(
-        absl::StrFormat("%s = %g is not finite", loader.Key("expert_weights_scale"), scale));
-  }
-  hp.router.weights_scale = scale == 0.0 ? 1.0f : static_cast<float>(scale);
-  return absl::OkStatus();
+  return loader.ReadRouterWeightsScale(hp);
 }
 
 // leading_dense_block_count and, when there are dense layers, their width.
@@ -86,11 +78,7 @@ absl::Status ReadFfn(const ModelLoader& loader, const ModelHparams& hp, int il, 
                      LayerWeights& l) {
   if (dense) {
     l.ffn = FfnKind::kDense;
-    const int64_t n_embd = hp.n_embd;
-    const int64_t n_ff = hp.n_ff_dense;
-    return loader.ReadLayerTensors(il, {{"ffn_gate.weight", {n_embd, n_ff, 1, 1}, &l.dense.gate},
-                                        {"ffn_up.weight", {n_embd, n_ff, 1, 1}, &l.dense.up},
-                                        {"ffn_down.weight", {n_ff, n_embd, 1, 1}, &l.dense.down}});
+    return loader.ReadDenseFfn(il, hp, l.dense);
   }
   l.ffn = hp.n_ff_shared > 0 ? FfnKind::kMoeWithSharedExpert : FfnKind::kMoe;
   if (absl::Status s = loader.ReadRoutedExperts(il, hp, l.moe); !s.ok()) return s;
@@ -133,18 +121,12 @@ absl::StatusOr<Model> LoadGlm4Moe(const ModelLoader& loader) {
   if (absl::Status s = loader.ReadEmbeddingAndOutput(hp, /*output_may_be_tied=*/true, w); !s.ok()) {
     return s;
   }
-  const std::array<int64_t, 4> norm_shape = {hp.n_embd, 1, 1, 1};
   w.layers.resize(static_cast<size_t>(hp.n_layer));
   for (int il = 0; il < hp.n_layer; ++il) {
     LayerWeights& l = w.layers[static_cast<size_t>(il)];
-    l.mixer = MixerKind::kAttention;
-    if (absl::Status s =
-            loader.ReadLayerTensors(il, {{"attn_norm.weight", norm_shape, &l.attn_norm},
-                                         {"post_attention_norm.weight", norm_shape, &l.ffn_norm}});
+    if (absl::Status s = loader.ReadAttentionLayer(il, hp, "post_attention_norm.weight",
+                                                   {.qkv_biases = true}, l);
         !s.ok()) {
-      return s;
-    }
-    if (absl::Status s = loader.ReadAttention(il, hp, l.attn, {.qkv_biases = true}); !s.ok()) {
       return s;
     }
     if (absl::Status s = ReadFfn(loader, hp, il, il < *n_dense, l); !s.ok()) return s;

@@ -461,21 +461,30 @@ absl::Status ModelLoader::ReadAttention(int il, const ModelHparams& hp, Attentio
 
 absl::Status ModelLoader::ReadAttentionMoeLayers(const ModelHparams& hp, ModelWeights& w,
                                                  AttentionOptions attention) const {
-  const std::array<int64_t, 4> norm_shape = {hp.n_embd, 1, 1, 1};
   w.layers.resize(hp.n_layer);
   for (int il = 0; il < hp.n_layer; ++il) {
     LayerWeights& l = w.layers[il];
-    l.mixer = MixerKind::kAttention;
     l.ffn = FfnKind::kMoe;
-    absl::StatusOr<WeightRef> norm = LayerTensor(il, "attn_norm.weight", norm_shape);
-    if (!norm.ok()) return norm.status();
-    l.attn_norm = *std::move(norm);
-    if (absl::Status s = ReadAttention(il, hp, l.attn, attention); !s.ok()) return s;
-    norm = LayerTensor(il, "ffn_norm.weight", norm_shape);
-    if (!norm.ok()) return norm.status();
-    l.ffn_norm = *std::move(norm);
+    if (absl::Status s = ReadAttentionLayer(il, hp, "ffn_norm.weight", attention, l); !s.ok()) {
+      return s;
+    }
     if (absl::Status s = ReadRoutedExperts(il, hp, l.moe); !s.ok()) return s;
   }
+  return absl::OkStatus();
+}
+
+absl::Status ModelLoader::ReadAttentionLayer(int il, const ModelHparams& hp,
+                                             absl::string_view ffn_norm, AttentionOptions attention,
+                                             LayerWeights& l) const {
+  const std::array<int64_t, 4> norm_shape = {hp.n_embd, 1, 1, 1};
+  l.mixer = MixerKind::kAttention;
+  absl::StatusOr<WeightRef> norm = LayerTensor(il, "attn_norm.weight", norm_shape);
+  if (!norm.ok()) return norm.status();
+  l.attn_norm = *std::move(norm);
+  if (absl::Status s = ReadAttention(il, hp, l.attn, attention); !s.ok()) return s;
+  norm = LayerTensor(il, ffn_norm, norm_shape);
+  if (!norm.ok()) return norm.status();
+  l.ffn_norm = *std::move(norm);
   return absl::OkStatus();
 }
 
@@ -528,6 +537,23 @@ absl::Status ModelLoader::ReadSharedExpert(int il, const ModelHparams& hp, MoeWe
   return ReadLayerTensors(il, {{"ffn_gate_shexp.weight", {n_embd, n_ff, 1, 1}, &out.shared_gate},
                                {"ffn_up_shexp.weight", {n_embd, n_ff, 1, 1}, &out.shared_up},
                                {"ffn_down_shexp.weight", {n_ff, n_embd, 1, 1}, &out.shared_down}});
+}
+
+absl::Status ModelLoader::ReadDenseFfn(int il, const ModelHparams& hp, DenseFfnWeights& out) const {
+  const int64_t n_embd = hp.n_embd;
+  const int64_t n_ff = hp.n_ff_dense;
+  return ReadLayerTensors(il, {{"ffn_gate.weight", {n_embd, n_ff, 1, 1}, &out.gate},
+                               {"ffn_up.weight", {n_embd, n_ff, 1, 1}, &out.up},
+                               {"ffn_down.weight", {n_ff, n_embd, 1, 1}, &out.down}});
+}
+
+absl::Status ModelLoader::ReadRouterWeightsScale(ModelHparams& hp) const {
+  const double scale = meta_.GetFloatOr(Key("expert_weights_scale"), 0.0);
+  if (!std::isfinite(scale)) {
+    return Error(absl::StrFormat("%s = %g is not finite", Key("expert_weights_scale"), scale));
+  }
+  hp.router.weights_scale = scale == 0.0 ? 1.0f : static_cast<float>(scale);
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<int64_t>> ModelLoader::IntArray(absl::string_view suffix) const {

@@ -110,6 +110,11 @@ class ModelLoader {
   // blk.<il>.ffn_gate_inp and the routed experts: ffn_gate_exps +
   // ffn_up_exps (or a fused ffn_gate_up_exps) and ffn_down_exps.
   absl::Status ReadRoutedExperts(int il, const ModelHparams& hp, MoeWeights& out) const;
+  // blk.<il>'s attention layer: attn_norm, the attention (ReadAttention)
+  // and the FFN's norm (`ffn_norm`: "ffn_norm.weight", or
+  // "post_attention_norm.weight" in some files).
+  absl::Status ReadAttentionLayer(int il, const ModelHparams& hp, absl::string_view ffn_norm,
+                                  AttentionOptions attention, LayerWeights& l) const;
   // Every layer of an architecture whose layers are all the same pre-norm
   // attention block and routed-expert FFN (qwen3moe, qwen3vlmoe, qwen2moe,
   // olmoe, llama): per
@@ -121,6 +126,11 @@ class ModelLoader {
   // hp.n_ff_shared and, when `gated`, its gate ffn_gate_inp_shexp {n_embd}.
   absl::Status ReadSharedExpert(int il, const ModelHparams& hp, MoeWeights& out,
                                 bool gated = true) const;
+  // A dense layer's SwiGLU: blk.<il>.ffn_{gate,up,down} for hp.n_ff_dense.
+  absl::Status ReadDenseFfn(int il, const ModelHparams& hp, DenseFfnWeights& out) const;
+  // hp.router.weights_scale from expert_weights_scale: llama.cpp scales only
+  // by a value other than 0 and 1, and reads an absent key as 0.
+  absl::Status ReadRouterWeightsScale(ModelHparams& hp) const;
   // An optional architecture key holding integers (a scalar or an array);
   // empty when absent.
   absl::StatusOr<std::vector<int64_t>> IntArray(absl::string_view suffix) const;

@@ -1,0 +1,138 @@
+// Layer il has routed experts when il >= leading_dense_block_count (absent:
+// 0) and (il + 1) is a multiple of interleave_moe_layer_step, else a dense
+// SwiGLU of feed_forward_length. (llama.cpp's loader wants expert tensors in
+// every layer from leading_dense_block_count on while its graph skips them
+// where the step says, adding silu(x) there instead; every released ERNIE-4.5
+// has step 1, and a file laid out that way is refused here, naming the dense
+// tensor the skipped layer lacks.) The router is a softmax over all experts
+// whose top k are chosen on the probabilities plus exp_probs_b.bias (where
+// the file has it), weighted by the probabilities renormalized; a shared
+// expert of expert_shared_feed_forward_length (0 or absent: none) is added
+// ungated.
+// Attention has optional q/k/v biases and no q/k norm; rope is NORM
+// (adjacent pairs) over the whole head, which llama.cpp's graph asserts.
+#include "model/ernie45moe.h"
+
+#include <optional>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace moetier {
+namespace {
+
+struct LayerPlan {
+  int leading_dense = 0;
+  int moe_step = 1;
+  bool routed(int il) const { return il >= leading_dense && (il + 1) % moe_step == 0; }
+};
+
+absl::StatusOr<LayerPlan> ReadLayerPlan(const ModelLoader& loader, ModelHparams& hp) {
+  LayerPlan plan;
+  absl::StatusOr<int> step = loader.RequiredDim("interleave_moe_layer_step", kMaxModelLayers);
+  if (!step.ok()) return step.status();
+  plan.moe_step = *step;
+  const std::string lead_key = loader.Key("leading_dense_block_count");
+  const uint64_t lead = loader.metadata().GetUintOr(lead_key, 0);
+  if (lead > static_cast<uint64_t>(hp.n_layer)) {
+    return loader.Error(
+        absl::StrFormat("%s = %d exceeds the %d layers", lead_key, lead, hp.n_layer));
+  }
+  plan.leading_dense = static_cast<int>(lead);
+  bool any_routed = false;
+  bool any_dense = false;
+  for (int il = 0; il < hp.n_layer; ++il) {
+    any_routed = any_routed || plan.routed(il);
+    any_dense = any_dense || !plan.routed(il);
+  }
+  if (!any_routed) {
+    return loader.Unsupported(absl::StrFormat(
+        "%s = %d and %s = %d leave no layer with experts: moetier serves models with routed "
+        "experts",
+        lead_key, plan.leading_dense, loader.Key("interleave_moe_layer_step"), plan.moe_step));
+  }
+  if (any_dense) {
+    absl::StatusOr<std::optional<int>> n_ff =
+        loader.UniformPerLayer("feed_forward_length", hp.n_layer, kMaxModelDim);
+    if (!n_ff.ok()) return n_ff.status();
+    if (!n_ff->has_value()) {
+      return loader.Error(absl::StrFormat("%s (the dense layers' width) is missing",
+                                          loader.Key("feed_forward_length")));
+    }
+    hp.n_ff_dense = **n_ff;
+  }
+  return plan;
+}
+
+absl::Status ReadMoeFfn(const ModelLoader& loader, const ModelHparams& hp, int il,
+                        LayerWeights& l) {
+  l.ffn = hp.n_ff_shared > 0 ? FfnKind::kMoeWithSharedExpert : FfnKind::kMoe;
+  if (absl::Status s = loader.ReadRoutedExperts(il, hp, l.moe); !s.ok()) return s;
+  const std::string bias = absl::StrFormat("blk.%d.exp_probs_b.bias", il);
+  if (loader.HasTensor(bias)) {
+    absl::StatusOr<WeightRef> b = loader.Tensor(bias, {hp.n_expert, 1, 1, 1});
+    if (!b.ok()) return b.status();
+    l.moe.selection_bias = *std::move(b);
+  }
+  if (hp.n_ff_shared == 0) return absl::OkStatus();
+  return loader.ReadSharedExpert(il, hp, l.moe, /*gated=*/false);
+}
+
+}  // namespace
+
+absl::StatusOr<Model> LoadErnie45Moe(const ModelLoader& loader) {
+  Model model;
+  ModelHparams& hp = model.hparams;
+  if (absl::Status s = loader.ReadCommonHparams(hp); !s.ok()) return s;
+  if (absl::Status s = loader.RequireRopeOverWholeHead(hp); !s.ok()) return s;
+  hp.rope_style = RopeStyle::kNorm;
+  hp.qk_norm = QkNorm::kNone;
+  if (absl::Status s = loader.ReadExpertCounts(hp); !s.ok()) return s;
+  absl::StatusOr<std::optional<int>> n_ff_exp =
+      loader.UniformPerLayer("expert_feed_forward_length", hp.n_layer, kMaxModelDim);
+  if (!n_ff_exp.ok()) return n_ff_exp.status();
+  if (!n_ff_exp->has_value()) {
+    return loader.Error(
+        absl::StrCat("required key ", loader.Key("expert_feed_forward_length"), " is missing"));
+  }
+  hp.n_ff_exp = **n_ff_exp;
+  // llama.cpp hard-codes the gating and reads no expert_weights_scale for
+  // this architecture: the renormalized weights are used as they are.
+  hp.router.gating = RouterGating::kSoftmax;
+  hp.router.renormalize = true;
+  hp.router.weights_scale = 1.0f;
+  // Absent or 0: no shared expert.
+  const uint64_t n_ff_shared =
+      loader.metadata().GetUintOr(loader.Key("expert_shared_feed_forward_length"), 0);
+  if (n_ff_shared > kMaxModelDim) {
+    return loader.Error(absl::StrFormat("%s = %d is out of range (0..%d)",
+                                        loader.Key("expert_shared_feed_forward_length"),
+                                        n_ff_shared, kMaxModelDim));
+  }
+  hp.n_ff_shared = static_cast<int>(n_ff_shared);
+  absl::StatusOr<LayerPlan> plan = ReadLayerPlan(loader, hp);
+  if (!plan.ok()) return plan.status();
+
+  ModelWeights& w = model.weights;
+  if (absl::Status s = loader.ReadEmbeddingAndOutput(hp, /*output_may_be_tied=*/true, w); !s.ok()) {
+    return s;
+  }
+  w.layers.resize(static_cast<size_t>(hp.n_layer));
+  for (int il = 0; il < hp.n_layer; ++il) {
+    LayerWeights& l = w.layers[static_cast<size_t>(il)];
+    if (absl::Status s =
+            loader.ReadAttentionLayer(il, hp, "ffn_norm.weight", {.qkv_biases = true}, l);
+        !s.ok()) {
+      return s;
+    }
+    if (plan->routed(il)) {
+      if (absl::Status s = ReadMoeFfn(loader, hp, il, l); !s.ok()) return s;
+    } else {
+      l.ffn = FfnKind::kDense;
+      if (absl::Status s = loader.ReadDenseFfn(il, hp, l.dense); !s.ok()) return s;
+    }
+  }
+  return model;
+}
+
+}  // namespace moetier
