@@ -114,6 +114,27 @@ TEST_F(Glm4MoeModelTest, WithoutSharedExpertsTheLayersAreRoutedOnly) {
   EXPECT_THAT(model.status().message(), HasSubstr("blk.1.ffn_gate_shexp.weight"));
 }
 
+// Optional keys of another type, or negative, are errors naming them, not
+// llama.cpp's defaults (which would drop the shared expert, change the
+// gating or the scale).
+TEST_F(Glm4MoeModelTest, AnOptionalKeyOfTheWrongTypeIsNamed) {
+  for (const char* key : {"glm4moe.expert_shared_count", "glm4moe.expert_gating_func",
+                          "glm4moe.leading_dense_block_count", "glm4moe.nextn_predict_layers"}) {
+    for (const GgufValue& value : {GgufValue::Int32(-1), GgufValue::Float32(1.0f)}) {
+      EditableGguf g = Vector(kTiny);
+      g.Set(key, value);
+      absl::StatusOr<Model> model = Load(g);
+      ASSERT_FALSE(model.ok()) << key;
+      EXPECT_THAT(model.status().message(), HasSubstr(key));
+    }
+  }
+  EditableGguf g = Vector(kTiny);
+  g.Set("glm4moe.expert_weights_scale", GgufValue::Uint32(2));
+  absl::StatusOr<Model> model = Load(g);
+  ASSERT_FALSE(model.ok());
+  EXPECT_THAT(model.status().message(), HasSubstr("glm4moe.expert_weights_scale"));
+}
+
 TEST_F(Glm4MoeModelTest, MissingSelectionBiasIsNamed) {
   EditableGguf g = Vector(kTiny);
   g.RemoveTensor("blk.2.exp_probs_b.bias");

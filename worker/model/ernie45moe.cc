@@ -33,7 +33,10 @@ absl::StatusOr<LayerPlan> ReadLayerPlan(const ModelLoader& loader, ModelHparams&
   if (!step.ok()) return step.status();
   plan.moe_step = *step;
   const std::string lead_key = loader.Key("leading_dense_block_count");
-  const uint64_t lead = loader.metadata().GetUintOr(lead_key, 0);
+  absl::StatusOr<uint64_t> lead_value =
+      loader.OptionalUint("leading_dense_block_count", kMaxModelLayers, 0);
+  if (!lead_value.ok()) return lead_value.status();
+  const uint64_t lead = *lead_value;
   if (lead > static_cast<uint64_t>(hp.n_layer)) {
     return loader.Error(
         absl::StrFormat("%s = %d exceeds the %d layers", lead_key, lead, hp.n_layer));
@@ -83,6 +86,13 @@ absl::Status ReadMoeFfn(const ModelLoader& loader, const ModelHparams& hp, int i
 absl::StatusOr<Model> LoadErnie45Moe(const ModelLoader& loader) {
   Model model;
   ModelHparams& hp = model.hparams;
+  if (loader.Has("nextn_predict_layers")) {
+    // ReadCommonHparams would leave those blocks out; llama.cpp reads no
+    // such key here and runs every block, and no converter writes one.
+    return loader.Unsupported(absl::StrFormat(
+        "%s is set, but ernie4_5-moe has no multi-token-prediction blocks to leave out",
+        loader.Key("nextn_predict_layers")));
+  }
   if (absl::Status s = loader.ReadCommonHparams(hp); !s.ok()) return s;
   if (absl::Status s = loader.RequireRopeOverWholeHead(hp); !s.ok()) return s;
   hp.rope_style = RopeStyle::kNorm;
@@ -102,14 +112,10 @@ absl::StatusOr<Model> LoadErnie45Moe(const ModelLoader& loader) {
   hp.router.renormalize = true;
   hp.router.weights_scale = 1.0f;
   // Absent or 0: no shared expert.
-  const uint64_t n_ff_shared =
-      loader.metadata().GetUintOr(loader.Key("expert_shared_feed_forward_length"), 0);
-  if (n_ff_shared > kMaxModelDim) {
-    return loader.Error(absl::StrFormat("%s = %d is out of range (0..%d)",
-                                        loader.Key("expert_shared_feed_forward_length"),
-                                        n_ff_shared, kMaxModelDim));
-  }
-  hp.n_ff_shared = static_cast<int>(n_ff_shared);
+  absl::StatusOr<uint64_t> n_ff_shared =
+      loader.OptionalUint("expert_shared_feed_forward_length", kMaxModelDim, 0);
+  if (!n_ff_shared.ok()) return n_ff_shared.status();
+  hp.n_ff_shared = static_cast<int>(*n_ff_shared);
   absl::StatusOr<LayerPlan> plan = ReadLayerPlan(loader, hp);
   if (!plan.ok()) return plan.status();
 
@@ -128,6 +134,15 @@ absl::StatusOr<Model> LoadErnie45Moe(const ModelLoader& loader) {
     if (plan->routed(il)) {
       if (absl::Status s = ReadMoeFfn(loader, hp, il, l); !s.ok()) return s;
     } else {
+      if (il >= plan->leading_dense &&
+          loader.HasTensor(absl::StrFormat("blk.%d.ffn_gate_inp.weight", il)) &&
+          !loader.HasTensor(absl::StrFormat("blk.%d.ffn_gate.weight", il))) {
+        return loader.Unsupported(absl::StrFormat(
+            "layer %d has expert tensors, but %s = %d makes it a dense layer and it has no "
+            "dense FFN (llama.cpp's layout for a step above 1, whose skipped layers it runs as "
+            "silu(x)); every released ERNIE-4.5 has step 1",
+            il, loader.Key("interleave_moe_layer_step"), plan->moe_step));
+      }
       l.ffn = FfnKind::kDense;
       if (absl::Status s = loader.ReadDenseFfn(il, hp, l.dense); !s.ok()) return s;
     }

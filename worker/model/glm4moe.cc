@@ -30,7 +30,10 @@ constexpr uint64_t kMaxSharedExperts = 64;
 
 absl::Status ReadRouter(const ModelLoader& loader, ModelHparams& hp) {
   const GgufMetadata& meta = loader.metadata();
-  const uint64_t gating = meta.GetUintOr(loader.Key("expert_gating_func"), kGatingUnset);
+  absl::StatusOr<uint64_t> gating_key =
+      loader.OptionalUint("expert_gating_func", UINT32_MAX, kGatingUnset);
+  if (!gating_key.ok()) return gating_key.status();
+  const uint64_t gating = *gating_key;
   if (gating == kGatingUnset || gating == kGatingSigmoid) {
     hp.router.gating = RouterGating::kSigmoid;  // llama.cpp's default for glm4moe
   } else if (gating == kGatingSoftmax) {
@@ -51,7 +54,10 @@ absl::Status ReadRouter(const ModelLoader& loader, ModelHparams& hp) {
 
 // leading_dense_block_count and, when there are dense layers, their width.
 absl::StatusOr<int> ReadDenseLayers(const ModelLoader& loader, ModelHparams& hp) {
-  const uint64_t n_dense = loader.metadata().GetUintOr(loader.Key("leading_dense_block_count"), 0);
+  absl::StatusOr<uint64_t> n_dense_key =
+      loader.OptionalUint("leading_dense_block_count", kMaxModelLayers, 0);
+  if (!n_dense_key.ok()) return n_dense_key.status();
+  const uint64_t n_dense = *n_dense_key;
   if (n_dense > static_cast<uint64_t>(hp.n_layer)) {
     return loader.Error(absl::StrFormat("%s = %d exceeds the %d layers of the main pass",
                                         loader.Key("leading_dense_block_count"), n_dense,
@@ -107,13 +113,10 @@ absl::StatusOr<Model> LoadGlm4Moe(const ModelLoader& loader) {
   if (absl::Status s = loader.ReadExpertCounts(hp); !s.ok()) return s;
   if (absl::Status s = loader.ReadExpertWidth(hp); !s.ok()) return s;
   if (absl::Status s = ReadRouter(loader, hp); !s.ok()) return s;
-  const uint64_t n_shared = loader.metadata().GetUintOr(loader.Key("expert_shared_count"), 0);
-  if (n_shared > kMaxSharedExperts) {
-    return loader.Error(absl::StrFormat("%s = %d is out of range (0..%d)",
-                                        loader.Key("expert_shared_count"), n_shared,
-                                        kMaxSharedExperts));
-  }
-  hp.n_ff_shared = static_cast<int>(n_shared) * hp.n_ff_exp;
+  absl::StatusOr<uint64_t> n_shared =
+      loader.OptionalUint("expert_shared_count", kMaxSharedExperts, 0);
+  if (!n_shared.ok()) return n_shared.status();
+  hp.n_ff_shared = static_cast<int>(*n_shared) * hp.n_ff_exp;
   absl::StatusOr<int> n_dense = ReadDenseLayers(loader, hp);
   if (!n_dense.ok()) return n_dense.status();
 

@@ -69,6 +69,25 @@ absl::StatusOr<int> ModelLoader::OptionalDim(absl::string_view suffix, uint64_t 
   return RequiredDim(suffix, max);
 }
 
+absl::StatusOr<uint64_t> ModelLoader::OptionalUint(absl::string_view suffix, uint64_t max,
+                                                   uint64_t fallback) const {
+  if (!Has(suffix)) return fallback;
+  const std::string key = Key(suffix);
+  absl::StatusOr<uint64_t> v = meta_.GetUint(key);
+  if (!v.ok()) return Error(v.status().message());
+  if (*v > max) return Error(absl::StrFormat("%s = %d is out of range (0..%d)", key, *v, max));
+  return *v;
+}
+
+absl::StatusOr<double> ModelLoader::OptionalFloat(absl::string_view suffix, double fallback) const {
+  if (!Has(suffix)) return fallback;
+  const std::string key = Key(suffix);
+  absl::StatusOr<double> v = meta_.GetFloat(key);
+  if (!v.ok()) return Error(v.status().message());
+  if (!std::isfinite(*v)) return Error(absl::StrFormat("%s = %g is not finite", key, *v));
+  return *v;
+}
+
 // The rope.scaling.* keys (llama.cpp's defaults: type linear, factor from
 // rope.scale_linear when rope.scaling.factor is absent, the original context
 // the trained one). A key of the wrong type is an error, not a default.
@@ -136,7 +155,9 @@ absl::Status ModelLoader::ReadCommonHparams(ModelHparams& hp) const {
   hp.architecture = arch_;
   absl::StatusOr<int> block_count = RequiredDim("block_count", kMaxModelLayers);
   if (!block_count.ok()) return block_count.status();
-  const uint64_t nextn = meta_.GetUintOr(Key("nextn_predict_layers"), 0);
+  absl::StatusOr<uint64_t> nextn_key = OptionalUint("nextn_predict_layers", kMaxModelLayers, 0);
+  if (!nextn_key.ok()) return nextn_key.status();
+  const uint64_t nextn = *nextn_key;
   if (nextn >= static_cast<uint64_t>(*block_count)) {
     return Error(absl::StrFormat("%s = %d leaves no layers of %s = %d", Key("nextn_predict_layers"),
                                  nextn, Key("block_count"), *block_count));
@@ -548,11 +569,9 @@ absl::Status ModelLoader::ReadDenseFfn(int il, const ModelHparams& hp, DenseFfnW
 }
 
 absl::Status ModelLoader::ReadRouterWeightsScale(ModelHparams& hp) const {
-  const double scale = meta_.GetFloatOr(Key("expert_weights_scale"), 0.0);
-  if (!std::isfinite(scale)) {
-    return Error(absl::StrFormat("%s = %g is not finite", Key("expert_weights_scale"), scale));
-  }
-  hp.router.weights_scale = scale == 0.0 ? 1.0f : static_cast<float>(scale);
+  absl::StatusOr<double> scale = OptionalFloat("expert_weights_scale", 0.0);
+  if (!scale.ok()) return scale.status();
+  hp.router.weights_scale = *scale == 0.0 ? 1.0f : static_cast<float>(*scale);
   return absl::OkStatus();
 }
 

@@ -63,6 +63,12 @@ class ModelLoader {
   // A positive integer no larger than `max`.
   absl::StatusOr<int> RequiredDim(absl::string_view suffix, uint64_t max) const;
   absl::StatusOr<int> OptionalDim(absl::string_view suffix, uint64_t max, int fallback) const;
+  // An unsigned integer in 0..max, `fallback` only when the key is absent: a
+  // key of another type, negative or too large is an error naming it.
+  absl::StatusOr<uint64_t> OptionalUint(absl::string_view suffix, uint64_t max,
+                                        uint64_t fallback) const;
+  // A finite float, `fallback` only when the key is absent.
+  absl::StatusOr<double> OptionalFloat(absl::string_view suffix, double fallback) const;
   // Fills hp.rope_scaling and hp.rope_scaling_keys (needs n_rot,
   // rope_freq_base and n_ctx_train).
   absl::Status ReadRopeScaling(ModelHparams& hp) const;
