@@ -55,30 +55,9 @@ absl::StatusOr<LayerPlan> ReadLayerPlan(const ModelLoader& loader, ModelHparams&
         lead_key, plan.leading_dense, loader.Key("interleave_moe_layer_step"), plan.moe_step));
   }
   if (any_dense) {
-    absl::StatusOr<std::optional<int>> n_ff =
-        loader.UniformPerLayer("feed_forward_length", hp.n_layer, kMaxModelDim);
-    if (!n_ff.ok()) return n_ff.status();
-    if (!n_ff->has_value()) {
-      return loader.Error(absl::StrFormat("%s (the dense layers' width) is missing",
-                                          loader.Key("feed_forward_length")));
-    }
-    hp.n_ff_dense = **n_ff;
+    if (absl::Status s = loader.ReadDenseFfnWidth(hp); !s.ok()) return s;
   }
   return plan;
-}
-
-absl::Status ReadMoeFfn(const ModelLoader& loader, const ModelHparams& hp, int il,
-                        LayerWeights& l) {
-  l.ffn = hp.n_ff_shared > 0 ? FfnKind::kMoeWithSharedExpert : FfnKind::kMoe;
-  if (absl::Status s = loader.ReadRoutedExperts(il, hp, l.moe); !s.ok()) return s;
-  const std::string bias = absl::StrFormat("blk.%d.exp_probs_b.bias", il);
-  if (loader.HasTensor(bias)) {
-    absl::StatusOr<WeightRef> b = loader.Tensor(bias, {hp.n_expert, 1, 1, 1});
-    if (!b.ok()) return b.status();
-    l.moe.selection_bias = *std::move(b);
-  }
-  if (hp.n_ff_shared == 0) return absl::OkStatus();
-  return loader.ReadSharedExpert(il, hp, l.moe, /*gated=*/false);
 }
 
 }  // namespace
@@ -132,7 +111,10 @@ absl::StatusOr<Model> LoadErnie45Moe(const ModelLoader& loader) {
       return s;
     }
     if (plan->routed(il)) {
-      if (absl::Status s = ReadMoeFfn(loader, hp, il, l); !s.ok()) return s;
+      if (absl::Status s = loader.ReadSelectionBiasedMoe(il, hp, /*bias_required=*/false, l);
+          !s.ok()) {
+        return s;
+      }
     } else {
       if (il >= plan->leading_dense &&
           loader.HasTensor(absl::StrFormat("blk.%d.ffn_gate_inp.weight", il)) &&

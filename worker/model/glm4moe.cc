@@ -13,7 +13,6 @@
 // main pass, so they are not read.
 #include "model/glm4moe.h"
 
-#include <optional>
 
 #include "absl/strings/str_format.h"
 
@@ -69,14 +68,7 @@ absl::StatusOr<int> ReadDenseLayers(const ModelLoader& loader, ModelHparams& hp)
         loader.Key("leading_dense_block_count"), n_dense));
   }
   if (n_dense == 0) return 0;
-  absl::StatusOr<std::optional<int>> n_ff =
-      loader.UniformPerLayer("feed_forward_length", hp.n_layer, kMaxModelDim);
-  if (!n_ff.ok()) return n_ff.status();
-  if (!n_ff->has_value()) {
-    return loader.Error(absl::StrFormat("%s (the dense layers' width) is missing",
-                                        loader.Key("feed_forward_length")));
-  }
-  hp.n_ff_dense = **n_ff;
+  if (absl::Status s = loader.ReadDenseFfnWidth(hp); !s.ok()) return s;
   return static_cast<int>(n_dense);
 }
 
@@ -86,14 +78,7 @@ absl::Status ReadFfn(const ModelLoader& loader, const ModelHparams& hp, int il, 
     l.ffn = FfnKind::kDense;
     return loader.ReadDenseFfn(il, hp, l.dense);
   }
-  l.ffn = hp.n_ff_shared > 0 ? FfnKind::kMoeWithSharedExpert : FfnKind::kMoe;
-  if (absl::Status s = loader.ReadRoutedExperts(il, hp, l.moe); !s.ok()) return s;
-  absl::StatusOr<WeightRef> bias =
-      loader.LayerTensor(il, "exp_probs_b.bias", {hp.n_expert, 1, 1, 1});
-  if (!bias.ok()) return bias.status();
-  l.moe.selection_bias = *std::move(bias);
-  if (hp.n_ff_shared == 0) return absl::OkStatus();
-  return loader.ReadSharedExpert(il, hp, l.moe, /*gated=*/false);
+  return loader.ReadSelectionBiasedMoe(il, hp, /*bias_required=*/true, l);
 }
 
 }  // namespace

@@ -560,6 +560,32 @@ absl::Status ModelLoader::ReadSharedExpert(int il, const ModelHparams& hp, MoeWe
                                {"ffn_down_shexp.weight", {n_ff, n_embd, 1, 1}, &out.shared_down}});
 }
 
+absl::Status ModelLoader::ReadSelectionBiasedMoe(int il, const ModelHparams& hp, bool bias_required,
+                                                 LayerWeights& l) const {
+  l.ffn = hp.n_ff_shared > 0 ? FfnKind::kMoeWithSharedExpert : FfnKind::kMoe;
+  if (absl::Status s = ReadRoutedExperts(il, hp, l.moe); !s.ok()) return s;
+  const std::string bias = absl::StrCat("blk.", il, ".exp_probs_b.bias");
+  if (bias_required || HasTensor(bias)) {
+    absl::StatusOr<WeightRef> b = Tensor(bias, {hp.n_expert, 1, 1, 1});
+    if (!b.ok()) return b.status();
+    l.moe.selection_bias = *std::move(b);
+  }
+  if (hp.n_ff_shared == 0) return absl::OkStatus();
+  return ReadSharedExpert(il, hp, l.moe, /*gated=*/false);
+}
+
+absl::Status ModelLoader::ReadDenseFfnWidth(ModelHparams& hp) const {
+  absl::StatusOr<std::optional<int>> n_ff =
+      UniformPerLayer("feed_forward_length", hp.n_layer, kMaxModelDim);
+  if (!n_ff.ok()) return n_ff.status();
+  if (!n_ff->has_value()) {
+    return Error(
+        absl::StrFormat("%s (the dense layers' width) is missing", Key("feed_forward_length")));
+  }
+  hp.n_ff_dense = **n_ff;
+  return absl::OkStatus();
+}
+
 absl::Status ModelLoader::ReadDenseFfn(int il, const ModelHparams& hp, DenseFfnWeights& out) const {
   const int64_t n_embd = hp.n_embd;
   const int64_t n_ff = hp.n_ff_dense;

@@ -132,6 +132,15 @@ class ModelLoader {
   // hp.n_ff_shared and, when `gated`, its gate ffn_gate_inp_shexp {n_embd}.
   absl::Status ReadSharedExpert(int il, const ModelHparams& hp, MoeWeights& out,
                                 bool gated = true) const;
+  // The FFN of a layer whose router chooses with a selection bias
+  // (glm4moe, ernie4_5-moe): the routed experts, blk.<il>.exp_probs_b.bias
+  // (required, or read where present) and an ungated shared expert of
+  // hp.n_ff_shared (0: none); sets l.ffn.
+  absl::Status ReadSelectionBiasedMoe(int il, const ModelHparams& hp, bool bias_required,
+                                      LayerWeights& l) const;
+  // hp.n_ff_dense from feed_forward_length (required: the file has dense
+  // layers).
+  absl::Status ReadDenseFfnWidth(ModelHparams& hp) const;
   // A dense layer's SwiGLU: blk.<il>.ffn_{gate,up,down} for hp.n_ff_dense.
   absl::Status ReadDenseFfn(int il, const ModelHparams& hp, DenseFfnWeights& out) const;
   // hp.router.weights_scale from expert_weights_scale: llama.cpp scales only
