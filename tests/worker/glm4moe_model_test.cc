@@ -135,6 +135,23 @@ TEST_F(Glm4MoeModelTest, AnOptionalKeyOfTheWrongTypeIsNamed) {
   EXPECT_THAT(model.status().message(), HasSubstr("glm4moe.expert_weights_scale"));
 }
 
+// llama.cpp routes within the best expert groups of any architecture whose
+// file sets expert_group_count above 1; moetier has no such router and says
+// so rather than route differently.
+TEST_F(Glm4MoeModelTest, GroupLimitedRoutingIsRefused) {
+  EditableGguf g = Vector(kTiny);
+  g.Set("glm4moe.expert_group_count", GgufValue::Uint32(4));
+  g.Set("glm4moe.expert_group_used_count", GgufValue::Uint32(2));
+  absl::StatusOr<Model> model = Load(g);
+  ASSERT_FALSE(model.ok());
+  EXPECT_EQ(model.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(model.status().message(),
+              AllOf(HasSubstr("glm4moe.expert_group_count = 4"), HasSubstr("group-limited")));
+  // One group is no grouping.
+  g.Set("glm4moe.expert_group_count", GgufValue::Uint32(1));
+  EXPECT_TRUE(Load(g).ok());
+}
+
 TEST_F(Glm4MoeModelTest, MissingSelectionBiasIsNamed) {
   EditableGguf g = Vector(kTiny);
   g.RemoveTensor("blk.2.exp_probs_b.bias");

@@ -254,6 +254,16 @@ absl::Status ModelLoader::ReadExpertCounts(ModelHparams& hp) const {
     return Error(absl::StrFormat("%s = %d exceeds %s = %d", Key("expert_used_count"),
                                  hp.n_expert_used, Key("expert_count"), hp.n_expert));
   }
+  // llama.cpp reads these for every architecture and, with more than one
+  // group, first keeps the groups whose two best experts score highest
+  // (DeepSeek-V3's and Ling 2.0's routing): a router this build does not
+  // have, so such a file would route differently here.
+  absl::StatusOr<uint64_t> groups = OptionalUint("expert_group_count", kMaxModelExperts, 0);
+  if (!groups.ok()) return groups.status();
+  if (*groups > 1) {
+    return Unsupported(absl::StrFormat("%s = %d: group-limited expert routing is not supported",
+                                       Key("expert_group_count"), *groups));
+  }
   return absl::OkStatus();
 }
 

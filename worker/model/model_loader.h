@@ -88,7 +88,8 @@ class ModelLoader {
   // Unimplemented unless rope.dimension_count is the head size, which the
   // llama.cpp graphs of qwen3moe and qwen2moe assert.
   absl::Status RequireRopeOverWholeHead(const ModelHparams& hp) const;
-  // expert_count and expert_used_count (1 <= used <= count).
+  // expert_count and expert_used_count (1 <= used <= count); refuses
+  // expert_group_count above 1 (group-limited routing).
   absl::Status ReadExpertCounts(ModelHparams& hp) const;
   // hp.n_ff_exp: expert_feed_forward_length, else (absent or 0) llama.cpp's
   // fallback feed_forward_length / top-k (needs ReadExpertCounts first).
