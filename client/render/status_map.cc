@@ -267,6 +267,12 @@ std::string RenderStatusMap(const v1::Status& status, const MapStyle& style) {
 
     for (int l = 0; l < status.layers_size(); ++l) {
       const v1::LayerResidency& layer = status.layers(l);
+      if (layer.tier_size() == 0) {
+        absl::StrAppendFormat(&out, "%-*s%s\n", label_width,
+                              absl::StrFormat("layer %*d", layer_digits, l),
+                              "dense: no routed experts");
+        continue;
+      }
       TierCounts counts;
       for (int start = 0; start < n_expert; start += per_line) {
         const std::string label =

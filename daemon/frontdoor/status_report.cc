@@ -95,6 +95,7 @@ v1::Status StatusReporter::Build() {
   }
   for (uint32_t l = 0; l < n_layer; ++l) {
     v1::LayerResidency* layer = out.add_layers();
+    if (!manifest.HasExperts(l)) continue;  // a dense layer: nothing to place
     for (uint32_t e = 0; e < n_expert; ++e) {
       const size_t i = static_cast<size_t>(l) * n_expert + e;
       bool in_vram = false;

@@ -84,6 +84,18 @@ TEST(RenderStatusMapTest, PlainMapOfAKnownStatus) {
   EXPECT_EQ(RenderStatusMap(SampleStatus(), MapStyle()), expected);
 }
 
+// A dense layer (glm4moe's first) has no experts to place: it says so and
+// counts toward no total.
+TEST(RenderStatusMapTest, ADenseLayerSaysItHasNoExperts) {
+  v1::Status status = SampleStatus();
+  status.mutable_layers(0)->Clear();
+  const std::string map = RenderStatusMap(status, MapStyle());
+  EXPECT_THAT(map, HasSubstr("layer 0   dense: no routed experts\n"));
+  EXPECT_THAT(map, HasSubstr("layer 1   rrrrrRrrrrrrrrrr rrrr  vram 0 ram 20 disk 0\n"));
+  EXPECT_THAT(map,
+              HasSubstr("experts   VRAM 0 (0.0%)   RAM 20 (100.0%)   disk 0 (0.0%)   of 20\n"));
+}
+
 TEST(RenderStatusMapTest, PlainMapHasNoEscapeSequences) {
   EXPECT_THAT(RenderStatusMap(SampleStatus(), MapStyle()), Not(HasSubstr("\x1b")));
 }
