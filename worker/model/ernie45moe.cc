@@ -32,16 +32,9 @@ absl::StatusOr<LayerPlan> ReadLayerPlan(const ModelLoader& loader, ModelHparams&
   absl::StatusOr<int> step = loader.RequiredDim("interleave_moe_layer_step", kMaxModelLayers);
   if (!step.ok()) return step.status();
   plan.moe_step = *step;
-  const std::string lead_key = loader.Key("leading_dense_block_count");
-  absl::StatusOr<uint64_t> lead_value =
-      loader.OptionalUint("leading_dense_block_count", kMaxModelLayers, 0);
-  if (!lead_value.ok()) return lead_value.status();
-  const uint64_t lead = *lead_value;
-  if (lead > static_cast<uint64_t>(hp.n_layer)) {
-    return loader.Error(
-        absl::StrFormat("%s = %d exceeds the %d layers", lead_key, lead, hp.n_layer));
-  }
-  plan.leading_dense = static_cast<int>(lead);
+  absl::StatusOr<int> lead = loader.ReadLeadingDenseCount(hp);
+  if (!lead.ok()) return lead.status();
+  plan.leading_dense = *lead;
   bool any_routed = false;
   bool any_dense = false;
   for (int il = 0; il < hp.n_layer; ++il) {
@@ -52,7 +45,8 @@ absl::StatusOr<LayerPlan> ReadLayerPlan(const ModelLoader& loader, ModelHparams&
     return loader.Unsupported(absl::StrFormat(
         "%s = %d and %s = %d leave no layer with experts: moetier serves models with routed "
         "experts",
-        lead_key, plan.leading_dense, loader.Key("interleave_moe_layer_step"), plan.moe_step));
+        loader.Key("leading_dense_block_count"), plan.leading_dense,
+        loader.Key("interleave_moe_layer_step"), plan.moe_step));
   }
   if (any_dense) {
     if (absl::Status s = loader.ReadDenseFfnWidth(hp); !s.ok()) return s;

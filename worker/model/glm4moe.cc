@@ -13,7 +13,6 @@
 // main pass, so they are not read.
 #include "model/glm4moe.h"
 
-
 #include "absl/strings/str_format.h"
 
 namespace moetier {
@@ -53,23 +52,16 @@ absl::Status ReadRouter(const ModelLoader& loader, ModelHparams& hp) {
 
 // leading_dense_block_count and, when there are dense layers, their width.
 absl::StatusOr<int> ReadDenseLayers(const ModelLoader& loader, ModelHparams& hp) {
-  absl::StatusOr<uint64_t> n_dense_key =
-      loader.OptionalUint("leading_dense_block_count", kMaxModelLayers, 0);
-  if (!n_dense_key.ok()) return n_dense_key.status();
-  const uint64_t n_dense = *n_dense_key;
-  if (n_dense > static_cast<uint64_t>(hp.n_layer)) {
-    return loader.Error(absl::StrFormat("%s = %d exceeds the %d layers of the main pass",
-                                        loader.Key("leading_dense_block_count"), n_dense,
-                                        hp.n_layer));
-  }
-  if (n_dense == static_cast<uint64_t>(hp.n_layer)) {
+  absl::StatusOr<int> n_dense = loader.ReadLeadingDenseCount(hp);
+  if (!n_dense.ok()) return n_dense.status();
+  if (*n_dense == hp.n_layer) {
     return loader.Unsupported(absl::StrFormat(
         "%s = %d makes every layer dense: moetier serves models with routed experts",
-        loader.Key("leading_dense_block_count"), n_dense));
+        loader.Key("leading_dense_block_count"), *n_dense));
   }
-  if (n_dense == 0) return 0;
+  if (*n_dense == 0) return 0;
   if (absl::Status s = loader.ReadDenseFfnWidth(hp); !s.ok()) return s;
-  return static_cast<int>(n_dense);
+  return *n_dense;
 }
 
 absl::Status ReadFfn(const ModelLoader& loader, const ModelHparams& hp, int il, bool dense,

@@ -584,6 +584,16 @@ absl::Status ModelLoader::ReadSelectionBiasedMoe(int il, const ModelHparams& hp,
   return ReadSharedExpert(il, hp, l.moe, /*gated=*/false);
 }
 
+absl::StatusOr<int> ModelLoader::ReadLeadingDenseCount(const ModelHparams& hp) const {
+  absl::StatusOr<uint64_t> n_dense = OptionalUint("leading_dense_block_count", kMaxModelLayers, 0);
+  if (!n_dense.ok()) return n_dense.status();
+  if (*n_dense > static_cast<uint64_t>(hp.n_layer)) {
+    return Error(absl::StrFormat("%s = %d exceeds the %d layers of the main pass",
+                                 Key("leading_dense_block_count"), *n_dense, hp.n_layer));
+  }
+  return static_cast<int>(*n_dense);
+}
+
 absl::Status ModelLoader::ReadDenseFfnWidth(ModelHparams& hp) const {
   absl::StatusOr<std::optional<int>> n_ff =
       UniformPerLayer("feed_forward_length", hp.n_layer, kMaxModelDim);

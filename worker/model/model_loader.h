@@ -139,6 +139,8 @@ class ModelLoader {
   // hp.n_ff_shared (0: none); sets l.ffn.
   absl::Status ReadSelectionBiasedMoe(int il, const ModelHparams& hp, bool bias_required,
                                       LayerWeights& l) const;
+  // leading_dense_block_count (absent: 0), at most hp.n_layer.
+  absl::StatusOr<int> ReadLeadingDenseCount(const ModelHparams& hp) const;
   // hp.n_ff_dense from feed_forward_length (required: the file has dense
   // layers).
   absl::Status ReadDenseFfnWidth(ModelHparams& hp) const;
