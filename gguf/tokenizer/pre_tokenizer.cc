@@ -23,7 +23,9 @@ struct Unit {
   uint8_t classes;
 };
 
-uint32_t AsciiLower(uint32_t cp) { return (cp >= 'A' && cp <= 'Z') ? cp + ('a' - 'A') : cp; }
+bool IsAsciiUpper(uint32_t cp) { return cp >= 'A' && cp <= 'Z'; }
+bool IsAsciiLower(uint32_t cp) { return cp >= 'a' && cp <= 'z'; }
+uint32_t AsciiLower(uint32_t cp) { return IsAsciiUpper(cp) ? cp + ('a' - 'A') : cp; }
 
 // The scanners of SPEC.md §4.4, over `units` (one sentinel past the end whose
 // classes are 0 and codepoint is out of range). Emits piece ends as unit
@@ -33,14 +35,14 @@ class Scanner {
   Scanner(const std::vector<Unit>& units, PreTokenizer kind)
       : units_(units),
         n_(units.size() - 1),
-        gpt2_(kind == PreTokenizer::kGpt2),
-        digits_max_(kind == PreTokenizer::kLlama3 ? 3 : 1) {}
+        kind_(kind),
+        digits_max_(kind == PreTokenizer::kLlama3 || kind == PreTokenizer::kGpt4o ? 3 : 1) {}
 
   template <typename Emit>
   void Run(Emit&& emit) {
     size_t pos = 0;
     while (pos < n_) {
-      const size_t end = gpt2_ ? NextGpt2PieceEnd(pos) : NextPieceEnd(pos);
+      const size_t end = NextEnd(pos);
       emit(pos, end);
       pos = end;
     }
@@ -52,22 +54,41 @@ class Scanner {
   uint32_t Cp(size_t i) const { return i < n_ ? units_[i].codepoint : kOutOfRange; }
   uint8_t Cls(size_t i) const { return i < n_ ? units_[i].classes : 0; }
 
+  size_t NextEnd(size_t pos) const {
+    switch (kind_) {
+      case PreTokenizer::kQwen2:
+      case PreTokenizer::kQwen35:
+      case PreTokenizer::kLlama3:
+        return NextPieceEnd(pos);
+      case PreTokenizer::kGpt2:
+        return NextGpt2PieceEnd(pos);
+      case PreTokenizer::kGpt4o:
+        return NextGpt4oPieceEnd(pos);
+    }
+    return pos + 1;
+  }
+
+  // (?i:'s|'t|'re|'ve|'m|'ll|'d) at `pos`: the end of the contraction, or
+  // `pos` when there is none.
+  size_t ContractionEnd(size_t pos) const {
+    if (Cp(pos) != '\'' || pos + 1 >= n_) return pos;
+    const uint32_t next = AsciiLower(Cp(pos + 1));
+    if (next == 's' || next == 't' || next == 'm' || next == 'd') return pos + 2;
+    if (pos + 2 < n_) {
+      const uint32_t next2 = AsciiLower(Cp(pos + 2));
+      if ((next == 'r' && next2 == 'e') || (next == 'v' && next2 == 'e') ||
+          (next == 'l' && next2 == 'l')) {
+        return pos + 3;
+      }
+    }
+    return pos;
+  }
+
   size_t NextPieceEnd(size_t pos) const {
-    const uint32_t cp = Cp(pos);
     const uint8_t cls = Cls(pos);
 
     // (?i:'s|'t|'re|'ve|'m|'ll|'d)
-    if (cp == '\'' && pos + 1 < n_) {
-      const uint32_t next = AsciiLower(Cp(pos + 1));
-      if (next == 's' || next == 't' || next == 'm' || next == 'd') return pos + 2;
-      if (pos + 2 < n_) {
-        const uint32_t next2 = AsciiLower(Cp(pos + 2));
-        if ((next == 'r' && next2 == 'e') || (next == 'v' && next2 == 'e') ||
-            (next == 'l' && next2 == 'l')) {
-          return pos + 3;
-        }
-      }
-    }
+    if (const size_t end = ContractionEnd(pos); end > pos) return end;
 
     // [^\r\n\p{L}\p{N}]?\p{L}+
     if ((cls & (kLineBreak | kNumber)) == 0 && ((cls & kLetter) || (Cls(pos + 1) & kLetter))) {
@@ -79,19 +100,28 @@ class Scanner {
     // \p{N}, or \p{N}{1,3} for llama3 (llama.cpp's
     // unicode_regex_split_custom_llama3): the regex is greedy, so a run is
     // cut into groups of digits_max_ from its start.
-    if (cls & kNumber) {
-      size_t end = pos + 1;
-      while (end - pos < digits_max_ && (Cls(end) & kNumber)) ++end;
-      return end;
-    }
+    if (cls & kNumber) return NumberGroupEnd(pos);
 
-    //  ?[^\s\p{L}\p{N}]+[\r\n]*
+    return PunctuationOrWhitespaceEnd(pos);
+  }
+
+  size_t NumberGroupEnd(size_t pos) const {
+    size_t end = pos + 1;
+    while (end - pos < digits_max_ && (Cls(end) & kNumber)) ++end;
+    return end;
+  }
+
+  //  ?[^\s\p{L}\p{N}]+[\r\n]* (gpt4o: [\r\n/]*), else the whitespace
+  // alternatives \s*[\r\n]+ | \s+(?!\S) | \s+, which end every pattern but
+  // GPT-2's.
+  size_t PunctuationOrWhitespaceEnd(size_t pos) const {
     constexpr uint8_t kWordOrSpace = kLetter | kNumber | kSpace;
-    const size_t run_start = (cp == ' ') ? pos + 1 : pos;
+    const size_t run_start = (Cp(pos) == ' ') ? pos + 1 : pos;
     if (run_start < n_ && (Cls(run_start) & kWordOrSpace) == 0) {
+      const bool slashes_trail = kind_ == PreTokenizer::kGpt4o;
       size_t end = run_start;
       while (end < n_ && (Cls(end) & kWordOrSpace) == 0) ++end;
-      while (Cls(end) & kLineBreak) ++end;
+      while ((Cls(end) & kLineBreak) || (slashes_trail && Cp(end) == '/')) ++end;
       return end;
     }
 
@@ -158,9 +188,45 @@ class Scanner {
     return pos + 1;
   }
 
+  // llama.cpp's form of the o200k pattern (see pre_tokenizer.h),
+  //   P?U*L+C? | P?U+L*C? | \p{N}{1,3} |  ?[^\s\p{L}\p{N}]+[\r\n/]* | \s*[\r\n]+ | ...
+  // with P = [^\r\n\p{L}\p{N}], U = a letter but a-z, L = a letter but A-Z
+  // and C = (?:'[sS]|'[tT]|...). Its std::regex sees every letter beyond
+  // ASCII as one placeholder byte, so only ASCII letters have a case and any
+  // other letter is both U and L.
+  size_t NextGpt4oPieceEnd(size_t pos) const {
+    const uint8_t cls = Cls(pos);
+    const size_t word_start = (cls & (kLetter | kNumber | kLineBreak)) == 0 ? pos + 1 : pos;
+    if (Cls(word_start) & kLetter) return ContractionEnd(CasedWordEnd(word_start));
+    if (cls & kNumber) return NumberGroupEnd(pos);
+    return PunctuationOrWhitespaceEnd(pos);
+  }
+
+  // Where U*L+, else U+L*, ends in the letter run from `start`, as the
+  // backtracking engine finds it. U* takes the letters up to the first a-z and
+  // L+ continues from there up to the next A-Z ("HTTPServer" is one piece,
+  // "HelloWorld" two). A run without a-z makes U* give letters back from its
+  // end until L+ can take one, which is the last letter beyond ASCII: "ÉTÉ"
+  // stays whole but "ÉT" is "É", "T". A run of A-Z alone is U+ whole.
+  size_t CasedWordEnd(size_t start) const {
+    size_t run_end = start;
+    while (Cls(run_end) & kLetter) ++run_end;
+    size_t first_lower = start;
+    while (first_lower < run_end && !IsAsciiLower(Cp(first_lower))) ++first_lower;
+    if (first_lower < run_end) {
+      size_t end = first_lower + 1;
+      while (end < run_end && !IsAsciiUpper(Cp(end))) ++end;
+      return end;
+    }
+    for (size_t end = run_end; end > start; --end) {
+      if (!IsAsciiUpper(Cp(end - 1))) return end;
+    }
+    return run_end;
+  }
+
   const std::vector<Unit>& units_;
   const size_t n_;
-  const bool gpt2_;
+  const PreTokenizer kind_;
   const size_t digits_max_;  // codepoints in one \p{N} piece, at most
 };
 
@@ -174,6 +240,13 @@ constexpr PreTokenizerInfo kLlama3Info = {
     .clean_up_spaces = true,
     .ignore_merges = true,
     .add_bos_by_default = true,
+};
+
+// llama.cpp sets only clean_spaces = false for LLAMA_VOCAB_PRE_TYPE_GPT4O and
+// _MINIMAX_M2, which run one regex.
+constexpr PreTokenizerInfo kGpt4oInfo = {
+    .kind = PreTokenizer::kGpt4o,
+    .clean_up_spaces = false,
 };
 
 // tokenizer.ggml.pre names and what llama.cpp's llama_vocab::impl::load sets
@@ -218,6 +291,11 @@ constexpr NamedPreTokenizer kPreTokenizerNames[] = {
     {"smaug-bpe", {PreTokenizer::kLlama3, true}},
     {"glm4", {PreTokenizer::kLlama3, true}},
     {"chatglm-bpe", {PreTokenizer::kLlama3, true}},
+    {"gpt-4o", kGpt4oInfo},
+    {"llama4", kGpt4oInfo},
+    {"kanana2", kGpt4oInfo},
+    {"talkie", kGpt4oInfo},
+    {"minimax-m2", kGpt4oInfo},
 };
 
 }  // namespace
@@ -247,6 +325,8 @@ std::string_view PreTokenizerName(PreTokenizer kind) {
       return "gpt2";
     case PreTokenizer::kLlama3:
       return "llama3";
+    case PreTokenizer::kGpt4o:
+      return "gpt-4o";
   }
   return "?";
 }

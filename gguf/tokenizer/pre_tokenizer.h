@@ -24,6 +24,23 @@ enum class PreTokenizer {
   // groups of three from its start ("12345" is "123", "45"). Llama 3, DBRX,
   // Smaug and GLM-4 vocabularies.
   kLlama3,
+  // tiktoken's o200k pattern (gpt-oss, Llama 4, GPT-4o) as llama.cpp runs it:
+  //   [^\r\n\p{L}\p{N}]?((?=\p{L})[^a-z])*((?=\p{L})[^A-Z])+C?|
+  //   [^\r\n\p{L}\p{N}]?((?=\p{L})[^a-z])+((?=\p{L})[^A-Z])*C?|
+  //   \p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
+  // with C = (?:'[sS]|'[tT]|'[rR][eE]|'[vV][eE]|'[mM]|'[lL][lL]|'[dD]). A word
+  // splits where its case turns from lower to upper ("HelloWorld" is "Hello",
+  // "World") and takes a contraction as its tail ("DON'T" is one piece).
+  // The tokenizer.json pattern uses [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}] for
+  // upper and [\p{Ll}\p{Lm}\p{Lo}\p{M}] for lower; llama.cpp's form differs
+  // from it in two ways, which moetier follows:
+  //  - Only ASCII letters have a case; every other letter is both upper and
+  //    lower. "ПриветМир" stays one piece (Hugging Face: "Привет", "Мир"), and
+  //    a word of capitals that is not all ASCII ends after its last non-ASCII
+  //    letter ("ÉT" is "É", "T"; Hugging Face keeps "ÉT").
+  //  - Marks are not letters but punctuation, as in kQwen2: "e" + U+0301 is
+  //    "e", U+0301.
+  kGpt4o,
 };
 
 // What llama.cpp (llama-vocab.cpp) derives from one tokenizer.ggml.pre name.
@@ -45,8 +62,10 @@ struct PreTokenizerInfo {
 // "qwen35"; the names llama.cpp gives the GPT-2 pattern with no other
 // special handling ("olmo", "gpt-2", "mpt", "jais", "phi-2", ...); and those
 // it gives the Llama 3 pattern ("llama-bpe", "llama3", "dbrx", "smaug-bpe",
-// "glm4", ...). SupportedPreTokenizerNames lists them all. "default" is not
-// among them: llama.cpp runs a different chain of regexes for it.
+// "glm4", ...); and those it gives the o200k pattern ("gpt-4o", "llama4",
+// "kanana2", "talkie", "minimax-m2"). SupportedPreTokenizerNames lists them
+// all. "default" is not among them: llama.cpp runs a different chain of
+// regexes for it.
 absl::StatusOr<PreTokenizerInfo> LookUpPreTokenizer(std::string_view name);
 absl::StatusOr<PreTokenizer> PreTokenizerFromName(std::string_view name);
 std::string_view PreTokenizerName(PreTokenizer kind);

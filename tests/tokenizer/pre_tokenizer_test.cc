@@ -214,6 +214,113 @@ TEST(Llama3PreTokenizer, RestOfThePatternIsQwen2s) {
   EXPECT_THAT(Llama3("cafe\xCC\x81 ok"), ElementsAre("cafe", "\xCC\x81", " ok"));
 }
 
+std::vector<std::string> Gpt4o(std::string_view text) { return Split(text, PreTokenizer::kGpt4o); }
+
+TEST(Gpt4oPreTokenizer, WordsSplitWhereLowerCaseTurnsUpper) {
+  EXPECT_THAT(Gpt4o("HelloWorld"), ElementsAre("Hello", "World"));
+  EXPECT_THAT(Gpt4o("camelCase"), ElementsAre("camel", "Case"));
+  // Capitals run on into the lower-case letters after them.
+  EXPECT_THAT(Gpt4o("HTTPServer"), ElementsAre("HTTPServer"));
+  EXPECT_THAT(Gpt4o("getHTTPResponse"), ElementsAre("get", "HTTPResponse"));
+  EXPECT_THAT(Gpt4o("ABC"), ElementsAre("ABC"));
+  EXPECT_THAT(Gpt4o("iPhone XR"), ElementsAre("i", "Phone", " XR"));
+  EXPECT_THAT(Gpt4o("Hello, world!"), ElementsAre("Hello", ",", " world", "!"));
+}
+
+TEST(Gpt4oPreTokenizer, ContractionsEndTheWordBeforeThem) {
+  EXPECT_THAT(Gpt4o("DON'T"), ElementsAre("DON'T"));
+  EXPECT_THAT(Gpt4o("we're"), ElementsAre("we're"));
+  EXPECT_THAT(Gpt4o("I'll we've she'd it's I'm"),
+              ElementsAre("I'll", " we've", " she'd", " it's", " I'm"));
+  EXPECT_THAT(Gpt4o("WE'RE They'Ll HELLO'S"), ElementsAre("WE'RE", " They'Ll", " HELLO'S"));
+  EXPECT_THAT(Gpt4o("don'tStop"), ElementsAre("don't", "Stop"));
+  EXPECT_THAT(Gpt4o("can'tt"), ElementsAre("can't", "t"));
+  EXPECT_THAT(Gpt4o("rock'n'roll"), ElementsAre("rock", "'n", "'roll"));
+  // With no word before it, the apostrophe leads the next word or is
+  // punctuation.
+  EXPECT_THAT(Gpt4o("'sup"), ElementsAre("'sup"));
+  EXPECT_THAT(Gpt4o("2's"), ElementsAre("2", "'s"));
+  EXPECT_THAT(Gpt4o("x 's"), ElementsAre("x", " '", "s"));
+}
+
+TEST(Gpt4oPreTokenizer, DigitsInGroupsOfThree) {
+  EXPECT_THAT(Gpt4o("12345"), ElementsAre("123", "45"));
+  EXPECT_THAT(Gpt4o("In 2024, 1,000,000"),
+              ElementsAre("In", " ", "202", "4", ",", " ", "1", ",", "000", ",", "000"));
+  EXPECT_THAT(Gpt4o("abc1234def"), ElementsAre("abc", "123", "4", "def"));
+  EXPECT_THAT(Gpt4o("٣٤٥٦"), ElementsAre("٣٤٥", "٦"));
+}
+
+TEST(Gpt4oPreTokenizer, PunctuationTakesTheLineBreaksAndSlashesAfterIt) {
+  EXPECT_THAT(Gpt4o("x/\n/"), ElementsAre("x", "/\n/"));
+  EXPECT_THAT(Gpt4o("a //\n\n//b"), ElementsAre("a", " //\n\n//", "b"));
+  EXPECT_THAT(Gpt4o("end.\r\n//"), ElementsAre("end", ".\r\n//"));
+  EXPECT_THAT(Gpt4o("});\n/* c */"), ElementsAre("});\n/", "*", " c", " */"));
+  EXPECT_THAT(Gpt4o("path/to/file"), ElementsAre("path", "/to", "/file"));
+  // After a line break alone, a slash is punctuation of its own.
+  EXPECT_THAT(Gpt4o("x\n/"), ElementsAre("x", "\n", "/"));
+}
+
+TEST(Gpt4oPreTokenizer, WhitespaceRuns) {
+  EXPECT_THAT(Gpt4o("  Hello"), ElementsAre(" ", " Hello"));
+  EXPECT_THAT(Gpt4o("a   b"), ElementsAre("a", "  ", " b"));
+  EXPECT_THAT(Gpt4o("\tHello"), ElementsAre("\tHello"));
+  EXPECT_THAT(Gpt4o("a \r\n  b"), ElementsAre("a", " \r\n", " ", " b"));
+  EXPECT_THAT(Gpt4o("\n\nWorld"), ElementsAre("\n\n", "World"));
+  EXPECT_THAT(Gpt4o("x  "), ElementsAre("x", "  "));
+  EXPECT_THAT(Gpt4o("a\xE3\x80\x80"
+                    "b"),
+              ElementsAre("a",
+                          "\xE3\x80\x80"
+                          "b"));
+}
+
+// llama.cpp's form of the pattern (see pre_tokenizer.h), not tokenizer.json's.
+TEST(Gpt4oPreTokenizer, MarksArePunctuation) {
+  EXPECT_THAT(Gpt4o("cafe\xCC\x81 ok"), ElementsAre("cafe", "\xCC\x81", " ok"));
+  EXPECT_THAT(Gpt4o("e\xCC\x81t"), ElementsAre("e", "\xCC\x81t"));
+  EXPECT_THAT(Gpt4o("\xCC\x81"
+                    "abc"),
+              ElementsAre("\xCC\x81"
+                          "abc"));
+  EXPECT_THAT(Gpt4o("हिंदी"), ElementsAre("ह", "िं", "द", "ी"));
+}
+
+TEST(Gpt4oPreTokenizer, OnlyAsciiLettersHaveACase) {
+  // Lu: É. A run of capitals ends after its last non-ASCII letter.
+  EXPECT_THAT(Gpt4o("ÉTÉ"), ElementsAre("ÉTÉ"));
+  EXPECT_THAT(Gpt4o("ÉT"), ElementsAre("É", "T"));
+  EXPECT_THAT(Gpt4o("ÉCOLE's"), ElementsAre("É", "COLE's"));
+  EXPECT_THAT(Gpt4o("ÀBc"), ElementsAre("ÀBc"));
+  EXPECT_THAT(Gpt4o("HÉ's"), ElementsAre("HÉ's"));
+  // Ll: é, and Cyrillic words of either case.
+  EXPECT_THAT(Gpt4o("éA"), ElementsAre("é", "A"));
+  EXPECT_THAT(Gpt4o("ПриветМир"), ElementsAre("ПриветМир"));
+  EXPECT_THAT(Gpt4o("приВЕТ"), ElementsAre("приВЕТ"));
+  EXPECT_THAT(Gpt4o("aÀB"), ElementsAre("aÀ", "B"));
+  // Lt (ǅ), Lm (ʰ) and Lo (你好) alike.
+  EXPECT_THAT(Gpt4o("ǅa aǅB"), ElementsAre("ǅa", " aǅ", "B"));
+  EXPECT_THAT(Gpt4o("ʰa aʰB"), ElementsAre("ʰa", " aʰ", "B"));
+  EXPECT_THAT(Gpt4o("你好World"), ElementsAre("你好World"));
+  EXPECT_THAT(Gpt4o("Hello你好World"), ElementsAre("Hello你好", "World"));
+}
+
+TEST(Gpt4oPreTokenizer, InvalidUtf8IsPunctuation) {
+  EXPECT_THAT(Gpt4o("ab\xFF"
+                    "cd"),
+              ElementsAre("ab",
+                          "\xFF"
+                          "cd"));
+  EXPECT_THAT(Gpt4o("\xFF\xFE!\n/"), ElementsAre("\xFF\xFE!\n/"));
+  EXPECT_THAT(Gpt4o("x \xE4\xBD"), ElementsAre("x", " \xE4\xBD"));
+  // 0xC0 is never valid; the 'B' after it is still a capital.
+  EXPECT_THAT(Gpt4o("aA\xC0"
+                    "Bc"),
+              ElementsAre("a", "A",
+                          "\xC0"
+                          "Bc"));
+}
+
 // Random text from characters the scanners treat differently, and invalid
 // bytes. `max_digit_run` bounds how many \p{N} codepoints follow one another.
 std::string RandomText(std::mt19937& rng, int max_digit_run) {
@@ -291,7 +398,7 @@ TEST(PreTokenizer, PiecesConcatenateToInputForRandomBytes) {
                                : static_cast<char>(rng() % 256));
     }
     for (PreTokenizer kind : {PreTokenizer::kQwen2, PreTokenizer::kQwen35, PreTokenizer::kGpt2,
-                              PreTokenizer::kLlama3}) {
+                              PreTokenizer::kLlama3, PreTokenizer::kGpt4o}) {
       std::string joined;
       for (std::string_view piece : PreTokenize(kind, text)) {
         ASSERT_FALSE(piece.empty());
@@ -366,6 +473,23 @@ TEST(PreTokenizer, Llama3Names) {
   // Names are exact.
   EXPECT_FALSE(LookUpPreTokenizer("Llama3").ok());
   EXPECT_FALSE(LookUpPreTokenizer("glm").ok());
+}
+
+TEST(PreTokenizer, Gpt4oNames) {
+  // LLAMA_VOCAB_PRE_TYPE_GPT4O and _MINIMAX_M2 in llama.cpp: clean_spaces
+  // off, merges always run, no BOS unless the file asks for it.
+  for (const char* name : {"gpt-4o", "llama4", "kanana2", "talkie", "minimax-m2"}) {
+    const absl::StatusOr<PreTokenizerInfo> info = LookUpPreTokenizer(name);
+    ASSERT_TRUE(info.ok()) << name << ": " << info.status();
+    EXPECT_EQ(info->kind, PreTokenizer::kGpt4o) << name;
+    EXPECT_FALSE(info->clean_up_spaces) << name;
+    EXPECT_FALSE(info->ignore_merges) << name;
+    EXPECT_FALSE(info->add_bos_by_default) << name;
+    EXPECT_THAT(SupportedPreTokenizerNames(), HasSubstr(name));
+  }
+  EXPECT_EQ(PreTokenizerName(PreTokenizer::kGpt4o), "gpt-4o");
+  EXPECT_FALSE(LookUpPreTokenizer("gpt4o").ok());
+  EXPECT_FALSE(LookUpPreTokenizer("o200k").ok());
 }
 
 }  // namespace
