@@ -146,6 +146,21 @@ absl::Status CudaEngine::CheckModel(const Model& model) {
         kMaxDeltaNetKeyDim, kMaxConvKernel, dn.d_k, dn.d_v, dn.conv_kernel, dn.n_k_heads,
         dn.n_v_heads));
   }
+  // gpt-oss's parts: its graph runs on the reference and CPU engines.
+  const bool attention_extras = std::any_of(
+      model.weights.layers.begin(), model.weights.layers.end(), [](const LayerWeights& l) {
+        return l.attention_window > 0 || l.attn.sinks.present() || l.attn.output_bias.present() ||
+               l.moe.router_bias.present() || l.moe.gate_exps_bias.present() ||
+               l.moe.up_exps_bias.present() || l.moe.down_exps_bias.present();
+      });
+  if (attention_extras || hp.expert_activation != ExpertActivation::kSwiglu ||
+      hp.router.gating == RouterGating::kSoftmaxOfChosen) {
+    return absl::UnimplementedError(absl::StrFormat(
+        "the CUDA engine lacks what %s models need (sliding-window attention, attention sinks, "
+        "biases on the attention output, the router and the experts, the clamped SwiGLU, the "
+        "softmax over the chosen experts); use the cpu backend",
+        hp.architecture));
+  }
   return CheckModelForBackend(model, kCudaSupport);
 }
 

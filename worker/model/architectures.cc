@@ -9,6 +9,7 @@
 #include "model/decodable_types.h"
 #include "model/ernie45moe.h"
 #include "model/glm4moe.h"
+#include "model/gpt_oss.h"
 #include "model/llama.h"
 #include "model/model_loader.h"
 #include "model/olmoe.h"
@@ -21,7 +22,7 @@
 namespace moetier {
 namespace {
 
-constexpr std::array<Architecture, 9> kArchitectures = {{
+constexpr std::array<Architecture, 10> kArchitectures = {{
     {"qwen3moe", "Qwen3-30B-A3B, Qwen3-235B-A22B", &LoadQwen3Moe},
     {"qwen35moe", "Qwen3.5-35B-A3B, Qwen3.6-35B-A3B", &LoadQwen35Moe},
     {"qwen3vlmoe", "Qwen3-VL-30B-A3B, Qwen3-VL-235B-A22B (text)", &LoadQwen3VlMoe},
@@ -31,6 +32,7 @@ constexpr std::array<Architecture, 9> kArchitectures = {{
     {"olmoe", "OLMoE-1B-7B", &LoadOlmoe},
     {"glm4moe", "GLM-4.5-Air, GLM-4.5, GLM-4.6, GLM-4.7", &LoadGlm4Moe},
     {"ernie4_5-moe", "ERNIE-4.5-21B-A3B, ERNIE-4.5-300B-A47B", &LoadErnie45Moe},
+    {"gpt-oss", "gpt-oss-20b, gpt-oss-120b", &LoadGptOss},
 }};
 
 }  // namespace

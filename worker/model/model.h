@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "base/expert_activation.h"
 #include "base/rope_angles.h"
 #include "base/router_params.h"
 #include "gguf/tensor/tensor_type.h"
@@ -143,6 +144,7 @@ struct ModelHparams {
   int n_expert = 0;
   int n_expert_used = 0;  // top-k
   int n_ff_exp = 0;       // each expert's FFN width
+  ExpertActivation expert_activation = ExpertActivation::kSwiglu;
   RouterParams router;
   int n_ff_shared = 0;  // FfnKind::kMoeWithSharedExpert: the shared expert's width
   int n_ff_dense = 0;   // FfnKind::kDense: the dense FFN's width
@@ -164,6 +166,10 @@ struct AttentionWeights {
   WeightRef q_bias;
   WeightRef k_bias;
   WeightRef v_bias;
+  WeightRef output_bias;  // attn_output.bias {n_embd} (gpt-oss); absent: none
+  // attn_sinks {n_head}, fp32 (gpt-oss): one more logit per query head in
+  // the softmax's denominator, with no value; absent: none.
+  WeightRef sinks;
 };
 
 // One Gated DeltaNet layer (SPEC.md §3.3–3.4; qwen35moe tensor names).
@@ -181,6 +187,7 @@ struct DeltaNetWeights {
 
 struct MoeWeights {
   WeightRef router;  // ffn_gate_inp {n_embd, n_expert}
+  WeightRef router_bias;  // ffn_gate_inp.bias {n_expert}, added to the logits (gpt-oss)
   // exp_probs_b.bias {n_expert}, fp32: added to the router's probabilities
   // to choose the top k, never to weigh them (glm4moe); absent: none.
   WeightRef selection_bias;
@@ -189,6 +196,13 @@ struct MoeWeights {
   WeightRef gate_exps;  // {n_embd, n_ff_exp, n_expert}
   WeightRef up_exps;    // {n_embd, n_ff_exp, n_expert}
   WeightRef down_exps;  // {n_ff_exp, n_embd, n_expert}
+  // Per-expert biases (gpt-oss), fp32 or decodable, one row per expert:
+  // added to the gate and up products before the activation and to the
+  // down product before the router's weight; absent: none. They stay with
+  // the dense weights: small, and every expert's is needed wherever it runs.
+  WeightRef gate_exps_bias;  // {n_ff_exp, n_expert}
+  WeightRef up_exps_bias;    // {n_ff_exp, n_expert}
+  WeightRef down_exps_bias;  // {n_embd, n_expert}
   // FfnKind::kMoeWithSharedExpert: out += sigmoid(shared_gate_inp . x) *
   // SwiGLU_shared(x), or out += SwiGLU_shared(x) where shared_gate_inp is
   // absent (glm4moe).
@@ -210,6 +224,10 @@ struct DenseFfnWeights {
 struct LayerWeights {
   MixerKind mixer = MixerKind::kAttention;
   FfnKind ffn = FfnKind::kMoe;
+  // Attention layers: 0, every earlier position; n > 0, only the last n
+  // positions up to the query's own (a key at p0 is hidden from a query at
+  // p1 when p1 - p0 >= n: gpt-oss's sliding-window layers).
+  int attention_window = 0;
   WeightRef attn_norm;  // {n_embd}
   AttentionWeights attn;        // kAttention, kGatedAttention
   DeltaNetWeights deltanet;     // kGatedDeltaNet

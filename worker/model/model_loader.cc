@@ -416,19 +416,27 @@ absl::Status ModelLoader::ReadAttention(int il, const ModelHparams& hp, Attentio
   const int64_t q_rows = gated_q ? 2 * n_q : n_q;
   const int64_t n_kv = hp.n_head_kv * head_dim;
   const std::string blk = absl::StrCat("blk.", il, ".");
-  std::vector<const char*> refused_biases = {"attn_qkv.bias", "attn_output.bias"};
+  std::vector<const char*> refused_biases = {"attn_qkv.bias"};
+  if (!options.output_bias) refused_biases.push_back("attn_output.bias");
   if (!options.qkv_biases) {
     refused_biases.insert(refused_biases.begin(), {"attn_q.bias", "attn_k.bias", "attn_v.bias"});
   }
   for (const char* bias : refused_biases) {
     if (!HasTensor(absl::StrCat(blk, bias))) continue;
-    if (options.qkv_biases) {
-      return Unsupported(
-          absl::StrFormat("tensor '%s%s': %s models have biases on attn_q, attn_k and attn_v only",
-                          blk, bias, arch_));
+    if (options.qkv_biases || options.output_bias) {
+      std::vector<std::string> allowed;
+      if (options.qkv_biases) allowed = {"attn_q", "attn_k", "attn_v"};
+      if (options.output_bias) allowed.push_back("attn_output");
+      return Unsupported(absl::StrFormat("tensor '%s%s': %s models have biases on %s only", blk,
+                                         bias, arch_, absl::StrJoin(allowed, ", ")));
     }
     return Unsupported(absl::StrFormat(
         "tensor '%s%s': attention biases are not supported for %s models", blk, bias, arch_));
+  }
+  if (options.output_bias && HasTensor(blk + "attn_output.bias")) {
+    absl::StatusOr<WeightRef> bias = LayerTensor(il, "attn_output.bias", {n_embd, 1, 1, 1});
+    if (!bias.ok()) return bias.status();
+    out.output_bias = *std::move(bias);
   }
   if (options.qkv_biases) {
     for (const LayerTensorSpec& b :

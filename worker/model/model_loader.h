@@ -34,9 +34,10 @@ struct AttentionOptions {
   // attn_q also holds each head's output gate (2 * n_head * head_dim rows).
   bool gated_q = false;
   // attn_q.bias, attn_k.bias and attn_v.bias, each optional (qwen2moe);
-  // without this they are refused. attn_qkv.bias and attn_output.bias are
-  // always refused.
+  // without this they are refused. attn_qkv.bias is always refused.
   bool qkv_biases = false;
+  // attn_output.bias, optional (gpt-oss); without this it is refused.
+  bool output_bias = false;
 };
 
 class ModelLoader {

@@ -116,6 +116,7 @@ void Softmax(float* v, int64_t n) {
 Attention::Attention(const ModelHparams& hp, const LayerWeights& layer, int max_ctx)
     : hp_(hp),
       gated_(layer.mixer == MixerKind::kGatedAttention),
+      window_(layer.attention_window),
       wq_(DequantizeMatrix(layer.attn.q)),
       wk_(DequantizeMatrix(layer.attn.k)),
       wv_(DequantizeMatrix(layer.attn.v)),
@@ -124,7 +125,9 @@ Attention::Attention(const ModelHparams& hp, const LayerWeights& layer, int max_
       k_norm_(DequantizeVector(layer.attn.k_norm)),
       q_bias_(DequantizeVector(layer.attn.q_bias)),
       k_bias_(DequantizeVector(layer.attn.k_bias)),
-      v_bias_(DequantizeVector(layer.attn.v_bias)) {
+      v_bias_(DequantizeVector(layer.attn.v_bias)),
+      output_bias_(DequantizeVector(layer.attn.output_bias)),
+      sinks_(DequantizeVector(layer.attn.sinks)) {
   const size_t n_q = static_cast<size_t>(hp.n_head) * hp.head_dim;
   const size_t n_kv = static_cast<size_t>(hp.n_head_kv) * hp.head_dim;
   k_cache_.assign(static_cast<size_t>(max_ctx) * n_kv, 0.0f);
@@ -135,12 +138,13 @@ Attention::Attention(const ModelHparams& hp, const LayerWeights& layer, int max_
   k_.resize(n_kv);
   v_.resize(n_kv);
   attn_out_.resize(n_q);
-  scores_.resize(static_cast<size_t>(max_ctx));
+  scores_.resize(static_cast<size_t>(max_ctx) + 1);
 }
 
 uint64_t Attention::weight_bytes() const {
   return Bytes(wq_) + Bytes(wk_) + Bytes(wv_) + Bytes(wo_) +
-         (q_norm_.size() + k_norm_.size() + q_bias_.size() + k_bias_.size() + v_bias_.size()) *
+         (q_norm_.size() + k_norm_.size() + q_bias_.size() + k_bias_.size() + v_bias_.size() +
+          output_bias_.size() + sinks_.size()) *
              sizeof(float);
 }
 
@@ -193,21 +197,26 @@ void Attention::Forward(const float* xn, int pos, float* out) {
   const double scale = hp_.attention_scale > 0.0f
                            ? static_cast<double>(hp_.attention_scale)
                            : 1.0 / std::sqrt(static_cast<double>(head_dim));
+  // Positions first..pos: all, or the layer's window.
+  const int first = window_ > 0 ? std::max(0, pos - window_ + 1) : 0;
+  const int n_pos = pos + 1 - first;
   for (int h = 0; h < hp_.n_head; ++h) {
     const int kv_head = h / group;
     const float* q = q_.data() + h * head_dim;
-    for (int t = 0; t <= pos; ++t) {
+    for (int t = first; t <= pos; ++t) {
       const float* k = k_cache_.data() + t * n_kv + kv_head * head_dim;
       double dot = 0.0;
       for (int64_t d = 0; d < head_dim; ++d) dot += static_cast<double>(q[d]) * k[d];
-      scores_[t] = static_cast<float>(dot * scale);
+      scores_[t - first] = static_cast<float>(dot * scale);
     }
-    Softmax(scores_.data(), pos + 1);
+    // A sink is one more logit in the softmax, whose share goes nowhere.
+    if (!sinks_.empty()) scores_[n_pos] = sinks_[h];
+    Softmax(scores_.data(), sinks_.empty() ? n_pos : n_pos + 1);
     float* o = attn_out_.data() + h * head_dim;
     for (int64_t d = 0; d < head_dim; ++d) {
       double sum = 0.0;
-      for (int t = 0; t <= pos; ++t) {
-        sum += static_cast<double>(scores_[t]) *
+      for (int t = first; t <= pos; ++t) {
+        sum += static_cast<double>(scores_[t - first]) *
                v_cache_[static_cast<size_t>(t * n_kv + kv_head * head_dim + d)];
       }
       o[d] = static_cast<float>(sum);
@@ -219,6 +228,7 @@ void Attention::Forward(const float* xn, int pos, float* out) {
     }
   }
   MatVec(wo_, attn_out_.data(), out);
+  AddBias(output_bias_, out);
 }
 
 // ------------------------------------------------------------------ Gated DeltaNet
@@ -360,7 +370,8 @@ void SwigluFfn::Forward(const float* x, float* out) {
 Moe::Moe(const ModelHparams& hp, const LayerWeights& layer)
     : hp_(hp),
       router_(DequantizeMatrix(layer.moe.router)),
-      selection_bias_(DequantizeVector(layer.moe.selection_bias)) {
+      selection_bias_(DequantizeVector(layer.moe.selection_bias)),
+      router_bias_(DequantizeVector(layer.moe.router_bias)) {
   if (HasSharedExpert(layer.ffn)) {
     shared_ = std::make_unique<SwigluFfn>(layer.moe.shared_gate, layer.moe.shared_up,
                                           layer.moe.shared_down);
@@ -371,6 +382,14 @@ Moe::Moe(const ModelHparams& hp, const LayerWeights& layer)
     up_.push_back(DequantizeMatrix(layer.moe.up_exps, e));
     down_.push_back(DequantizeMatrix(layer.moe.down_exps, e));
   }
+  // One bias row per expert.
+  for (auto [ref, out] : {std::pair{&layer.moe.gate_exps_bias, &gate_bias_},
+                          std::pair{&layer.moe.up_exps_bias, &up_bias_},
+                          std::pair{&layer.moe.down_exps_bias, &down_bias_}}) {
+    if (!ref->present()) continue;
+    const DenseMatrix rows = DequantizeMatrix(*ref);
+    for (int64_t e = 0; e < rows.rows; ++e) out->emplace_back(rows.row(e), rows.row(e) + rows.cols);
+  }
   probs_.resize(hp.n_expert);
   selection_.resize(hp.n_expert);
   gate_act_.resize(hp.n_ff_exp);
@@ -380,8 +399,12 @@ Moe::Moe(const ModelHparams& hp, const LayerWeights& layer)
 }
 
 uint64_t Moe::weight_bytes() const {
-  uint64_t bytes = Bytes(router_) + (shared_ != nullptr ? shared_->weight_bytes() : 0) +
-                   (shared_gate_inp_.size() + selection_bias_.size()) * sizeof(float);
+  uint64_t bytes =
+      Bytes(router_) + (shared_ != nullptr ? shared_->weight_bytes() : 0) +
+      (shared_gate_inp_.size() + selection_bias_.size() + router_bias_.size()) * sizeof(float);
+  for (const auto* biases : {&gate_bias_, &up_bias_, &down_bias_}) {
+    for (const std::vector<float>& b : *biases) bytes += b.size() * sizeof(float);
+  }
   for (size_t e = 0; e < gate_.size(); ++e) bytes += Bytes(gate_[e]) + Bytes(up_[e]) + Bytes(down_[e]);
   return bytes;
 }
@@ -389,10 +412,16 @@ uint64_t Moe::weight_bytes() const {
 void Moe::Forward(const float* xn, float* out) {
   const RouterParams& router = hp_.router;
   MatVec(router_, xn, probs_.data());
-  if (router.gating == RouterGating::kSigmoid) {
-    for (float& p : probs_) p = static_cast<float>(Sigmoid(p));
-  } else {
-    Softmax(probs_.data(), hp_.n_expert);
+  AddBias(router_bias_, probs_.data());
+  switch (router.gating) {
+    case RouterGating::kSigmoid:
+      for (float& p : probs_) p = static_cast<float>(Sigmoid(p));
+      break;
+    case RouterGating::kSoftmax:
+      Softmax(probs_.data(), hp_.n_expert);
+      break;
+    case RouterGating::kSoftmaxOfChosen:  // the logits choose; the weights come below
+      break;
   }
   // The bias only chooses; the weights stay the unbiased probabilities.
   selection_ = probs_;
@@ -403,20 +432,30 @@ void Moe::Forward(const float* xn, float* out) {
     return selection_[a] != selection_[b] ? selection_[a] > selection_[b] : a < b;
   });
   const int k = hp_.n_expert_used;
+  std::vector<float> weights(static_cast<size_t>(k));
+  for (int i = 0; i < k; ++i) weights[i] = probs_[order_[i]];
+  if (router.gating == RouterGating::kSoftmaxOfChosen) Softmax(weights.data(), k);
   float norm = 1.0f;
   if (router.renormalize) {
     float weight_sum = 0.0f;
-    for (int i = 0; i < k; ++i) weight_sum += probs_[order_[i]];
+    for (int i = 0; i < k; ++i) weight_sum += weights[i];
     norm = std::max(weight_sum, kMinRouterWeightSum);
   }
   std::fill(out, out + hp_.n_embd, 0.0f);
   for (int i = 0; i < k; ++i) {
     const int e = order_[i];
-    const float w = probs_[e] / norm * router.weights_scale;
+    const float w = weights[i] / norm * router.weights_scale;
     MatVec(gate_[e], xn, gate_act_.data());
     MatVec(up_[e], xn, up_act_.data());
-    for (int j = 0; j < hp_.n_ff_exp; ++j) gate_act_[j] = Silu(gate_act_[j]) * up_act_[j];
+    if (!gate_bias_.empty()) AddBias(gate_bias_[e], gate_act_.data());
+    if (!up_bias_.empty()) AddBias(up_bias_[e], up_act_.data());
+    for (int j = 0; j < hp_.n_ff_exp; ++j) {
+      gate_act_[j] = hp_.expert_activation == ExpertActivation::kSwigluOai
+                         ? SwigluOai(gate_act_[j], up_act_[j])
+                         : Silu(gate_act_[j]) * up_act_[j];
+    }
     MatVec(down_[e], gate_act_.data(), expert_out_.data());
+    if (!down_bias_.empty()) AddBias(down_bias_[e], expert_out_.data());
     for (int64_t j = 0; j < hp_.n_embd; ++j) out[j] += w * expert_out_[j];
   }
   if (shared_ == nullptr) return;

@@ -47,9 +47,11 @@ class Attention {
  private:
   const ModelHparams& hp_;
   const bool gated_;
+  const int window_;  // LayerWeights::attention_window
   DenseMatrix wq_, wk_, wv_, wo_;
   std::vector<float> q_norm_, k_norm_;
-  std::vector<float> q_bias_, k_bias_, v_bias_;  // empty: none
+  std::vector<float> q_bias_, k_bias_, v_bias_, output_bias_;  // empty: none
+  std::vector<float> sinks_;                                   // empty: none
   std::vector<float> k_cache_, v_cache_;  // [max_ctx][n_head_kv*head_dim]
   std::vector<float> q_, gate_, k_, v_, attn_out_, scores_, projected_;
 };
@@ -108,6 +110,9 @@ class Moe {
   const ModelHparams& hp_;
   DenseMatrix router_;
   std::vector<float> selection_bias_;          // empty: none
+  std::vector<float> router_bias_;             // empty: none
+  // Per expert, its gate, up and down biases; empty: none.
+  std::vector<std::vector<float>> gate_bias_, up_bias_, down_bias_;
   std::vector<DenseMatrix> gate_, up_, down_;  // one per expert
   std::unique_ptr<SwigluFfn> shared_;          // null: no shared expert
   std::vector<float> shared_gate_inp_;         // empty: the shared expert is not gated

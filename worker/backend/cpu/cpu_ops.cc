@@ -5,6 +5,7 @@
 
 #include "backend/cpu/cpu_check.h"
 #include "backend/cpu/cpu_kernels.h"
+#include "base/expert_activation.h"
 #include "gguf/tensor/quant_codec.h"
 
 namespace moetier::cpu {
@@ -80,14 +81,44 @@ void SiluMul(const float* gate, const float* up, int64_t n, float* out) {
   }
 }
 
+void SwigluOaiMul(const float* gate, const float* up, int64_t n, float* out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = SwigluOai(gate[i], up[i]);
+}
+
+namespace {
+
+// One query head's attention with a sink logit: the scores of the n_kv
+// positions and the sink go through the level's softmax together (the
+// sink's share is then dropped), so the exponential is AttendF32's.
+void AttendF32WithSink(const float* q, const float* k, const float* v, int64_t kv_stride,
+                       int64_t n_kv, int head_dim, float scale, float sink, float* scores,
+                       float* out) {
+  for (int64_t t = 0; t < n_kv; ++t) scores[t] = scale * DotF32(q, k + t * kv_stride, head_dim);
+  scores[n_kv] = sink;
+  SoftmaxF32(scores, n_kv + 1);
+  std::fill_n(out, head_dim, 0.0f);
+  for (int64_t t = 0; t < n_kv; ++t) AxpyF32(scores[t], v + t * kv_stride, out, head_dim);
+}
+
+}  // namespace
+
 void AttentionHeads(const float* q, const float* k_cache, const float* v_cache,
                     int64_t kv_head_stride, int64_t kv_stride, int64_t n_kv, int n_head,
                     int n_head_kv, int head_dim, float scale, int h_begin, int h_end, float* scores,
-                    float* out) {
+                    float* out, const float* sinks) {
   MOETIER_CPU_CHECK(n_head_kv > 0 && n_head % n_head_kv == 0,
                     "n_head must be a multiple of n_head_kv");
   MOETIER_CPU_CHECK(n_kv > 0, "attention needs at least one position");
   const int group = n_head / n_head_kv;
+  if (sinks != nullptr) {
+    for (int h = h_begin; h < h_end; ++h) {
+      const int g = h / group;
+      const int64_t offset = static_cast<int64_t>(h) * head_dim;
+      AttendF32WithSink(q + offset, k_cache + g * kv_head_stride, v_cache + g * kv_head_stride,
+                        kv_stride, n_kv, head_dim, scale, sinks[h], scores, out + offset);
+    }
+    return;
+  }
   // Consecutive query heads share a KV head: hand them over together.
   for (int h = h_begin; h < h_end;) {
     const int g = h / group;
@@ -101,7 +132,8 @@ void AttentionHeads(const float* q, const float* k_cache, const float* v_cache,
 
 void AttentionHeadsStored(const float* q, const KvRows& k, const KvRows& v, int64_t n_kv,
                           int n_head, int n_head_kv, int head_dim, float scale, int h_begin,
-                          int h_end, const KvAttendScratch& scratch, float* out) {
+                          int h_end, const KvAttendScratch& scratch, float* out,
+                          const float* sinks) {
   MOETIER_CPU_CHECK(n_head_kv > 0 && n_head % n_head_kv == 0,
                     "n_head must be a multiple of n_head_kv");
   MOETIER_CPU_CHECK(n_kv > 0, "attention needs at least one position");
@@ -113,17 +145,20 @@ void AttentionHeadsStored(const float* q, const KvRows& k, const KvRows& v, int6
     const int n_q = end - h;
     const int64_t offset = static_cast<int64_t>(h) * head_dim;
     QuantizeActRows(k.type, q + offset, head_dim, head_dim, n_q, scratch.queries);
-    MatMul(k.type, head_dim, k.data + g * k.head_stride, static_cast<size_t>(k.row_stride), 0,
-           n_kv, scratch.queries, query_bytes, n_q, scratch.scores, n_kv);
+    // A head's scores are followed by its sink's logit, where it has one.
+    const int64_t stride = sinks != nullptr ? n_kv + 1 : n_kv;
+    MatMul(k.type, head_dim, k.data + g * k.head_stride, static_cast<size_t>(k.row_stride), 0, n_kv,
+           scratch.queries, query_bytes, n_q, scratch.scores, stride);
     // The softmax of AttendF32 at the active level, on the scaled scores.
     for (int i = 0; i < n_q; ++i) {
-      float* s = scratch.scores + i * n_kv;
+      float* s = scratch.scores + i * stride;
       ScaleF32(scale, s, n_kv);
-      SoftmaxF32(s, n_kv);
+      if (sinks != nullptr) s[n_kv] = sinks[h + i];
+      SoftmaxF32(s, stride);
       std::fill_n(out + offset + static_cast<int64_t>(i) * head_dim, head_dim, 0.0f);
     }
     AccumulateKvValues(v.type, v.data + g * v.head_stride, v.row_stride, n_kv, scratch.scores,
-                       n_kv, n_q, head_dim, out + offset);
+                       stride, n_q, head_dim, out + offset);
     h = end;
   }
 }
@@ -131,12 +166,18 @@ void AttentionHeadsStored(const float* q, const KvRows& k, const KvRows& v, int6
 void RouterTopK(const float* logits, int n_expert, int k, const RouterParams& router,
                 const float* selection_bias, float* probs, int32_t* ids, float* weights) {
   MOETIER_CPU_CHECK(k >= 1 && k <= n_expert, "top-k out of range");
-  if (router.gating == RouterGating::kSigmoid) {
-    // ggml_sigmoid's formula, so that the CPU and llama.cpp choose alike.
-    for (int e = 0; e < n_expert; ++e) probs[e] = 1.0f / (1.0f + std::exp(-logits[e]));
-  } else {
-    for (int e = 0; e < n_expert; ++e) probs[e] = logits[e];
-    SoftmaxInPlace(probs, n_expert);
+  switch (router.gating) {
+    case RouterGating::kSigmoid:
+      // ggml_sigmoid's formula, so that the CPU and llama.cpp choose alike.
+      for (int e = 0; e < n_expert; ++e) probs[e] = 1.0f / (1.0f + std::exp(-logits[e]));
+      break;
+    case RouterGating::kSoftmax:
+      for (int e = 0; e < n_expert; ++e) probs[e] = logits[e];
+      SoftmaxInPlace(probs, n_expert);
+      break;
+    case RouterGating::kSoftmaxOfChosen:
+      for (int e = 0; e < n_expert; ++e) probs[e] = logits[e];
+      break;
   }
   auto selection = [&](int e) {
     return selection_bias != nullptr ? probs[e] + selection_bias[e] : probs[e];
@@ -161,11 +202,10 @@ void RouterTopK(const float* logits, int n_expert, int k, const RouterParams& ro
 
 void RouterWeightsOf(const float* probs, const int32_t* ids, int k, const RouterParams& router,
                      float* weights) {
+  for (int j = 0; j < k; ++j) weights[j] = probs[ids[j]];
+  if (router.gating == RouterGating::kSoftmaxOfChosen) SoftmaxInPlace(weights, k);
   float sum = 0.0f;
-  for (int j = 0; j < k; ++j) {
-    weights[j] = probs[ids[j]];
-    sum += weights[j];
-  }
+  for (int j = 0; j < k; ++j) sum += weights[j];
   if (router.renormalize) {
     const float denom = std::fmax(sum, kMinRouterWeightSum);
     for (int j = 0; j < k; ++j) weights[j] /= denom;

@@ -43,6 +43,9 @@ void SoftmaxInPlace(float* x, int64_t n);
 // out[i] = silu(gate[i]) * up[i], silu(z) = z / (1 + e^-z). out may alias
 // either input.
 void SiluMul(const float* gate, const float* up, int64_t n, float* out);
+// out[i] = SwigluOai(gate[i], up[i]) (base/expert_activation.h); out may
+// alias either input.
+void SwigluOaiMul(const float* gate, const float* up, int64_t n, float* out);
 
 // Causal attention of one query over cached positions [0, n_kv) for query
 // heads [h_begin, h_end): out_h = softmax(scale * q_h . k_t) . v_t, where
@@ -52,11 +55,14 @@ void SiluMul(const float* gate, const float* up, int64_t n, float* out);
 // kv_stride} = {head_dim, n_head_kv * head_dim} for position-major caches,
 // {max_ctx * head_dim, head_dim} for head-major ones (whose rows are
 // contiguous, which streams faster). `scores` holds min(h_end - h_begin,
-// n_head / n_head_kv) * n_kv floats of scratch.
+// n_head / n_head_kv) * (n_kv + 1) floats of scratch.
+// With `sinks` (n_head logits, gpt-oss's attention sinks), query head h's
+// softmax has sinks[h] as one more logit in its denominator, which adds no
+// value: the weights of the positions then sum to less than 1.
 void AttentionHeads(const float* q, const float* k_cache, const float* v_cache,
                     int64_t kv_head_stride, int64_t kv_stride, int64_t n_kv, int n_head,
                     int n_head_kv, int head_dim, float scale, int h_begin, int h_end, float* scores,
-                    float* out);
+                    float* out, const float* sinks = nullptr);
 
 // A KV cache stored as rows of one type (F32, F16, Q8_0 or Q4_0): KV head
 // g's row of head_dim values for position t starts at byte
@@ -71,7 +77,7 @@ struct KvRows {
 // One calling thread's scratch for AttentionHeadsStored, for n_head /
 // n_head_kv query heads over up to max_kv positions.
 struct KvAttendScratch {
-  float* scores = nullptr;   // group * max_kv floats
+  float* scores = nullptr;     // group * (max_kv + 1) floats
   uint8_t* queries = nullptr;  // group rows of ActRowBytes(k type, head_dim), 64-byte aligned
 };
 
@@ -80,21 +86,23 @@ struct KvAttendScratch {
 // key rows with the query heads prepared as that type's activations
 // (QuantizeActRows, as for a weight of the type), and each value row is
 // decoded once and added into every head of its group
-// (AccumulateKvValues).
+// (AccumulateKvValues). `sinks` as for AttentionHeads.
 void AttentionHeadsStored(const float* q, const KvRows& k, const KvRows& v, int64_t n_kv,
                           int n_head, int n_head_kv, int head_dim, float scale, int h_begin,
-                          int h_end, const KvAttendScratch& scratch, float* out);
+                          int h_end, const KvAttendScratch& scratch, float* out,
+                          const float* sinks = nullptr);
 
 // MoE routing as `router` says (base/router_params.h, SPEC §3.0
 // build_moe_ffn): the probabilities (softmax or per-expert sigmoid of the
-// logits) into `probs` (n_expert floats); the k largest of probs +
+// logits, or the logits themselves) into `probs` (n_expert floats); the k largest of probs +
 // selection_bias (null: none) in descending order, ties to the lower id,
 // into ids; their weights into `weights` (RouterWeightsOf).
 void RouterTopK(const float* logits, int n_expert, int k, const RouterParams& router,
                 const float* selection_bias, float* probs, int32_t* ids, float* weights);
 
 // The mixing weights of experts ids[0..k) given the router's probabilities:
-// probs[ids[j]], summed in order and, when renormalized, divided by
+// probs[ids[j]] (their softmax for RouterGating::kSoftmaxOfChosen),
+// summed in order and, when renormalized, divided by
 // max(sum, kMinRouterWeightSum), then multiplied by the weights' scale.
 // RouterTopK's own weights come from it, so a choice equal to the router's
 // gets the router's weights bit for bit.

@@ -1,5 +1,6 @@
 #include "blocks/cpu/attention_block.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -46,7 +47,8 @@ CpuAttentionBlock::CpuAttentionBlock(const ModelHparams& hp,
     }
     vectors_.push_back({DecodedValues(l.attn_norm), DecodedValues(l.attn.q_norm),
                         DecodedValues(l.attn.k_norm), DecodedValues(l.attn.q_bias),
-                        DecodedValues(l.attn.k_bias), DecodedValues(l.attn.v_bias)});
+                        DecodedValues(l.attn.k_bias), DecodedValues(l.attn.v_bias),
+                        DecodedValues(l.attn.output_bias), DecodedValues(l.attn.sinks)});
   }
   q_ = AlignedBytes(b * q_dim * f);
   bool any_gated = false;
@@ -62,7 +64,8 @@ CpuAttentionBlock::CpuAttentionBlock(const ModelHparams& hp,
   rope_sin_ = AlignedBytes(b * static_cast<size_t>(hp.n_rot / 2) * f);
   const size_t threads = static_cast<size_t>(runner_.pool().size());
   const size_t group = static_cast<size_t>(hp.n_head / hp.n_head_kv);
-  scores_ = AlignedBytes(threads * group * static_cast<size_t>(max_ctx) * f);
+  // One more score per head for an attention sink.
+  scores_ = AlignedBytes(threads * group * static_cast<size_t>(max_ctx + 1) * f);
   if (stored_kv_) {
     kv_queries_ = AlignedBytes(threads * group * cpu::ActRowBytes(kv_types.k, hp.head_dim));
   }
@@ -228,32 +231,42 @@ void CpuAttentionBlock::Forward(int layer, std::span<const CpuRowSpan> spans,
   // its cached rows together.
   const int n_head_kv = hp_.n_head_kv;
   const int group = hp_.n_head / n_head_kv;
-  const int64_t scores_per_thread = static_cast<int64_t>(group) * max_ctx_;
+  const int64_t scores_per_thread = static_cast<int64_t>(group) * (max_ctx_ + 1);
+  const int window = layers_[static_cast<size_t>(layer)].attention_window;
+  const float* sinks = vectors.sinks.empty() ? nullptr : vectors.sinks.data();
   const size_t queries_per_thread = kv_queries_.size() / runner_.pool().size();
   auto attend = [&](int64_t task, int thread) {
     const int t = static_cast<int>(task / n_head_kv);
     const int g = static_cast<int>(task % n_head_kv);
-    const int context = row_pos_[static_cast<size_t>(t)] + 1;
-    const cpu::KvRows k_rows = key_rows(t);
-    const cpu::KvRows v_rows = value_rows(t);
+    // Positions [first, pos]: all of them, or the layer's window.
+    const int pos = row_pos_[static_cast<size_t>(t)];
+    const int first = window > 0 ? std::max(0, pos - window + 1) : 0;
+    const int context = pos + 1 - first;
+    cpu::KvRows k_rows = key_rows(t);
+    cpu::KvRows v_rows = value_rows(t);
+    k_rows.data += first * k_rows.row_stride;
+    v_rows.data += first * v_rows.row_stride;
     float* scores = scores_.floats() + thread * scores_per_thread;
     if (!stored_kv_) {
       cpu::AttentionHeads(q_.floats() + t * q_dim, reinterpret_cast<const float*>(k_rows.data),
                           reinterpret_cast<const float*>(v_rows.data),
                           k_rows.head_stride / static_cast<int64_t>(sizeof(float)), head_dim,
                           context, hp_.n_head, n_head_kv, head_dim, scale, g * group,
-                          (g + 1) * group, scores, attn_out_.floats() + t * q_dim);
+                          (g + 1) * group, scores, attn_out_.floats() + t * q_dim, sinks);
       return;
     }
     const cpu::KvAttendScratch scratch{scores, kv_queries_.data() + thread * queries_per_thread};
     cpu::AttentionHeadsStored(q_.floats() + t * q_dim, k_rows, v_rows, context, hp_.n_head,
                               n_head_kv, head_dim, scale, g * group, (g + 1) * group, scratch,
-                              attn_out_.floats() + t * q_dim);
+                              attn_out_.floats() + t * q_dim, sinks);
   };
   // Cached values the batch reads, to decide whether splitting pays.
   const double attn_start = CpuMatRunner::Now();
   int64_t attn_elems = 0;
-  for (int t = 0; t < n; ++t) attn_elems += (row_pos_[static_cast<size_t>(t)] + 1) * kv_dim;
+  for (int t = 0; t < n; ++t) {
+    const int pos = row_pos_[static_cast<size_t>(t)];
+    attn_elems += (window > 0 ? std::min(pos + 1, window) : pos + 1) * kv_dim;
+  }
   if (attn_elems >= kMinParallelElems) {
     runner_.pool().ParallelFor(static_cast<int64_t>(n) * n_head_kv, attend);
   } else {
@@ -270,6 +283,12 @@ void CpuAttentionBlock::Forward(int layer, std::span<const CpuRowSpan> spans,
   float* sub = batch_.row_scratch();
   jobs[0] = MakeMatJob(w.output, w.output.data, act, n, sub);
   runner_.Run(jobs, 1, CpuPhase::kAttentionProjections);
+  if (!vectors.output_bias.empty()) {
+    for (int t = 0; t < n; ++t) {
+      float* row = sub + t * n_embd;
+      for (int64_t i = 0; i < n_embd; ++i) row[i] += vectors.output_bias[static_cast<size_t>(i)];
+    }
+  }
   float* x = batch_.x();
   for (int64_t i = 0; i < n * n_embd; ++i) x[i] += sub[i];
 }

@@ -3,9 +3,10 @@
 // projections from one prepared input, the q/k norm the model asks for
 // (none, per head, over the whole projection), rope (NEOX or NORM pairs,
 // over the first n_rot dims, some pairs held at position 0 for
-// multi-section rope), the KV cache of the sequence, attention, the
-// sigmoid output gate of a gated layer, and the output projection added
-// into the residual stream.
+// multi-section rope), the KV cache of the sequence, attention (over a
+// sliding window where the layer has one, with attention sinks where it has
+// them), the sigmoid output gate of a gated layer, and the output
+// projection (and its bias) added into the residual stream.
 #pragma once
 
 #include <cstdint>
@@ -55,7 +56,8 @@ class CpuAttentionBlock {
   // (empty where the layer has none).
   struct LayerVectors {
     std::vector<float> attn_norm, q_norm, k_norm;
-    std::vector<float> q_bias, k_bias, v_bias;
+    std::vector<float> q_bias, k_bias, v_bias, output_bias;
+    std::vector<float> sinks;
   };
 
   const ModelHparams& hp_;
@@ -78,7 +80,7 @@ class CpuAttentionBlock {
   AlignedBytes v_;                    // [B][n_head_kv * head_dim]
   AlignedBytes attn_out_;             // [B][n_head * head_dim]
   AlignedBytes rope_cos_, rope_sin_;  // [B][n_rot / 2]
-  AlignedBytes scores_;               // [n_threads][n_head / n_head_kv][max_ctx]
+  AlignedBytes scores_;               // [n_threads][n_head / n_head_kv][max_ctx + 1]
   AlignedBytes kv_queries_;           // [n_threads][n_head / n_head_kv] query rows (stored KV)
   AlignedBytes act_attn_;             // prepared attn_out rows for the output projection
 };

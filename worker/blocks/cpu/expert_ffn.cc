@@ -5,8 +5,22 @@
 
 namespace moetier {
 
+namespace {
+
+// rows[r][i] += bias[i] for `n` rows of `width`; a null bias adds nothing.
+void AddBiasRows(const float* bias, float* rows, int64_t n, int64_t width) {
+  if (bias == nullptr) return;
+  for (int64_t r = 0; r < n; ++r) {
+    float* row = rows + r * width;
+    for (int64_t i = 0; i < width; ++i) row[i] += bias[i];
+  }
+}
+
+}  // namespace
+
 void ComputeExpertGroup(CpuMatRunner& runner, const ExpertLayerShape& shape,
-                        std::span<const ExpertRows> group, int64_t rows, const ExpertGroupIo& io) {
+                        std::span<const ExpertRows> group, int64_t rows, const ExpertGroupIo& io,
+                        ExpertActivation activation) {
   MOETIER_CPU_CHECK(2 * group.size() <= runner.max_jobs(), "expert group too large");
   const int64_t n_embd = shape.gate.cols;
   const int64_t n_ff = shape.gate.rows;
@@ -22,7 +36,11 @@ void ComputeExpertGroup(CpuMatRunner& runner, const ExpertLayerShape& shape,
   }
   runner.Run(jobs, n_jobs, CpuPhase::kExperts);
 
-  runner.SiluMulRows(io.gate_out, io.up_out, rows, n_ff);
+  for (const ExpertRows& e : group) {
+    AddBiasRows(e.gate_bias, io.gate_out + e.row0 * n_ff, e.rows, n_ff);
+    AddBiasRows(e.up_bias, io.up_out + e.row0 * n_ff, e.rows, n_ff);
+  }
+  runner.ActivateRows(activation, io.gate_out, io.up_out, rows, n_ff);
   const uint8_t* down_act = runner.PrepareAct(*io.down_act, io.gate_out, rows, n_ff, shape.down.type);
   const size_t down_row_bytes = cpu::ActRowBytes(shape.down.type, n_ff);
   n_jobs = 0;
@@ -31,6 +49,9 @@ void ComputeExpertGroup(CpuMatRunner& runner, const ExpertLayerShape& shape,
                                 e.rows, io.down_out + e.row0 * n_embd);
   }
   runner.Run(jobs, n_jobs, CpuPhase::kExperts);
+  for (const ExpertRows& e : group) {
+    AddBiasRows(e.down_bias, io.down_out + e.row0 * n_embd, e.rows, n_embd);
+  }
 }
 
 }  // namespace moetier

@@ -171,13 +171,20 @@ const uint8_t* CpuMatRunner::PrepareAct(AlignedBytes& dst_buffer, const float* x
 }
 
 void CpuMatRunner::SiluMulRows(float* gate, const float* up, int64_t rows, int64_t row_len) {
+  ActivateRows(ExpertActivation::kSwiglu, gate, up, rows, row_len);
+}
+
+void CpuMatRunner::ActivateRows(ExpertActivation activation, float* gate, const float* up,
+                                int64_t rows, int64_t row_len) {
+  const auto activate =
+      activation == ExpertActivation::kSwigluOai ? cpu::SwigluOaiMul : cpu::SiluMul;
   if (rows * row_len >= kMinParallelElems) {
     pool_.ParallelForRange(rows, 1, [&](int64_t begin, int64_t end, int) {
-      cpu::SiluMul(gate + begin * row_len, up + begin * row_len, (end - begin) * row_len,
-                   gate + begin * row_len);
+      activate(gate + begin * row_len, up + begin * row_len, (end - begin) * row_len,
+               gate + begin * row_len);
     });
   } else {
-    cpu::SiluMul(gate, up, rows * row_len, gate);
+    activate(gate, up, rows * row_len, gate);
   }
 }
 

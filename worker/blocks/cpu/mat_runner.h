@@ -109,6 +109,10 @@ class CpuMatRunner {
   // gate = silu(gate) * up over `rows` rows of `row_len` values, split
   // over threads by whole rows when there are many values.
   void SiluMulRows(float* gate, const float* up, int64_t rows, int64_t row_len);
+  // The same with the expert activation `activation` (SiluMulRows for
+  // kSwiglu).
+  void ActivateRows(ExpertActivation activation, float* gate, const float* up, int64_t rows,
+                    int64_t row_len);
 
   CpuPhaseSeconds& phase_seconds() { return phase_seconds_; }
   const CpuPhaseSeconds& phase_seconds() const { return phase_seconds_; }

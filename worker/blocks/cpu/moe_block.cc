@@ -29,6 +29,8 @@ CpuMoeBlock::CpuMoeBlock(const ModelHparams& hp, const std::vector<LayerWeights>
   for (const LayerWeights& l : layers) {
     ffn_norm_.push_back(DecodedValues(l.ffn_norm));
     selection_bias_.push_back(DecodedValues(l.moe.selection_bias));
+    biases_.push_back({DecodedValues(l.moe.router_bias), DecodedValues(l.moe.gate_exps_bias),
+                       DecodedValues(l.moe.up_exps_bias), DecodedValues(l.moe.down_exps_bias)});
     shapes_.push_back({ShapeOf(l.moe.gate_exps), ShapeOf(l.moe.up_exps), ShapeOf(l.moe.down_exps)});
   }
   const size_t b = static_cast<size_t>(batch.max_batch());
@@ -193,11 +195,18 @@ absl::Status CpuMoeBlock::Forward(int layer, int n, int pos0) {
     // The group's rows are contiguous: experts ascend, and so do their rows.
     const int64_t s0 = expert_offset_[used_experts_[g0]];
     const int64_t s1 = expert_offset_[used_experts_[g1 - 1] + 1];
+    const LayerBiases& biases = biases_[static_cast<size_t>(layer)];
+    auto bias_of = [](const std::vector<float>& all, int e, int64_t width) {
+      return all.empty() ? nullptr : all.data() + e * width;
+    };
     for (int i = g0; i < g1; ++i) {
       const int e = used_experts_[i];
       expert_rows_[i - g0] = {.mats = expert_mats_[i],
                               .row0 = expert_offset_[e] - s0,
-                              .rows = expert_offset_[e + 1] - expert_offset_[e]};
+                              .rows = expert_offset_[e + 1] - expert_offset_[e],
+                              .gate_bias = bias_of(biases.gate, e, n_ff),
+                              .up_bias = bias_of(biases.up, e, n_ff),
+                              .down_bias = bias_of(biases.down, e, n_embd)};
     }
     const ExpertGroupIo io{.gate_act = gate_act + s0 * gate_row_bytes,
                            .up_act = up_act + s0 * up_row_bytes,
@@ -205,9 +214,10 @@ absl::Status CpuMoeBlock::Forward(int layer, int n, int pos0) {
                            .up_out = up_out_.floats() + s0 * n_ff,
                            .down_act = &act_ff_,
                            .down_out = down_out + s0 * n_embd};
-    ComputeExpertGroup(runner_, shape,
-                       std::span<const ExpertRows>(expert_rows_.data(), static_cast<size_t>(g1 - g0)),
-                       s1 - s0, io);
+    ComputeExpertGroup(
+        runner_, shape,
+        std::span<const ExpertRows>(expert_rows_.data(), static_cast<size_t>(g1 - g0)), s1 - s0, io,
+        hp_.expert_activation);
     if (config_.expert_source != nullptr) config_.expert_source->Release(layer);
   }
 
@@ -249,6 +259,13 @@ void CpuMoeBlock::RouteTokens(int layer, int n) {
   jobs[0] = MakeMatJob(router, router.data, batch_.PrepareInput(n, router.type), n,
                        router_logits_.floats());
   runner_.Run(jobs, 1, CpuPhase::kRouter);
+  if (const std::vector<float>& logit_bias = biases_[static_cast<size_t>(layer)].router;
+      !logit_bias.empty()) {
+    for (int t = 0; t < n; ++t) {
+      float* logits = router_logits_.floats() + t * n_expert;
+      for (int e = 0; e < n_expert; ++e) logits[e] += logit_bias[static_cast<size_t>(e)];
+    }
+  }
   const std::vector<float>& bias = selection_bias_[static_cast<size_t>(layer)];
   for (int t = 0; t < n; ++t) {
     cpu::RouterTopK(router_logits_.floats() + t * n_expert, n_expert, top_k, hp_.router,

@@ -1,10 +1,12 @@
 // The feed-forward block on the CPU, for every FfnKind: the router
-// (base/router_params.h: softmax or sigmoid, a selection bias, renormalized
-// and scaled as the model says), the routing hooks (trace
+// (base/router_params.h: softmax, sigmoid or a softmax of the chosen, a
+// bias on the logits, a selection bias, renormalized and scaled as the
+// model says), the routing hooks (trace
 // recording and replay), grouping the batch's tokens by expert, acquiring
 // the used experts from the expert source (the mapping, the daemon's
 // store, or an expert cache in front of either) in groups it can hold,
-// their SwiGLU over exactly their rows, the weighted sum into the residual
+// their SwiGLU (with biases and the model's activation) over exactly their
+// rows, the weighted sum into the residual
 // stream, the shared expert (gated by a sigmoid where it has a gate) where
 // the layer has one (FfnKind::kMoeWithSharedExpert), the dense SwiGLU of a
 // layer without experts (FfnKind::kDense), and the next layer's predicted
@@ -72,6 +74,12 @@ class CpuMoeBlock {
   CpuMatRunner& runner_;
   std::vector<std::vector<float>> ffn_norm_;  // decoded to f32 once, per layer
   std::vector<std::vector<float>> selection_bias_;  // per layer; empty: none
+  // Per layer, decoded once (gpt-oss; empty: none): the router's bias, and
+  // every expert's gate, up and down biases, expert after expert.
+  struct LayerBiases {
+    std::vector<float> router, gate, up, down;
+  };
+  std::vector<LayerBiases> biases_;
   std::vector<ExpertLayerShape> shapes_;      // per layer
 
   // B = max_batch, K = n_expert_used.

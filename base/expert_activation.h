@@ -1,0 +1,32 @@
+// The activation between an expert's gate/up products and its down product,
+// one formula the reference, the CPU kernels and the CUDA kernels share:
+//
+//   kSwiglu     silu(g) * u (every architecture but gpt-oss);
+//   kSwigluOai  gpt-oss's clamped variant (llama.cpp's ggml_swiglu_oai with
+//               the alpha and limit its graph hard-codes):
+//               g' = min(g, 7), u' = clamp(u, -7, 7),
+//               g' * sigmoid(1.702 g') * (u' + 1).
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "base/host_device.h"
+
+namespace moetier {
+
+enum class ExpertActivation : uint8_t {
+  kSwiglu,
+  kSwigluOai,
+};
+
+inline constexpr float kSwigluOaiAlpha = 1.702f;
+inline constexpr float kSwigluOaiLimit = 7.0f;
+
+MOETIER_HOST_DEVICE inline float SwigluOai(float gate, float up) {
+  const float g = fminf(gate, kSwigluOaiLimit);
+  const float u = fminf(fmaxf(up, -kSwigluOaiLimit), kSwigluOaiLimit);
+  return g / (1.0f + expf(-kSwigluOaiAlpha * g)) * (u + 1.0f);
+}
+
+}  // namespace moetier
