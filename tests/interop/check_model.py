@@ -15,7 +15,8 @@ import pathlib
 import subprocess
 import sys
 
-TYPE_IDS = {"F32": 0, "F16": 1, "Q4_0": 2, "Q8_0": 8, "Q4_K": 12, "Q5_K": 13, "Q6_K": 14, "BF16": 30}
+TYPE_IDS = {"F32": 0, "F16": 1, "Q4_0": 2, "Q8_0": 8, "Q4_K": 12, "Q5_K": 13, "Q6_K": 14, "BF16": 30,
+            "MXFP4": 39}
 
 
 def sha256_of_range(path, offset, size):

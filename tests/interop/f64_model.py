@@ -26,6 +26,12 @@ Supported architectures (general.architecture):
              expert_shared_feed_forward_length > 0; the layers past the dense
              ones that the step skips run what llama.cpp's graph runs there
              (its loader gives them expert tensors only): silu of the FFN input
+  gpt-oss    q/k/v and output biases, NEOX rope with YaRN over the whole head, a
+             learned sink per head in every softmax, a window of the last
+             attention.sliding_window positions on the layers the sliding window
+             pattern names (period 2 from layer 0 unless the file says otherwise);
+             router logits with a bias -> top-k of the raw logits -> softmax over
+             those k; experts with biases and the clamped SwiGLU (swiglu_oai)
 
 Everything is computed in float64 with no activation quantization; the Gated
 DeltaNet recurrence runs token by token. Hyperparameters come from the file's
@@ -39,8 +45,13 @@ from dequant import dequantize
 from gguf_file import GGUFError
 
 SUPPORTED_ARCHS = ("qwen3moe", "olmoe", "llama", "qwen35moe", "qwen3next", "qwen2moe",
-                   "qwen3vlmoe", "glm4moe", "ernie4_5-moe")
+                   "qwen3vlmoe", "glm4moe", "ernie4_5-moe", "gpt-oss")
 HYBRID_ARCHS = ("qwen35moe", "qwen3next")
+# llama.cpp's expert_gating_func values, and its SOFTMAX_WEIGHT (gpt-oss's
+# router, which no file names): top-k of the raw logits, softmax over those.
+GATING_SOFTMAX, GATING_SIGMOID, GATING_SOFTMAX_WEIGHT = 1, 2, 3
+# swiglu_oai's constants in llama.cpp's gpt-oss graph.
+OAI_SWIGLU_ALPHA, OAI_SWIGLU_LIMIT = 1.702, 7.0
 
 
 class ModelError(Exception):
@@ -161,20 +172,42 @@ def imrope_pair_positions(positions, n_rot, sections):
     return np.where(use_p[None, :], p, 0.0)
 
 
-def causal_attention(q, k, v, scale):
-    """q: (T, H, D), k/v: (T, H_kv, Dv). Query head h uses kv head h // (H / H_kv)."""
+def swiglu_oai(gate, up):
+    """gpt-oss's expert activation: the gate clamped above, the up projection
+    on both sides, g * sigmoid(alpha g) * (u + 1)."""
+    g = np.minimum(gate, OAI_SWIGLU_LIMIT)
+    u = np.clip(up, -OAI_SWIGLU_LIMIT, OAI_SWIGLU_LIMIT)
+    return g * sigmoid(OAI_SWIGLU_ALPHA * g) * (u + 1.0)
+
+
+def causal_attention(q, k, v, scale, sinks=None, window=None):
+    """q: (T, H, D), k/v: (T, H_kv, Dv). Query head h uses kv head h // (H / H_kv).
+
+    sinks (H,), if given, are logits of one more key per head that has no
+    value: they take their share of every softmax (llama.cpp's attention
+    sinks). window, if given, masks a key window or more positions before its
+    query (llama.cpp's standard sliding window)."""
     T, n_head, _ = q.shape
     n_head_kv = k.shape[1]
     if n_head % n_head_kv:
         raise ModelError(f"head_count {n_head} is not a multiple of head_count_kv {n_head_kv}")
     group = n_head // n_head_kv
-    mask = np.triu(np.ones((T, T), dtype=bool), k=1)
+    distance = np.arange(T)[:, None] - np.arange(T)[None, :]  # query minus key position
+    mask = distance < 0
+    if window is not None:
+        mask |= distance >= window
     out = np.empty((T, n_head, v.shape[2]))
     for h in range(n_head):
         kv = h // group
         scores = (q[:, h, :] @ k[:, kv, :].T) * scale
         scores[mask] = -np.inf
-        out[:, h, :] = softmax(scores, axis=-1) @ v[:, kv, :]
+        if sinks is None:
+            probs = softmax(scores, axis=-1)
+        else:
+            top = np.maximum(np.max(scores, axis=-1, keepdims=True), sinks[h])
+            e = np.exp(scores - top)
+            probs = e / (np.sum(e, axis=-1, keepdims=True) + np.exp(sinks[h] - top))
+        out[:, h, :] = probs @ v[:, kv, :]
     return out
 
 
@@ -200,14 +233,20 @@ class Model:
         self.n_expert = int(self._key("expert_count", 0))
         self.n_expert_used = int(self._key("expert_used_count", 0))
         ernie = a == "ernie4_5-moe"
-        # llama.cpp's ernie4_5-moe never reads expert_weights_scale or
-        # expert_gating_func: softmax, renormalized, unscaled.
-        self.expert_weights_scale = 0.0 if ernie else float(self._key("expert_weights_scale", 0.0))
-        # llama.cpp's expert_gating_func: 1 softmax, 2 sigmoid; glm4moe
-        # files without the key (or with 0) route by sigmoid.
-        self.gating = 1 if ernie else (int(self._key("expert_gating_func", 0)) or
-                                       (2 if a == "glm4moe" else 1))
-        if self.gating not in (1, 2):
+        gpt_oss = a == "gpt-oss"
+        # llama.cpp's ernie4_5-moe and gpt-oss never read expert_weights_scale
+        # or expert_gating_func: ernie routes by softmax, renormalized,
+        # unscaled; gpt-oss by its own SOFTMAX_WEIGHT, unscaled.
+        self.expert_weights_scale = (0.0 if ernie or gpt_oss
+                                     else float(self._key("expert_weights_scale", 0.0)))
+        # glm4moe files without expert_gating_func (or with 0) route by sigmoid.
+        if gpt_oss:
+            self.gating = GATING_SOFTMAX_WEIGHT
+        else:
+            self.gating = GATING_SOFTMAX if ernie else (
+                int(self._key("expert_gating_func", 0)) or
+                (GATING_SIGMOID if a == "glm4moe" else GATING_SOFTMAX))
+        if self.gating not in (GATING_SOFTMAX, GATING_SIGMOID, GATING_SOFTMAX_WEIGHT):
             raise ModelError(f"{a}: unsupported expert_gating_func {self.gating}")
         if a == "glm4moe":
             self.renormalize = bool(self._key("expert_weights_norm", False))
@@ -235,6 +274,10 @@ class Model:
                 self.recurrent = [(i + 1) % self.interval != 0 for i in range(self.n_layer)]
         else:
             self.recurrent = [False] * self.n_layer
+        self.sliding_window, self.swa = None, [False] * self.n_layer
+        if gpt_oss:
+            self.sliding_window = int(self._req("attention.sliding_window"))
+            self.swa = self._swa_layers(self._key("attention.sliding_window_pattern", 2))
         self.n_vocab = self.w("token_embd.weight").shape[0]
 
     # metadata
@@ -246,6 +289,17 @@ class Model:
         if v is None:
             raise ModelError(f"{self.arch}: missing metadata key {self.arch}.{name}")
         return v
+
+    def _swa_layers(self, pattern):
+        """llama.cpp's sliding window layers: a list of flags per layer, or a
+        period n whose last layer of every n attends fully (0: all slide)."""
+        if isinstance(pattern, list):
+            if len(pattern) < self.n_layer:
+                raise ModelError(f"{self.arch}: attention.sliding_window_pattern has "
+                                 f"{len(pattern)} entries for {self.n_layer} layers")
+            return [bool(pattern[i]) for i in range(self.n_layer)]
+        n = int(pattern)
+        return [n == 0 or i % n < n - 1 for i in range(self.n_layer)]
 
     def _per_layer(self, name, il, default=None):
         v = self._key(name, default)
@@ -301,8 +355,8 @@ class Model:
                 x = x + self.gated_attention(il, h, positions)
             else:
                 x = x + self.attention(il, h, positions)
-            norm = ("post_attention_norm.weight" if self.arch in HYBRID_ARCHS + ("glm4moe",)
-                    else "ffn_norm.weight")
+            norm = ("post_attention_norm.weight"
+                    if self.arch in HYBRID_ARCHS + ("glm4moe", "gpt-oss") else "ffn_norm.weight")
             h = rms_norm(x, self.w(p + norm), self.eps)
             x = x + self.ffn(il, h)
         x = rms_norm(x, self.w("output_norm.weight"), self.eps)
@@ -317,14 +371,14 @@ class Model:
         n_rot = int(self._key("rope.dimension_count", head_dim))
         if n_rot % 2 or n_rot > head_dim:
             raise ModelError(f"{self.arch}: rope.dimension_count {n_rot} does not fit head_dim {head_dim}")
-        if self.arch == "ernie4_5-moe" and n_rot != head_dim:
+        if self.arch in ("ernie4_5-moe", "gpt-oss") and n_rot != head_dim:
             raise ModelError(f"{self.arch}: rope.dimension_count {n_rot} is not head_dim "
                              f"{head_dim} (llama.cpp rotates the whole head)")
         return n_head, n_head_kv, head_dim, v_dim, n_rot
 
     def attention(self, il, h, positions):
-        """Softmax attention of qwen3moe, qwen3vlmoe, qwen2moe, glm4moe, ernie4_5-moe, olmoe and
-        llama."""
+        """Softmax attention of qwen3moe, qwen3vlmoe, qwen2moe, glm4moe, ernie4_5-moe, olmoe,
+        llama and gpt-oss."""
         p = f"blk.{il}."
         T = h.shape[0]
         n_head, n_head_kv, hd, vd, n_rot = self._heads(il)
@@ -346,13 +400,20 @@ class Model:
             # Per head, after the biases (GLM-4.5 has these norms, GLM-4.5-Air not).
             q = rms_norm(q, self.w(p + "attn_q_norm.weight"), self.eps)
             k = rms_norm(k, self.w(p + "attn_k_norm.weight"), self.eps)
-        freq, magnitude = self.rope_scaling.frequencies(n_rot, self.rope_base,
-                                                        self.rope_freq_factors())
+        base = self.rope_base
+        if self.swa[il]:
+            base = float(self._key("rope.freq_base_swa", self.rope_base))
+        freq, magnitude = self.rope_scaling.frequencies(n_rot, base, self.rope_freq_factors())
         pair_pos = (imrope_pair_positions(positions, n_rot, self.sections)
                     if self.arch == "qwen3vlmoe" else None)
         q = rope(q, positions, n_rot, freq, magnitude, self.neox, pair_pos)
         k = rope(k, positions, n_rot, freq, magnitude, self.neox, pair_pos)
-        a = causal_attention(q, k, v, 1.0 / math.sqrt(hd))
+        sinks = None
+        if self.arch == "gpt-oss":
+            self._expect_shape(p + "attn_sinks.weight", (n_head,))
+            sinks = self.w(p + "attn_sinks.weight")
+        a = causal_attention(q, k, v, 1.0 / math.sqrt(hd), sinks,
+                             self.sliding_window if self.swa[il] else None)
         return self.linear(a.reshape(T, n_head * vd), p + "attn_output.weight", p + "attn_output.bias")
 
     def gated_attention(self, il, h, positions):
@@ -456,6 +517,8 @@ class Model:
     def _expert_width(self, il):
         if self.arch in ("olmoe", "llama"):
             return self._per_layer("feed_forward_length", il)
+        if self.arch == "gpt-oss":  # llama.cpp requires the key
+            return self._per_layer("expert_feed_forward_length", il)
         if self._key("expert_feed_forward_length") is not None:
             return self._per_layer("expert_feed_forward_length", il)
         return self._per_layer("feed_forward_length", il) // max(self.n_expert_used, 1)
@@ -469,6 +532,21 @@ class Model:
             self._expect_shape(p + "ffn_down.weight", (self.n_embd, n_ff))
         return self.linear(silu(self.linear(h, p + "ffn_gate.weight")) * self.linear(h, p + "ffn_up.weight"),
                            p + "ffn_down.weight")
+
+    def _expert_fn(self, p, gate_w, up_w, down_w, n_ff):
+        """expert(e, x): routed expert e of the layer on one token. gpt-oss's
+        experts add biases to gate, up and down and run swiglu_oai; the
+        others are plain SwiGLU."""
+        if self.arch != "gpt-oss":
+            return lambda e, x: down_w[e] @ (silu(gate_w[e] @ x) * (up_w[e] @ x))
+        self._expect_shape(p + "ffn_gate_exps.bias", (self.n_expert, n_ff))
+        self._expect_shape(p + "ffn_up_exps.bias", (self.n_expert, n_ff))
+        self._expect_shape(p + "ffn_down_exps.bias", (self.n_expert, self.n_embd))
+        gate_b = self.w(p + "ffn_gate_exps.bias")
+        up_b = self.w(p + "ffn_up_exps.bias")
+        down_b = self.w(p + "ffn_down_exps.bias")
+        return lambda e, x: down_w[e] @ swiglu_oai(gate_w[e] @ x + gate_b[e],
+                                                   up_w[e] @ x + up_b[e]) + down_b[e]
 
     def ffn(self, il, h):
         p = f"blk.{il}."
@@ -493,8 +571,14 @@ class Model:
         gate_w = self.w(p + "ffn_gate_exps.weight")
         up_w = self.w(p + "ffn_up_exps.weight")
         down_w = self.w(p + "ffn_down_exps.weight")
+        expert = self._expert_fn(p, gate_w, up_w, down_w, n_ff)
         router_logits = self.linear(h, p + "ffn_gate_inp.weight", p + "ffn_gate_inp.bias")
-        probs = sigmoid(router_logits) if self.gating == 2 else softmax(router_logits, axis=-1)
+        if self.gating == GATING_SIGMOID:
+            probs = sigmoid(router_logits)
+        elif self.gating == GATING_SOFTMAX_WEIGHT:
+            probs = router_logits  # the softmax comes after the top-k
+        else:
+            probs = softmax(router_logits, axis=-1)
         # glm4moe: the selection bias picks the experts, the unbiased
         # probabilities weigh them.
         selection = probs
@@ -509,13 +593,14 @@ class Model:
         for t in range(h.shape[0]):
             top = np.argsort(-selection[t], kind="stable")[:self.n_expert_used]
             weights = probs[t, top]
+            if self.gating == GATING_SOFTMAX_WEIGHT:
+                weights = softmax(weights)
             if self.renormalize:
                 weights = weights / max(weights.sum(), 6.103515625e-5)
             if self.expert_weights_scale and self.expert_weights_scale != 1.0:
                 weights = weights * self.expert_weights_scale
             for e, wgt in zip(top, weights):
-                act = silu(gate_w[e] @ h[t]) * (up_w[e] @ h[t])
-                out[t] += wgt * (down_w[e] @ act)
+                out[t] += wgt * expert(e, h[t])
         # ernie4_5-moe: llama.cpp runs the shared expert when its width is set.
         shared_width = (int(self._key("expert_shared_feed_forward_length", 0))
                         if self.arch == "ernie4_5-moe" else None)

@@ -8,7 +8,7 @@ written as raw little-endian float32, one row of n_vocab values per position
 library and numpy, and no code of the C++ project.
 
 Architectures: qwen3moe, olmoe, llama (with experts, e.g. Mixtral), qwen35moe, qwen3next,
-qwen2moe, qwen3vlmoe (text), glm4moe, ernie4_5-moe.
+qwen2moe, qwen3vlmoe (text), glm4moe, ernie4_5-moe, gpt-oss.
 Tensor types: F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, MXFP4, Q2_K,
 Q3_K, Q4_K, Q5_K, Q6_K, IQ4_XS.
 

@@ -19,6 +19,7 @@ const BLOCK = new Map([
   [12, [256, 144]], // Q4_K
   [13, [256, 176]], // Q5_K
   [14, [256, 210]], // Q6_K
+  [39, [32, 17]],   // MXFP4
 ]);
 
 // The parser adds these header fields to its metadata object.

@@ -18,9 +18,13 @@ std::string ArchName(SynthArch arch) { return std::string(SynthArchName(arch)); 
 std::string QuantName(SynthQuant quant) { return std::string(SynthQuantName(quant)); }
 
 std::vector<SynthQuant> QuantsOf(SynthArch arch) {
-  std::vector<SynthQuant> quants = {SynthQuant::kF32, SynthQuant::kQ8_0, SynthQuant::kQ4_K_M};
+  std::vector<SynthQuant> quants = {SynthQuant::kF32, SynthQuant::kQ8_0, LowBitQuantOf(arch)};
   if (IsSynthDeltaNetHybrid(arch)) quants.push_back(SynthQuant::kQ8_0F32);
   return quants;
+}
+
+SynthQuant LowBitQuantOf(SynthArch arch) {
+  return arch == SynthArch::kGptOss ? SynthQuant::kMxfp4 : SynthQuant::kQ4_K_M;
 }
 
 bool IsFullAttention(const SynthShape& s, int64_t layer) {
@@ -142,6 +146,27 @@ std::vector<ExpectedTensor> ExpectedTensors(const SynthShape& s) {
           add("ffn_down_shexp.weight", {s.n_ff_shexp, s.n_embd});
         }
         continue;
+      case SynthArch::kGptOss:
+        add("attn_norm.weight", {s.n_embd});
+        add("attn_q.weight", {s.n_embd, q});
+        add("attn_k.weight", {s.n_embd, kv});
+        add("attn_v.weight", {s.n_embd, kv});
+        add("attn_output.weight", {q, s.n_embd});
+        add("attn_q.bias", {q});
+        add("attn_k.bias", {kv});
+        add("attn_v.bias", {kv});
+        add("attn_output.bias", {s.n_embd});
+        add("attn_sinks.weight", {s.n_head});
+        add("post_attention_norm.weight", {s.n_embd});
+        add("ffn_gate_inp.weight", {s.n_embd, s.n_expert});
+        add("ffn_gate_inp.bias", {s.n_expert});
+        add("ffn_gate_exps.weight", {s.n_embd, s.n_ff_exp, s.n_expert});
+        add("ffn_gate_exps.bias", {s.n_ff_exp, s.n_expert});
+        add("ffn_up_exps.weight", {s.n_embd, s.n_ff_exp, s.n_expert});
+        add("ffn_up_exps.bias", {s.n_ff_exp, s.n_expert});
+        add("ffn_down_exps.weight", {s.n_ff_exp, s.n_embd, s.n_expert});
+        add("ffn_down_exps.bias", {s.n_embd, s.n_expert});
+        continue;
       case SynthArch::kQwen35Moe:
       case SynthArch::kQwen3Next: {
         add("attn_norm.weight", {s.n_embd});
@@ -223,6 +248,10 @@ TensorType ExpectedType(const SynthShape& s, SynthQuant quant, const ExpectedTen
   const int64_t ne0 = t.ne[0];
   if (unquantized || quant == SynthQuant::kF32) return TensorType::kF32;
   if (quant == SynthQuant::kQ8_0) return Fit(TensorType::kQ8_0, ne0);
+  if (quant == SynthQuant::kMxfp4) {
+    // OpenAI's release: the experts MXFP4, every other matrix Q8_0.
+    return Fit(absl::StrContains(n, "_exps.weight") ? TensorType::kMXFP4 : TensorType::kQ8_0, ne0);
+  }
   if (quant == SynthQuant::kQ8_0F32) {
     if (absl::StrContains(n, "ssm_alpha") || absl::StrContains(n, "ssm_beta") ||
         absl::StrContains(n, "ssm_ba")) {
@@ -293,9 +322,10 @@ std::vector<ExpectedKey> ExpectedKeys(const SynthShape& s, SynthQuant quant) {
   std::vector<ExpectedKey> k = {
       {"general.architecture", GgufValue::String(a)},
       {"general.type", GgufValue::String("model")},
-      {"general.file_type", u32(quant == SynthQuant::kF32    ? 0
-                                : quant == SynthQuant::kQ8_0 ? 7
-                                                             : 15)},
+      {"general.file_type", u32(quant == SynthQuant::kF32     ? 0
+                                : quant == SynthQuant::kQ8_0  ? 7
+                                : quant == SynthQuant::kMxfp4 ? 38
+                                                              : 15)},
       {"general.quantization_version", u32(2)},
       {a + ".block_count", u32(s.n_layer + s.n_nextn_layer)},
       {a + ".context_length", u32(s.n_ctx)},
@@ -313,9 +343,12 @@ std::vector<ExpectedKey> ExpectedKeys(const SynthShape& s, SynthQuant quant) {
       {a + ".attention.layer_norm_rms_epsilon", GgufValue::Float32(s.rms_eps)},
       {a + ".expert_count", u32(s.n_expert)},
       {a + ".expert_used_count", u32(s.n_expert_used)},
-      {"tokenizer.ggml.add_bos_token",
-       GgufValue::Bool(s.arch == SynthArch::kLlama || s.arch == SynthArch::kErnie45Moe)},
   };
+  // gpt-oss's tokenizer config has no add_bos_token, so its files have no key.
+  if (s.arch != SynthArch::kGptOss) {
+    k.push_back({"tokenizer.ggml.add_bos_token",
+                 GgufValue::Bool(s.arch == SynthArch::kLlama || s.arch == SynthArch::kErnie45Moe)});
+  }
   const bool head_dim_implied = s.head_dim * s.n_head == s.n_embd;
   switch (s.arch) {
     case SynthArch::kQwen3Moe:
@@ -377,6 +410,22 @@ std::vector<ExpectedKey> ExpectedKeys(const SynthShape& s, SynthQuant quant) {
       k.push_back({"tokenizer.ggml.unknown_token_id", u32(0)});
       k.push_back({"tokenizer.ggml.add_eos_token", GgufValue::Bool(false)});
       break;
+    case SynthArch::kGptOss:
+      // The converter's (GptOssModel): the head size always (heads are not
+      // embd / heads wide), the window, the experts' width, and YaRN with
+      // the betas of the HF config.
+      k.push_back({a + ".attention.key_length", u32(s.head_dim)});
+      k.push_back({a + ".attention.value_length", u32(s.head_dim)});
+      k.push_back({a + ".attention.sliding_window", u32(s.sliding_window)});
+      k.push_back({a + ".expert_feed_forward_length", u32(s.n_ff_exp)});
+      k.push_back({a + ".rope.scaling.type", GgufValue::String(s.rope_scaling_type)});
+      k.push_back({a + ".rope.scaling.factor", GgufValue::Float32(s.rope_scaling_factor)});
+      k.push_back({a + ".rope.scaling.original_context_length", u32(s.rope_scaling_original_ctx)});
+      k.push_back({a + ".rope.scaling.yarn_beta_fast", GgufValue::Float32(32.0f)});
+      k.push_back({a + ".rope.scaling.yarn_beta_slow", GgufValue::Float32(1.0f)});
+      k.push_back({"tokenizer.ggml.model", GgufValue::String("gpt2")});
+      k.push_back({"tokenizer.ggml.pre", GgufValue::String("gpt-4o")});
+      break;
     case SynthArch::kQwen35Moe:
     case SynthArch::kQwen3Next:
       k.push_back({a + ".attention.key_length", u32(s.head_dim)});
@@ -400,7 +449,8 @@ std::vector<ExpectedKey> ExpectedKeys(const SynthShape& s, SynthQuant quant) {
                    GgufValue::String(s.arch == SynthArch::kQwen35Moe ? "qwen35" : "qwen2")});
       break;
   }
-  if (!head_dim_implied && !IsSynthDeltaNetHybrid(s.arch) && s.arch != SynthArch::kGlm4Moe) {
+  if (!head_dim_implied && !IsSynthDeltaNetHybrid(s.arch) && s.arch != SynthArch::kGlm4Moe &&
+      s.arch != SynthArch::kGptOss) {
     k.push_back({a + ".attention.key_length", u32(s.head_dim)});
     k.push_back({a + ".attention.value_length", u32(s.head_dim)});
   }
@@ -443,7 +493,7 @@ void CheckMetadata(const GgufMetadata& md, const SynthShape& s, SynthQuant quant
   EXPECT_EQ(md.Has("tokenizer.ggml.bos_token_id"),
             s.arch == SynthArch::kLlama || s.arch == SynthArch::kQwen3Next ||
                 s.arch == SynthArch::kQwen2Moe || s.arch == SynthArch::kGlm4Moe ||
-                s.arch == SynthArch::kErnie45Moe)
+                s.arch == SynthArch::kErnie45Moe || s.arch == SynthArch::kGptOss)
       << "olmoe and qwen35moe files have no bos key";
 
   const absl::StatusOr<std::vector<std::string>> tokens =
@@ -454,7 +504,8 @@ void CheckMetadata(const GgufMetadata& md, const SynthShape& s, SynthQuant quant
   ASSERT_TRUE(types.ok()) << types.status();
   EXPECT_EQ((*types)->element_type, GgufValueType::kInt32);
   EXPECT_EQ((*types)->size(), tokens->size());
-  ASSERT_TRUE(md.GetString("tokenizer.chat_template").ok());
+  // gpt-oss's harmony template is not written.
+  EXPECT_EQ(md.GetString("tokenizer.chat_template").ok(), s.arch != SynthArch::kGptOss);
 
   switch (s.arch) {
     case SynthArch::kQwen3Moe:
@@ -496,6 +547,12 @@ void CheckMetadata(const GgufMetadata& md, const SynthShape& s, SynthQuant quant
       EXPECT_EQ((*tokens)[md.GetUintOr("tokenizer.ggml.bos_token_id", 0)], "<|endoftext|>");
       EXPECT_TRUE(md.Has("tokenizer.ggml.merges"));
       EXPECT_THAT(md.GetStringOr("tokenizer.chat_template", ""), HasSubstr("<|im_start|>"));
+      break;
+    case SynthArch::kGptOss:
+      EXPECT_EQ((*tokens)[md.GetUintOr("tokenizer.ggml.eos_token_id", 0)], "<|return|>");
+      EXPECT_EQ((*tokens)[md.GetUintOr("tokenizer.ggml.padding_token_id", 0)], "<|endoftext|>");
+      EXPECT_EQ((*tokens)[md.GetUintOr("tokenizer.ggml.bos_token_id", 0)], "<|startoftext|>");
+      EXPECT_TRUE(md.Has("tokenizer.ggml.merges"));
       break;
   }
 }

@@ -17,13 +17,15 @@
 namespace moetier::synth_arch_expected {
 
 inline constexpr SynthArch kNewArchs[] = {
-    SynthArch::kOlmoe,    SynthArch::kLlama,   SynthArch::kQwen35Moe, SynthArch::kQwen3Next,
-    SynthArch::kQwen2Moe, SynthArch::kGlm4Moe, SynthArch::kErnie45Moe};
+    SynthArch::kOlmoe,    SynthArch::kLlama,   SynthArch::kQwen35Moe,  SynthArch::kQwen3Next,
+    SynthArch::kQwen2Moe, SynthArch::kGlm4Moe, SynthArch::kErnie45Moe, SynthArch::kGptOss};
 
 std::string ArchName(SynthArch arch);
 std::string QuantName(SynthQuant quant);
 // The mixes `arch` supports.
 std::vector<SynthQuant> QuantsOf(SynthArch arch);
+// The mix of `arch` that quantizes most: q4_k_m, or gpt-oss's mxfp4.
+SynthQuant LowBitQuantOf(SynthArch arch);
 bool IsFullAttention(const SynthShape& s, int64_t layer);
 
 struct ExpectedTensor {

@@ -282,10 +282,12 @@ TEST(SynthArchPresetTest, ValidationNamesTheFlag) {
   EXPECT_THAT(std::string(ValidateSynthShape(s).message()), HasSubstr("--vocab"));
 
   for (const SynthArch arch : kAllSynthArchs) {
-    for (const SynthQuant quant :
-         {SynthQuant::kF32, SynthQuant::kQ8_0, SynthQuant::kQ4_K_M, SynthQuant::kQ8_0F32}) {
-      const bool supported = quant != SynthQuant::kQ8_0F32 || IsSynthDeltaNetHybrid(arch);
-      EXPECT_EQ(ValidateSynthQuant(arch, quant).ok(), supported) << ArchName(arch) << " " << QuantName(quant);
+    const std::vector<SynthQuant> supported = QuantsOf(arch);
+    for (const SynthQuant quant : {SynthQuant::kF32, SynthQuant::kQ8_0, SynthQuant::kQ4_K_M,
+                                   SynthQuant::kQ8_0F32, SynthQuant::kMxfp4}) {
+      EXPECT_EQ(ValidateSynthQuant(arch, quant).ok(),
+                std::find(supported.begin(), supported.end(), quant) != supported.end())
+          << ArchName(arch) << " " << QuantName(quant);
     }
   }
   EXPECT_EQ(ParseSynthArch("olmoe").value(), SynthArch::kOlmoe);
@@ -514,12 +516,13 @@ TEST_F(SynthArchFilesTest, Qwen3VlMoeIsQwen3MoeWithRopeSections) {
 TEST_F(SynthArchFilesTest, SameOptionsSameBytesRegardlessOfThreadsAndChunks) {
   for (const SynthArch arch : kNewArchs) {
     const std::string a = ArchName(arch);
-    SynthOptions one = Options(arch, "tiny", SynthQuant::kQ4_K_M, 7, Path(a + "_det1.gguf"));
+    const SynthQuant quant = LowBitQuantOf(arch);
+    SynthOptions one = Options(arch, "tiny", quant, 7, Path(a + "_det1.gguf"));
     one.threads = 1;
-    SynthOptions three = Options(arch, "tiny", SynthQuant::kQ4_K_M, 7, Path(a + "_det3.gguf"));
+    SynthOptions three = Options(arch, "tiny", quant, 7, Path(a + "_det3.gguf"));
     three.threads = 3;
     three.chunk_elems = 1000;
-    SynthOptions other_seed = Options(arch, "tiny", SynthQuant::kQ4_K_M, 8, Path(a + "_det_seed.gguf"));
+    SynthOptions other_seed = Options(arch, "tiny", quant, 8, Path(a + "_det_seed.gguf"));
     WriteOrDie(one);
     WriteOrDie(three);
     WriteOrDie(other_seed);
@@ -590,6 +593,7 @@ TEST_F(SynthArchFilesTest, WeightsHaveThePlannedDistributions) {
         if (info->type == TensorType::kQ6_K) bound = 0.05;
         if (info->type == TensorType::kQ5_K) bound = 0.08;
         if (info->type == TensorType::kQ4_K || info->type == TensorType::kQ4_0) bound = 0.15;
+        if (info->type == TensorType::kMXFP4) bound = 0.25;  // a power-of-two scale per 32
         EXPECT_LT(rms_err, bound * t.stddev)
             << a << " " << QuantName(quant) << " " << t.name << " (" << TensorTypeName(info->type) << ")";
         EXPECT_NEAR(StdDev(got), t.stddev, 0.1 * t.stddev) << t.name;
@@ -947,7 +951,7 @@ TEST(SynthArchInteropTest, IndependentParserAgrees) {
   }
   const fs::path dir = MakeTempDir("arch_interop");
   std::vector<std::pair<SynthArch, SynthQuant>> cases;
-  for (const SynthArch arch : kNewArchs) cases.emplace_back(arch, SynthQuant::kQ4_K_M);
+  for (const SynthArch arch : kNewArchs) cases.emplace_back(arch, LowBitQuantOf(arch));
   cases.emplace_back(SynthArch::kQwen35Moe, SynthQuant::kQ8_0F32);
   for (const auto& [arch, quant] : cases) {
     const fs::path path = dir / absl::StrCat(ArchName(arch), "_", QuantName(quant), ".gguf");

@@ -242,6 +242,9 @@ BpeVocabulary TrainByteLevelBpe(std::string_view corpus, int max_merges, BpeWord
     case BpeWordSplit::kGpt2:
       pieces = PreTokenizeGpt2(corpus);
       break;
+    case BpeWordSplit::kGpt4o:
+      pieces = PreTokenize(PreTokenizer::kGpt4o, corpus);
+      break;
   }
   std::vector<std::string> byte_tokens;
   byte_tokens.reserve(256);

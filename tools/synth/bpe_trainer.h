@@ -16,6 +16,7 @@ enum class BpeWordSplit {
   kQwen2,   // tokenizer.ggml.pre "qwen2" (Qwen2, Qwen3)
   kQwen35,  // "qwen35": letter runs also absorb combining marks
   kGpt2,    // GPT-2's pattern, which llama.cpp's "olmo" pre-tokenizer uses
+  kGpt4o,   // "gpt-4o": tiktoken's o200k pattern (gpt-oss)
 };
 
 struct BpeVocabulary {

@@ -32,6 +32,8 @@ const SynthArchitecture& SynthArchitectureFor(SynthArch arch) {
       return Glm4MoeArchitecture();
     case SynthArch::kErnie45Moe:
       return Ernie45MoeArchitecture();
+    case SynthArch::kGptOss:
+      return GptOssArchitecture();
   }
   std::abort();
 }

@@ -28,7 +28,7 @@ class SynthArchitecture {
   virtual SynthArch arch() const = 0;
   // general.architecture, also the prefix of the model's own keys.
   std::string_view name() const { return SynthArchName(arch()); }
-  // "tiny", "small" or "full".
+  // "tiny", "small" or "full" (gpt-oss also "full-120b").
   virtual absl::StatusOr<SynthShape> Preset(std::string_view preset) const = 0;
   // Checks beyond the common ones of ValidateSynthShape.
   virtual absl::Status Validate(const SynthShape& shape) const = 0;
@@ -52,6 +52,7 @@ const SynthArchitecture& Qwen2MoeArchitecture();
 const SynthArchitecture& Qwen3VlMoeArchitecture();
 const SynthArchitecture& Glm4MoeArchitecture();
 const SynthArchitecture& Ernie45MoeArchitecture();
+const SynthArchitecture& GptOssArchitecture();
 
 // ---------------------------------------------------------------- shared parts
 

@@ -1,6 +1,7 @@
 #include "synth/synth_deltanet_hybrid.h"
 
 #include <cmath>
+#include <cstdlib>
 
 #include "absl/strings/str_cat.h"
 
@@ -137,6 +138,8 @@ TensorType SynthDeltaNetHybridType(const SynthShape& s, SynthQuant quant, const 
           {role, t.layer, s.n_layer, t.layer, s.n_layer, s.n_expert, ne0, s.tied_output});
     case SynthQuant::kQ8_0F32:
       break;
+    case SynthQuant::kMxfp4:  // gpt-oss's alone: SupportsQuant refuses it here
+      std::abort();
   }
   if (role == R::kUnquantized || t.kind == K::kSsmAlpha || t.kind == K::kSsmBeta ||
       t.kind == K::kSsmBa) {

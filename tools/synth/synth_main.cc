@@ -1,6 +1,6 @@
 // moetier-synth: writes a GGUF of one of the MoE architectures moetier serves
 // (qwen3moe, olmoe, llama with experts, qwen35moe, qwen3next, qwen2moe, qwen3vlmoe,
-// glm4moe, ernie4_5-moe) with deterministic random
+// glm4moe, ernie4_5-moe, gpt-oss) with deterministic random
 // weights, real tensor names and encodings and a real tokenizer, for tests
 // and benchmarks.
 #include <unistd.h>
@@ -39,9 +39,9 @@ constexpr int kExitUsage = 2;
 constexpr std::string_view kUsage = R"(moetier-synth: write a synthetic MoE GGUF model
 
 usage: moetier-synth [--arch qwen3moe|olmoe|llama|qwen35moe|qwen3next|qwen2moe|qwen3vlmoe|
-                             glm4moe|ernie4_5-moe]
-                     [--preset tiny|small|full]
-                     [--quant f32|q8_0|q4_k_m|q8_0-f32] [--seed N] --out FILE
+                             glm4moe|ernie4_5-moe|gpt-oss]
+                     [--preset tiny|small|full|full-120b]
+                     [--quant f32|q8_0|q4_k_m|q8_0-f32|mxfp4] [--seed N] --out FILE
                      [shape flags] [split flags] [--dry-run]
 
 The tool checks free disk space first and refuses to start a write that cannot
@@ -80,7 +80,12 @@ constexpr std::string_view kArchitectures =
                tensors in every layer from --leading-dense-layers on, as
                llama.cpp's loader wants them, though its graph runs them only
                every --moe-layer-step-th layer; SentencePiece ("llama")
-               tokenizer)";
+               tokenizer
+    gpt-oss  : gpt-oss-20b, gpt-oss-120b: attention with q/k/v and output biases,
+               NEOX rope with YaRN, a learned sink per head, a window of
+               --sliding-window positions on layers 0, 2, 4, ...; a router with a
+               bias, softmax over its top-k logits; experts with biases and the
+               clamped SwiGLU (swiglu_oai); gpt2/gpt-4o tokenizer)";
 
 constexpr std::string_view kPresets =
     R"(    qwen3moe  tiny : 2 layers, embd 64, E 8 (top 2), expert ffn 256, H/Hkv 4/2 x D 32,
@@ -142,7 +147,15 @@ constexpr std::string_view kPresets =
               full : ERNIE-4.5-21B-A3B: 28 layers (1 dense, FFN 12288), embd 2560, E
                      64 (top 6), expert ffn 1536, shared ffn 3072, 20/4 x 128, no
                      biases, tied output, vocab 103424, ctx 131072; all: MoE layer
-                     step 1, selection bias, rope base 5e5, rms eps 1e-5)";
+                     step 1, selection bias, rope base 5e5, rms eps 1e-5
+    gpt-oss   tiny : 4 layers, embd 64, E 8 (top 2), expert ffn 32, 4/2 x 32, window 8,
+                     YaRN x4 from 64, vocab 512, ctx 4096
+              small: 4 layers, embd 256, E 16 (top 4), expert ffn 256, 8/2 x 64, window 16,
+                     YaRN x32 from 64, vocab 4096, ctx 8192
+              full : gpt-oss-20b: 24 layers, embd 2880, E 32 (top 4), expert ffn 2880,
+                     64/8 x 64, window 128, YaRN x32 from 4096, vocab 201088, ctx 131072
+              full-120b: gpt-oss-120b: as full with 36 layers and E 128; all: rope base
+                     150000, rms eps 1e-5)";
 
 constexpr std::string_view kMixes = R"(    f32     : everything F32 (general.file_type 0)
     q8_0    : every other matrix Q8_0 (general.file_type 7)
@@ -159,7 +172,9 @@ constexpr std::string_view kMixes = R"(    f32     : everything F32 (general.fil
     q8_0-f32: qwen35moe and qwen3next, the tensor-type shares of a dynamic ("UD")
               4-bit file: F32 for small tensors and ssm_alpha/ssm_beta/ssm_ba, Q8_0 for every
               non-expert matrix, experts Q4_K (gate/up) and Q5_K (down), layer 0's
-              experts and the last ffn_down_exps Q6_K (general.file_type 15))";
+              experts and the last ffn_down_exps Q6_K (general.file_type 15)
+    mxfp4   : gpt-oss, as OpenAI released it: experts MXFP4, every other matrix
+              Q8_0, router, biases, sinks and norms F32 (general.file_type 38))";
 
 constexpr std::string_view kWeightsAndTokenizers =
     R"(Weights: element = mean + stddev * z, z ~ N(0,1) approximated by an Irwin-Hall sum
@@ -174,6 +189,11 @@ ssm_dt.bias 1 +- 0.25; ssm_conv1d 1/sqrt(kernel). qwen2moe's, glm4moe's and erni
 q/k/v biases: 0 +- 0.5; glm4moe's exp_probs_b 0 +- 0.25 (router probabilities are
 sigmoids, so this reorders many expert choices), ernie4_5-moe's 0 +- 0.5/experts (its
 softmax probabilities are some 1/experts each), nextn.eh_proj 1/sqrt(2 embd).
+gpt-oss: q/k/v biases 0 +- 0.5, attn_sinks 0 +- 1, router bias 0 +- 0.5; expert gate
+and up 3/sqrt(embd) with biases 0 +- 1 (about 1-3% of them past swiglu_oai's clamp at
+7), ffn_down 1/(7 sqrt(fan_in * 2 * layers)) (7: the RMS of swiglu_oai's output there);
+attn_output.bias and ffn_down_exps.bias 0.25/sqrt(2 layers) (the same vector for every
+token, so larger ones would send most tokens to the same experts).
 
 Tokenizers (merges and pieces learned from a built-in corpus; ids past what the
 corpus supports are [PAD<id>], type UNUSED, as llama.cpp's converter pads):
@@ -196,7 +216,14 @@ corpus supports are [PAD<id>], type UNUSED, as llama.cpp's converter pads):
   llama    : SentencePiece: <unk> 0, <s> 1, </s> 2, <0x00>..<0xFF> 3..258, then
              pieces with U+2581 for spaces scored -rank, then single characters;
              bos 1, eos 2, unknown 0, add_bos_token true, add_eos_token false,
-             Mixtral-Instruct's [INST] ... [/INST] chat template)";
+             Mixtral-Instruct's [INST] ... [/INST] chat template
+  gpt-oss  : gpt2/gpt-4o (o200k splitting): byte tokens, merges, then the 21 special
+             tokens of gpt-oss's tokenizer, all CONTROL: <|startoftext|>, <|endoftext|>,
+             <|return|>, <|constrain|>, <|channel|>, <|start|>, <|end|>, <|message|>,
+             <|call|>, the <|reserved_N|> between them and <|endofprompt|> (199998..200018
+             in a 201088 vocabulary); bos <|startoftext|>, eos <|return|>, pad
+             <|endoftext|>, no add_bos_token key, no chat template (harmony's is not
+             written))";
 
 struct CommandLine {
   std::string arch = "qwen3moe";
@@ -231,6 +258,8 @@ struct CommandLine {
   // ernie4_5-moe (dense_ffn, leading_dense_layers and shared_ffn too).
   std::optional<int64_t> moe_layer_step;
   std::optional<bool> qkv_bias, selection_bias;
+  // gpt-oss.
+  std::optional<int64_t> sliding_window;
 };
 
 // "A,B,C,D" of non-negative integers.
@@ -349,12 +378,14 @@ FlagSet MakeFlags(CommandLine& cl) {
   AddShapeFlag(f, "--rope-base", "X", "rope.freq_base", &cl.rope_base);
   AddShapeFlag(f, "--rms-eps", "X", "attention.layer_norm_rms_epsilon", &cl.rms_eps);
   f.AddString({"--rope-scaling"}, "TYPE",
-              "rope.scaling.type: none, linear or yarn (default: no rope.scaling keys)",
+              "rope.scaling.type: none, linear or yarn (default: the preset's; gpt-oss yarn, "
+              "the others no rope.scaling keys)",
               &cl.rope_scaling);
-  AddShapeFlag(f, "--rope-scaling-factor", "X", "rope.scaling.factor (needs --rope-scaling)",
+  AddShapeFlag(f, "--rope-scaling-factor", "X",
+               "rope.scaling.factor (needs a rope scaling type, given or the preset's)",
                &cl.rope_scaling_factor);
   AddShapeFlag(f, "--rope-original-context", "N",
-               "rope.scaling.original_context_length (needs --rope-scaling)",
+               "rope.scaling.original_context_length (needs a rope scaling type)",
                &cl.rope_original_ctx);
   f.AddSwitch({"--rope-freq-factors"},
               "llama: a rope_freqs.weight tensor, head-dim / 2 divisors of the rope angles in "
@@ -441,6 +472,10 @@ FlagSet MakeFlags(CommandLine& cl) {
   f.AddSwitch({"--no-selection-bias"},
               "ernie4_5-moe: no exp_probs_b: the top-k of the plain softmax probabilities",
               [&cl] { cl.selection_bias = false; });
+  AddShapeFlag(f, "--sliding-window", "N",
+               "gpt-oss: attention.sliding_window; on layers 0, 2, 4, ... a query sees the keys "
+               "of its last N positions, itself included",
+               &cl.sliding_window);
   f.AddSwitch({"--legacy-ssm-in"},
               "qwen3next: one ssm_in per DeltaNet layer (q, k, v and z rows per key head) "
               "instead of attn_qkv and attn_gate, as files converted before those existed",
@@ -489,7 +524,8 @@ absl::StatusOr<SynthOptions> BuildOptions(const CommandLine& cl) {
   if (cl.rope_base) s.rope_base = *cl.rope_base;
   if (cl.rms_eps) s.rms_eps = *cl.rms_eps;
   if (cl.tied_output) s.tied_output = true;
-  s.rope_scaling_type = cl.rope_scaling;
+  // gpt-oss's presets have YaRN; the others none.
+  if (!cl.rope_scaling.empty()) s.rope_scaling_type = cl.rope_scaling;
   if (cl.rope_scaling_factor) s.rope_scaling_factor = *cl.rope_scaling_factor;
   if (cl.rope_original_ctx) s.rope_scaling_original_ctx = *cl.rope_original_ctx;
   if (cl.rope_freq_factors && *arch != SynthArch::kLlama) {
@@ -535,6 +571,7 @@ absl::StatusOr<SynthOptions> BuildOptions(const CommandLine& cl) {
       {"--qkv-bias or --no-qkv-bias", cl.qkv_bias.has_value(), ernie, "ernie4_5-moe"},
       {"--selection-bias or --no-selection-bias", cl.selection_bias.has_value(), ernie,
        "ernie4_5-moe"},
+      {"--sliding-window", cl.sliding_window.has_value(), *arch == SynthArch::kGptOss, "gpt-oss"},
   };
   for (const ArchFlag& f : arch_flags) {
     if (f.given && !f.used) {
@@ -581,6 +618,7 @@ absl::StatusOr<SynthOptions> BuildOptions(const CommandLine& cl) {
   if (cl.moe_layer_step) s.moe_layer_step = *cl.moe_layer_step;
   if (cl.qkv_bias) s.qkv_bias = *cl.qkv_bias;
   if (cl.selection_bias) s.selection_bias = *cl.selection_bias;
+  if (cl.sliding_window) s.sliding_window = *cl.sliding_window;
 
   SynthOptions options;
   options.shape = s;
@@ -658,6 +696,10 @@ void PrintPlan(const SynthOptions& o, const SynthPlan& plan) {
         static_cast<long long>(s.n_layer), static_cast<long long>(s.n_ff_shexp),
         s.selection_bias ? "selection bias" : "no selection bias",
         s.qkv_bias ? "q/k/v biases" : "no q/k/v biases");
+  }
+  if (s.arch == SynthArch::kGptOss) {
+    std::printf("  sliding window %lld on layers 0, 2, 4, ...\n",
+                static_cast<long long>(s.sliding_window));
   }
   if (s.arch == SynthArch::kQwen3VlMoe) {
     std::printf("  rope sections [%d,%d,%d,%d]\n", s.rope_sections[0], s.rope_sections[1],

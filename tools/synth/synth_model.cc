@@ -16,7 +16,7 @@ absl::StatusOr<SynthArch> ParseSynthArch(std::string_view name) {
   return absl::InvalidArgumentError(absl::StrCat(
       "unknown architecture '", std::string(name),
       "' (expected qwen3moe, olmoe, llama, qwen35moe, qwen3next, qwen2moe, qwen3vlmoe, "
-      "glm4moe or ernie4_5-moe)"));
+      "glm4moe, ernie4_5-moe or gpt-oss)"));
 }
 
 std::string_view SynthArchName(SynthArch arch) {
@@ -39,6 +39,8 @@ std::string_view SynthArchName(SynthArch arch) {
       return "glm4moe";
     case SynthArch::kErnie45Moe:
       return "ernie4_5-moe";
+    case SynthArch::kGptOss:
+      return "gpt-oss";
   }
   std::abort();
 }
@@ -59,8 +61,10 @@ absl::StatusOr<SynthQuant> ParseSynthQuant(std::string_view name) {
   if (name == "q8_0") return SynthQuant::kQ8_0;
   if (name == "q4_k_m") return SynthQuant::kQ4_K_M;
   if (name == "q8_0-f32") return SynthQuant::kQ8_0F32;
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown quant mix '", std::string(name), "' (expected f32, q8_0, q4_k_m or q8_0-f32)"));
+  if (name == "mxfp4") return SynthQuant::kMxfp4;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown quant mix '", std::string(name),
+                   "' (expected f32, q8_0, q4_k_m, q8_0-f32 or mxfp4)"));
 }
 
 std::string_view SynthQuantName(SynthQuant quant) {
@@ -73,6 +77,8 @@ std::string_view SynthQuantName(SynthQuant quant) {
       return "q4_k_m";
     case SynthQuant::kQ8_0F32:
       return "q8_0-f32";
+    case SynthQuant::kMxfp4:
+      return "mxfp4";
   }
   std::abort();
 }
@@ -86,6 +92,8 @@ uint32_t SynthFileType(SynthQuant quant) {
     case SynthQuant::kQ4_K_M:
     case SynthQuant::kQ8_0F32:
       return 15;
+    case SynthQuant::kMxfp4:
+      return 38;
   }
   std::abort();
 }

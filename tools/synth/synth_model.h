@@ -30,12 +30,13 @@ enum class SynthArch {
   kQwen3VlMoe,  // "qwen3vlmoe": Qwen3-VL-30B-A3B's language model, qwen3moe with IMROPE
   kGlm4Moe,     // "glm4moe": GLM-4.5-Air, GLM-4.5, GLM-4.6/4.7: sigmoid router, dense lead layers
   kErnie45Moe,  // "ernie4_5-moe": ERNIE-4.5-21B-A3B, ERNIE-4.5-300B-A47B
+  kGptOss,      // "gpt-oss": gpt-oss-20b, gpt-oss-120b: attention sinks, sliding window (§3.7)
 };
 
 inline constexpr SynthArch kAllSynthArchs[] = {
-    SynthArch::kQwen3Moe,   SynthArch::kOlmoe,     SynthArch::kLlama,
-    SynthArch::kQwen35Moe,  SynthArch::kQwen3Next, SynthArch::kQwen2Moe,
-    SynthArch::kQwen3VlMoe, SynthArch::kGlm4Moe,   SynthArch::kErnie45Moe};
+    SynthArch::kQwen3Moe,   SynthArch::kOlmoe,    SynthArch::kLlama,      SynthArch::kQwen35Moe,
+    SynthArch::kQwen3Next,  SynthArch::kQwen2Moe, SynthArch::kQwen3VlMoe, SynthArch::kGlm4Moe,
+    SynthArch::kErnie45Moe, SynthArch::kGptOss};
 
 // qwen35moe and qwen3next: Gated DeltaNet layers and gated attention.
 inline bool IsSynthDeltaNetHybrid(SynthArch arch) {
@@ -106,6 +107,10 @@ struct SynthShape {
   bool qkv_bias = false;        // attn_q.bias, attn_k.bias, attn_v.bias
   bool selection_bias = false;  // exp_probs_b.bias
 
+  // gpt-oss: every second layer, from layer 0, attends to the last
+  // sliding_window positions only.
+  int64_t sliding_window = 0;  // attention.sliding_window
+
   bool operator==(const SynthShape&) const = default;
 };
 
@@ -122,7 +127,8 @@ inline constexpr int64_t kSynthMaxSsmDim = 65536;
 
 // "tiny", "small" or "full" of qwen3moe; see synth_qwen3moe.cc.
 absl::StatusOr<SynthShape> SynthPreset(std::string_view name);
-// "tiny", "small" or "full" of `arch`; see synth_<arch>.cc.
+// "tiny", "small" or "full" of `arch` (gpt-oss also "full-120b"); see
+// synth_<arch>.cc.
 absl::StatusOr<SynthShape> SynthPreset(SynthArch arch, std::string_view name);
 
 enum class SynthQuant {
@@ -132,6 +138,9 @@ enum class SynthQuant {
   kQ8_0F32,  // "q8_0-f32", qwen35moe only: the mix of Unsloth-style dynamic
              // files: experts Q4_K/Q5_K/Q6_K, other matrices Q8_0, small
              // tensors F32 (synth_qwen35moe.cc); general.file_type 15
+  kMxfp4,    // "mxfp4", gpt-oss only: the mix of OpenAI's released files:
+             // experts MXFP4, other matrices Q8_0, router and 1-D tensors
+             // F32; general.file_type 38 (llama.cpp's MOSTLY_MXFP4_MOE)
 };
 
 absl::StatusOr<SynthQuant> ParseSynthQuant(std::string_view name);
@@ -195,6 +204,14 @@ enum class SynthTensorKind {
   kNextnEnorm,
   kNextnHnorm,
   kNextnSharedHeadNorm,
+  // gpt-oss: the attention output's bias, the per-head attention sinks and
+  // the router's and experts' biases.
+  kAttnOutputBias,
+  kAttnSinks,
+  kFfnGateInpBias,
+  kFfnGateExpsBias,
+  kFfnUpExpsBias,
+  kFfnDownExpsBias,
 };
 
 // llama.cpp's use_more_bits(): the layers whose ffn_down Q4_K_M bumps to Q6_K

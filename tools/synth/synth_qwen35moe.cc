@@ -15,7 +15,8 @@ class Qwen35Moe final : public SynthArchitecture {
  public:
   SynthArch arch() const override { return SynthArch::kQwen35Moe; }
 
-  bool SupportsQuant(SynthQuant) const override { return true; }
+  // Every mix but gpt-oss's mxfp4.
+  bool SupportsQuant(SynthQuant quant) const override { return quant != SynthQuant::kMxfp4; }
 
   absl::StatusOr<SynthShape> Preset(std::string_view name) const override {
     SynthShape s;

@@ -16,7 +16,8 @@ class Qwen3Next final : public SynthArchitecture {
  public:
   SynthArch arch() const override { return SynthArch::kQwen3Next; }
 
-  bool SupportsQuant(SynthQuant) const override { return true; }
+  // Every mix but gpt-oss's mxfp4.
+  bool SupportsQuant(SynthQuant quant) const override { return quant != SynthQuant::kMxfp4; }
 
   absl::StatusOr<SynthShape> Preset(std::string_view name) const override {
     if (name == "tiny" || name == "small") {

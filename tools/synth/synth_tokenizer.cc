@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <iterator>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -71,6 +74,45 @@ const SynthBpeLayout& OlmoeBpeLayout() {
         {"<|endoftext|>", SynthTokenType::kControl, kOlmoeEndOfTextId},
     };
     l->real_text_end = kOlmoeEndOfTextId - 2;
+    return l;
+  }();
+  return *layout;
+}
+
+const SynthBpeLayout& GptOssBpeLayout() {
+  static const SynthBpeLayout* layout = [] {
+    // The added tokens of gpt-oss's tokenizer, every one special (CONTROL):
+    // o200k_harmony's, <|reserved_<id>|> at the ids between them, and
+    // o200k_base's <|endofprompt|>. The 1069 rows after them are padding.
+    struct Named {
+      int64_t id;
+      std::string_view text;
+    };
+    static constexpr Named kNamed[] = {{kGptOssStartOfTextId, "<|startoftext|>"},
+                                       {kGptOssEndOfTextId, "<|endoftext|>"},
+                                       {kGptOssReturnId, "<|return|>"},
+                                       {kGptOssConstrainId, "<|constrain|>"},
+                                       {kGptOssChannelId, "<|channel|>"},
+                                       {kGptOssStartId, "<|start|>"},
+                                       {kGptOssEndId, "<|end|>"},
+                                       {kGptOssMessageId, "<|message|>"},
+                                       {kGptOssCallId, "<|call|>"},
+                                       {kGptOssEndOfPromptId, "<|endofprompt|>"}};
+    // Owns the texts the layout's views point into.
+    auto* texts = new std::vector<std::string>;
+    for (int64_t id = kGptOssStartOfTextId; id <= kGptOssEndOfPromptId; ++id) {
+      const auto named = std::find_if(std::begin(kNamed), std::end(kNamed),
+                                      [id](const Named& n) { return n.id == id; });
+      texts->push_back(named != std::end(kNamed) ? std::string(named->text)
+                                                 : absl::StrCat("<|reserved_", id, "|>"));
+    }
+    auto* l = new SynthBpeLayout;
+    l->split = BpeWordSplit::kGpt4o;
+    for (size_t i = 0; i < texts->size(); ++i) {
+      l->trailing.push_back(
+          {(*texts)[i], SynthTokenType::kControl, kGptOssStartOfTextId + static_cast<int64_t>(i)});
+    }
+    l->real_text_end = kGptOssStartOfTextId;
     return l;
   }();
   return *layout;

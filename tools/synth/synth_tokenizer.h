@@ -49,6 +49,21 @@ inline constexpr int64_t kOlmoeVocab = 50304;
 inline constexpr int64_t kOlmoePaddingId = 1;
 inline constexpr int64_t kOlmoeEndOfTextId = 50279;
 
+// gpt-oss (o200k_harmony): 201088 rows, of which 199998 ordinary tokens, then
+// the 21 special tokens the released tokenizer lists (harmony's, the
+// reserved ones between them and <|endofprompt|>), then [PAD<id>].
+inline constexpr int64_t kGptOssVocab = 201088;
+inline constexpr int64_t kGptOssStartOfTextId = 199998;
+inline constexpr int64_t kGptOssEndOfTextId = 199999;
+inline constexpr int64_t kGptOssReturnId = 200002;
+inline constexpr int64_t kGptOssConstrainId = 200003;
+inline constexpr int64_t kGptOssChannelId = 200005;
+inline constexpr int64_t kGptOssStartId = 200006;
+inline constexpr int64_t kGptOssEndId = 200007;
+inline constexpr int64_t kGptOssMessageId = 200008;
+inline constexpr int64_t kGptOssCallId = 200012;
+inline constexpr int64_t kGptOssEndOfPromptId = 200018;
+
 // Mixtral-8x7B (SentencePiece): <unk> 0, <s> 1, </s> 2, <0x00>..<0xFF> 3..258.
 inline constexpr int64_t kMixtralVocab = 32000;
 inline constexpr int64_t kSpmUnknownId = 0;
@@ -115,10 +130,16 @@ absl::StatusOr<SynthVocabulary> BuildSynthBpeVocabulary(const SynthBpeLayout& la
 // the same at 248044..248046, 248068, 248069. OLMoE (pre "olmo", GPT-2
 // splitting): leading |||IP_ADDRESS||| and <|padding|>, trailing
 // |||EMAIL_ADDRESS|||, |||PHONE_NUMBER|||, <|endoftext|> at 50277..50279,
-// all CONTROL.
+// all CONTROL. gpt-oss (pre "gpt-4o"): trailing, all CONTROL, ids
+// 199998..200018: <|startoftext|>, <|endoftext|>, <|reserved_200000|>,
+// <|reserved_200001|>, <|return|>, <|constrain|>, <|reserved_200004|>,
+// <|channel|>, <|start|>, <|end|>, <|message|>, <|reserved_200009|> ..
+// <|reserved_200011|>, <|call|>, <|reserved_200013|> .. <|reserved_200017|>,
+// <|endofprompt|>.
 const SynthBpeLayout& Qwen3BpeLayout();
 const SynthBpeLayout& Qwen35BpeLayout();
 const SynthBpeLayout& OlmoeBpeLayout();
+const SynthBpeLayout& GptOssBpeLayout();
 
 // The Qwen3 layout with the named ids filled in. Ids [0, 256) are the byte
 // tokens in byte order and ids 256.. the merge results, all NORMAL. The text

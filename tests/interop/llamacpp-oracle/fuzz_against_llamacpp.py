@@ -11,7 +11,7 @@ RoPE sections, for glm4moe the leading dense layers and their width, the shared
 experts, the routing scale and renormalisation, q/k norm, the nextn blocks and
 partial RoPE, for ernie4_5-moe the leading dense layers and their width, the MoE
 layer step, the shared expert's width or none, the selection bias and the q/k/v
-biases), writes it with moetier-synth, runs a
+biases, for gpt-oss the sliding window), writes it with moetier-synth, runs a
 seeded random token sequence through llama.cpp (llamacpp_logits.mjs) and
 through moetier-worker on the reference and the CPU backend (or, with
 --backend float64, through the independent float64 pass, ../float64_forward.py),
@@ -44,7 +44,7 @@ from logit_compare import compare, read_logits  # noqa: E402
 import node_llama  # noqa: E402
 
 ARCHS = ("qwen3moe", "qwen35moe", "qwen3next", "llama", "olmoe", "qwen2moe", "qwen3vlmoe",
-         "glm4moe", "ernie4_5-moe")
+         "glm4moe", "ernie4_5-moe", "gpt-oss")
 BACKENDS = ("reference", "cpu", "float64")
 FLOAT64_FORWARD = os.path.join(os.path.dirname(HERE), "float64_forward.py")
 
@@ -144,6 +144,11 @@ def draw_shape(rng, arch, float64_only=False):
             "--dense-ffn": rng.choice([32, 64, 96, 256]),
             "--shared-ffn": rng.choice([0, 0, 64, 96, 2 * flags["--expert-ffn"]]),
         })
+    if arch == "gpt-oss":
+        # Windows from one position (each query sees itself only) to more
+        # than most sequences. Without a rope scaling draw below, the tiny
+        # preset's YaRN (x4 from 64 positions) stays.
+        flags["--sliding-window"] = rng.choice([1, 2, 5, 8, 16, 128])
     if arch in ("qwen35moe", "qwen3next"):
         rope_dims = rng.choice([d for d in (8, 16, 32, 64) if d <= head_dim])
         half = rope_dims // 2
@@ -178,8 +183,17 @@ def draw_shape(rng, arch, float64_only=False):
         flags["--rope-scaling"] = rng.choice(["yarn", "yarn", "linear", "none"])
         flags["--rope-scaling-factor"] = rng.choice([0.5, 2, 4, 8, 32])
         flags["--rope-original-context"] = rng.choice([16, 64, 256, 4096])
+        if arch == "gpt-oss" and flags["--rope-scaling"] == "none":
+            # llama.cpp's gpt-oss gives its sliding window layers the scale
+            # of rope.scaling.factor even when the type is none (it copies
+            # the file's scale for them before the context resets it), so
+            # such a file would rotate those layers differently from the
+            # others. No real file is written that way: none means no factor.
+            flags["--rope-scaling-factor"] = 0
+            flags["--rope-original-context"] = 0
     args = [str(x) for kv in flags.items() for x in kv]
-    if arch not in ("olmoe", "qwen2moe") and rng.random() < 0.3:
+    # olmoe's and qwen2moe's graphs read output.weight always, gpt-oss's loader requires it.
+    if arch not in ("olmoe", "qwen2moe", "gpt-oss") and rng.random() < 0.3:
         args.append("--tied-output")
     if arch == "llama" and rng.random() < 0.5:
         args.append("--rope-freq-factors")
@@ -280,6 +294,8 @@ def main():
                 scaling += describe_glm4moe(shape)
             if arch == "ernie4_5-moe":
                 scaling += describe_ernie45moe(shape)
+            if arch == "gpt-oss":
+                scaling += f" window {shape[shape.index('--sliding-window') + 1]}"
             print(f"case {case} {arch}{scaling} {len(ids) if ids else 0} tokens: "
                   f"{'ok' if ok else 'FAILED'}: {detail}", flush=True)
             if not ok:

@@ -48,7 +48,10 @@ if (ids.length === 0) throw new Error(`${idsPath}: no token ids`);
 const llama = await getCpuLlama();
 const model = await llama.loadModel({ modelPath: path.resolve(modelPath), gpuLayers: 0 });
 const context = await model.createContext({
-  contextSize: ids.length,
+  // A sequence keeps one cell free: filling its last one would first shift
+  // the context (erase its oldest tokens) and re-evaluate, which changes the
+  // last position's logits.
+  contextSize: ids.length + 1,
   batchSize: ids.length,
   sequences: 1,
   flashAttention,

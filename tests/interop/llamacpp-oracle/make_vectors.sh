@@ -31,6 +31,11 @@
 #                             a shared expert, q/k/v biases, NORM rope
 #   ernie45moe-small-q4_k_m   ernie4_5-moe, Q4_K_M-like, as ERNIE-4.5-21B-A3B
 #                             without biases and with a tied output
+#   gpt-oss-tiny-f32          gpt-oss (gpt-oss-20b's layout): attention sinks,
+#                             a window of 8 on layers 0 and 2, YaRN x4 from 64,
+#                             biases everywhere, swiglu_oai; 256 positions
+#   gpt-oss-small-mxfp4       gpt-oss as OpenAI released it: experts MXFP4,
+#                             other matrices Q8_0; window 16, YaRN x32 from 64
 #
 #   tests/interop/llamacpp-oracle/make_vectors.sh [BUILD_DIR]
 #
@@ -150,3 +155,18 @@ made glm4moe-small-q4_k_m --arch glm4moe --preset small --quant q4_k_m --seed 62
 # weights; the shared expert has no gate; rope turns adjacent pairs.
 made ernie45moe-tiny-f32 --arch ernie4_5-moe --preset tiny --quant f32 --seed 71
 made ernie45moe-small-q4_k_m --arch ernie4_5-moe --preset small --quant q4_k_m --seed 72
+
+# As made, with 256 ids below the vocabulary size $2 (fixed by a seed)
+# instead of the 24 above: gpt-oss's sliding windows (8 tiny, 16 small) and
+# YaRN's original context (64) are passed many times over.
+made_long() {
+  name=$1
+  n_vocab=$2
+  shift 2
+  "$build/tools/synth/moetier-synth" --quiet --out "$out/$name.gguf" "$@"
+  /usr/bin/python3 -c "import random; r = random.Random(80); \
+print(','.join(str(r.randrange($n_vocab)) for _ in range(256)))" > "$out/$name.ids"
+  oracles "$name"
+}
+made_long gpt-oss-tiny-f32 512 --arch gpt-oss --preset tiny --quant f32 --seed 81
+made_long gpt-oss-small-mxfp4 4096 --arch gpt-oss --preset small --quant mxfp4 --seed 82
