@@ -115,7 +115,8 @@ TEST_P(BatchedForwardTest, PrefixHitsGetTheirSoloLogits) {
 
 INSTANTIATE_TEST_SUITE_P(Vectors, BatchedForwardTest,
                          ::testing::Values("tiny-q8_0", "mixtral-tiny-f32", "olmoe-tiny-f32",
-                                           "qwen35moe-tiny-f32", "qwen35moe-small-q4_k_m"),
+                                           "qwen35moe-tiny-f32", "qwen35moe-small-q4_k_m",
+                                           "gpt-oss-tiny-f32"),
                          [](const ::testing::TestParamInfo<std::string>& param) {
                            std::string name = param.param;
                            std::replace(name.begin(), name.end(), '-', '_');

@@ -46,10 +46,11 @@ bool IsHybrid(const std::string& name) {
   return name.starts_with("qwen35moe") || name.starts_with("qwen3next");
 }
 
+// max_ctx 0: the vector's length, at least 64.
 std::unique_ptr<CpuEngine> Engine(const Loaded& m, int n_threads = 2, int max_batch = 256,
-                                    int max_ctx = 64) {
+                                  int max_ctx = 0) {
   CpuEngineConfig config;
-  config.max_ctx = max_ctx;
+  config.max_ctx = max_ctx > 0 ? max_ctx : std::max<int>(64, static_cast<int>(m.ids.size()));
   config.n_threads = n_threads;
   config.max_batch = max_batch;
   absl::StatusOr<std::unique_ptr<CpuEngine>> engine = CpuEngine::Create(m.model, config);
@@ -96,7 +97,8 @@ class F32VectorTest : public ::testing::TestWithParam<const char*> {};
 TEST_P(F32VectorTest, MatchesReferenceEngine) {
   std::unique_ptr<Loaded> m = Load(GetParam());
   ASSERT_NE(m, nullptr);
-  absl::StatusOr<std::unique_ptr<ReferenceEngine>> ref = ReferenceEngine::Create(m->model, 64);
+  absl::StatusOr<std::unique_ptr<ReferenceEngine>> ref =
+      ReferenceEngine::Create(m->model, std::max<int>(64, static_cast<int>(m->ids.size())));
   ASSERT_TRUE(ref.ok()) << ref.status();
   std::unique_ptr<CpuEngine> engine = Engine(*m);
   ASSERT_NE(engine, nullptr);
@@ -108,7 +110,8 @@ TEST_P(F32VectorTest, MatchesReferenceEngine) {
 // qwen3moe, llama with experts (NORM rope, no q/k norm), olmoe (q/k norm
 // over the whole projection, no renormalization) and qwen2moe (q/k/v
 // biases, a shared expert): one set of blocks; glm4moe (a dense layer, a
-// sigmoid router with a selection bias, half-head rope); multi-section rope
+// sigmoid router with a selection bias, half-head rope); gpt-oss (sinks,
+// a sliding window, biases everywhere, the clamped SwiGLU); multi-section rope
 // (qwen35moe and qwen3vlmoe); and rope scaled linearly and by YaRN, and
 // divided by llama's rope_freqs.
 INSTANTIATE_TEST_SUITE_P(Vectors, F32VectorTest,
@@ -118,7 +121,7 @@ INSTANTIATE_TEST_SUITE_P(Vectors, F32VectorTest,
                                            "mixtral-rope-freqs-tiny-f32", "qwen3next-tiny-f32",
                                            "qwen3next-ssm-in-tiny-f32", "qwen2moe-tiny-f32",
                                            "qwen3vlmoe-tiny-f32", "glm4moe-tiny-f32",
-                                           "ernie45moe-tiny-f32"),
+                                           "ernie45moe-tiny-f32", "gpt-oss-tiny-f32"),
                          [](const ::testing::TestParamInfo<const char*>& param_info) {
                            std::string s = param_info.param;
                            std::replace(s.begin(), s.end(), '-', '_');
@@ -171,7 +174,8 @@ INSTANTIATE_TEST_SUITE_P(Vectors, QuantizedVectorTest,
                                            "qwen35moe-small-q4_k_m", "qwen3next-small-q4_k_m",
                                            "qwen2moe-small-q4_k_m", "qwen3vlmoe-small-q4_k_m",
                                            "glm4moe-small-q4_k_m", "ernie45moe-small-q4_k_m",
-                                           "mixed-low-bit", "iq-grids-low-bit"),
+                                           "gpt-oss-small-mxfp4", "mixed-low-bit",
+                                           "iq-grids-low-bit"),
                          [](const ::testing::TestParamInfo<const char*>& param_info) {
                            std::string s = param_info.param;
                            std::replace(s.begin(), s.end(), '-', '_');
@@ -238,7 +242,8 @@ INSTANTIATE_TEST_SUITE_P(Vectors, FaithfulnessTest,
                                            "qwen35moe-small-q4_k_m", "qwen3next-small-q4_k_m",
                                            "qwen2moe-small-q4_k_m", "qwen3vlmoe-small-q4_k_m",
                                            "glm4moe-small-q4_k_m", "ernie45moe-small-q4_k_m",
-                                           "mixed-low-bit", "iq-grids-low-bit"),
+                                           "gpt-oss-small-mxfp4", "mixed-low-bit",
+                                           "iq-grids-low-bit"),
                          [](const ::testing::TestParamInfo<const char*>& param_info) {
                            std::string s = param_info.param;
                            std::replace(s.begin(), s.end(), '-', '_');

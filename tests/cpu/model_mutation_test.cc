@@ -192,7 +192,8 @@ INSTANTIATE_TEST_SUITE_P(Architectures, ModelMutationTest,
                          ::testing::Values("tiny-f32", "mixtral-tiny-f32", "olmoe-tiny-f32",
                                            "qwen35moe-tiny-f32", "qwen3next-tiny-f32",
                                            "qwen2moe-tiny-f32", "qwen3vlmoe-tiny-f32",
-                                           "glm4moe-tiny-f32", "ernie45moe-tiny-f32"),
+                                           "glm4moe-tiny-f32", "ernie45moe-tiny-f32",
+                                           "gpt-oss-tiny-f32"),
                          [](const ::testing::TestParamInfo<const char*>& param_info) {
                            std::string s = param_info.param;
                            for (char& c : s) {

@@ -92,7 +92,8 @@ TEST_P(ArchitectureE2eTest, DaemonEqualsStandaloneAndTheCacheChangesNothing) {
 INSTANTIATE_TEST_SUITE_P(Vectors, ArchitectureE2eTest,
                          ::testing::Values("mixtral-small-q4_k_m", "olmoe-tiny-f32",
                                            "qwen2moe-small-q4_k_m", "qwen3vlmoe-tiny-f32",
-                                           "glm4moe-small-q4_k_m", "ernie45moe-tiny-f32"),
+                                           "glm4moe-small-q4_k_m", "ernie45moe-tiny-f32",
+                                           "gpt-oss-small-mxfp4"),
                          [](const ::testing::TestParamInfo<const char*>& param_info) {
                            std::string s = param_info.param;
                            for (char& c : s) {

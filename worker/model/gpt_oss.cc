@@ -50,6 +50,15 @@ absl::StatusOr<Model> LoadGptOss(const ModelLoader& loader) {
   if (absl::Status s = loader.RequireRopeOverWholeHead(hp); !s.ok()) return s;
   hp.rope_style = RopeStyle::kNeox;
   hp.qk_norm = QkNorm::kNone;
+  if (const RopeScalingKeys& keys = hp.rope_scaling_keys;
+      keys.type == "none" && keys.factor != 0.0 && keys.factor != 1.0) {
+    // llama.cpp copies the factor to the windowed layers before "none"
+    // clears it for the others, so they would turn at another rate.
+    return loader.Unsupported(absl::StrFormat(
+        "%s is \"none\" but %s = %g: llama.cpp would scale only the sliding-window layers' "
+        "rope, which moetier does not do",
+        loader.Key("rope.scaling.type"), loader.Key("rope.scaling.factor"), keys.factor));
+  }
   if (loader.Has("rope.freq_base_swa")) {
     absl::StatusOr<double> swa_base = loader.OptionalFloat("rope.freq_base_swa", 0.0);
     if (!swa_base.ok()) return swa_base.status();
