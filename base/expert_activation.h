@@ -1,5 +1,7 @@
 // The activation between an expert's gate/up products and its down product,
-// one formula the reference, the CPU kernels and the CUDA kernels share:
+// one formula for the reference and the CPU kernels (MOETIER_HOST_DEVICE so
+// that device code can share it; the CUDA engine does not run kSwigluOai
+// yet):
 //
 //   kSwiglu     silu(g) * u (every architecture but gpt-oss);
 //   kSwigluOai  gpt-oss's clamped variant (llama.cpp's ggml_swiglu_oai with

@@ -714,5 +714,54 @@ TEST(CudaEngineArgsTest, AcceptsEveryBlockOfTheHybridModels) {
   }
 }
 
+// gpt-oss's parts are refused by name before any device call, each of them
+// alone too, rather than computed without them.
+TEST(CudaEngineArgsTest, RefusesWhatGptOssAddsByName) {
+  std::unique_ptr<Loaded> gpt_oss = Load("gpt-oss-tiny-f32");
+  std::unique_ptr<Loaded> plain = Load("tiny-f32");
+  ASSERT_NE(gpt_oss, nullptr);
+  ASSERT_NE(plain, nullptr);
+  CudaEngineConfig config;
+  config.max_ctx = kMaxCtx;
+  auto expect_refused = [&](const Model& model, const char* what) {
+    const absl::Status s = CudaEngine::Create(model, config).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << what << ": " << s;
+    EXPECT_NE(s.message().find("cpu backend"), absl::string_view::npos) << s;
+  };
+  expect_refused(gpt_oss->model, "gpt-oss");
+  const LayerWeights& donor = gpt_oss->model.weights.layers[0];
+  using Edit = void (*)(Model&, const LayerWeights&);
+  const std::pair<const char*, Edit> edits[] = {
+      {"a window", [](Model& m, const LayerWeights&) { m.weights.layers[0].attention_window = 4; }},
+      {"sinks",
+       [](Model& m, const LayerWeights& d) { m.weights.layers[1].attn.sinks = d.attn.sinks; }},
+      {"an output bias",
+       [](Model& m, const LayerWeights& d) {
+         m.weights.layers[0].attn.output_bias = d.attn.output_bias;
+       }},
+      {"a router bias",
+       [](Model& m, const LayerWeights& d) {
+         m.weights.layers[0].moe.router_bias = d.moe.router_bias;
+       }},
+      {"expert biases",
+       [](Model& m, const LayerWeights& d) {
+         m.weights.layers[2].moe.down_exps_bias = d.moe.down_exps_bias;
+       }},
+      {"the clamped SwiGLU",
+       [](Model& m, const LayerWeights&) {
+         m.hparams.expert_activation = ExpertActivation::kSwigluOai;
+       }},
+      {"the softmax of the chosen",
+       [](Model& m, const LayerWeights&) {
+         m.hparams.router.gating = RouterGating::kSoftmaxOfChosen;
+       }},
+  };
+  for (const auto& [what, edit] : edits) {
+    Model model = plain->model;
+    edit(model, donor);
+    expect_refused(model, what);
+  }
+}
+
 }  // namespace
 }  // namespace moetier

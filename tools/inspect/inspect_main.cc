@@ -131,7 +131,9 @@ int Run(const std::string& path, bool all_keys, bool list_tensors) {
     ++entry.first;
     entry.second += t.size_bytes;
     total_bytes += t.size_bytes;
-    if (t.name.find("_exps.") != std::string::npos) expert_bytes += t.size_bytes;
+    // The experts' matrices, which the store serves; their biases (gpt-oss)
+    // stay with the dense weights.
+    if (t.name.find("_exps.weight") != std::string::npos) expert_bytes += t.size_bytes;
   }
   std::printf("tensors:       %zu, %s\n", (*model)->tensors().size(), HumanBytes(double(total_bytes)).c_str());
   for (const auto& [type, entry] : per_type) {

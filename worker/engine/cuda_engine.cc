@@ -147,13 +147,13 @@ absl::Status CudaEngine::CheckModel(const Model& model) {
         dn.n_v_heads));
   }
   // gpt-oss's parts: its graph runs on the reference and CPU engines.
-  const bool attention_extras = std::any_of(
+  const bool has_gpt_oss_parts = std::any_of(
       model.weights.layers.begin(), model.weights.layers.end(), [](const LayerWeights& l) {
         return l.attention_window > 0 || l.attn.sinks.present() || l.attn.output_bias.present() ||
                l.moe.router_bias.present() || l.moe.gate_exps_bias.present() ||
                l.moe.up_exps_bias.present() || l.moe.down_exps_bias.present();
       });
-  if (attention_extras || hp.expert_activation != ExpertActivation::kSwiglu ||
+  if (has_gpt_oss_parts || hp.expert_activation != ExpertActivation::kSwiglu ||
       hp.router.gating == RouterGating::kSoftmaxOfChosen) {
     return absl::UnimplementedError(absl::StrFormat(
         "the CUDA engine lacks what %s models need (sliding-window attention, attention sinks, "

@@ -38,11 +38,12 @@ absl::Status CheckMatrix(const WeightRef& ref, int64_t cols, int64_t rows, int64
   return absl::OkStatus();
 }
 
-absl::Status CheckVector(const WeightRef& ref, int64_t n) {
-  if (ref.data == nullptr || ref.ne[0] != n || ref.ne[1] != 1 || ref.ne[2] != 1) {
+// `rows` vectors of n values (one per expert for the experts' biases).
+absl::Status CheckVector(const WeightRef& ref, int64_t n, int64_t rows = 1) {
+  if (ref.data == nullptr || ref.ne[0] != n || ref.ne[1] != rows || ref.ne[2] != 1) {
     return absl::InvalidArgumentError(
-        absl::StrFormat("tensor %s has shape {%d, %d, %d}, expected {%d}", ref.name, ref.ne[0],
-                        ref.ne[1], ref.ne[2], n));
+        absl::StrFormat("tensor %s has shape {%d, %d, %d}, expected {%d, %d}", ref.name, ref.ne[0],
+                        ref.ne[1], ref.ne[2], n, rows));
   }
   if (!GetTensorTypeInfo(ref.type).has_codec || n % GetTensorTypeInfo(ref.type).block_elems != 0) {
     return absl::UnimplementedError(absl::StrFormat("tensor %s has type %s, which cannot be decoded",
@@ -101,8 +102,15 @@ absl::Status CheckModelForBackend(const Model& model, const BackendWeightSupport
       check(CheckMatrix(l.attn.k, hp.n_embd, kv_dim, 1, support));
       check(CheckMatrix(l.attn.v, hp.n_embd, kv_dim, 1, support));
       check(CheckMatrix(l.attn.output, q_dim, hp.n_embd, 1, support));
-      const std::pair<const WeightRef*, int64_t> biases[] = {
-          {&l.attn.q_bias, q_rows}, {&l.attn.k_bias, kv_dim}, {&l.attn.v_bias, kv_dim}};
+      if (l.attention_window < 0) {
+        check(absl::InvalidArgumentError(
+            absl::StrFormat("layer %d has an attention window of %d", il, l.attention_window)));
+      }
+      const std::pair<const WeightRef*, int64_t> biases[] = {{&l.attn.q_bias, q_rows},
+                                                             {&l.attn.k_bias, kv_dim},
+                                                             {&l.attn.v_bias, kv_dim},
+                                                             {&l.attn.output_bias, hp.n_embd},
+                                                             {&l.attn.sinks, hp.n_head}};
       for (const auto& [bias, n] : biases) {
         if (bias->present()) check(CheckVector(*bias, n));
       }
@@ -132,6 +140,14 @@ absl::Status CheckModelForBackend(const Model& model, const BackendWeightSupport
     }
     check(CheckMatrix(l.moe.router, hp.n_embd, hp.n_expert, 1, support));
     if (l.moe.selection_bias.present()) check(CheckVector(l.moe.selection_bias, hp.n_expert));
+    if (l.moe.router_bias.present()) check(CheckVector(l.moe.router_bias, hp.n_expert));
+    const std::pair<const WeightRef*, int64_t> expert_biases[] = {
+        {&l.moe.gate_exps_bias, hp.n_ff_exp},
+        {&l.moe.up_exps_bias, hp.n_ff_exp},
+        {&l.moe.down_exps_bias, hp.n_embd}};
+    for (const auto& [bias, n] : expert_biases) {
+      if (bias->present()) check(CheckVector(*bias, n, hp.n_expert));
+    }
     // With an external expert source only the types and shapes matter: the
     // engine never reads these tensors' bytes.
     check(CheckMatrix(l.moe.gate_exps, hp.n_embd, hp.n_ff_exp, hp.n_expert, support));

@@ -1,5 +1,6 @@
 #include "model/model.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "gguf/tensor/quant_codec.h"
@@ -124,11 +125,24 @@ std::vector<WeightRef*> WeightRefs(ModelWeights& w, bool include_experts) {
   return RefsOf<ModelWeights, WeightRef>(w, include_experts);
 }
 
+namespace {
+
+// An expert's bias is one row of its layer's bias tensor; a step reads the
+// rows of the experts it routes to, with the experts.
+bool IsExpertBias(const LayerWeights& l, const WeightRef* ref) {
+  return ref == &l.moe.gate_exps_bias || ref == &l.moe.up_exps_bias || ref == &l.moe.down_exps_bias;
+}
+
+}  // namespace
+
 uint64_t DenseWeightBytesPerStep(const Model& model) {
   const ModelWeights& w = model.weights;
   uint64_t bytes = w.token_embd.row_bytes;
   for (const WeightRef* ref : WeightRefs(w, /*include_experts=*/false)) {
-    if (ref != &w.token_embd) {
+    const bool expert_bias =
+        std::any_of(w.layers.begin(), w.layers.end(),
+                    [&](const LayerWeights& l) { return IsExpertBias(l, ref); });
+    if (ref != &w.token_embd && !expert_bias) {
       bytes += ref->row_bytes * static_cast<uint64_t>(ref->ne[1]) * static_cast<uint64_t>(ref->ne[2]);
     }
   }
@@ -141,7 +155,9 @@ uint64_t DecodeWeightBytesPerToken(const Model& model) {
     bytes += static_cast<uint64_t>(model.hparams.n_expert_used) *
              (l.moe.gate_exps.row_bytes * static_cast<uint64_t>(l.moe.gate_exps.ne[1]) +
               l.moe.up_exps.row_bytes * static_cast<uint64_t>(l.moe.up_exps.ne[1]) +
-              l.moe.down_exps.row_bytes * static_cast<uint64_t>(l.moe.down_exps.ne[1]));
+              l.moe.down_exps.row_bytes * static_cast<uint64_t>(l.moe.down_exps.ne[1]) +
+              l.moe.gate_exps_bias.row_bytes + l.moe.up_exps_bias.row_bytes +
+              l.moe.down_exps_bias.row_bytes);
   }
   return bytes;
 }

@@ -278,8 +278,9 @@ SequenceStateSize SequenceStateSizeOf(const Model& model, const KvCacheTypes& kv
 // MoE layer and one embedding row (the numerator of a memory roofline).
 uint64_t DecodeWeightBytesPerToken(const Model& model);
 // Its part that does not depend on the routing: every dense tensor (the
-// shared expert and the output matrix included) and one embedding row,
-// which a step of several sequences reads once for all of them.
+// shared expert and the output matrix included, the experts' biases not:
+// they are read per routed expert) and one embedding row, which a step of
+// several sequences reads once for all of them.
 uint64_t DenseWeightBytesPerStep(const Model& model);
 
 }  // namespace moetier

@@ -392,6 +392,7 @@ Moe::Moe(const ModelHparams& hp, const LayerWeights& layer)
   }
   probs_.resize(hp.n_expert);
   selection_.resize(hp.n_expert);
+  weights_.resize(hp.n_expert_used);
   gate_act_.resize(hp.n_ff_exp);
   up_act_.resize(hp.n_ff_exp);
   expert_out_.resize(hp.n_embd);
@@ -432,7 +433,7 @@ void Moe::Forward(const float* xn, float* out) {
     return selection_[a] != selection_[b] ? selection_[a] > selection_[b] : a < b;
   });
   const int k = hp_.n_expert_used;
-  std::vector<float> weights(static_cast<size_t>(k));
+  std::vector<float>& weights = weights_;
   for (int i = 0; i < k; ++i) weights[i] = probs_[order_[i]];
   if (router.gating == RouterGating::kSoftmaxOfChosen) Softmax(weights.data(), k);
   float norm = 1.0f;

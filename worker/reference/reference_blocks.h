@@ -116,7 +116,7 @@ class Moe {
   std::vector<DenseMatrix> gate_, up_, down_;  // one per expert
   std::unique_ptr<SwigluFfn> shared_;          // null: no shared expert
   std::vector<float> shared_gate_inp_;         // empty: the shared expert is not gated
-  std::vector<float> probs_, selection_, gate_act_, up_act_, expert_out_;
+  std::vector<float> probs_, selection_, weights_, gate_act_, up_act_, expert_out_;
   std::vector<int> order_;
 };
 

@@ -64,7 +64,8 @@ class CpuAttentionBlock {
   const std::vector<LayerWeights>& layers_;
   const int max_ctx_;
   const KvCacheTypes kv_types_;
-  // F32 keys and values run AttendF32; any other type AttentionHeadsStored.
+  // F32 keys and values run AttentionHeads; any other type
+  // AttentionHeadsStored.
   const bool stored_kv_;
   CpuBatch& batch_;
   CpuMatRunner& runner_;

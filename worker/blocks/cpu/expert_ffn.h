@@ -46,6 +46,6 @@ struct ExpertGroupIo {
 // [0, rows) without gaps.
 void ComputeExpertGroup(CpuMatRunner& runner, const ExpertLayerShape& shape,
                         std::span<const ExpertRows> group, int64_t rows, const ExpertGroupIo& io,
-                        ExpertActivation activation = ExpertActivation::kSwiglu);
+                        ExpertActivation activation);
 
 }  // namespace moetier

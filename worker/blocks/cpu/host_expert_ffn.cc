@@ -30,6 +30,8 @@ void HostExpertFfn::Compute(const ExpertLayerShape& shape, const ExpertMatrices&
   const bool shared = cpu::ActFormatFor(shape.gate.type) == cpu::ActFormatFor(shape.up.type);
   const uint8_t* up_act =
       shared ? gate_act : runner_.PrepareAct(act_in2_, x, n_rows, n_embd, shape.up.type);
+  // No biases and plain SwiGLU: the GPU worker refuses models with either
+  // (CudaEngine::CheckModel).
   const ExpertRows one[1] = {{.mats = expert, .row0 = 0, .rows = n_rows}};
   ComputeExpertGroup(runner_, shape, one, n_rows,
                      {.gate_act = gate_act,
@@ -37,7 +39,8 @@ void HostExpertFfn::Compute(const ExpertLayerShape& shape, const ExpertMatrices&
                       .gate_out = gate_out_.floats(),
                       .up_out = up_out_.floats(),
                       .down_act = &act_ff_,
-                      .down_out = out});
+                      .down_out = out},
+                     ExpertActivation::kSwiglu);
 }
 
 ComputeCost MeasureHostExpertCost(HostExpertFfn& ffn, const ExpertLayerShape& shape,

@@ -3,7 +3,8 @@
 // activations. A GPU worker computes the cache misses its cost model sends
 // to the host with it, while the device computes the hits; it runs the CPU
 // MoE block's own expert computation (blocks/cpu/expert_ffn.h), so the
-// rows come out exactly as the CPU engine computes them.
+// rows come out exactly as the CPU engine computes them for experts
+// without biases and with plain SwiGLU, the only ones a GPU worker runs.
 #pragma once
 
 #include <cstdint>

@@ -186,6 +186,10 @@ absl::Status CpuMoeBlock::Forward(int layer, int n, int pos0) {
   for (int e = 0; e < n_expert; ++e) {
     if (expert_offset_[e + 1] > expert_offset_[e]) used_experts_[n_used++] = e;
   }
+  const LayerBiases& biases = biases_[static_cast<size_t>(layer)];
+  auto bias_of = [](const std::vector<float>& all, int e, int64_t width) {
+    return all.empty() ? nullptr : all.data() + e * width;
+  };
   const int group_max =
       config_.expert_source != nullptr ? config_.expert_source->max_experts_held() : n_used;
   float* down_out = down_out_.floats();
@@ -195,10 +199,6 @@ absl::Status CpuMoeBlock::Forward(int layer, int n, int pos0) {
     // The group's rows are contiguous: experts ascend, and so do their rows.
     const int64_t s0 = expert_offset_[used_experts_[g0]];
     const int64_t s1 = expert_offset_[used_experts_[g1 - 1] + 1];
-    const LayerBiases& biases = biases_[static_cast<size_t>(layer)];
-    auto bias_of = [](const std::vector<float>& all, int e, int64_t width) {
-      return all.empty() ? nullptr : all.data() + e * width;
-    };
     for (int i = g0; i < g1; ++i) {
       const int e = used_experts_[i];
       expert_rows_[i - g0] = {.mats = expert_mats_[i],

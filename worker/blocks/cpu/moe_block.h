@@ -50,7 +50,8 @@ class CpuMoeBlock {
 
  private:
   // `layer`'s router on the residual stream: its ffn-normed input in xn,
-  // probabilities in router_probs_, the top-k in topk_ids_ / topk_weights_.
+  // probabilities (for RouterGating::kSoftmaxOfChosen the biased logits) in
+  // router_probs_, the top-k in topk_ids_ / topk_weights_.
   void RouteTokens(int layer, int n);
   absl::Status ApplyRoutingHooks(int layer, int n, int pos0);
   // The matrices of used_experts_[first, first + count) into expert_rows_.
