@@ -464,8 +464,9 @@ void AxpyF32(float a, const float* x, float* y, int64_t n) { Table().axpy_f32(a,
 void ScaleF32(float a, float* y, int64_t n) { Table().scale_f32(a, y, n); }
 float SumF32(const float* x, int64_t n) { return Table().sum_f32(x, n); }
 void AttendF32(const float* q, int n_q, const float* k, const float* v, int64_t kv_stride,
-               int64_t n_kv, int head_dim, float scale, float* scores, float* out) {
-  Table().attend_f32(q, n_q, k, v, kv_stride, n_kv, head_dim, scale, scores, out);
+               int64_t n_kv, int head_dim, float scale, float* scores, float* out,
+               const float* sinks) {
+  Table().attend_f32(q, n_q, k, v, kv_stride, n_kv, head_dim, scale, scores, out, sinks);
 }
 
 void SoftmaxF32(float* x, int64_t n) { Table().softmax_f32(x, n); }

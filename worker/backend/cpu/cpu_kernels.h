@@ -90,9 +90,11 @@ void ScaleF32(float a, float* y, int64_t n);                 // y *= a
 // the memory's streaming rate (the bandwidth probe of the benchmark).
 float SumF32(const float* x, int64_t n);
 // Attention of n_q query heads sharing one KV head (see cpu_ops.h
-// AttentionHeads for the layout); `scores` holds n_q * n_kv floats.
+// AttentionHeads for the layout, kernel_table.h AttendFn for `sinks`);
+// `scores` holds n_q * (n_kv + 1) floats.
 void AttendF32(const float* q, int n_q, const float* k, const float* v, int64_t kv_stride,
-               int64_t n_kv, int head_dim, float scale, float* scores, float* out);
+               int64_t n_kv, int head_dim, float scale, float* scores, float* out,
+               const float* sinks = nullptr);
 // x = softmax(x) in place, with the exponential AttendF32 uses at the level.
 void SoftmaxF32(float* x, int64_t n);
 // The value half of attention over stored rows of F32, F16, Q8_0 or Q4_0

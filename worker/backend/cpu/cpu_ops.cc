@@ -85,23 +85,6 @@ void SwigluOaiMul(const float* gate, const float* up, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = SwigluOai(gate[i], up[i]);
 }
 
-namespace {
-
-// One query head's attention with a sink logit: the scores of the n_kv
-// positions and the sink go through the level's softmax together (the
-// sink's share is then dropped), so the exponential is AttendF32's.
-void AttendF32WithSink(const float* q, const float* k, const float* v, int64_t kv_stride,
-                       int64_t n_kv, int head_dim, float scale, float sink, float* scores,
-                       float* out) {
-  for (int64_t t = 0; t < n_kv; ++t) scores[t] = scale * DotF32(q, k + t * kv_stride, head_dim);
-  scores[n_kv] = sink;
-  SoftmaxF32(scores, n_kv + 1);
-  std::fill_n(out, head_dim, 0.0f);
-  for (int64_t t = 0; t < n_kv; ++t) AxpyF32(scores[t], v + t * kv_stride, out, head_dim);
-}
-
-}  // namespace
-
 void AttentionHeads(const float* q, const float* k_cache, const float* v_cache,
                     int64_t kv_head_stride, int64_t kv_stride, int64_t n_kv, int n_head,
                     int n_head_kv, int head_dim, float scale, int h_begin, int h_end, float* scores,
@@ -110,22 +93,14 @@ void AttentionHeads(const float* q, const float* k_cache, const float* v_cache,
                     "n_head must be a multiple of n_head_kv");
   MOETIER_CPU_CHECK(n_kv > 0, "attention needs at least one position");
   const int group = n_head / n_head_kv;
-  if (sinks != nullptr) {
-    for (int h = h_begin; h < h_end; ++h) {
-      const int g = h / group;
-      const int64_t offset = static_cast<int64_t>(h) * head_dim;
-      AttendF32WithSink(q + offset, k_cache + g * kv_head_stride, v_cache + g * kv_head_stride,
-                        kv_stride, n_kv, head_dim, scale, sinks[h], scores, out + offset);
-    }
-    return;
-  }
   // Consecutive query heads share a KV head: hand them over together.
   for (int h = h_begin; h < h_end;) {
     const int g = h / group;
     const int end = std::min(h_end, (g + 1) * group);
     const int64_t offset = static_cast<int64_t>(h) * head_dim;
     AttendF32(q + offset, end - h, k_cache + g * kv_head_stride, v_cache + g * kv_head_stride,
-              kv_stride, n_kv, head_dim, scale, scores, out + offset);
+              kv_stride, n_kv, head_dim, scale, scores, out + offset,
+              sinks != nullptr ? sinks + h : nullptr);
     h = end;
   }
 }

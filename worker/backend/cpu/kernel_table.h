@@ -30,11 +30,12 @@ using QuantizeActFn = void (*)(const float* x, int64_t k, uint8_t* dst);
 // positions (the caller limits n_kv to apply causality): for query
 // head i (row q + i * head_dim), scores over positions t < n_kv of
 // scale * q_i . k_t, softmax, and out_i = sum_t p_t v_t. Key and value rows
-// are at k + t * kv_stride and v + t * kv_stride; `scores` holds n_q * n_kv
-// floats of scratch.
+// are at k + t * kv_stride and v + t * kv_stride; `scores` holds
+// n_q * (n_kv + 1) floats of scratch. With `sinks` (n_q logits; null: none)
+// head i's softmax takes sinks[i] as one more score that adds no value.
 using AttendFn = void (*)(const float* q, int n_q, const float* k, const float* v,
                           int64_t kv_stride, int64_t n_kv, int head_dim, float scale, float* scores,
-                          float* out);
+                          float* out, const float* sinks);
 
 // The value half of attention over a stored KV cache: for each of n_rows
 // rows of `type` (F32, F16, Q8_0 or Q4_0; row t at rows + t * row_stride,

@@ -516,13 +516,15 @@ void SoftmaxF32(float* s, int64_t n) {
 // L1 (see the AVX-512 version).
 template <int kVecs>
 void AttendVecs(const float* q, int n_q, const float* k, const float* v, int64_t kv_stride,
-                int64_t n_kv, float scale, float* scores, float* out) {
+                int64_t n_kv, float scale, float* scores, float* out, const float* sinks) {
+  // A head's scores are followed by its sink, where it has one.
+  const int64_t stride = sinks != nullptr ? n_kv + 1 : n_kv;
   constexpr int64_t kBlock = 16 * 1024 / (32 * kVecs);
   for (int64_t t0 = 0; t0 < n_kv; t0 += kBlock) {
     const int64_t t1 = t0 + kBlock < n_kv ? t0 + kBlock : n_kv;
     for (int i = 0; i < n_q; ++i) {
       const float* qi = q + i * 8 * kVecs;
-      float* s = scores + i * n_kv;
+      float* s = scores + i * stride;
       for (int64_t t = t0; t < t1; ++t) {
         const float* kt = k + t * kv_stride;
         __m256 acc = _mm256_mul_ps(_mm256_loadu_ps(qi), _mm256_loadu_ps(kt));
@@ -535,14 +537,18 @@ void AttendVecs(const float* q, int n_q, const float* k, const float* v, int64_t
     }
   }
   // Softmax of each head's scores, normalized in place.
-  for (int i = 0; i < n_q; ++i) SoftmaxF32(scores + i * n_kv, n_kv);
+  for (int i = 0; i < n_q; ++i) {
+    float* s = scores + i * stride;
+    if (sinks != nullptr) s[n_kv] = sinks[i];
+    SoftmaxF32(s, stride);
+  }
   // At most 8 output vectors per pass, so that the accumulators stay in the
   // 16 registers.
   constexpr int kChunk = kVecs < 8 ? kVecs : 8;
   for (int64_t t0 = 0; t0 < n_kv; t0 += kBlock) {
     const int64_t t1 = t0 + kBlock < n_kv ? t0 + kBlock : n_kv;
     for (int i = 0; i < n_q; ++i) {
-      const float* s = scores + i * n_kv;
+      const float* s = scores + i * stride;
       for (int base = 0; base < kVecs; base += kChunk) {
         float* oi = out + i * 8 * kVecs + 8 * base;
         __m256 o[kChunk];
@@ -566,20 +572,22 @@ void AttendVecs(const float* q, int n_q, const float* k, const float* v, int64_t
 }
 
 void AttendF32(const float* q, int n_q, const float* k, const float* v, int64_t kv_stride,
-               int64_t n_kv, int head_dim, float scale, float* scores, float* out) {
+               int64_t n_kv, int head_dim, float scale, float* scores, float* out,
+               const float* sinks) {
   switch (head_dim) {
     case 16:
-      return AttendVecs<2>(q, n_q, k, v, kv_stride, n_kv, scale, scores, out);
+      return AttendVecs<2>(q, n_q, k, v, kv_stride, n_kv, scale, scores, out, sinks);
     case 32:
-      return AttendVecs<4>(q, n_q, k, v, kv_stride, n_kv, scale, scores, out);
+      return AttendVecs<4>(q, n_q, k, v, kv_stride, n_kv, scale, scores, out, sinks);
     case 64:
-      return AttendVecs<8>(q, n_q, k, v, kv_stride, n_kv, scale, scores, out);
+      return AttendVecs<8>(q, n_q, k, v, kv_stride, n_kv, scale, scores, out, sinks);
     case 128:
-      return AttendVecs<16>(q, n_q, k, v, kv_stride, n_kv, scale, scores, out);
+      return AttendVecs<16>(q, n_q, k, v, kv_stride, n_kv, scale, scores, out, sinks);
     case 256:
-      return AttendVecs<32>(q, n_q, k, v, kv_stride, n_kv, scale, scores, out);
+      return AttendVecs<32>(q, n_q, k, v, kv_stride, n_kv, scale, scores, out, sinks);
     default:
-      return kScalarKernels.attend_f32(q, n_q, k, v, kv_stride, n_kv, head_dim, scale, scores, out);
+      return kScalarKernels.attend_f32(q, n_q, k, v, kv_stride, n_kv, head_dim, scale, scores, out,
+                                       sinks);
   }
 }
 

@@ -543,7 +543,9 @@ void SoftmaxF32(float* s, int64_t n) {
 // registers while it passes over a block.
 template <int kVecs>
 void AttendVecs(const float* q, int n_q, const float* k, const float* v, int64_t kv_stride,
-                int64_t n_kv, float scale, float* scores, float* out) {
+                int64_t n_kv, float scale, float* scores, float* out, const float* sinks) {
+  // A head's scores are followed by its sink, where it has one.
+  const int64_t stride = sinks != nullptr ? n_kv + 1 : n_kv;
   constexpr int64_t kBlock = 16 * 1024 / (64 * kVecs);
   for (int64_t t0 = 0; t0 < n_kv; t0 += kBlock) {
     const int64_t t1 = t0 + kBlock < n_kv ? t0 + kBlock : n_kv;
@@ -551,7 +553,7 @@ void AttendVecs(const float* q, int n_q, const float* k, const float* v, int64_t
       __m512 qi[kVecs];
       MOETIER_UNROLL
       for (int j = 0; j < kVecs; ++j) qi[j] = _mm512_loadu_ps(q + i * 16 * kVecs + 16 * j);
-      float* s = scores + i * n_kv;
+      float* s = scores + i * stride;
       // Four positions at a time: four independent FMA chains.
       int64_t t = t0;
       for (; t + 4 <= t1; t += 4) {
@@ -581,12 +583,16 @@ void AttendVecs(const float* q, int n_q, const float* k, const float* v, int64_t
     }
   }
   // Softmax of each head's scores, normalized in place.
-  for (int i = 0; i < n_q; ++i) SoftmaxF32(scores + i * n_kv, n_kv);
+  for (int i = 0; i < n_q; ++i) {
+    float* s = scores + i * stride;
+    if (sinks != nullptr) s[n_kv] = sinks[i];
+    SoftmaxF32(s, stride);
+  }
   for (int64_t t0 = 0; t0 < n_kv; t0 += kBlock) {
     const int64_t t1 = t0 + kBlock < n_kv ? t0 + kBlock : n_kv;
     for (int i = 0; i < n_q; ++i) {
       float* oi = out + i * 16 * kVecs;
-      const float* s = scores + i * n_kv;
+      const float* s = scores + i * stride;
       // Even and odd positions accumulate separately (two FMA chains per
       // output vector) when the registers allow it.
       constexpr int kSets = kVecs <= 8 ? 2 : 1;
@@ -626,20 +632,22 @@ void AttendVecs(const float* q, int n_q, const float* k, const float* v, int64_t
 }
 
 void AttendF32(const float* q, int n_q, const float* k, const float* v, int64_t kv_stride,
-               int64_t n_kv, int head_dim, float scale, float* scores, float* out) {
+               int64_t n_kv, int head_dim, float scale, float* scores, float* out,
+               const float* sinks) {
   switch (head_dim) {
     case 16:
-      return AttendVecs<1>(q, n_q, k, v, kv_stride, n_kv, scale, scores, out);
+      return AttendVecs<1>(q, n_q, k, v, kv_stride, n_kv, scale, scores, out, sinks);
     case 32:
-      return AttendVecs<2>(q, n_q, k, v, kv_stride, n_kv, scale, scores, out);
+      return AttendVecs<2>(q, n_q, k, v, kv_stride, n_kv, scale, scores, out, sinks);
     case 64:
-      return AttendVecs<4>(q, n_q, k, v, kv_stride, n_kv, scale, scores, out);
+      return AttendVecs<4>(q, n_q, k, v, kv_stride, n_kv, scale, scores, out, sinks);
     case 128:
-      return AttendVecs<8>(q, n_q, k, v, kv_stride, n_kv, scale, scores, out);
+      return AttendVecs<8>(q, n_q, k, v, kv_stride, n_kv, scale, scores, out, sinks);
     case 256:
-      return AttendVecs<16>(q, n_q, k, v, kv_stride, n_kv, scale, scores, out);
+      return AttendVecs<16>(q, n_q, k, v, kv_stride, n_kv, scale, scores, out, sinks);
     default:
-      return kScalarKernels.attend_f32(q, n_q, k, v, kv_stride, n_kv, head_dim, scale, scores, out);
+      return kScalarKernels.attend_f32(q, n_q, k, v, kv_stride, n_kv, head_dim, scale, scores, out,
+                                       sinks);
   }
 }
 

@@ -446,16 +446,23 @@ void SoftmaxF32(float* s, int64_t n) {
 }
 
 void AttendF32(const float* q, int n_q, const float* k, const float* v, int64_t kv_stride,
-               int64_t n_kv, int head_dim, float scale, float* scores, float* out) {
+               int64_t n_kv, int head_dim, float scale, float* scores, float* out,
+               const float* sinks) {
+  // A head's scores are followed by its sink, where it has one.
+  const int64_t stride = sinks != nullptr ? n_kv + 1 : n_kv;
   for (int i = 0; i < n_q; ++i) {
     const float* qi = q + static_cast<int64_t>(i) * head_dim;
-    float* s = scores + i * n_kv;
+    float* s = scores + i * stride;
     float max = -INFINITY;
     for (int64_t t = 0; t < n_kv; ++t) {
       s[t] = scale * DotF32(qi, k + t * kv_stride, head_dim);
       max = s[t] > max ? s[t] : max;
     }
-    NormalizeExp(s, n_kv, max);
+    if (sinks != nullptr) {
+      s[n_kv] = sinks[i];
+      max = s[n_kv] > max ? s[n_kv] : max;
+    }
+    NormalizeExp(s, stride, max);
     float* oi = out + static_cast<int64_t>(i) * head_dim;
     for (int d = 0; d < head_dim; ++d) oi[d] = 0.0f;
     for (int64_t t = 0; t < n_kv; ++t) AxpyF32(s[t], v + t * kv_stride, oi, head_dim);
