@@ -70,6 +70,21 @@ TEST_F(GptOssModelTest, EveryLayerHasSinksBiasesAndRoutedExperts) {
   EXPECT_EQ(biases, 3 * hp.n_layer);
 }
 
+// A sliding-window layer reads at most its window's rows, whatever the
+// position; the others read every earlier row.
+TEST_F(GptOssModelTest, KvReadsStopGrowingAtTheWindow) {
+  EditableGguf g = Vector(kTiny);
+  g.Set("gpt-oss.attention.sliding_window", GgufValue::Uint32(5));
+  absl::StatusOr<Model> model = Load(g);
+  ASSERT_TRUE(model.ok()) << model.status();
+  const ModelHparams& hp = model->hparams;
+  const uint64_t row = 2ull * hp.n_head_kv * hp.head_dim * sizeof(float);  // K and V, f32
+  EXPECT_EQ(KvBytesReadAt(*model, {}, 0), 4 * row);
+  EXPECT_EQ(KvBytesReadAt(*model, {}, 3), 4 * 4 * row);
+  // Position 99: layers 1 and 3 read 100 rows, layers 0 and 2 their 5.
+  EXPECT_EQ(KvBytesReadAt(*model, {}, 99), (2 * 100 + 2 * 5) * row);
+}
+
 // llama.cpp's set_swa_pattern: period n slides layers il % n < n - 1, so 3
 // slides two of three, 1 none and 0 all.
 TEST_F(GptOssModelTest, TheWindowPatternPicksTheSlidingLayers) {

@@ -70,8 +70,10 @@ double PrintDecodeRoofline(const Model& model, const KvCacheTypes& kv_types, int
   std::printf("weights read per decode token: %.1f MiB -> roofline %.2f tok/s\n",
               bytes_per_token / 1048576.0, roofline);
   const SequenceStateSize state = SequenceStateSizeOf(model, kv_types);
+  // The middle token of the run stands for its mean: the reads grow
+  // linearly with the position (or stop growing at a layer's window).
   const double kv_bytes =
-      static_cast<double>(state.kv_bytes_per_token) * (context + 0.5 * decode_tokens);
+      static_cast<double>(KvBytesReadAt(model, kv_types, context + decode_tokens / 2));
   std::printf("KV cache: keys %s, values %s, %llu bytes per token of context\n",
               KvCacheTypeName(kv_types.k).c_str(), KvCacheTypeName(kv_types.v).c_str(),
               static_cast<unsigned long long>(state.kv_bytes_per_token));

@@ -125,6 +125,21 @@ std::vector<WeightRef*> WeightRefs(ModelWeights& w, bool include_experts) {
   return RefsOf<ModelWeights, WeightRef>(w, include_experts);
 }
 
+uint64_t KvBytesReadAt(const Model& model, const KvCacheTypes& kv_types, int64_t position) {
+  const ModelHparams& hp = model.hparams;
+  const uint64_t row_bytes =
+      static_cast<uint64_t>(hp.n_head_kv) *
+      (KvRowBytes(kv_types.k, hp.head_dim) + KvRowBytes(kv_types.v, hp.head_dim));
+  uint64_t bytes = 0;
+  for (const LayerWeights& l : model.weights.layers) {
+    if (!IsAttention(l.mixer)) continue;
+    const int64_t seen =
+        l.attention_window > 0 ? std::min<int64_t>(l.attention_window, position + 1) : position + 1;
+    bytes += row_bytes * static_cast<uint64_t>(seen);
+  }
+  return bytes;
+}
+
 namespace {
 
 // An expert's bias is one row of its layer's bias tensor; a step reads the

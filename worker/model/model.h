@@ -274,6 +274,11 @@ struct SequenceStateSize {
 };
 SequenceStateSize SequenceStateSizeOf(const Model& model, const KvCacheTypes& kv_types = {});
 
+// KV cache bytes attention reads for a token at `position` (0-based): each
+// attention layer's rows of the positions it sees, every earlier one or
+// only its window's.
+uint64_t KvBytesReadAt(const Model& model, const KvCacheTypes& kv_types, int64_t position);
+
 // Weight bytes one decode step reads: every dense tensor, k experts per
 // MoE layer and one embedding row (the numerator of a memory roofline).
 uint64_t DecodeWeightBytesPerToken(const Model& model);
