@@ -81,6 +81,14 @@ void SiluMul(const float* gate, const float* up, int64_t n, float* out) {
   }
 }
 
+void AddBiasRows(const float* bias, float* rows, int64_t n, int64_t width) {
+  if (bias == nullptr) return;
+  for (int64_t r = 0; r < n; ++r) {
+    float* row = rows + r * width;
+    for (int64_t i = 0; i < width; ++i) row[i] += bias[i];
+  }
+}
+
 void SwigluOaiMul(const float* gate, const float* up, int64_t n, float* out) {
   for (int64_t i = 0; i < n; ++i) out[i] = SwigluOai(gate[i], up[i]);
 }

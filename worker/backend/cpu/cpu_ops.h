@@ -40,6 +40,10 @@ void RopeAdjacentPairs(float* x, int n_heads, int head_dim, int n_rot, const flo
 // x = softmax(x), computed in f32 with a double-precision sum.
 void SoftmaxInPlace(float* x, int64_t n);
 
+// rows[r][i] += bias[i] for `n` rows of `width` values; a null bias adds
+// nothing.
+void AddBiasRows(const float* bias, float* rows, int64_t n, int64_t width);
+
 // out[i] = silu(gate[i]) * up[i], silu(z) = z / (1 + e^-z). out may alias
 // either input.
 void SiluMul(const float* gate, const float* up, int64_t n, float* out);

@@ -150,12 +150,8 @@ void CpuAttentionBlock::Forward(int layer, std::span<const CpuRowSpan> spans,
   for (int i = 0; i < 3; ++i) {
     const std::vector<float>& bias = *biases[i];
     if (bias.empty()) continue;
-    const int64_t dim = widths[i];
-    MOETIER_CPU_CHECK(static_cast<int64_t>(bias.size()) == dim, "a bias per projection row");
-    for (int t = 0; t < n; ++t) {
-      float* row = outs[i] + t * dim;
-      for (int64_t j = 0; j < dim; ++j) row[j] += bias[static_cast<size_t>(j)];
-    }
+    MOETIER_CPU_CHECK(static_cast<int64_t>(bias.size()) == widths[i], "a bias per projection row");
+    cpu::AddBiasRows(bias.data(), outs[i], n, widths[i]);
   }
   if (gated) {
     // Each head's head_dim q values, then its head_dim gate values.
@@ -283,12 +279,7 @@ void CpuAttentionBlock::Forward(int layer, std::span<const CpuRowSpan> spans,
   float* sub = batch_.row_scratch();
   jobs[0] = MakeMatJob(w.output, w.output.data, act, n, sub);
   runner_.Run(jobs, 1, CpuPhase::kAttentionProjections);
-  if (!vectors.output_bias.empty()) {
-    for (int t = 0; t < n; ++t) {
-      float* row = sub + t * n_embd;
-      for (int64_t i = 0; i < n_embd; ++i) row[i] += vectors.output_bias[static_cast<size_t>(i)];
-    }
-  }
+  if (!vectors.output_bias.empty()) cpu::AddBiasRows(vectors.output_bias.data(), sub, n, n_embd);
   float* x = batch_.x();
   for (int64_t i = 0; i < n * n_embd; ++i) x[i] += sub[i];
 }

@@ -2,21 +2,9 @@
 
 #include "backend/cpu/cpu_check.h"
 #include "backend/cpu/cpu_kernels.h"
+#include "backend/cpu/cpu_ops.h"
 
 namespace moetier {
-
-namespace {
-
-// rows[r][i] += bias[i] for `n` rows of `width`; a null bias adds nothing.
-void AddBiasRows(const float* bias, float* rows, int64_t n, int64_t width) {
-  if (bias == nullptr) return;
-  for (int64_t r = 0; r < n; ++r) {
-    float* row = rows + r * width;
-    for (int64_t i = 0; i < width; ++i) row[i] += bias[i];
-  }
-}
-
-}  // namespace
 
 void ComputeExpertGroup(CpuMatRunner& runner, const ExpertLayerShape& shape,
                         std::span<const ExpertRows> group, int64_t rows, const ExpertGroupIo& io,
@@ -37,8 +25,8 @@ void ComputeExpertGroup(CpuMatRunner& runner, const ExpertLayerShape& shape,
   runner.Run(jobs, n_jobs, CpuPhase::kExperts);
 
   for (const ExpertRows& e : group) {
-    AddBiasRows(e.gate_bias, io.gate_out + e.row0 * n_ff, e.rows, n_ff);
-    AddBiasRows(e.up_bias, io.up_out + e.row0 * n_ff, e.rows, n_ff);
+    cpu::AddBiasRows(e.gate_bias, io.gate_out + e.row0 * n_ff, e.rows, n_ff);
+    cpu::AddBiasRows(e.up_bias, io.up_out + e.row0 * n_ff, e.rows, n_ff);
   }
   runner.ActivateRows(activation, io.gate_out, io.up_out, rows, n_ff);
   const uint8_t* down_act = runner.PrepareAct(*io.down_act, io.gate_out, rows, n_ff, shape.down.type);
@@ -50,7 +38,7 @@ void ComputeExpertGroup(CpuMatRunner& runner, const ExpertLayerShape& shape,
   }
   runner.Run(jobs, n_jobs, CpuPhase::kExperts);
   for (const ExpertRows& e : group) {
-    AddBiasRows(e.down_bias, io.down_out + e.row0 * n_embd, e.rows, n_embd);
+    cpu::AddBiasRows(e.down_bias, io.down_out + e.row0 * n_embd, e.rows, n_embd);
   }
 }
 

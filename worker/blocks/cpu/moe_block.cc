@@ -261,10 +261,7 @@ void CpuMoeBlock::RouteTokens(int layer, int n) {
   runner_.Run(jobs, 1, CpuPhase::kRouter);
   if (const std::vector<float>& logit_bias = biases_[static_cast<size_t>(layer)].router;
       !logit_bias.empty()) {
-    for (int t = 0; t < n; ++t) {
-      float* logits = router_logits_.floats() + t * n_expert;
-      for (int e = 0; e < n_expert; ++e) logits[e] += logit_bias[static_cast<size_t>(e)];
-    }
+    cpu::AddBiasRows(logit_bias.data(), router_logits_.floats(), n, n_expert);
   }
   const std::vector<float>& bias = selection_bias_[static_cast<size_t>(layer)];
   for (int t = 0; t < n; ++t) {
