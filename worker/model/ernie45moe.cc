@@ -13,9 +13,6 @@
 // (adjacent pairs) over the whole head, which llama.cpp's graph asserts.
 #include "model/ernie45moe.h"
 
-#include <optional>
-
-#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
 namespace moetier {
@@ -71,14 +68,10 @@ absl::StatusOr<Model> LoadErnie45Moe(const ModelLoader& loader) {
   hp.rope_style = RopeStyle::kNorm;
   hp.qk_norm = QkNorm::kNone;
   if (absl::Status s = loader.ReadExpertCounts(hp); !s.ok()) return s;
-  absl::StatusOr<std::optional<int>> n_ff_exp =
-      loader.UniformPerLayer("expert_feed_forward_length", hp.n_layer, kMaxModelDim);
+  absl::StatusOr<int> n_ff_exp =
+      loader.RequiredUniformPerLayer("expert_feed_forward_length", hp.n_layer, kMaxModelDim);
   if (!n_ff_exp.ok()) return n_ff_exp.status();
-  if (!n_ff_exp->has_value()) {
-    return loader.Error(
-        absl::StrCat("required key ", loader.Key("expert_feed_forward_length"), " is missing"));
-  }
-  hp.n_ff_exp = **n_ff_exp;
+  hp.n_ff_exp = *n_ff_exp;
   // llama.cpp hard-codes the gating and reads no expert_weights_scale for
   // this architecture: the renormalized weights are used as they are.
   hp.router.gating = RouterGating::kSoftmax;

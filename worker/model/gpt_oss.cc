@@ -14,9 +14,6 @@
 //              experts.
 #include "model/gpt_oss.h"
 
-#include <cmath>
-
-#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
 namespace moetier {
@@ -70,14 +67,10 @@ absl::StatusOr<Model> LoadGptOss(const ModelLoader& loader) {
     }
   }
   if (absl::Status s = loader.ReadExpertCounts(hp); !s.ok()) return s;
-  absl::StatusOr<std::optional<int>> n_ff_exp =
-      loader.UniformPerLayer("expert_feed_forward_length", hp.n_layer, kMaxModelDim);
+  absl::StatusOr<int> n_ff_exp =
+      loader.RequiredUniformPerLayer("expert_feed_forward_length", hp.n_layer, kMaxModelDim);
   if (!n_ff_exp.ok()) return n_ff_exp.status();
-  if (!n_ff_exp->has_value()) {
-    return loader.Error(
-        absl::StrCat("required key ", loader.Key("expert_feed_forward_length"), " is missing"));
-  }
-  hp.n_ff_exp = **n_ff_exp;
+  hp.n_ff_exp = *n_ff_exp;
   hp.expert_activation = ExpertActivation::kSwigluOai;
   hp.router.gating = RouterGating::kSoftmaxOfChosen;
   hp.router.renormalize = false;

@@ -151,6 +151,14 @@ absl::StatusOr<std::optional<int>> ModelLoader::UniformPerLayer(absl::string_vie
   return std::optional<int>(static_cast<int>(first));
 }
 
+absl::StatusOr<int> ModelLoader::RequiredUniformPerLayer(absl::string_view suffix, int n_layer,
+                                                         uint64_t max) const {
+  absl::StatusOr<std::optional<int>> value = UniformPerLayer(suffix, n_layer, max);
+  if (!value.ok()) return value.status();
+  if (!value->has_value()) return Error(absl::StrCat("required key ", Key(suffix), " is missing"));
+  return **value;
+}
+
 absl::Status ModelLoader::ReadCommonHparams(ModelHparams& hp) const {
   hp.architecture = arch_;
   absl::StatusOr<int> block_count = RequiredDim("block_count", kMaxModelLayers);
@@ -171,13 +179,10 @@ absl::Status ModelLoader::ReadCommonHparams(ModelHparams& hp) const {
   if (!n_embd.ok()) return n_embd.status();
   hp.n_embd = *n_embd;
 
-  absl::StatusOr<std::optional<int>> n_head =
-      UniformPerLayer("attention.head_count", hp.n_layer, kMaxModelDim);
+  absl::StatusOr<int> n_head =
+      RequiredUniformPerLayer("attention.head_count", hp.n_layer, kMaxModelDim);
   if (!n_head.ok()) return n_head.status();
-  if (!n_head->has_value()) {
-    return Error(absl::StrCat("required key ", Key("attention.head_count"), " is missing"));
-  }
-  hp.n_head = **n_head;
+  hp.n_head = *n_head;
   absl::StatusOr<std::optional<int>> n_head_kv =
       UniformPerLayer("attention.head_count_kv", hp.n_layer, kMaxModelDim);
   if (!n_head_kv.ok()) return n_head_kv.status();

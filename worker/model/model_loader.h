@@ -77,6 +77,9 @@ class ModelLoader {
   // layer. Empty when the key is absent.
   absl::StatusOr<std::optional<int>> UniformPerLayer(absl::string_view suffix, int n_layer,
                                                      uint64_t max) const;
+  // UniformPerLayer for a key the file must have.
+  absl::StatusOr<int> RequiredUniformPerLayer(absl::string_view suffix, int n_layer,
+                                              uint64_t max) const;
 
   // The keys of SPEC.md §3.0 that every architecture here shares:
   // block_count (less nextn_predict_layers), context_length,
