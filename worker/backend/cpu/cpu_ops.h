@@ -98,9 +98,10 @@ void AttentionHeadsStored(const float* q, const KvRows& k, const KvRows& v, int6
 
 // MoE routing as `router` says (base/router_params.h, SPEC §3.0
 // build_moe_ffn): the probabilities (softmax or per-expert sigmoid of the
-// logits, or the logits themselves) into `probs` (n_expert floats); the k largest of probs +
-// selection_bias (null: none) in descending order, ties to the lower id,
-// into ids; their weights into `weights` (RouterWeightsOf).
+// logits, or the logits themselves) into `probs` (n_expert floats); the k
+// largest of probs + selection_bias (null: none) in descending order, ties
+// to the lower id, into ids; their weights into `weights`
+// (RouterWeightsOf).
 void RouterTopK(const float* logits, int n_expert, int k, const RouterParams& router,
                 const float* selection_bias, float* probs, int32_t* ids, float* weights);
 

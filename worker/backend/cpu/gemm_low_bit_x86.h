@@ -189,7 +189,6 @@ struct MXFP4Weights {
 #endif
 };
 
-
 template <class W, int NA>
 void GemmBlock32NA(int64_t k, const uint8_t* w, size_t w_stride, int64_t n_rows, const uint8_t* act,
                    size_t act_stride, float* out, int64_t ldo) {
