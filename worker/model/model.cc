@@ -142,10 +142,8 @@ uint64_t KvBytesReadAt(const Model& model, const KvCacheTypes& kv_types, int64_t
 
 namespace {
 
-// An expert's bias is one row of its layer's bias tensor; a step reads the
-// rows of the experts it routes to, with the experts.
-bool IsExpertBias(const LayerWeights& l, const WeightRef* ref) {
-  return ref == &l.moe.gate_exps_bias || ref == &l.moe.up_exps_bias || ref == &l.moe.down_exps_bias;
+uint64_t TensorBytes(const WeightRef& ref) {
+  return ref.row_bytes * static_cast<uint64_t>(ref.ne[1]) * static_cast<uint64_t>(ref.ne[2]);
 }
 
 }  // namespace
@@ -154,12 +152,13 @@ uint64_t DenseWeightBytesPerStep(const Model& model) {
   const ModelWeights& w = model.weights;
   uint64_t bytes = w.token_embd.row_bytes;
   for (const WeightRef* ref : WeightRefs(w, /*include_experts=*/false)) {
-    const bool expert_bias =
-        std::any_of(w.layers.begin(), w.layers.end(),
-                    [&](const LayerWeights& l) { return IsExpertBias(l, ref); });
-    if (ref != &w.token_embd && !expert_bias) {
-      bytes += ref->row_bytes * static_cast<uint64_t>(ref->ne[1]) * static_cast<uint64_t>(ref->ne[2]);
-    }
+    if (ref != &w.token_embd) bytes += TensorBytes(*ref);
+  }
+  // An expert's bias rows are read with the expert, per routed expert
+  // (DecodeWeightBytesPerToken), not all of them every step.
+  for (const LayerWeights& l : w.layers) {
+    bytes -= TensorBytes(l.moe.gate_exps_bias) + TensorBytes(l.moe.up_exps_bias) +
+             TensorBytes(l.moe.down_exps_bias);
   }
   return bytes;
 }
