@@ -10,6 +10,7 @@
 #include "backend/cpu/gemm_low_bit_x86.h"
 #include "backend/cpu/kernel_table.h"
 #include "backend/cpu/kv_values_x86.h"
+#include "backend/cpu/weight_prefetch.h"
 
 namespace moetier::cpu {
 namespace {
@@ -77,7 +78,7 @@ inline __m256 LoadBf16One(const uint8_t* w, int64_t j) {
 }
 
 template <int NA, __m256 (*kLoad)(const uint8_t*, int64_t),
-          __m256 (*kLoadOne)(const uint8_t*, int64_t)>
+          __m256 (*kLoadOne)(const uint8_t*, int64_t), int kElemBytes>
 void GemmFloatNA(int64_t k, const uint8_t* w, size_t w_stride, int64_t n_rows, const uint8_t* act,
                  size_t act_stride, float* out, int64_t ldo) {
   for (int64_t r = 0; r < n_rows; ++r) {
@@ -90,6 +91,7 @@ void GemmFloatNA(int64_t k, const uint8_t* w, size_t w_stride, int64_t n_rows, c
     }
     int64_t j = 0;
     for (; j + 16 <= k; j += 16) {
+      PrefetchWeightsAhead(wrow + j * kElemBytes, 16 * kElemBytes);
       const __m256 w0 = kLoad(wrow, j);
       const __m256 w1 = kLoad(wrow, j + 8);
       MOETIER_UNROLL
@@ -130,6 +132,7 @@ void GemmQ8_0NA(int64_t k, const uint8_t* w, size_t w_stride, int64_t n_rows, co
     MOETIER_UNROLL
     for (int m = 0; m < NA; ++m) acc[m] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
+      PrefetchWeightsAhead(x + b, sizeof(BlockQ8_0));
       const __m256i wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs));
       const __m256i wabs = _mm256_sign_epi8(wq, wq);
       const __m256 dw = _mm256_set1_ps(Half(x[b].d));
@@ -159,6 +162,7 @@ void GemmQ4_0NA(int64_t k, const uint8_t* w, size_t w_stride, int64_t n_rows, co
     MOETIER_UNROLL
     for (int m = 0; m < NA; ++m) acc[m] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
+      PrefetchWeightsAhead(x + b, sizeof(BlockQ4_0));
       const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].qs));
       const __m256i nib = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), m4);  // 0..15
       const __m256 dw = _mm256_set1_ps(Half(x[b].d));
@@ -200,6 +204,7 @@ void GemmQ4KNA(int64_t k, const uint8_t* w, size_t w_stride, int64_t n_rows, con
       accm[m] = _mm256_setzero_ps();
     }
     for (int64_t b = 0; b < nb; ++b) {
+      PrefetchWeightsAhead(x + b, sizeof(BlockQ4K));
       const __m128i scmn = UnpackScalesMins(x[b].scales);
       // scales as int16 in both 128-bit lanes; mins as 16 int16 lanes, each
       // repeated for its two 16-sums.
@@ -260,6 +265,7 @@ void GemmQ5KNA(int64_t k, const uint8_t* w, size_t w_stride, int64_t n_rows, con
       accm[m] = _mm256_setzero_ps();
     }
     for (int64_t b = 0; b < nb; ++b) {
+      PrefetchWeightsAhead(x + b, sizeof(BlockQ5K));
       const __m128i scmn = UnpackScalesMins(x[b].scales);
       const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(scmn));
       const __m256i mins = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(scmn, scmn));
@@ -322,6 +328,7 @@ void GemmQ6KNA(int64_t k, const uint8_t* w, size_t w_stride, int64_t n_rows, con
     MOETIER_UNROLL
     for (int m = 0; m < NA; ++m) acc[m] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
+      PrefetchWeightsAhead(x + b, sizeof(BlockQ6K));
       const __m256i sc16 =
           _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].scales)));
       const float dw = Half(x[b].d);
@@ -405,9 +412,9 @@ void GemmTileDispatch(int64_t k, const uint8_t* w, size_t w_stride, int64_t n_ro
     }                                                                                 \
   };
 
-MOETIER_GEMM_KERNEL(KF32, (GemmFloatNA<NA, LoadF32, LoadF32One>))
-MOETIER_GEMM_KERNEL(KF16, (GemmFloatNA<NA, LoadF16, LoadF16One>))
-MOETIER_GEMM_KERNEL(KBf16, (GemmFloatNA<NA, LoadBf16, LoadBf16One>))
+MOETIER_GEMM_KERNEL(KF32, (GemmFloatNA<NA, LoadF32, LoadF32One, 4>))
+MOETIER_GEMM_KERNEL(KF16, (GemmFloatNA<NA, LoadF16, LoadF16One, 2>))
+MOETIER_GEMM_KERNEL(KBf16, (GemmFloatNA<NA, LoadBf16, LoadBf16One, 2>))
 MOETIER_GEMM_KERNEL(KQ8_0, GemmQ8_0NA<NA>)
 MOETIER_GEMM_KERNEL(KQ4_0, GemmQ4_0NA<NA>)
 MOETIER_GEMM_KERNEL(KQ4K, GemmQ4KNA<NA>)

@@ -24,6 +24,7 @@
 #include "backend/cpu/gemm_low_bit_x86.h"
 #include "backend/cpu/kernel_table.h"
 #include "backend/cpu/kv_values_x86.h"
+#include "backend/cpu/weight_prefetch.h"
 
 namespace moetier::cpu {
 namespace {
@@ -76,7 +77,7 @@ inline __m512 LoadBf16(const uint8_t* w, int64_t j, __mmask16 mask) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
-template <int NA, __m512 (*kLoad)(const uint8_t*, int64_t, __mmask16)>
+template <int NA, __m512 (*kLoad)(const uint8_t*, int64_t, __mmask16), int kElemBytes>
 void GemmFloatNA(int64_t k, const uint8_t* w, size_t w_stride, int64_t n_rows, const uint8_t* act,
                  size_t act_stride, float* out, int64_t ldo) {
   const __mmask16 all = 0xFFFF;
@@ -90,6 +91,7 @@ void GemmFloatNA(int64_t k, const uint8_t* w, size_t w_stride, int64_t n_rows, c
     }
     int64_t j = 0;
     for (; j + 32 <= k; j += 32) {
+      PrefetchWeightsAhead(wrow + j * kElemBytes, 32 * kElemBytes);
       const __m512 w0 = kLoad(wrow, j, all);
       const __m512 w1 = kLoad(wrow, j + 16, all);
       MOETIER_UNROLL
@@ -128,6 +130,7 @@ void GemmQ8_0NA(int64_t k, const uint8_t* w, size_t w_stride, int64_t n_rows, co
     for (int m = 0; m < NA; ++m) acc[m] = _mm512_setzero_ps();
     int64_t b = 0;
     for (; b + 2 <= nb; b += 2) {
+      PrefetchWeightsAhead(x + b, 2 * sizeof(BlockQ8_0));
       const __m512i wq = _mm512_inserti64x4(
           _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs))),
           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b + 1].qs)), 1);
@@ -182,6 +185,7 @@ void GemmQ4_0NA(int64_t k, const uint8_t* w, size_t w_stride, int64_t n_rows, co
     for (int m = 0; m < NA; ++m) acc[m] = _mm512_setzero_ps();
     int64_t b = 0;
     for (; b + 2 <= nb; b += 2) {
+      PrefetchWeightsAhead(x + b, 2 * sizeof(BlockQ4_0));
       const __m256i pair =
           _mm256_set_m128i(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b + 1].qs)),
                            _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].qs)));
@@ -255,6 +259,7 @@ void GemmQ45KNA(int64_t k, const uint8_t* w, size_t w_stride, int64_t n_rows, co
     for (int m = 0; m < NA; ++m) acc[m] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
       const uint8_t* blk = wrow + b * block_bytes;
+      PrefetchWeightsAhead(blk, block_bytes);
       uint16_t d_bits, dmin_bits;
       std::memcpy(&d_bits, blk, 2);
       std::memcpy(&dmin_bits, blk + 2, 2);
@@ -336,6 +341,7 @@ void GemmQ6KNA(int64_t k, const uint8_t* w, size_t w_stride, int64_t n_rows, con
     MOETIER_UNROLL
     for (int m = 0; m < NA; ++m) acc[m] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
+      PrefetchWeightsAhead(x + b, sizeof(BlockQ6K));
       const __m256i sc16 =
           _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].scales)));
       // Signed scales with the upper 16 bits of each lane zero (see top).
@@ -404,9 +410,9 @@ void GemmTileDispatch(int64_t k, const uint8_t* w, size_t w_stride, int64_t n_ro
     }                                                                                 \
   };
 
-MOETIER_GEMM_KERNEL(KF32, (GemmFloatNA<NA, LoadF32>))
-MOETIER_GEMM_KERNEL(KF16, (GemmFloatNA<NA, LoadF16>))
-MOETIER_GEMM_KERNEL(KBf16, (GemmFloatNA<NA, LoadBf16>))
+MOETIER_GEMM_KERNEL(KF32, (GemmFloatNA<NA, LoadF32, 4>))
+MOETIER_GEMM_KERNEL(KF16, (GemmFloatNA<NA, LoadF16, 2>))
+MOETIER_GEMM_KERNEL(KBf16, (GemmFloatNA<NA, LoadBf16, 2>))
 MOETIER_GEMM_KERNEL(KQ8_0, GemmQ8_0NA<NA>)
 MOETIER_GEMM_KERNEL(KQ4_0, GemmQ4_0NA<NA>)
 MOETIER_GEMM_KERNEL(KQ4K, (GemmQ45KNA<NA, false>))
