@@ -20,7 +20,7 @@
 
 #include "backend/cpu/block_layouts.h"
 #include "backend/cpu/kernel_table.h"
-#include "backend/cpu/weight_prefetch.h"
+#include "backend/cpu/stream_prefetch.h"
 #include "gguf/tensor/iq_grid_blocks.h"
 #include "gguf/tensor/iq_grid_chunks.h"
 
@@ -234,7 +234,7 @@ void GemmRows(int64_t k, const uint8_t* w, size_t w_stride, int64_t n_rows, cons
     const uint8_t* row = w + r * w_stride;
     for (int64_t b = 0; b < n_blocks; ++b) {
       const uint8_t* blk = row + b * block_bytes;
-      PrefetchWeightsAhead(blk, static_cast<size_t>(block_bytes));
+      PrefetchAhead(blk, static_cast<size_t>(block_bytes));
       int32_t sums[kNA];
       // Passes of one or two rows gather IQ2_S's entries (LoadChunk).
       PassSums<kNA>(DecodedOnUse<kType, (kNA <= 2)>{blk}, act + b * kQK_K, act_stride, sums);

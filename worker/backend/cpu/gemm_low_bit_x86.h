@@ -16,7 +16,7 @@
 #include <type_traits>
 
 #include "backend/cpu/block_layouts.h"
-#include "backend/cpu/weight_prefetch.h"
+#include "backend/cpu/stream_prefetch.h"
 
 namespace moetier::cpu {
 namespace {
@@ -201,7 +201,7 @@ void GemmBlock32NA(int64_t k, const uint8_t* w, size_t w_stride, int64_t n_rows,
     MOETIER_LOW_BIT_UNROLL
     for (int m = 0; m < NA; ++m) acc[m] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
-      PrefetchWeightsAhead(x + b, sizeof(x[b]));
+      PrefetchAhead(x + b, sizeof(x[b]));
       const __m256i wq = W::Values(x[b]);
       const __m256 dw = _mm256_set1_ps(W::Scale(x[b]));
       MOETIER_LOW_BIT_UNROLL
@@ -245,7 +245,7 @@ void GemmBlock32x2NA(int64_t k, const uint8_t* w, size_t w_stride, int64_t n_row
     for (int m = 0; m < NA; ++m) acc[m] = _mm512_setzero_ps();
     int64_t b = 0;
     for (; b + 2 <= nb; b += 2) {
-      PrefetchWeightsAhead(x + b, 2 * sizeof(x[b]));
+      PrefetchAhead(x + b, 2 * sizeof(x[b]));
       __m512i u;
       if constexpr (requires { W::UnsignedPair(x); }) {
         u = W::UnsignedPair(x + b);
@@ -367,7 +367,7 @@ void GemmQ23KNA(int64_t k, const uint8_t* w, size_t w_stride, int64_t n_rows, co
       accm[m] = _mm256_setzero_ps();
     }
     for (int64_t b = 0; b < nb; ++b) {
-      PrefetchWeightsAhead(x + b, sizeof(x[b]));
+      PrefetchAhead(x + b, sizeof(x[b]));
       const auto [scales8, mins, min_unit] = Q23BlockScales<kQ3>(x[b]);
       __m256i hmask = _mm256_setzero_si256();
       if constexpr (kQ3) hmask = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].hmask));
@@ -435,7 +435,7 @@ void GemmQ23Kx2NA(int64_t k, const uint8_t* w, size_t w_stride, int64_t n_rows, 
       accm[m] = _mm256_setzero_ps();
     }
     for (int64_t b = 0; b < nb; ++b) {
-      PrefetchWeightsAhead(x + b, sizeof(x[b]));
+      PrefetchAhead(x + b, sizeof(x[b]));
       const auto [scales8, mins, min_unit] = Q23BlockScales<kQ3>(x[b]);
       const __m256i scales8x2 = _mm256_broadcastsi128_si256(scales8);
       __m512i hmask = _mm512_setzero_si512();
@@ -510,7 +510,7 @@ void GemmIQ4XSNA(int64_t k, const uint8_t* w, size_t w_stride, int64_t n_rows, c
     MOETIER_LOW_BIT_UNROLL
     for (int m = 0; m < NA; ++m) acc[m] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
-      PrefetchWeightsAhead(x + b, sizeof(x[b]));
+      PrefetchAhead(x + b, sizeof(x[b]));
       __m256i sumi[NA];
       MOETIER_LOW_BIT_UNROLL
       for (int m = 0; m < NA; ++m) sumi[m] = _mm256_setzero_si256();

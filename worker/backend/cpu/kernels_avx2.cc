@@ -10,7 +10,7 @@
 #include "backend/cpu/gemm_low_bit_x86.h"
 #include "backend/cpu/kernel_table.h"
 #include "backend/cpu/kv_values_x86.h"
-#include "backend/cpu/weight_prefetch.h"
+#include "backend/cpu/stream_prefetch.h"
 
 namespace moetier::cpu {
 namespace {
@@ -91,7 +91,7 @@ void GemmFloatNA(int64_t k, const uint8_t* w, size_t w_stride, int64_t n_rows, c
     }
     int64_t j = 0;
     for (; j + 16 <= k; j += 16) {
-      PrefetchWeightsAhead(wrow + j * kElemBytes, 16 * kElemBytes);
+      PrefetchAhead(wrow + j * kElemBytes, 16 * kElemBytes);
       const __m256 w0 = kLoad(wrow, j);
       const __m256 w1 = kLoad(wrow, j + 8);
       MOETIER_UNROLL
@@ -132,7 +132,7 @@ void GemmQ8_0NA(int64_t k, const uint8_t* w, size_t w_stride, int64_t n_rows, co
     MOETIER_UNROLL
     for (int m = 0; m < NA; ++m) acc[m] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
-      PrefetchWeightsAhead(x + b, sizeof(BlockQ8_0));
+      PrefetchAhead(x + b, sizeof(BlockQ8_0));
       const __m256i wq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs));
       const __m256i wabs = _mm256_sign_epi8(wq, wq);
       const __m256 dw = _mm256_set1_ps(Half(x[b].d));
@@ -162,7 +162,7 @@ void GemmQ4_0NA(int64_t k, const uint8_t* w, size_t w_stride, int64_t n_rows, co
     MOETIER_UNROLL
     for (int m = 0; m < NA; ++m) acc[m] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
-      PrefetchWeightsAhead(x + b, sizeof(BlockQ4_0));
+      PrefetchAhead(x + b, sizeof(BlockQ4_0));
       const __m128i q = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].qs));
       const __m256i nib = _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(q, 4), q), m4);  // 0..15
       const __m256 dw = _mm256_set1_ps(Half(x[b].d));
@@ -204,7 +204,7 @@ void GemmQ4KNA(int64_t k, const uint8_t* w, size_t w_stride, int64_t n_rows, con
       accm[m] = _mm256_setzero_ps();
     }
     for (int64_t b = 0; b < nb; ++b) {
-      PrefetchWeightsAhead(x + b, sizeof(BlockQ4K));
+      PrefetchAhead(x + b, sizeof(BlockQ4K));
       const __m128i scmn = UnpackScalesMins(x[b].scales);
       // scales as int16 in both 128-bit lanes; mins as 16 int16 lanes, each
       // repeated for its two 16-sums.
@@ -265,7 +265,7 @@ void GemmQ5KNA(int64_t k, const uint8_t* w, size_t w_stride, int64_t n_rows, con
       accm[m] = _mm256_setzero_ps();
     }
     for (int64_t b = 0; b < nb; ++b) {
-      PrefetchWeightsAhead(x + b, sizeof(BlockQ5K));
+      PrefetchAhead(x + b, sizeof(BlockQ5K));
       const __m128i scmn = UnpackScalesMins(x[b].scales);
       const __m256i sc16 = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(scmn));
       const __m256i mins = _mm256_cvtepu8_epi16(_mm_unpackhi_epi8(scmn, scmn));
@@ -328,7 +328,7 @@ void GemmQ6KNA(int64_t k, const uint8_t* w, size_t w_stride, int64_t n_rows, con
     MOETIER_UNROLL
     for (int m = 0; m < NA; ++m) acc[m] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
-      PrefetchWeightsAhead(x + b, sizeof(BlockQ6K));
+      PrefetchAhead(x + b, sizeof(BlockQ6K));
       const __m256i sc16 =
           _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].scales)));
       const float dw = Half(x[b].d);
@@ -534,6 +534,8 @@ void AttendVecs(const float* q, int n_q, const float* k, const float* v, int64_t
       float* s = scores + i * stride;
       for (int64_t t = t0; t < t1; ++t) {
         const float* kt = k + t * kv_stride;
+        // The first head reads the block from memory; the others find it in L1.
+        if (i == 0) PrefetchAhead(kt, sizeof(float) * kv_stride);
         __m256 acc = _mm256_mul_ps(_mm256_loadu_ps(qi), _mm256_loadu_ps(kt));
         MOETIER_UNROLL
         for (int j = 1; j < kVecs; ++j) {
@@ -565,6 +567,7 @@ void AttendVecs(const float* q, int n_q, const float* k, const float* v, int64_t
         }
         for (int64_t t = t0; t < t1; ++t) {
           const float* vt = v + t * kv_stride + 8 * base;
+          if (i == 0 && base == 0) PrefetchAhead(v + t * kv_stride, sizeof(float) * kv_stride);
           const __m256 p = _mm256_set1_ps(s[t]);
           MOETIER_UNROLL
           for (int j = 0; j < kChunk; ++j) {

@@ -24,7 +24,7 @@
 #include "backend/cpu/gemm_low_bit_x86.h"
 #include "backend/cpu/kernel_table.h"
 #include "backend/cpu/kv_values_x86.h"
-#include "backend/cpu/weight_prefetch.h"
+#include "backend/cpu/stream_prefetch.h"
 
 namespace moetier::cpu {
 namespace {
@@ -91,7 +91,7 @@ void GemmFloatNA(int64_t k, const uint8_t* w, size_t w_stride, int64_t n_rows, c
     }
     int64_t j = 0;
     for (; j + 32 <= k; j += 32) {
-      PrefetchWeightsAhead(wrow + j * kElemBytes, 32 * kElemBytes);
+      PrefetchAhead(wrow + j * kElemBytes, 32 * kElemBytes);
       const __m512 w0 = kLoad(wrow, j, all);
       const __m512 w1 = kLoad(wrow, j + 16, all);
       MOETIER_UNROLL
@@ -130,7 +130,7 @@ void GemmQ8_0NA(int64_t k, const uint8_t* w, size_t w_stride, int64_t n_rows, co
     for (int m = 0; m < NA; ++m) acc[m] = _mm512_setzero_ps();
     int64_t b = 0;
     for (; b + 2 <= nb; b += 2) {
-      PrefetchWeightsAhead(x + b, 2 * sizeof(BlockQ8_0));
+      PrefetchAhead(x + b, 2 * sizeof(BlockQ8_0));
       const __m512i wq = _mm512_inserti64x4(
           _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b].qs))),
           _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x[b + 1].qs)), 1);
@@ -185,7 +185,7 @@ void GemmQ4_0NA(int64_t k, const uint8_t* w, size_t w_stride, int64_t n_rows, co
     for (int m = 0; m < NA; ++m) acc[m] = _mm512_setzero_ps();
     int64_t b = 0;
     for (; b + 2 <= nb; b += 2) {
-      PrefetchWeightsAhead(x + b, 2 * sizeof(BlockQ4_0));
+      PrefetchAhead(x + b, 2 * sizeof(BlockQ4_0));
       const __m256i pair =
           _mm256_set_m128i(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b + 1].qs)),
                            _mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].qs)));
@@ -259,7 +259,7 @@ void GemmQ45KNA(int64_t k, const uint8_t* w, size_t w_stride, int64_t n_rows, co
     for (int m = 0; m < NA; ++m) acc[m] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
       const uint8_t* blk = wrow + b * block_bytes;
-      PrefetchWeightsAhead(blk, block_bytes);
+      PrefetchAhead(blk, block_bytes);
       uint16_t d_bits, dmin_bits;
       std::memcpy(&d_bits, blk, 2);
       std::memcpy(&dmin_bits, blk + 2, 2);
@@ -341,7 +341,7 @@ void GemmQ6KNA(int64_t k, const uint8_t* w, size_t w_stride, int64_t n_rows, con
     MOETIER_UNROLL
     for (int m = 0; m < NA; ++m) acc[m] = _mm512_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
-      PrefetchWeightsAhead(x + b, sizeof(BlockQ6K));
+      PrefetchAhead(x + b, sizeof(BlockQ6K));
       const __m256i sc16 =
           _mm256_cvtepi8_epi16(_mm_loadu_si128(reinterpret_cast<const __m128i*>(x[b].scales)));
       // Signed scales with the upper 16 bits of each lane zero (see top).
@@ -563,6 +563,8 @@ void AttendVecs(const float* q, int n_q, const float* k, const float* v, int64_t
       // Four positions at a time: four independent FMA chains.
       int64_t t = t0;
       for (; t + 4 <= t1; t += 4) {
+        // The first head reads the block from memory; the others find it in L1.
+        if (i == 0) PrefetchAhead(k + t * kv_stride, 4 * sizeof(float) * kv_stride);
         __m512 acc[4];
         MOETIER_UNROLL
         for (int u = 0; u < 4; ++u)
@@ -610,6 +612,7 @@ void AttendVecs(const float* q, int n_q, const float* k, const float* v, int64_t
       }
       int64_t t = t0;
       for (; t + kSets <= t1; t += kSets) {
+        if (i == 0) PrefetchAhead(v + t * kv_stride, kSets * sizeof(float) * kv_stride);
         MOETIER_UNROLL
         for (int u = 0; u < kSets; ++u) {
           const float* vt = v + (t + u) * kv_stride;
@@ -761,8 +764,9 @@ void AccumulateKvValues(TensorType type, const uint8_t* rows, int64_t row_stride
   for (int64_t t0 = 0; t0 < n_rows; t0 += kValueRows) {
     const int nr = static_cast<int>(n_rows - t0 < kValueRows ? n_rows - t0 : kValueRows);
     for (int r = 0; r < nr; ++r) {
-      row_values[r] = DecodeValueRow(type, rows + (t0 + r) * row_stride, head_dim,
-                                     decoded + r * head_dim);
+      const uint8_t* row = rows + (t0 + r) * row_stride;
+      PrefetchAhead(row, static_cast<size_t>(row_stride));
+      row_values[r] = DecodeValueRow(type, row, head_dim, decoded + r * head_dim);
     }
     for (int i0 = 0; i0 < n_q; i0 += 8) {
       const int heads = n_q - i0 < 8 ? n_q - i0 : 8;

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "backend/cpu/block_layouts.h"
+#include "backend/cpu/stream_prefetch.h"
 #include "gguf/tensor/tensor_type.h"
 
 namespace moetier::cpu {
@@ -88,8 +89,9 @@ inline void AccumulateKvValuesX86(TensorType type, const uint8_t* rows, int64_t 
   for (int64_t t0 = 0; t0 < n_rows; t0 += kValueRows) {
     const int nr = static_cast<int>(n_rows - t0 < kValueRows ? n_rows - t0 : kValueRows);
     for (int r = 0; r < nr; ++r) {
-      row_values[r] =
-          DecodeValueRow(type, rows + (t0 + r) * row_stride, head_dim, decoded + r * head_dim);
+      const uint8_t* row = rows + (t0 + r) * row_stride;
+      PrefetchAhead(row, static_cast<size_t>(row_stride));
+      row_values[r] = DecodeValueRow(type, row, head_dim, decoded + r * head_dim);
     }
     for (int i = 0; i < n_q; ++i) {
       const float* w = weights + i * w_stride + t0;
