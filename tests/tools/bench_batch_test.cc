@@ -62,10 +62,12 @@ TEST(BenchBatchTest, WiderBatchesReadFewerExpertBytesPerToken) {
   EXPECT_GT(join["alone_prefill_s"].get<double>(), 0);
   EXPECT_GT(join["step_during_join_s"].get<double>(), 0);
   // The same arrivals with 32 of their 40 tokens loaded: one step of 8
-  // tokens instead of three of 16, 16 and 8.
+  // tokens instead of three of 16, 16 and 8. (Counted, not timed: a test
+  // machine's load can make one step slower than three.)
+  EXPECT_EQ(join["steps_to_first_token"], 3);
   EXPECT_EQ(join["shared_prefix_tokens"], 32);
+  EXPECT_EQ(join["hit_steps_to_first_token"], 1);
   EXPECT_GT(join["hit_ttft_p50_s"].get<double>(), 0);
-  EXPECT_LT(join["hit_ttft_p50_s"].get<double>(), join["ttft_p50_s"].get<double>());
   EXPECT_GT(join["state_copy_s"].get<double>(), 0);
   EXPECT_GT(join["state_load_s"].get<double>(), 0);
 }

@@ -268,15 +268,20 @@ class Bench {
     // With --shared-prefix-tokens: the same arrivals from a loaded start.
     double hit_ttft_p50 = 0, hit_ttft_p99 = 0;
     double copy_s = 0, load_s = 0;
+    // Steps an arrival shares with the running sequences until its first
+    // token, cold and from the loaded start.
+    int steps_to_first_token = 0, hit_steps_to_first_token = 0;
   };
 
   // Runs prompt[from..) next to the running sequences, --chunk tokens per
   // step, the last chunk's logits kept; the step times go to `steps`.
-  absl::Status JoinFrom(std::vector<std::unique_ptr<Sequence>>& running, Sequence& joining,
-                        const std::vector<int32_t>& prompt, int from,
-                        std::vector<double>* steps) {
+  // Returns the number of steps.
+  absl::StatusOr<int> JoinFrom(std::vector<std::unique_ptr<Sequence>>& running, Sequence& joining,
+                               const std::vector<int32_t>& prompt, int from,
+                               std::vector<double>* steps) {
     const int n = static_cast<int>(prompt.size());
-    for (int done = from; done < n;) {
+    int taken = 0;
+    for (int done = from; done < n; ++taken) {
       const int take = std::min(o_.chunk, n - done);
       const bool last = done + take == n;
       SequenceStep extra{&joining, std::span(prompt).subspan(done, take),
@@ -286,7 +291,7 @@ class Bench {
       if (steps != nullptr) steps->push_back(Seconds() - t0);
       done += take;
     }
-    return absl::OkStatus();
+    return taken;
   }
 
   absl::StatusOr<Join> MeasureJoin() {
@@ -319,10 +324,10 @@ class Bench {
         absl::StatusOr<std::unique_ptr<Sequence>> joining = engine_.NewSequence();
         if (!joining.ok()) return joining.status();
         const double arrived = Seconds();
-        if (absl::Status s = JoinFrom(*running, **joining, prompt, 0, &join_steps); !s.ok()) {
-          return s;
-        }
+        absl::StatusOr<int> steps = JoinFrom(*running, **joining, prompt, 0, &join_steps);
+        if (!steps.ok()) return steps.status();
         ttfts.push_back(Seconds() - arrived);
+        j.steps_to_first_token = *steps;
       }
       if (o_.shared_prefix == 0) continue;
       std::unique_ptr<SequenceState> kept;
@@ -348,11 +353,10 @@ class Bench {
         return s;
       }
       loads.push_back(Seconds() - arrived);
-      if (absl::Status s = JoinFrom(*running, **joining, prompt, o_.shared_prefix, nullptr);
-          !s.ok()) {
-        return s;
-      }
+      absl::StatusOr<int> steps = JoinFrom(*running, **joining, prompt, o_.shared_prefix, nullptr);
+      if (!steps.ok()) return steps.status();
       hit_ttfts.push_back(Seconds() - arrived);
+      j.hit_steps_to_first_token = *steps;
     }
     j.ttft_p50 = Quantile(ttfts, 0.5);
     j.ttft_p99 = Quantile(ttfts, 0.99);
@@ -518,11 +522,13 @@ int Run(const Options& o) {
                           {"ttft_p99_s", j->ttft_p99},
                           {"alone_prefill_s", j->alone_prefill_s},
                           {"step_alone_s", j->step_alone_s},
-                          {"step_during_join_s", j->step_during_join_s}};
+                          {"step_during_join_s", j->step_during_join_s},
+                          {"steps_to_first_token", j->steps_to_first_token}};
     if (o.shared_prefix > 0) {
       row["shared_prefix_tokens"] = o.shared_prefix;
       row["hit_ttft_p50_s"] = j->hit_ttft_p50;
       row["hit_ttft_p99_s"] = j->hit_ttft_p99;
+      row["hit_steps_to_first_token"] = j->hit_steps_to_first_token;
       row["state_copy_s"] = j->copy_s;
       row["state_load_s"] = j->load_s;
     }
