@@ -148,12 +148,15 @@ TEST_P(StoreSourceTest, LogitsEqualTheMapping) {
 
   const store::WorkerStatusPage page = (*daemon)->store->WorkerStatus(0);
   const store::StoreCounters counters = (*daemon)->store->counters();
-  EXPECT_GT(page.ram_hits, 0u);
   if (c.cache_slots == 0) {
+    EXPECT_GT(page.ram_hits, 0u);
     EXPECT_EQ(page.ram_misses, 0u);
   } else {
     // The prompt routes to more experts than the cache holds: they were read
-    // on demand and evicted again while the engine ran.
+    // on demand and evicted again while the engine ran. Whether a later
+    // request still found one resident depends on which slots the worker
+    // held pinned when the daemon's thread chose its victims, a matter of
+    // timing, so hits are not counted on.
     EXPECT_GT(page.ram_misses, 0u);
     EXPECT_GT(counters.evictions, 0u);
   }
