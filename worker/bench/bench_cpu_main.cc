@@ -210,8 +210,8 @@ std::vector<uint8_t> RandomMatrix(TensorType type, int64_t k, int64_t rows, std:
     const uint32_t v = rng();
     std::memcpy(m.data() + i, &v, std::min<size_t>(4, m.size() - i));
   }
-  // Scales: 0x2000 is a small positive half; for float types any bit
-  // pattern with a sane exponent will do, so clear the top exponent bit.
+  // Scales: 0x2000 is a small positive half; float types keep random
+  // mantissas with sane exponents.
   const uint16_t small_half = 0x2000;
   const int64_t n_blocks = rows * (k / info.block_elems);
   for (int64_t b = 0; b < n_blocks; ++b) {
@@ -245,11 +245,16 @@ std::vector<uint8_t> RandomMatrix(TensorType type, int64_t k, int64_t rows, std:
         blk[0] = 120;  // 2^-8: no subnormal scales
         break;
       case TensorType::kF16:
+        blk[1] &= 0x3F;  // exponent below 16: no infinities or NaNs
+        break;
+      // Exponents 120..127, values in [2^-7, 1): a zero exponent would make
+      // one value in 128 subnormal, and every multiply-add on one a
+      // microcode assist that the rates would measure instead of the kernel.
       case TensorType::kBF16:
-        blk[1] &= 0x3F;
+        blk[1] = static_cast<uint8_t>(0x3C | (blk[1] & 0x03));
         break;
       case TensorType::kF32:
-        blk[3] &= 0x3F;
+        blk[3] = static_cast<uint8_t>(0x3C | (blk[3] & 0x03));
         break;
       default:
         if (IsIqGridType(type)) iq_chunks::PutScaleBits(type, blk, small_half);
