@@ -758,16 +758,11 @@ void AccumulateKvValues(TensorType type, const uint8_t* rows, int64_t row_stride
                                         AddValueRowsToHeads<3>, AddValueRowsToHeads<4>,
                                         AddValueRowsToHeads<5>, AddValueRowsToHeads<6>,
                                         AddValueRowsToHeads<7>, AddValueRowsToHeads<8>};
-  constexpr int kValueRows = 16;
   alignas(64) float decoded[kValueRows * kMaxKvHeadDim];
   const float* row_values[kValueRows];
   for (int64_t t0 = 0; t0 < n_rows; t0 += kValueRows) {
     const int nr = static_cast<int>(n_rows - t0 < kValueRows ? n_rows - t0 : kValueRows);
-    for (int r = 0; r < nr; ++r) {
-      const uint8_t* row = rows + (t0 + r) * row_stride;
-      PrefetchAhead(row, static_cast<size_t>(row_stride));
-      row_values[r] = DecodeValueRow(type, row, head_dim, decoded + r * head_dim);
-    }
+    DecodeValueRows(type, rows, row_stride, t0, nr, head_dim, decoded, row_values);
     for (int i0 = 0; i0 < n_q; i0 += 8) {
       const int heads = n_q - i0 < 8 ? n_q - i0 : 8;
       kByHeads[heads - 1](row_values, nr, weights + i0 * w_stride + t0, w_stride, head_dim,

@@ -78,21 +78,32 @@ inline const float* DecodeValueRow(TensorType type, const uint8_t* row, int head
   }
 }
 
+// Value rows are decoded this many at a time, into L1, before the heads add
+// them in.
+inline constexpr int kValueRows = 16;
+
+// Rows t0 .. t0 + nr - 1 (nr <= kValueRows) as floats: row_values[r] points
+// at row t0 + r, decoded into `decoded` (kValueRows * head_dim floats) where
+// it is not F32. Each row asks for the one 2 KiB further on.
+inline void DecodeValueRows(TensorType type, const uint8_t* rows, int64_t row_stride, int64_t t0,
+                            int nr, int head_dim, float* decoded, const float** row_values) {
+  for (int r = 0; r < nr; ++r) {
+    const uint8_t* row = rows + (t0 + r) * row_stride;
+    PrefetchAhead(row, static_cast<size_t>(row_stride));
+    row_values[r] = DecodeValueRow(type, row, head_dim, decoded + r * head_dim);
+  }
+}
+
 // Rows are decoded kValueRows at a time; each head's output then stays in
 // registers, 64 values at a time, while the block's rows are added in.
 inline void AccumulateKvValuesX86(TensorType type, const uint8_t* rows, int64_t row_stride,
                                   int64_t n_rows, const float* weights, int64_t w_stride, int n_q,
                                   int head_dim, float* out) {
-  constexpr int kValueRows = 16;
   alignas(32) float decoded[kValueRows * kMaxKvHeadDim];
   const float* row_values[kValueRows];
   for (int64_t t0 = 0; t0 < n_rows; t0 += kValueRows) {
     const int nr = static_cast<int>(n_rows - t0 < kValueRows ? n_rows - t0 : kValueRows);
-    for (int r = 0; r < nr; ++r) {
-      const uint8_t* row = rows + (t0 + r) * row_stride;
-      PrefetchAhead(row, static_cast<size_t>(row_stride));
-      row_values[r] = DecodeValueRow(type, row, head_dim, decoded + r * head_dim);
-    }
+    DecodeValueRows(type, rows, row_stride, t0, nr, head_dim, decoded, row_values);
     for (int i = 0; i < n_q; ++i) {
       const float* w = weights + i * w_stride + t0;
       float* o = out + static_cast<int64_t>(i) * head_dim;
