@@ -534,8 +534,6 @@ void AttendVecs(const float* q, int n_q, const float* k, const float* v, int64_t
       float* s = scores + i * stride;
       for (int64_t t = t0; t < t1; ++t) {
         const float* kt = k + t * kv_stride;
-        // The first head reads the block from memory; the others find it in L1.
-        if (i == 0) PrefetchAhead(kt, sizeof(float) * kv_stride);
         __m256 acc = _mm256_mul_ps(_mm256_loadu_ps(qi), _mm256_loadu_ps(kt));
         MOETIER_UNROLL
         for (int j = 1; j < kVecs; ++j) {
@@ -567,7 +565,6 @@ void AttendVecs(const float* q, int n_q, const float* k, const float* v, int64_t
         }
         for (int64_t t = t0; t < t1; ++t) {
           const float* vt = v + t * kv_stride + 8 * base;
-          if (i == 0 && base == 0) PrefetchAhead(v + t * kv_stride, sizeof(float) * kv_stride);
           const __m256 p = _mm256_set1_ps(s[t]);
           MOETIER_UNROLL
           for (int j = 0; j < kChunk; ++j) {

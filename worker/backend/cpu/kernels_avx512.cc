@@ -563,8 +563,6 @@ void AttendVecs(const float* q, int n_q, const float* k, const float* v, int64_t
       // Four positions at a time: four independent FMA chains.
       int64_t t = t0;
       for (; t + 4 <= t1; t += 4) {
-        // The first head reads the block from memory; the others find it in L1.
-        if (i == 0) PrefetchAhead(k + t * kv_stride, 4 * sizeof(float) * kv_stride);
         __m512 acc[4];
         MOETIER_UNROLL
         for (int u = 0; u < 4; ++u)
@@ -612,7 +610,6 @@ void AttendVecs(const float* q, int n_q, const float* k, const float* v, int64_t
       }
       int64_t t = t0;
       for (; t + kSets <= t1; t += kSets) {
-        if (i == 0) PrefetchAhead(v + t * kv_stride, kSets * sizeof(float) * kv_stride);
         MOETIER_UNROLL
         for (int u = 0; u < kSets; ++u) {
           const float* vt = v + (t + u) * kv_stride;
